@@ -1,0 +1,78 @@
+// Reading and writing the safetensors format (https://github.com/huggingface/safetensors):
+//   8 bytes little-endian u64 N | N bytes JSON header | data
+// The header maps tensor name -> {"dtype": "F16"|"BF16"|"F32"|"I32"|..., "shape": [..],
+// "data_offsets": [begin, end]} (offsets relative to the start of data), plus an optional
+// "__metadata__" string map. No I/O policy lives here beyond plain files and memory maps.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace dequantd::safetensors {
+
+struct TensorEntry {
+  std::string name;
+  std::string dtype;           // as written: "F16", "BF16", "F32", "I32", "I8", ...
+  std::vector<int64_t> shape;  // in elements
+  int64_t data_begin = 0;      // byte offset from the start of the data section
+  int64_t data_end = 0;        // one past the last byte
+};
+
+// A parsed header. Validation: the JSON parses, every entry has a known dtype, a shape of
+// non-negative dims, data_offsets with begin <= end inside the data section, and end - begin
+// equal to the element count times the dtype size. Errors are INVALID_ARGUMENT (DATA_LOSS for a
+// file shorter than its header says), naming the tensor and field.
+struct Header {
+  int64_t data_start = 0;  // byte offset of the data section in the file (8 + N)
+  std::map<std::string, TensorEntry> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses the header of a safetensors byte buffer of `total_bytes` (whole file).
+absl::StatusOr<Header> ParseHeader(absl::Span<const uint8_t> file_bytes);
+
+// Bytes per element of a safetensors dtype string, or 0 if unknown.
+int64_t DTypeBytes(const std::string& dtype);
+
+// A read-only memory-mapped safetensors file. Thread-safe for reads.
+class MappedFile {
+ public:
+  // Errors: NOT_FOUND (no such file), PERMISSION_DENIED, INVALID_ARGUMENT / DATA_LOSS (corrupt).
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const Header& header() const { return header_; }
+  // The bytes of one tensor (a view into the map), or NOT_FOUND.
+  absl::StatusOr<absl::Span<const uint8_t>> TensorBytes(const std::string& name) const;
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+  Header header_;
+};
+
+// One tensor to write.
+struct TensorToWrite {
+  std::string name;
+  std::string dtype;  // safetensors dtype string
+  std::vector<int64_t> shape;
+  absl::Span<const uint8_t> bytes;  // element count * dtype size bytes
+};
+
+// Writes a safetensors file (header padded with spaces to a multiple of 8 bytes), atomically
+// (temporary file + rename). Errors: INVALID_ARGUMENT (size mismatch), INTERNAL/… for I/O.
+absl::Status WriteFile(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace dequantd::safetensors

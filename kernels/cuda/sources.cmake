@@ -1,0 +1,1 @@
+# placeholder: CUDA sources are added here

@@ -1,0 +1,44 @@
+// The dequantd process core: loads a checkpoint, picks a backend, serves dequant.v1 over gRPC
+// and /metrics over HTTP. main.cc parses flags into ServerOptions and calls Start; integration
+// tests start it in-process on 127.0.0.1 with port 0.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace dequantd {
+
+struct ServerOptions {
+  std::string model_dir;                        // checkpoint directory; empty = no model loaded
+  std::string listen = "127.0.0.1:50051";       // gRPC address; port 0 picks a free port
+  std::string metrics_listen = "127.0.0.1:9464";  // /metrics address; empty disables it
+  std::string backend = "auto";                 // "auto" (cuda if a GPU is present), "cpu", "cuda"
+  int cpu_threads = 0;                          // CPU backend threads; 0 = hardware concurrency
+  int64_t max_request_bytes = int64_t{256} << 20;   // inline packed bytes accepted per request
+  int64_t max_output_bytes = int64_t{16} << 30;     // largest result served (bytes)
+  int64_t default_chunk_bytes = int64_t{1} << 20;   // streamed payload per message
+  std::string tune_cache;                       // autotune cache file; empty = default location
+  bool pretune = false;                         // tune every layer of the model at start-up
+};
+
+class DequantServer {
+ public:
+  // Loads the model, initializes the backend, starts gRPC and metrics. Errors: the checkpoint's
+  // (NOT_FOUND, INVALID_ARGUMENT, DATA_LOSS), FAILED_PRECONDITION (backend "cuda" without a GPU),
+  // UNAVAILABLE (cannot bind).
+  static absl::StatusOr<std::unique_ptr<DequantServer>> Start(const ServerOptions& options);
+  virtual ~DequantServer() = default;
+
+  virtual int port() const = 0;          // bound gRPC port
+  virtual int metrics_port() const = 0;  // bound metrics port, 0 if disabled
+  virtual std::string backend_name() const = 0;  // "cuda" or "cpu"
+  // Stops accepting calls, finishes in-flight ones (up to `deadline_seconds`), releases all.
+  virtual void Shutdown(double deadline_seconds = 5.0) = 0;
+  // Blocks until Shutdown.
+  virtual void Wait() = 0;
+};
+
+}  // namespace dequantd
