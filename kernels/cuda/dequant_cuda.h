@@ -1,0 +1,56 @@
+// Host API of the CUDA AWQ dequantization kernels. Host types only (no device code here);
+// compiled only when DEQUANTD_HAVE_CUDA. Every variant writes exactly the bits of
+// DequantizeReference (kernels/dequant.h) for every (K, N, group_size, scale dtype, output dtype)
+// that ValidateShape accepts.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/dequant.h"
+
+namespace dequantd::cuda {
+
+enum class KernelVariant : int {
+  kV1PerElement = 1,    // one thread per output element (baseline)
+  kV2PerWord = 2,       // one thread per packed qweight word, fixed 256-thread blocks
+  kV3PerWordBlock = 3,  // v2 with the block size as a run-time parameter
+  kV4Vec16 = 4,         // the fast kernel: 16-byte loads/stores, several words and rows per thread
+};
+
+// "v1_per_element", "v2_per_word", "v3_per_word_block", "v4_vec16".
+std::string_view VariantName(KernelVariant v);
+bool ParseVariant(std::string_view name, KernelVariant* out);
+std::vector<KernelVariant> AllVariants();
+
+// Launch parameters a variant exposes (fields a variant ignores must be left at their defaults).
+struct LaunchConfig {
+  int block_size = 256;        // threads per block (v3, v4); multiple of 32, in [32, 1024]
+  int words_per_thread = 1;    // consecutive packed words along N per thread (v4: 1, 2 or 4)
+  int rows_per_thread = 1;     // consecutive rows of K per thread (v4)
+  std::string ToString() const;  // e.g. "block=256,words=4,rows=2"
+  bool operator==(const LaunchConfig&) const = default;
+};
+
+// The configuration used when nothing is tuned.
+LaunchConfig DefaultConfig(KernelVariant v, const AwqShape& shape, DType out_dtype);
+// The configurations the autotuner sweeps for (v, shape, out_dtype); DefaultConfig is among them.
+std::vector<LaunchConfig> CandidateConfigs(KernelVariant v, const AwqShape& shape, DType out_dtype);
+
+// ValidateShape plus the variant's own limits on `config` (INVALID_ARGUMENT naming the field).
+absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const AwqShape& shape,
+                          DType out_dtype);
+
+// Enqueues the dequantization of `in` (device pointers, 4-byte aligned qweight/qzeros, 2-byte
+// aligned scales) into `out` (device pointer, K * N elements of out_dtype, 16-byte aligned) on
+// `stream`. Calls CanImplement first; returns INTERNAL with the CUDA error on a launch failure.
+// Asynchronous: errors during execution surface on the stream.
+absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
+                              const PackedTensorView& in, DType out_dtype, void* out,
+                              cudaStream_t stream);
+
+}  // namespace dequantd::cuda
