@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: installs dependencies, builds everything, makes the bundled model, and runs
+# the whole test suite with CTest. GPU tests skip on machines without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+scripts/make-model.sh
+export DEQUANTD_MODEL_DIR="$PWD/models/smollm2-135m-awq"
+ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 900
