@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The main job, end to end on a fresh machine: install dependencies, build, make the bundled
+# SmolLM2-135M AWQ checkpoint, start dequantd on it, dequantize a real layer with dequantctl,
+# report shape, time and the error against the original weights, then stop the server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+layer=${DEQUANTD_DEMO_LAYER:-model.layers.0.self_attn.q_proj}
+model=models/smollm2-135m-awq
+ref=models/smollm2-135m-awq-reference/original.safetensors
+
+scripts/install-deps.sh
+scripts/build.sh dequantd dequantctl
+scripts/make-model.sh
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port); mport=$(free_port)
+log=$(mktemp -t dequantd.XXXXXX.log)
+build/server/dequantd --model "$model" --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" >"$log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+ctl() { build/client/dequantctl --server "127.0.0.1:$port" "$@"; }
+for _ in $(seq 100); do ctl info >/dev/null 2>&1 && break; sleep 0.1; done
+echo "== server log"; cat "$log"
+echo "== dequantctl info"; ctl info
+echo "== dequantctl list (first 8 of $(ctl list | tail -n +2 | wc -l) layers)"; ctl list | head -9
+out=$(mktemp -d)/"$layer".npy
+echo "== dequantctl dequantize --tensor $layer"
+ctl dequantize --tensor "$layer" --dtype fp16 --out "$out" --compare "$ref:$layer.weight"
+echo "== metrics (requests)"
+python3 - "$mport" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+print("\n".join(l for l in text.splitlines() if l.startswith("dequantd_requests_total")))
+PY
+echo "demo: OK"
