@@ -1,1 +1,59 @@
-// placeholder: being written
+// DequantizeReference: the plain loop over (k, n) that defines the result (see awq_format.h).
+// Deliberately simple: one element at a time, the scalar conversions of awq_format.h, 64-bit
+// indices everywhere. Every other path is tested bit for bit against this one.
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/awq_format.h"
+#include "kernels/dequant.h"
+#include "kernels/validate_view.h"
+
+namespace dequantd {
+namespace {
+
+// scales[i] as float; `scales` holds fp16 or bf16 bits.
+float ScaleAt(const void* scales, DType scale_dtype, int64_t i) {
+  const uint16_t bits = static_cast<const uint16_t*>(scales)[i];
+  return scale_dtype == DType::kF16 ? HalfBitsToFloat(bits) : Bf16BitsToFloat(bits);
+}
+
+// out[i] = w, rounded once (round to nearest even) to `out_dtype`.
+void StoreAt(void* out, DType out_dtype, int64_t i, float w) {
+  switch (out_dtype) {
+    case DType::kF16:
+      static_cast<uint16_t*>(out)[i] = FloatToHalfBitsRne(w);
+      return;
+    case DType::kBF16:
+      static_cast<uint16_t*>(out)[i] = FloatToBf16BitsRne(w);
+      return;
+    default:  // kF32; ValidateShape refused every other dtype.
+      static_cast<float*>(out)[i] = w;
+      return;
+  }
+}
+
+}  // namespace
+
+absl::Status DequantizeReference(const PackedTensorView& in, DType out_dtype, int64_t row_begin,
+                                 int64_t row_end, void* out) {
+  if (absl::Status s = ValidateView(in, out_dtype, row_begin, row_end, out); !s.ok()) return s;
+  const int64_t N = in.shape.N;
+  const int64_t G = in.shape.group_size;
+  const int64_t words_per_row = N / awq::kPackFactor;
+  for (int64_t k = row_begin; k < row_end; ++k) {
+    const int64_t g = k / G;
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t word = n / awq::kPackFactor;
+      const int column = static_cast<int>(n % awq::kPackFactor);
+      const auto q = static_cast<int32_t>(awq::NibbleForColumn(
+          static_cast<uint32_t>(in.qweight[k * words_per_row + word]), column));
+      const auto z = static_cast<int32_t>(
+          awq::NibbleForColumn(static_cast<uint32_t>(in.qzeros[g * words_per_row + word]), column));
+      const float s = ScaleAt(in.scales, in.shape.scale_dtype, g * N + n);
+      StoreAt(out, out_dtype, (k - row_begin) * N + n, static_cast<float>(q - z) * s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dequantd

@@ -1,0 +1,2 @@
+// DequantizeCpu against DequantizeReference, bit for bit.
+#include "gtest/gtest.h"
