@@ -1,1 +1,311 @@
-// placeholder: being written
+// safetensors header parsing, read-only memory maps and atomic writes (see safetensors.h).
+#include "formats/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace dequantd::safetensors {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+uint64_t ReadLe64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+void WriteLe64(uint64_t v, uint8_t* p) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+// A JSON number that is a non-negative integer fitting in int64.
+bool AsNonNegativeInt64(const json& j, int64_t* out) {
+  if (j.is_number_unsigned()) {
+    const uint64_t u = j.get<uint64_t>();
+    if (u > static_cast<uint64_t>(kInt64Max)) return false;
+    *out = static_cast<int64_t>(u);
+    return true;
+  }
+  if (j.is_number_integer()) {
+    const int64_t v = j.get<int64_t>();
+    if (v < 0) return false;
+    *out = v;
+    return true;
+  }
+  return false;
+}
+
+// Element count of `shape` times `dtype_bytes`, or an error naming the tensor.
+absl::StatusOr<int64_t> ByteCount(const std::string& name, const std::vector<int64_t>& shape,
+                                  int64_t dtype_bytes) {
+  int64_t bytes = dtype_bytes;
+  for (const int64_t dim : shape) {
+    if (dim < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': field 'shape' has a negative dimension ", dim));
+    }
+    if (__builtin_mul_overflow(bytes, dim, &bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': field 'shape' overflows a 64-bit byte count"));
+    }
+  }
+  return bytes;
+}
+
+absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const json& j, int64_t data_bytes) {
+  auto field_error = [&name](absl::string_view field, absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': field '", field, "' ", what));
+  };
+  if (!j.is_object())
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': entry is not an object"));
+  TensorEntry e;
+  e.name = name;
+
+  const auto dtype_it = j.find("dtype");
+  if (dtype_it == j.end() || !dtype_it->is_string())
+    return field_error("dtype", "missing or not a string");
+  e.dtype = dtype_it->get<std::string>();
+  const int64_t dtype_bytes = DTypeBytes(e.dtype);
+  if (dtype_bytes == 0) return field_error("dtype", absl::StrCat("is unknown: '", e.dtype, "'"));
+
+  const auto shape_it = j.find("shape");
+  if (shape_it == j.end() || !shape_it->is_array())
+    return field_error("shape", "missing or not an array");
+  for (const json& dim : *shape_it) {
+    if (dim.is_number_integer() && !dim.is_number_unsigned() && dim.get<int64_t>() < 0) {
+      return field_error("shape", absl::StrCat("has a negative dimension ", dim.get<int64_t>()));
+    }
+    int64_t d = 0;
+    if (!AsNonNegativeInt64(dim, &d))
+      return field_error("shape", "holds a non-integer or too large dimension");
+    e.shape.push_back(d);
+  }
+
+  const auto off_it = j.find("data_offsets");
+  if (off_it == j.end() || !off_it->is_array() || off_it->size() != 2 ||
+      !AsNonNegativeInt64((*off_it)[0], &e.data_begin) ||
+      !AsNonNegativeInt64((*off_it)[1], &e.data_end)) {
+    return field_error("data_offsets", "must be two non-negative integers [begin, end]");
+  }
+  if (e.data_begin > e.data_end) {
+    return field_error("data_offsets",
+                       absl::StrCat("has begin ", e.data_begin, " > end ", e.data_end));
+  }
+  if (e.data_end > data_bytes) {
+    return absl::DataLossError(absl::StrCat("tensor '", name, "': field 'data_offsets' end ",
+                                            e.data_end, " is past the end of the data section (",
+                                            data_bytes, " bytes): file truncated?"));
+  }
+
+  absl::StatusOr<int64_t> want = ByteCount(name, e.shape, dtype_bytes);
+  if (!want.ok()) return want.status();
+  if (e.data_end - e.data_begin != *want) {
+    return field_error("data_offsets",
+                       absl::StrCat("span ", e.data_end - e.data_begin,
+                                    " bytes, but shape and dtype ", e.dtype, " need ", *want));
+  }
+  return e;
+}
+
+absl::Status ErrnoError(int err, absl::string_view what, const std::string& path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(what, " '", path, "'"));
+}
+
+// Writes all of `bytes` to `fd`, retrying short writes.
+absl::Status WriteAll(int fd, const uint8_t* bytes, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, bytes, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(errno, "write", path);
+    }
+    bytes += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t DTypeBytes(const std::string& dtype) {
+  static const auto* const kSizes = new std::map<std::string, int64_t, std::less<>>{
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
+  const auto it = kSizes->find(dtype);
+  return it == kSizes->end() ? 0 : it->second;
+}
+
+absl::StatusOr<Header> ParseHeader(absl::Span<const uint8_t> file_bytes) {
+  const int64_t total = static_cast<int64_t>(file_bytes.size());
+  if (total < 8) {
+    return absl::DataLossError(
+        absl::StrCat("file is ", total, " bytes, shorter than the 8-byte header length"));
+  }
+  const uint64_t n = ReadLe64(file_bytes.data());
+  if (n > static_cast<uint64_t>(kMaxHeaderBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("header length ", n, " is absurd (limit ", kMaxHeaderBytes, " bytes)"));
+  }
+  if (static_cast<int64_t>(n) > total - 8) {
+    return absl::DataLossError(absl::StrCat("header length ", n, " runs past the end of the ",
+                                            total, "-byte file: file truncated?"));
+  }
+  Header header;
+  header.data_start = 8 + static_cast<int64_t>(n);
+  const int64_t data_bytes = total - header.data_start;
+
+  const auto* begin = reinterpret_cast<const char*>(file_bytes.data() + 8);
+  const json root = json::parse(begin, begin + n, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return absl::InvalidArgumentError("header is not valid JSON");
+  if (!root.is_object()) return absl::InvalidArgumentError("header JSON is not an object");
+
+  for (const auto& [key, value] : root.items()) {
+    if (key == "__metadata__") {
+      if (!value.is_object()) {
+        return absl::InvalidArgumentError("field '__metadata__' is not an object");
+      }
+      for (const auto& [mk, mv] : value.items()) {
+        if (!mv.is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("field '__metadata__': value of '", mk, "' is not a string"));
+        }
+        header.metadata[mk] = mv.get<std::string>();
+      }
+      continue;
+    }
+    absl::StatusOr<TensorEntry> entry = ParseEntry(key, value, data_bytes);
+    if (!entry.ok()) return entry.status();
+    header.tensors.emplace(key, *std::move(entry));
+  }
+  return header;
+}
+
+MappedFile::~MappedFile() {
+  if (base_ != nullptr) ::munmap(const_cast<uint8_t*>(base_), size_);
+}
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError(err, "stat", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a regular file"));
+  }
+  std::unique_ptr<MappedFile> file(new MappedFile());
+  file->path_ = path;
+  file->size_ = static_cast<size_t>(st.st_size);
+  if (file->size_ > 0) {
+    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoError(err, "mmap", path);
+    }
+    file->base_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);  // the mapping keeps the file alive
+
+  absl::StatusOr<Header> header =
+      ParseHeader(absl::MakeConstSpan(file->base_, file->base_ ? file->size_ : 0));
+  if (!header.ok()) {
+    return absl::Status(header.status().code(),
+                        absl::StrCat(path, ": ", header.status().message()));
+  }
+  file->header_ = *std::move(header);
+  return file;
+}
+
+absl::StatusOr<absl::Span<const uint8_t>> MappedFile::TensorBytes(const std::string& name) const {
+  const auto it = header_.tensors.find(name);
+  if (it == header_.tensors.end()) {
+    return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", name, "'"));
+  }
+  const TensorEntry& e = it->second;
+  return absl::MakeConstSpan(base_ + header_.data_start + e.data_begin,
+                             static_cast<size_t>(e.data_end - e.data_begin));
+}
+
+absl::Status WriteFile(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json root = json::object();
+  if (!metadata.empty()) {
+    json meta = json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    root["__metadata__"] = std::move(meta);
+  }
+  int64_t offset = 0;
+  std::set<std::string> names;
+  for (const TensorToWrite& t : tensors) {
+    if (t.name == "__metadata__" || !names.insert(t.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor name '", t.name, "' is reserved or repeated"));
+    }
+    const int64_t dtype_bytes = DTypeBytes(t.dtype);
+    if (dtype_bytes == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "': field 'dtype' is unknown: '", t.dtype, "'"));
+    }
+    absl::StatusOr<int64_t> want = ByteCount(t.name, t.shape, dtype_bytes);
+    if (!want.ok()) return want.status();
+    if (static_cast<int64_t>(t.bytes.size()) != *want) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", t.bytes.size(),
+                                                     " bytes given, shape and dtype need ", *want));
+    }
+    root[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + *want}}};
+    offset += *want;
+  }
+  std::string header_json = root.dump();
+  header_json.append((8 - header_json.size() % 8) % 8, ' ');
+  uint8_t prefix[8];
+  WriteLe64(header_json.size(), prefix);
+
+  // Temporary file in the same directory, so rename() is atomic.
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return ErrnoError(errno, "create temporary file for", path);
+  absl::Status status = WriteAll(fd, prefix, sizeof prefix, tmp);
+  if (status.ok()) {
+    status =
+        WriteAll(fd, reinterpret_cast<const uint8_t*>(header_json.data()), header_json.size(), tmp);
+  }
+  for (const TensorToWrite& t : tensors) {
+    if (!status.ok()) break;
+    status = WriteAll(fd, t.bytes.data(), t.bytes.size(), tmp);
+  }
+  if (status.ok() && ::fchmod(fd, 0644) != 0) status = ErrnoError(errno, "chmod", tmp);
+  if (status.ok() && ::fsync(fd) != 0) status = ErrnoError(errno, "fsync", tmp);
+  if (::close(fd) != 0 && status.ok()) status = ErrnoError(errno, "close", tmp);
+  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = ErrnoError(errno, "rename to", path);
+  }
+  if (!status.ok()) ::unlink(tmp.c_str());
+  return status;
+}
+
+}  // namespace dequantd::safetensors

@@ -24,26 +24,38 @@ struct TensorEntry {
   int64_t data_end = 0;        // one past the last byte
 };
 
+// Largest header accepted (the limit the reference implementation uses: 100,000,000 bytes).
+inline constexpr int64_t kMaxHeaderBytes = 100'000'000;
+
 // A parsed header. Validation: the JSON parses, every entry has a known dtype, a shape of
 // non-negative dims, data_offsets with begin <= end inside the data section, and end - begin
-// equal to the element count times the dtype size. Errors are INVALID_ARGUMENT (DATA_LOSS for a
-// file shorter than its header says), naming the tensor and field.
+// equal to the element count times the dtype size (overlapping tensors are not rejected).
+// Errors, naming the tensor and field:
+//   DATA_LOSS: file under 8 bytes; header length past the end of the file; data_offsets past the
+//     end of the data section (a truncated file).
+//   INVALID_ARGUMENT: header length over kMaxHeaderBytes; JSON that does not parse or is not an
+//     object; unknown dtype; negative or non-integer dims; bad data_offsets; size mismatch; a
+//     non-string __metadata__ value.
 struct Header {
   int64_t data_start = 0;  // byte offset of the data section in the file (8 + N)
   std::map<std::string, TensorEntry> tensors;
   std::map<std::string, std::string> metadata;
 };
 
-// Parses the header of a safetensors byte buffer of `total_bytes` (whole file).
+// Parses the header of a whole safetensors file held in `file_bytes`.
 absl::StatusOr<Header> ParseHeader(absl::Span<const uint8_t> file_bytes);
 
-// Bytes per element of a safetensors dtype string, or 0 if unknown.
+// Bytes per element of a safetensors dtype string, or 0 if unknown. Known: BOOL U8 I8 F8_E5M2
+// F8_E4M3 (1), I16 U16 F16 BF16 (2), I32 U32 F32 (4), I64 U64 F64 (8).
 int64_t DTypeBytes(const std::string& dtype);
 
-// A read-only memory-mapped safetensors file. Thread-safe for reads.
+// A read-only memory-mapped safetensors file (mmap PROT_READ, MAP_PRIVATE; unmapped by the
+// destructor). Thread-safe for reads. Tensor bytes are only as aligned as their offsets in the
+// file (the data section starts at 8 + N; writers pad N to a multiple of 8).
 class MappedFile {
  public:
-  // Errors: NOT_FOUND (no such file), PERMISSION_DENIED, INVALID_ARGUMENT / DATA_LOSS (corrupt).
+  // Errors: NOT_FOUND (no such file), PERMISSION_DENIED, INVALID_ARGUMENT / DATA_LOSS (corrupt,
+  // as ParseHeader, with the path prefixed to the message).
   static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
@@ -70,8 +82,10 @@ struct TensorToWrite {
   absl::Span<const uint8_t> bytes;  // element count * dtype size bytes
 };
 
-// Writes a safetensors file (header padded with spaces to a multiple of 8 bytes), atomically
-// (temporary file + rename). Errors: INVALID_ARGUMENT (size mismatch), INTERNAL/… for I/O.
+// Writes a safetensors file (header padded with spaces to a multiple of 8 bytes, tensors laid
+// out in the given order), atomically (temporary file in the same directory, fsync, rename).
+// Errors: INVALID_ARGUMENT (unknown dtype, negative dim, byte count not matching shape and dtype,
+// repeated or reserved name); for I/O the errno's code (e.g. NOT_FOUND for a missing directory).
 absl::Status WriteFile(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
