@@ -1,9 +1,22 @@
 // The checkpoint store: an AWQ GEMM checkpoint directory, memory-mapped and validated.
-// A directory holds config.json (with quantization_config: quant_method "awq", bits 4,
-// group_size, zero_point true, version "gemm") and one `model.safetensors`, or several shards
-// listed in `model.safetensors.index.json` ("weight_map": tensor -> file). A quantized layer is
-// a prefix P with P.qweight (int32 (K, N/8)), P.qzeros (int32 (K/G, N/8)) and P.scales
-// (fp16/bf16 (K/G, N)); G is derived from the shapes (K / scales rows) and must divide K.
+//
+// config.json must hold a quantization_config object (the Hugging Face transformers AwqConfig
+// layout; AutoAWQ's quant_config.json names w_bit / q_group_size are accepted too):
+//   quant_method "awq" (any case), bits 4, zero_point true (missing = true), version "gemm"
+//   (any case; missing = "gemm", the AutoAWQ and transformers default), group_size -1 or > 0
+//   (missing = 128, the transformers default).
+// Shards: the files named by model.safetensors.index.json's "weight_map" (tensor -> file; each
+// listed tensor must be in its file) if that exists, else model.safetensors, else every
+// *.safetensors file in the directory. A tensor name may appear in one shard only.
+// A quantized layer is a prefix P with a tensor P.qweight; P.qzeros and P.scales may be in any
+// shard:
+//   P.qweight: (K, N/8) I32;  P.qzeros: (K/G, N/8) I32;  P.scales: (K/G, N) F16 or BF16.
+// G is derived per layer from the shapes, G = K / scales rows, and must divide K; it is NOT
+// required to equal the config's group_size. Real AutoAWQ checkpoints use one group size, but
+// our bundled model (tools/make_default_model.py) uses 128 where K % 128 == 0 and 64 elsewhere,
+// as its config.json notes. Each layer then passes ValidateShape (kernels/dequant.h). Tensors
+// without the .qweight suffix (embeddings, norms, lm_head in fp16) are ignored.
+// Tensor bytes that are not 4-byte aligned in the map are copied into aligned storage.
 #pragma once
 
 #include <memory>
@@ -36,8 +49,10 @@ class Checkpoint {
   // Opens and validates `dir`. Policy for a corrupt file (bad safetensors header, offsets past
   // the end, a layer whose tensors disagree on shape or dtype): the checkpoint is refused and
   // the server does not start; the error names the file, tensor and field.
-  // Errors: NOT_FOUND (dir, config.json or a shard missing), INVALID_ARGUMENT (not AWQ gemm 4-bit,
-  // inconsistent shapes), DATA_LOSS (truncated file).
+  // Errors: NOT_FOUND (dir, config.json or a shard missing, no *.safetensors), INVALID_ARGUMENT
+  // (not AWQ gemm 4-bit with zero points, a layer tensor missing, wrong dtype or shape, G not
+  // dividing K, no quantized layer at all, a corrupt header), DATA_LOSS (truncated file).
+  // Thread-safety: the returned object is immutable and safe to read from any thread.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
   ~Checkpoint();
 

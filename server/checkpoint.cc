@@ -1,0 +1,317 @@
+// The checkpoint store: reads config.json, maps the safetensors shards and validates every AWQ
+// layer (see checkpoint.h for the policy).
+#include "server/checkpoint.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace dequantd {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr absl::string_view kQweight = ".qweight";
+constexpr char kConfigFile[] = "config.json";
+constexpr char kIndexFile[] = "model.safetensors.index.json";
+constexpr char kSingleFile[] = "model.safetensors";
+
+bool IsRegularFile(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// Reads and parses a JSON file. Errors: NOT_FOUND, INVALID_ARGUMENT (not JSON / not an object).
+absl::StatusOr<json> ReadJsonObject(const fs::path& path) {
+  if (!IsRegularFile(path)) return absl::NotFoundError(absl::StrCat(path.string(), ": not found"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::PermissionDeniedError(absl::StrCat(path.string(), ": cannot be read"));
+  std::stringstream text;
+  text << in.rdbuf();
+  json j = json::parse(text.str(), /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not valid JSON"));
+  if (!j.is_object())
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
+  return j;
+}
+
+// The first of `keys` present in `obj`, or nullptr.
+const json* FindAny(const json& obj, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    const auto it = obj.find(k);
+    if (it != obj.end()) return &*it;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const fs::path& config_path) {
+  absl::StatusOr<json> config = ReadJsonObject(config_path);
+  if (!config.ok()) return config.status();
+  auto error = [&config_path](absl::string_view field, absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_path.string(), ": quantization_config field '", field, "' ", what));
+  };
+  const auto qc_it = config->find("quantization_config");
+  if (qc_it == config->end() || !qc_it->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config_path.string(), ": no 'quantization_config' object: not an AWQ checkpoint"));
+  }
+  const json& qc = *qc_it;
+  QuantizationConfig out;
+
+  const json* method = FindAny(qc, {"quant_method"});
+  if (method == nullptr || !method->is_string()) return error("quant_method", "is missing");
+  out.quant_method = method->get<std::string>();
+  if (!absl::EqualsIgnoreCase(out.quant_method, "awq")) {
+    return error("quant_method", absl::StrCat("is '", out.quant_method, "', only 'awq' is served"));
+  }
+
+  // AutoAWQ's own quant_config.json spells these w_bit / q_group_size.
+  const json* bits = FindAny(qc, {"bits", "w_bit"});
+  if (bits == nullptr || !bits->is_number_integer()) return error("bits", "is missing");
+  out.bits = bits->get<int>();
+  if (out.bits != 4) return error("bits", absl::StrCat("is ", out.bits, ", only 4 is served"));
+
+  const json* group = FindAny(qc, {"group_size", "q_group_size"});
+  if (group != nullptr) {
+    if (!group->is_number_integer()) return error("group_size", "is not an integer");
+    out.group_size = group->get<int64_t>();
+  }
+  if (out.group_size != -1 && out.group_size <= 0) {
+    return error("group_size", absl::StrCat("is ", out.group_size, ", want -1 or positive"));
+  }
+
+  const json* zero = FindAny(qc, {"zero_point"});
+  if (zero != nullptr) {
+    if (!zero->is_boolean()) return error("zero_point", "is not a boolean");
+    out.zero_point = zero->get<bool>();
+  }
+  if (!out.zero_point) return error("zero_point", "is false; only zero_point true is served");
+
+  const json* version = FindAny(qc, {"version"});
+  out.version = "gemm";
+  if (version != nullptr) {
+    if (!version->is_string()) return error("version", "is not a string");
+    out.version = version->get<std::string>();
+  }
+  if (!absl::EqualsIgnoreCase(out.version, "gemm")) {
+    return error("version", absl::StrCat("is '", out.version, "', only 'gemm' is served"));
+  }
+  return out;
+}
+
+// The shard file names of `dir`, and (from the index, if any) which shard each tensor is in.
+struct ShardList {
+  std::vector<std::string> files;                 // names relative to dir, sorted, unique
+  std::map<std::string, std::string> weight_map;  // tensor -> file (empty without an index)
+};
+
+absl::StatusOr<ShardList> ListShards(const fs::path& dir) {
+  ShardList out;
+  const fs::path index = dir / kIndexFile;
+  if (IsRegularFile(index)) {
+    absl::StatusOr<json> j = ReadJsonObject(index);
+    if (!j.ok()) return j.status();
+    const auto map_it = j->find("weight_map");
+    if (map_it == j->end() || !map_it->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(index.string(), ": no 'weight_map' object"));
+    }
+    std::set<std::string> files;
+    for (const auto& [tensor, file] : map_it->items()) {
+      if (!file.is_string() || file.get<std::string>().empty() ||
+          absl::StrContains(file.get<std::string>(), "/")) {
+        return absl::InvalidArgumentError(absl::StrCat(index.string(), ": weight_map entry for '",
+                                                       tensor, "' is not a plain file name"));
+      }
+      files.insert(file.get<std::string>());
+      out.weight_map[tensor] = file.get<std::string>();
+    }
+    out.files.assign(files.begin(), files.end());
+  } else if (IsRegularFile(dir / kSingleFile)) {
+    out.files.push_back(kSingleFile);
+  } else {
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+      if (e.path().extension() == ".safetensors" && IsRegularFile(e.path())) {
+        out.files.push_back(e.path().filename().string());
+      }
+    }
+    if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("list ", dir.string()));
+    std::sort(out.files.begin(), out.files.end());
+  }
+  if (out.files.empty()) {
+    return absl::NotFoundError(absl::StrCat(dir.string(), ": no *.safetensors files"));
+  }
+  return out;
+}
+
+// Where a tensor lives.
+struct TensorRef {
+  const safetensors::MappedFile* file = nullptr;
+  const safetensors::TensorEntry* entry = nullptr;
+};
+
+}  // namespace
+
+Checkpoint::~Checkpoint() = default;
+
+const QuantizedLayer* Checkpoint::Find(std::string_view name) const {
+  const auto it =
+      std::lower_bound(layers_.begin(), layers_.end(), name,
+                       [](const QuantizedLayer& l, std::string_view n) { return l.name < n; });
+  return it != layers_.end() && it->name == name ? &*it : nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint directory '", dir, "' not found"));
+  }
+  if (!fs::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint '", dir, "' is not a directory"));
+  }
+  std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
+  ckpt->dir_ = dir;
+  const fs::path root(dir);
+
+  absl::StatusOr<QuantizationConfig> config = ParseQuantizationConfig(root / kConfigFile);
+  if (!config.ok()) return config.status();
+  ckpt->config_ = *std::move(config);
+
+  absl::StatusOr<ShardList> shards = ListShards(root);
+  if (!shards.ok()) return shards.status();
+
+  // Map every shard; index every tensor by name.
+  std::map<std::string, TensorRef> tensors;
+  std::map<std::string, const safetensors::MappedFile*> by_file;
+  for (const std::string& name : shards->files) {
+    const fs::path path = root / name;
+    if (!IsRegularFile(path)) {
+      return absl::NotFoundError(absl::StrCat("shard '", path.string(), "' not found"));
+    }
+    absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file =
+        safetensors::MappedFile::Open(path.string());
+    if (!file.ok()) return file.status();
+    const safetensors::MappedFile* f = file->get();
+    by_file[name] = f;
+    for (const auto& [tensor, entry] : f->header().tensors) {
+      const auto [it, inserted] = tensors.emplace(tensor, TensorRef{f, &entry});
+      if (!inserted) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor, "' appears in both '",
+                                                       it->second.file->path(), "' and '",
+                                                       f->path(), "'"));
+      }
+    }
+    ckpt->files_.push_back(*std::move(file));
+  }
+  for (const auto& [tensor, file] : shards->weight_map) {
+    const auto it = tensors.find(tensor);
+    if (it == tensors.end() || it->second.file != by_file.at(file)) {
+      return absl::InvalidArgumentError(absl::StrCat(kIndexFile, " puts tensor '", tensor, "' in '",
+                                                     file, "', which does not hold it"));
+    }
+  }
+
+  // Pointer to a tensor's bytes, copied into 4-byte-aligned storage if the map's is not.
+  auto aligned = [&ckpt](const TensorRef& ref) -> const void* {
+    absl::Span<const uint8_t> bytes = *ref.file->TensorBytes(ref.entry->name);
+    if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(int32_t) == 0) return bytes.data();
+    std::vector<int32_t>& copy = ckpt->aligned_copies_.emplace_back((bytes.size() + 3) / 4);
+    if (!bytes.empty()) std::memcpy(copy.data(), bytes.data(), bytes.size());
+    return copy.data();
+  };
+
+  for (const auto& [tensor, qweight_ref] : tensors) {
+    if (!absl::EndsWith(tensor, kQweight)) continue;
+    const std::string prefix = tensor.substr(0, tensor.size() - kQweight.size());
+    auto error = [&prefix](const TensorRef& ref, absl::string_view field, absl::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat(ref.file->path(), ": tensor '",
+                                                     ref.entry->name, "' (layer '", prefix,
+                                                     "'): field '", field, "' ", what));
+    };
+    TensorRef refs[3] = {qweight_ref, {}, {}};  // qweight, qzeros, scales
+    for (int i : {1, 2}) {
+      const std::string name = prefix + (i == 1 ? ".qzeros" : ".scales");
+      const auto it = tensors.find(name);
+      if (it == tensors.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("layer '", prefix, "': tensor '", name,
+                                                       "' is missing (qweight is in '",
+                                                       qweight_ref.file->path(), "')"));
+      }
+      refs[i] = it->second;
+    }
+    const auto& [qw, qz, sc] = refs;
+    for (const TensorRef& r : refs) {
+      if (r.entry->shape.size() != 2) {
+        return error(r, "shape", absl::StrCat("has ", r.entry->shape.size(), " dims, want 2"));
+      }
+    }
+    for (const TensorRef& r : {qw, qz}) {
+      if (r.entry->dtype != "I32") {
+        return error(r, "dtype", absl::StrCat("is ", r.entry->dtype, ", want I32"));
+      }
+    }
+    AwqShape shape;
+    if (sc.entry->dtype == "F16") {
+      shape.scale_dtype = DType::kF16;
+    } else if (sc.entry->dtype == "BF16") {
+      shape.scale_dtype = DType::kBF16;
+    } else {
+      return error(sc, "dtype", absl::StrCat("is ", sc.entry->dtype, ", want F16 or BF16"));
+    }
+    shape.K = qw.entry->shape[0];
+    shape.N = qw.entry->shape[1] * awq::kPackFactor;
+    const int64_t groups = sc.entry->shape[0];
+    if (sc.entry->shape[1] != shape.N) {
+      return error(sc, "shape",
+                   absl::StrCat("is (", groups, ", ", sc.entry->shape[1],
+                                "), want N = 8 * qweight columns = ", shape.N, " columns"));
+    }
+    if (groups <= 0 || shape.K % groups != 0) {
+      return error(sc, "shape",
+                   absl::StrCat("has ", groups, " rows, which do not divide K = ", shape.K,
+                                " into whole groups (G = K / scales rows)"));
+    }
+    shape.group_size = shape.K / groups;
+    if (qz.entry->shape[0] != groups || qz.entry->shape[1] != qw.entry->shape[1]) {
+      return error(qz, "shape",
+                   absl::StrCat("is (", qz.entry->shape[0], ", ", qz.entry->shape[1], "), want (",
+                                groups, ", ", qw.entry->shape[1], ") = (K/G, N/8)"));
+    }
+    if (absl::Status s = ValidateShape(shape, DType::kF16); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(qw.file->path(), ": layer '", prefix, "': ", s.message()));
+    }
+    QuantizedLayer layer;
+    layer.name = prefix;
+    layer.file = qw.file->path();
+    layer.view.shape = shape;
+    layer.view.qweight = static_cast<const int32_t*>(aligned(qw));
+    layer.view.qzeros = static_cast<const int32_t*>(aligned(qz));
+    layer.view.scales = aligned(sc);
+    ckpt->layers_.push_back(std::move(layer));
+  }
+  if (ckpt->layers_.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", dir, "' has no quantized layers (no *.qweight tensors)"));
+  }
+  std::sort(ckpt->layers_.begin(), ckpt->layers_.end(),
+            [](const QuantizedLayer& a, const QuantizedLayer& b) { return a.name < b.name; });
+  return ckpt;
+}
+
+}  // namespace dequantd

@@ -1,0 +1,348 @@
+// Tests for server/checkpoint: tiny AWQ checkpoint directories written with
+// safetensors::WriteFile into a temporary directory, opened and checked field by field, and each
+// kind of bad checkpoint refused with its exact status code and a message naming the tensor.
+#include "server/checkpoint.h"
+
+#include <stdlib.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "formats/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dequantd {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kAwqConfig[] =
+    R"({"architectures":["LlamaForCausalLM"],"quantization_config":{"quant_method":"awq",)"
+    R"("bits":4,"group_size":128,"zero_point":true,"version":"gemm"}})";
+
+std::string MakeTempDir() {
+  std::string templ = ::testing::TempDir() + "/checkpoint_test.XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) return "";
+  return templ;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// One tensor's bytes kept alive for WriteFile.
+struct OwnedTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+// Random bytes; for F16/BF16 every element is a finite normal value.
+std::vector<uint8_t> RandomBytes(const std::string& dtype, int64_t elements, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t width = safetensors::DTypeBytes(dtype);
+  std::vector<uint8_t> out(static_cast<size_t>(elements * width));
+  for (int64_t i = 0; i < elements; ++i) {
+    uint32_t v = rng();
+    if (dtype == "F16") v = 0x2000u + v % 0x1C00u;   // about 2^-7 .. 1
+    if (dtype == "BF16") v = 0x3C00u + v % 0x0300u;  // about 2^-7 .. 1
+    std::memcpy(out.data() + i * width, &v, static_cast<size_t>(width));
+  }
+  return out;
+}
+
+// qweight (K, N/8) I32, qzeros (rows, qzeros_cols) I32, scales (rows, scales_cols).
+std::vector<OwnedTensor> Layer(const std::string& prefix, int64_t K, int64_t N, int64_t rows,
+                               const std::string& scale_dtype = "F16", int64_t scales_cols = -1,
+                               int64_t qzeros_cols = -1) {
+  if (scales_cols < 0) scales_cols = N;
+  if (qzeros_cols < 0) qzeros_cols = N / 8;
+  const uint32_t seed = static_cast<uint32_t>(std::hash<std::string>{}(prefix));
+  return {{prefix + ".qweight", "I32", {K, N / 8}, RandomBytes("I32", K * N / 8, seed)},
+          {prefix + ".qzeros",
+           "I32",
+           {rows, qzeros_cols},
+           RandomBytes("I32", rows * qzeros_cols, seed + 1)},
+          {prefix + ".scales",
+           scale_dtype,
+           {rows, scales_cols},
+           RandomBytes(scale_dtype, rows * scales_cols, seed + 2)}};
+}
+
+void Append(std::vector<OwnedTensor>* to, std::vector<OwnedTensor> more) {
+  for (OwnedTensor& t : more) to->push_back(std::move(t));
+}
+
+absl::Status Write(const std::string& path, const std::vector<OwnedTensor>& tensors) {
+  std::vector<safetensors::TensorToWrite> views;
+  for (const OwnedTensor& t : tensors) {
+    views.push_back({t.name, t.dtype, t.shape, absl::MakeConstSpan(t.bytes)});
+  }
+  return safetensors::WriteFile(path, views);
+}
+
+const OwnedTensor& Named(const std::vector<OwnedTensor>& tensors, const std::string& name) {
+  for (const OwnedTensor& t : tensors)
+    if (t.name == name) return t;
+  static const OwnedTensor kNone;
+  return kNone;
+}
+
+// The view's bytes equal what was written.
+void ExpectSameBytes(const void* view, const OwnedTensor& t) {
+  ASSERT_NE(view, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(view) % 4, 0u) << t.name;
+  EXPECT_EQ(std::memcmp(view, t.bytes.data(), t.bytes.size()), 0) << t.name;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir();
+    ASSERT_FALSE(dir_.empty());
+    WriteText(dir_ + "/config.json", kAwqConfig);
+  }
+  absl::StatusCode OpenCode() { return Checkpoint::Open(dir_).status().code(); }
+  std::string OpenMessage() { return std::string(Checkpoint::Open(dir_).status().message()); }
+  std::string dir_;
+};
+
+TEST_F(CheckpointTest, OpensSingleFileWithTwoGroupSizes) {
+  std::vector<OwnedTensor> t;
+  Append(&t, Layer("model.layers.0.self_attn.q_proj", 256, 64, 2));  // G = 128
+  Append(&t, Layer("model.layers.0.mlp.down_proj", 576, 16, 9));     // G = 64
+  t.push_back({"model.embed_tokens.weight", "F16", {4, 8}, RandomBytes("F16", 32, 7)});
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", t).ok());
+
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const Checkpoint& c = **ckpt;
+  EXPECT_EQ(c.config().quant_method, "awq");
+  EXPECT_EQ(c.config().bits, 4);
+  EXPECT_EQ(c.config().group_size, 128);
+  EXPECT_TRUE(c.config().zero_point);
+  EXPECT_EQ(c.config().version, "gemm");
+  ASSERT_EQ(c.layers().size(), 2u);
+  // Sorted by name; the embedding is not a layer.
+  EXPECT_EQ(c.layers()[0].name, "model.layers.0.mlp.down_proj");
+  EXPECT_EQ(c.layers()[1].name, "model.layers.0.self_attn.q_proj");
+
+  const QuantizedLayer* q = c.Find("model.layers.0.self_attn.q_proj");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->view.shape.K, 256);
+  EXPECT_EQ(q->view.shape.N, 64);
+  EXPECT_EQ(q->view.shape.group_size, 128);
+  EXPECT_EQ(q->view.shape.scale_dtype, DType::kF16);
+  EXPECT_EQ(q->file, dir_ + "/model.safetensors");
+  ExpectSameBytes(q->view.qweight, Named(t, "model.layers.0.self_attn.q_proj.qweight"));
+  ExpectSameBytes(q->view.qzeros, Named(t, "model.layers.0.self_attn.q_proj.qzeros"));
+  ExpectSameBytes(q->view.scales, Named(t, "model.layers.0.self_attn.q_proj.scales"));
+
+  const QuantizedLayer* d = c.Find("model.layers.0.mlp.down_proj");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->view.shape.K, 576);
+  EXPECT_EQ(d->view.shape.N, 16);
+  EXPECT_EQ(d->view.shape.group_size, 64);
+  ExpectSameBytes(d->view.qweight, Named(t, "model.layers.0.mlp.down_proj.qweight"));
+
+  EXPECT_EQ(c.Find("model.layers.0.mlp"), nullptr);
+  EXPECT_EQ(c.Find("model.embed_tokens"), nullptr);
+  EXPECT_EQ(c.Find("model.layers.0.self_attn.q_proj.qweight"), nullptr);
+}
+
+TEST_F(CheckpointTest, ShardedWithIndexAcrossFiles) {
+  std::vector<OwnedTensor> layer = Layer("model.layers.1.mlp.up_proj", 128, 24, 1, "BF16");
+  // qweight in shard 1, qzeros and scales in shard 2.
+  ASSERT_TRUE(Write(dir_ + "/model-00001-of-00002.safetensors", {layer[0]}).ok());
+  ASSERT_TRUE(Write(dir_ + "/model-00002-of-00002.safetensors", {layer[1], layer[2]}).ok());
+  // A stray file not in the index is not opened, even though it is corrupt.
+  WriteText(dir_ + "/stray.safetensors", "garbage");
+  WriteText(dir_ + "/model.safetensors.index.json",
+            R"({"metadata":{"total_size":1},"weight_map":{)"
+            R"("model.layers.1.mlp.up_proj.qweight":"model-00001-of-00002.safetensors",)"
+            R"("model.layers.1.mlp.up_proj.qzeros":"model-00002-of-00002.safetensors",)"
+            R"("model.layers.1.mlp.up_proj.scales":"model-00002-of-00002.safetensors"}})");
+
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  ASSERT_EQ((*ckpt)->layers().size(), 1u);
+  const QuantizedLayer& l = (*ckpt)->layers()[0];
+  EXPECT_EQ(l.view.shape.K, 128);
+  EXPECT_EQ(l.view.shape.N, 24);
+  EXPECT_EQ(l.view.shape.group_size, 128);
+  EXPECT_EQ(l.view.shape.scale_dtype, DType::kBF16);
+  EXPECT_EQ(l.file, dir_ + "/model-00001-of-00002.safetensors");
+  ExpectSameBytes(l.view.qweight, layer[0]);
+  ExpectSameBytes(l.view.qzeros, layer[1]);
+  ExpectSameBytes(l.view.scales, layer[2]);
+}
+
+TEST_F(CheckpointTest, IndexNamingMissingShardIsNotFound) {
+  WriteText(dir_ + "/model.safetensors.index.json",
+            R"({"weight_map":{"a.qweight":"model-00001-of-00001.safetensors"}})");
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(OpenMessage(), HasSubstr("model-00001-of-00001.safetensors"));
+}
+
+TEST_F(CheckpointTest, IndexPuttingTensorInWrongShardIsInvalidArgument) {
+  std::vector<OwnedTensor> layer = Layer("p", 64, 8, 1);
+  ASSERT_TRUE(Write(dir_ + "/a.safetensors", layer).ok());
+  ASSERT_TRUE(Write(dir_ + "/b.safetensors", {{"other", "U8", {1}, {1}}}).ok());
+  WriteText(dir_ + "/model.safetensors.index.json",
+            R"({"weight_map":{"p.qweight":"b.safetensors","p.qzeros":"a.safetensors"}})");
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("p.qweight"));
+}
+
+TEST_F(CheckpointTest, WithoutIndexOpensEverySafetensorsFile) {
+  std::vector<OwnedTensor> layer = Layer("x.o_proj", 64, 8, 1);
+  ASSERT_TRUE(Write(dir_ + "/part-a.safetensors", {layer[0], layer[2]}).ok());
+  ASSERT_TRUE(Write(dir_ + "/part-b.safetensors", {layer[1]}).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  ASSERT_NE((*ckpt)->Find("x.o_proj"), nullptr);
+  EXPECT_EQ((*ckpt)->Find("x.o_proj")->view.shape.group_size, 64);
+}
+
+TEST_F(CheckpointTest, TensorInTwoShardsIsInvalidArgument) {
+  std::vector<OwnedTensor> layer = Layer("x", 64, 8, 1);
+  ASSERT_TRUE(Write(dir_ + "/a.safetensors", layer).ok());
+  ASSERT_TRUE(Write(dir_ + "/b.safetensors", {layer[1]}).ok());
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("x.qzeros"));
+}
+
+TEST_F(CheckpointTest, MisalignedTensorsAreCopiedToAlignedStorage) {
+  std::vector<OwnedTensor> t = {{"pad", "U8", {3}, {1, 2, 3}}};  // shifts every later offset by 3
+  Append(&t, Layer("m.k_proj", 128, 32, 2));
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", t).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const QuantizedLayer* l = (*ckpt)->Find("m.k_proj");
+  ASSERT_NE(l, nullptr);
+  ExpectSameBytes(l->view.qweight, t[1]);
+  ExpectSameBytes(l->view.qzeros, t[2]);
+  ExpectSameBytes(l->view.scales, t[3]);
+}
+
+TEST_F(CheckpointTest, GroupSizeMinusOneMeansOneGroup) {
+  WriteText(dir_ + "/config.json",
+            R"({"quantization_config":{"quant_method":"AWQ","bits":4,"group_size":-1,)"
+            R"("zero_point":true,"version":"GEMM"}})");
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 192, 16, 1)).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->config().group_size, -1);
+  EXPECT_EQ((*ckpt)->Find("l")->view.shape.group_size, 192);
+}
+
+TEST_F(CheckpointTest, MissingVersionAndZeroPointDefaultToGemmAndTrue) {
+  WriteText(dir_ + "/config.json",
+            R"({"quantization_config":{"quant_method":"awq","bits":4,"group_size":64}})");
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 64, 8, 1)).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->config().version, "gemm");
+  EXPECT_TRUE((*ckpt)->config().zero_point);
+}
+
+TEST_F(CheckpointTest, MissingQzerosIsInvalidArgumentNamingTheTensor) {
+  std::vector<OwnedTensor> layer = Layer("model.layers.0.mlp.up_proj", 128, 16, 1);
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", {layer[0], layer[2]}).ok());
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("'model.layers.0.mlp.up_proj.qzeros' is missing"));
+}
+
+TEST_F(CheckpointTest, WrongScalesColumnsIsInvalidArgument) {
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 128, 16, 1, "F16", 24)).ok());
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("'l.scales'"));
+  EXPECT_THAT(OpenMessage(), HasSubstr("'shape'"));
+  EXPECT_THAT(OpenMessage(), HasSubstr("model.safetensors"));
+}
+
+TEST_F(CheckpointTest, GroupsNotDividingKIsInvalidArgument) {
+  // K = 256 with 3 scale rows: G would be 85.33.
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 256, 16, 3)).ok());
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("do not divide K = 256"));
+}
+
+TEST_F(CheckpointTest, WrongQzerosShapeIsInvalidArgument) {
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 256, 16, 2, "F16", 16, 4)).ok());
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("'l.qzeros'"));
+}
+
+TEST_F(CheckpointTest, WrongDTypesAreInvalidArgument) {
+  std::vector<OwnedTensor> layer = Layer("l", 64, 8, 1, "F32");
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", layer).ok());
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("'dtype' is F32, want F16 or BF16"));
+
+  layer = Layer("l", 64, 8, 1);
+  layer[0].dtype = "U32";
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", layer).ok());
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("'l.qweight'"));
+}
+
+TEST_F(CheckpointTest, EmptyKFailsValidateShape) {
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 0, 8, 1)).ok());
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("'l'"));
+}
+
+TEST_F(CheckpointTest, NoQuantizedLayerIsInvalidArgument) {
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", {{"w", "F16", {1}, {0, 0}}}).ok());
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CheckpointTest, TruncatedShardIsDataLossNamingTheFile) {
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 64, 8, 1)).ok());
+  std::ifstream in(dir_ + "/model.safetensors", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  WriteText(dir_ + "/model.safetensors", bytes.substr(0, bytes.size() - 4));
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(OpenMessage(), HasSubstr(dir_ + "/model.safetensors"));
+  EXPECT_THAT(OpenMessage(), HasSubstr("'l.scales'"));
+}
+
+TEST_F(CheckpointTest, NonAwqConfigsAreInvalidArgument) {
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 64, 8, 1)).ok());
+  for (const char* qc : {
+           R"({"quant_method":"gptq","bits":4,"group_size":128})",
+           R"({"quant_method":"awq","bits":8,"group_size":128})",
+           R"({"quant_method":"awq","bits":4,"group_size":128,"version":"gemv"})",
+           R"({"quant_method":"awq","bits":4,"group_size":128,"zero_point":false})",
+           R"({"quant_method":"awq","bits":4,"group_size":0})",
+           R"({"quant_method":"awq","group_size":128})",
+       }) {
+    WriteText(dir_ + "/config.json", std::string(R"({"quantization_config":)") + qc + "}");
+    EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument) << qc;
+  }
+  WriteText(dir_ + "/config.json", R"({"model_type":"llama"})");
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("quantization_config"));
+  WriteText(dir_ + "/config.json", "{not json");
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CheckpointTest, MissingDirConfigOrShardsIsNotFound) {
+  EXPECT_EQ(Checkpoint::Open(dir_ + "/nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kNotFound);  // config.json but no *.safetensors
+  ASSERT_EQ(::unlink((dir_ + "/config.json").c_str()), 0);
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(OpenMessage(), HasSubstr("config.json"));
+}
+
+}  // namespace
+}  // namespace dequantd
