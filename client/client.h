@@ -1,0 +1,111 @@
+// DequantClient: a small synchronous client for dequant.v1.DequantService (proto/dequant/v1).
+// It wraps the generated stub, turns grpc::Status into absl::Status (the codes are the same
+// numbers), and reassembles the streamed Dequantize result, checking that the chunks are
+// contiguous and add up to the header's total_bytes. Thread-safe: calls may run concurrently
+// (the gRPC channel and stub are thread-safe; each call has its own context).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "dequant/v1/dequant.grpc.pb.h"
+
+namespace dequantd {
+
+namespace v1 = ::dequant::v1;
+
+// grpc::Status -> absl::Status with the same code and message (the enums share their numbers).
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+struct ClientOptions {
+  // Largest message the client accepts. Response chunks are at most 4 MiB of payload; 64 MiB
+  // leaves room for big ListTensors/Benchmark answers.
+  int max_receive_message_bytes = 64 << 20;
+  // Largest message the client sends; inline packed requests can be hundreds of MiB. -1 means
+  // unlimited (the server's max_request_bytes is the real limit).
+  int max_send_message_bytes = -1;
+  // Per-call deadline in seconds; 0 = none.
+  double deadline_seconds = 0;
+};
+
+// Receives a Dequantize result as it streams in: `on_header` once, then `on_chunk` with
+// consecutive bytes of the row-major (K, N) result, starting at offset 0. A non-OK status from
+// either callback cancels the call and is returned by Dequantize.
+struct DequantizeSink {
+  std::function<absl::Status(const v1::DequantizeHeader& header)> on_header;
+  std::function<absl::Status(int64_t offset, absl::Span<const uint8_t> data)> on_chunk;
+};
+
+// A whole result in memory (for tests and small layers).
+struct DequantizedTensor {
+  v1::DequantizeHeader header;
+  std::vector<uint8_t> data;  // header.total_bytes bytes, row-major (K, N)
+};
+
+// Checks a Dequantize response stream message by message. DequantClient::Dequantize uses it;
+// it is public so the checks can be tested without a misbehaving server.
+class ResponseStreamChecker {
+ public:
+  // Accepts the next message. DATA_LOSS if it is malformed: the first message has no header, a
+  // later one has one, the header's total_bytes is not shape[0] * shape[1] * sizeof(dtype), the
+  // offset is not where the previous data ended, or the data runs past total_bytes.
+  absl::Status Next(const v1::DequantizeResponse& response);
+  // At the end of the stream: DATA_LOSS if no header came or fewer than total_bytes arrived.
+  absl::Status Finish() const;
+
+  bool has_header() const { return has_header_; }
+  const v1::DequantizeHeader& header() const { return header_; }
+  int64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  bool has_header_ = false;
+  v1::DequantizeHeader header_;
+  int64_t bytes_received_ = 0;
+};
+
+class DequantClient {
+ public:
+  // An insecure channel to `target` ("host:port"). Connection happens lazily on the first call.
+  // Errors: INVALID_ARGUMENT (empty target).
+  static absl::StatusOr<std::unique_ptr<DequantClient>> Connect(const std::string& target,
+                                                                const ClientOptions& options = {});
+  DequantClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
+
+  // Each returns the server's status on failure (UNAVAILABLE when it cannot be reached).
+  absl::StatusOr<v1::ListTensorsResponse> ListTensors();
+  absl::StatusOr<v1::GetServerInfoResponse> GetServerInfo();
+  absl::StatusOr<v1::BenchmarkResponse> Benchmark(const v1::BenchmarkRequest& request);
+
+  // Streams one dequantization into `sink` and returns the header. Errors: the server's status
+  // (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, ...), a callback's status, or DATA_LOSS
+  // when the stream is malformed: no header first, a second header, a header whose total_bytes
+  // disagrees with its shape and dtype, a chunk whose offset is not where the previous one
+  // ended, or a total different from header.total_bytes.
+  absl::StatusOr<v1::DequantizeHeader> Dequantize(const v1::DequantizeRequest& request,
+                                                  const DequantizeSink& sink);
+  // Dequantize into memory. Same errors.
+  absl::StatusOr<DequantizedTensor> DequantizeToMemory(const v1::DequantizeRequest& request);
+
+ private:
+  void SetDeadline(grpc::ClientContext* context) const;
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::DequantService::Stub> stub_;
+  ClientOptions options_;
+};
+
+// Bytes per element of an output dtype (FP16/BF16: 2, FP32/INT32: 4), or 0 if unspecified.
+int64_t OutputDTypeBytes(v1::DType dtype);
+// "fp16", "bf16", "fp32", "int32", "unspecified".
+std::string OutputDTypeName(v1::DType dtype);
+// Parses "fp16" / "bf16" / "fp32" (also "float16", "bfloat16", "float32"). INVALID_ARGUMENT
+// for anything else.
+absl::StatusOr<v1::DType> ParseOutputDType(const std::string& name);
+
+}  // namespace dequantd

@@ -1,0 +1,91 @@
+// `dequantctl benchmark` (see commands.h).
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/commands.h"
+#include "client/table.h"
+
+namespace dequantd {
+namespace {
+
+std::vector<std::string> SplitList(const std::string& text) {
+  return absl::StrSplit(text, ',', absl::SkipWhitespace());
+}
+
+// "KxN" with positive integers.
+absl::StatusOr<v1::BenchmarkShape> ParseShape(const std::string& text) {
+  const std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  int64_t K = 0, N = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &K) || !absl::SimpleAtoi(parts[1], &N) ||
+      K <= 0 || N <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shapes: expected KxN with positive integers, got '", text, "'"));
+  }
+  v1::BenchmarkShape shape;
+  shape.set_in_features(K);
+  shape.set_out_features(N);
+  return shape;
+}
+
+std::string Micros(double seconds) { return Fixed(seconds * 1e6, 1); }
+
+}  // namespace
+
+absl::StatusOr<v1::BenchmarkRequest> MakeBenchmarkRequest(const BenchmarkOptions& options) {
+  v1::BenchmarkRequest request;
+  for (const std::string& s : SplitList(options.shapes)) {
+    absl::StatusOr<v1::BenchmarkShape> shape = ParseShape(s);
+    if (!shape.ok()) return shape.status();
+    *request.add_shapes() = *shape;
+  }
+  for (const std::string& t : SplitList(options.tensors)) request.add_tensors(t);
+  for (const std::string& v : SplitList(options.variants)) request.add_variants(v);
+  for (const std::string& d : SplitList(options.dtype)) {
+    absl::StatusOr<v1::DType> dtype = ParseOutputDType(d);
+    if (!dtype.ok()) return dtype.status();
+    request.add_output_dtypes(*dtype);
+  }
+  if (options.group_size < 0 || options.trials < 0 || options.runs < 0) {
+    return absl::InvalidArgumentError("--group-size, --trials and --runs must be >= 0");
+  }
+  request.set_group_size(options.group_size);
+  request.set_trials(options.trials);
+  request.set_runs(options.runs);
+  request.set_hardware_counters(options.hardware_counters);
+  return request;
+}
+
+absl::Status RunBenchmark(DequantClient& client, const v1::BenchmarkRequest& request,
+                          std::ostream& out) {
+  absl::StatusOr<v1::BenchmarkResponse> response = client.Benchmark(request);
+  if (!response.ok()) return response.status();
+  out << "device: " << response->device() << ", peak copy "
+      << Fixed(response->peak_copy_bytes_per_second() / 1e9, 1) << " GB/s (read + written)\n";
+  Table table({"variant", "K", "N", "G", "dtype", "MB moved", "median us", "mean us", "std us",
+               "min us", "max us", "graph us", "GB/s", "% peak", "correct", "launch", "counters"},
+              {false, true, true, true, false, true, true, true, true, true, true, true, true, true,
+               false, false, false});
+  for (const v1::BenchmarkRow& r : response->rows()) {
+    std::vector<std::string> counters;
+    for (const auto& [name, value] : r.counters())
+      counters.push_back(absl::StrCat(name, "=", value));
+    table.AddRow({r.variant(), absl::StrCat(r.in_features()), absl::StrCat(r.out_features()),
+                  absl::StrCat(r.group_size()), OutputDTypeName(r.output_dtype()),
+                  Fixed(static_cast<double>(r.bytes_moved()) / 1e6, 2),
+                  Micros(r.median_seconds()) + (r.divergent() ? "*" : ""), Micros(r.mean_seconds()),
+                  Micros(r.std_seconds()), Micros(r.min_seconds()), Micros(r.max_seconds()),
+                  r.throughput_seconds() > 0 ? Micros(r.throughput_seconds()) : "-",
+                  Fixed(r.bytes_per_second() / 1e9, 1), Fixed(100 * r.fraction_of_peak(), 1),
+                  r.correct() ? "yes" : "NO", r.launch_config(), absl::StrJoin(counters, " ")});
+  }
+  table.Print(out);
+  out << "* median and mean differ by more than 15%\n";
+  if (!response->note().empty()) out << "note: " << response->note() << '\n';
+  return absl::OkStatus();
+}
+
+}  // namespace dequantd

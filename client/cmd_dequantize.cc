@@ -1,0 +1,124 @@
+// `dequantctl dequantize` (see commands.h).
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/commands.h"
+#include "client/compare.h"
+#include "client/output_file.h"
+#include "client/packed_input.h"
+
+namespace dequantd {
+namespace {
+
+// The layer name without a trailing '.' ("model.layers.0.mlp.up_proj." -> "...up_proj").
+std::string LayerOfPrefix(std::string prefix) {
+  if (absl::EndsWith(prefix, ".")) prefix.pop_back();
+  return prefix;
+}
+
+}  // namespace
+
+absl::Status CheckDequantizeOptions(const DequantizeOptions& options) {
+  if (options.tensor.empty() == options.packed.empty()) {
+    return absl::InvalidArgumentError("dequantize needs exactly one of --tensor or --packed");
+  }
+  if (!options.prefix.empty() && options.packed.empty()) {
+    return absl::InvalidArgumentError("--prefix applies to --packed only");
+  }
+  if (options.group_size != 0 && options.packed.empty()) {
+    return absl::InvalidArgumentError("--group-size applies to --packed only");
+  }
+  if (options.chunk_bytes < 0) return absl::InvalidArgumentError("--chunk-bytes must be >= 0");
+  absl::StatusOr<v1::DType> dtype = ParseOutputDType(options.dtype);
+  if (!dtype.ok()) return dtype.status();
+  if (!options.compare.empty()) {
+    absl::StatusOr<ReferenceLayout> layout = ParseReferenceLayout(options.compare_layout);
+    if (!layout.ok()) return layout.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& options,
+                           std::ostream& out) {
+  absl::Status status = CheckDequantizeOptions(options);
+  if (!status.ok()) return status;
+
+  v1::DequantizeRequest request;
+  request.set_output_dtype(*ParseOutputDType(options.dtype));
+  request.set_chunk_bytes(options.chunk_bytes);
+  std::string label;  // what the summary calls the tensor
+  std::vector<std::string> reference_names;
+  if (!options.tensor.empty()) {
+    request.set_tensor(options.tensor);
+    label = options.tensor;
+    reference_names = {options.tensor + ".weight", options.tensor};
+  } else {
+    absl::StatusOr<v1::InlinePackedTensor> packed =
+        LoadInlinePacked(options.packed, options.prefix, options.group_size);
+    if (!packed.ok()) return packed.status();
+    *request.mutable_packed() = *std::move(packed);
+    const std::string layer = LayerOfPrefix(options.prefix);
+    label = absl::StrCat(options.packed, ":", options.prefix, "*");
+    reference_names = {layer + ".weight", layer, "weight"};
+  }
+
+  std::unique_ptr<ReferenceComparer> comparer;
+  if (!options.compare.empty()) {
+    absl::StatusOr<std::unique_ptr<ReferenceComparer>> opened = ReferenceComparer::Open(
+        options.compare, reference_names, *ParseReferenceLayout(options.compare_layout));
+    if (!opened.ok()) return opened.status();
+    comparer = *std::move(opened);
+  }
+  std::unique_ptr<OutputFile> file;
+  if (!options.out.empty()) {
+    file = OutputFile::ForPath(options.out, options.tensor.empty() ? "weight" : options.tensor);
+  }
+
+  DequantizeSink sink;
+  sink.on_header = [&](const v1::DequantizeHeader& header) {
+    absl::Status s = file ? file->Begin(header) : absl::OkStatus();
+    if (s.ok() && comparer) s = comparer->Begin(header);
+    return s;
+  };
+  sink.on_chunk = [&](int64_t, absl::Span<const uint8_t> data) {
+    absl::Status s = file ? file->Write(data) : absl::OkStatus();
+    if (s.ok() && comparer) s = comparer->Add(data);
+    return s;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::DequantizeHeader> header = client.Dequantize(request, sink);
+  if (!header.ok()) return header.status();
+  if (file) {
+    status = file->Finish();
+    if (!status.ok()) return status;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const int64_t bytes = header->total_bytes();
+  out << absl::StrFormat(
+      "%s: shape (%d, %d) %s, %d bytes in %.3f ms (%.1f MB/s), backend %s%s", label,
+      header->shape(0), header->shape(1), OutputDTypeName(header->dtype()), bytes, seconds * 1e3,
+      seconds > 0 ? bytes / seconds / 1e6 : 0.0, header->backend(),
+      header->kernel().empty() ? "" : absl::StrCat(", kernel ", header->kernel()));
+  if (file) out << " -> " << options.out << " (" << file->kind() << ")";
+  out << '\n';
+  if (comparer) {
+    const ErrorStats e = comparer->Stats();
+    out << absl::StrFormat(
+        "error vs %s:%s%s: max_abs %.6g, rms %.6g, relative_rms %.6g over %d elements",
+        comparer->path(), comparer->tensor_name(),
+        comparer->transposed() ? " (N, K) transposed" : "", e.max_abs_error, e.rms_error,
+        e.relative_rms_error, e.count);
+    if (e.nonfinite > 0) out << " (" << e.nonfinite << " non-finite skipped)";
+    out << '\n';
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dequantd

@@ -1,0 +1,25 @@
+// `dequantctl info` (see commands.h).
+#include "client/commands.h"
+#include "client/table.h"
+
+namespace dequantd {
+
+absl::Status RunInfo(DequantClient& client, std::ostream& out) {
+  absl::StatusOr<v1::GetServerInfoResponse> info = client.GetServerInfo();
+  if (!info.ok()) return info.status();
+  out << "version:      " << info->version() << '\n'
+      << "backend:      " << info->backend() << '\n'
+      << "model:        " << info->model() << '\n'
+      << "tensors:      " << info->tensor_count() << '\n'
+      << "cpu threads:  " << info->cpu_threads() << '\n'
+      << "devices:      " << info->devices_size() << '\n';
+  for (const v1::DeviceInfo& d : info->devices()) {
+    out << "  [" << d.index() << "] " << d.name() << ", compute capability "
+        << d.compute_capability() << ", "
+        << Fixed(static_cast<double>(d.memory_bytes()) / (int64_t{1} << 30), 1) << " GiB, driver "
+        << d.driver_version() << '\n';
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dequantd

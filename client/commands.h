@@ -1,0 +1,62 @@
+// dequantctl's subcommands, one file each (cmd_*.cc). Each takes its options as a struct (main.cc
+// fills them from flags), talks to the server through DequantClient and prints to `out`.
+// Building a request from options (Make*Request) does no RPC: its INVALID_ARGUMENT is a usage
+// error. Run* returns the server's status or a local I/O status.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/client.h"
+
+namespace dequantd {
+
+// `list`: a table of the loaded model's quantized layers (name, K, N, group_size, scale dtype,
+// packed MiB).
+absl::Status RunList(DequantClient& client, std::ostream& out);
+
+// `info`: version, backend, model and devices.
+absl::Status RunInfo(DequantClient& client, std::ostream& out);
+
+// `dequantize`.
+struct DequantizeOptions {
+  std::string tensor;          // --tensor: a layer of the loaded model
+  std::string packed;          // --packed: a safetensors file with inline input
+  std::string prefix;          // --prefix: tensor name prefix in --packed, e.g. "layer."
+  int64_t group_size = 0;      // --group-size: for --packed; 0 = derived from the shapes
+  std::string out;             // --out: .npy, .safetensors or raw; empty = not written
+  std::string dtype = "fp16";  // --dtype: fp16, bf16 or fp32
+  int64_t chunk_bytes = 0;     // --chunk-bytes: 0 = server default
+  std::string compare;         // --compare: REF.safetensors[:TENSOR]; empty = no comparison
+  std::string compare_layout = "auto";  // --compare-layout: auto, kn or nk
+};
+// Usage checks: exactly one of tensor / packed, prefix only with packed, dtype, layout.
+absl::Status CheckDequantizeOptions(const DequantizeOptions& options);
+// Dequantizes, streams the result into the output file (and the comparison), then prints one
+// summary line (tensor, shape, dtype, bytes, wall time, MB/s) and, with --compare, one error line.
+absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& options,
+                           std::ostream& out);
+
+// `benchmark`.
+struct BenchmarkOptions {
+  std::string shapes;              // --shapes: "KxN,KxN,..." (random packed inputs)
+  std::string tensors;             // --tensors: comma-separated layers of the loaded model
+  int64_t group_size = 0;          // --group-size: for shapes; 0 = server default (128)
+  std::string dtype;               // --dtype: comma-separated output dtypes; empty = server default
+  std::string variants;            // --variants: comma-separated; empty = all
+  int trials = 0;                  // --trials: 0 = server default
+  int runs = 0;                    // --runs: 0 = server default
+  bool hardware_counters = false;  // --hardware-counters
+};
+// Builds the request. INVALID_ARGUMENT for a malformed shape ("KxN" with positive integers) or
+// dtype, or negative trials/runs/group_size.
+absl::StatusOr<v1::BenchmarkRequest> MakeBenchmarkRequest(const BenchmarkOptions& options);
+// Prints the BenchmarkResponse as a table (times in microseconds, rates in GB/s).
+absl::Status RunBenchmark(DequantClient& client, const v1::BenchmarkRequest& request,
+                          std::ostream& out);
+
+}  // namespace dequantd

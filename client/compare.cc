@@ -1,0 +1,189 @@
+// Streaming error statistics against a reference tensor (see compare.h).
+#include "client/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/awq_format.h"
+
+namespace dequantd {
+namespace {
+
+namespace v1 = ::dequant::v1;
+
+uint16_t Load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint32_t Load32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+}  // namespace
+
+absl::StatusOr<ReferenceLayout> ParseReferenceLayout(const std::string& text) {
+  if (text == "auto") return ReferenceLayout::kAuto;
+  if (text == "kn") return ReferenceLayout::kKN;
+  if (text == "nk") return ReferenceLayout::kNK;
+  return absl::InvalidArgumentError(
+      absl::StrCat("compare layout must be auto, kn or nk, got '", text, "'"));
+}
+
+absl::StatusOr<std::unique_ptr<ReferenceComparer>> ReferenceComparer::Open(
+    const std::string& spec, const std::vector<std::string>& default_names,
+    ReferenceLayout layout) {
+  std::string path = spec, name;
+  // "FILE.safetensors:TENSOR": split at the first ':' after the extension.
+  const size_t ext = spec.find(".safetensors:");
+  if (ext != std::string::npos) {
+    path = spec.substr(0, ext + 12);
+    name = spec.substr(ext + 13);
+  }
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file =
+      safetensors::MappedFile::Open(path);
+  if (!file.ok()) return file.status();
+  const auto& tensors = (*file)->header().tensors;
+  if (name.empty()) {
+    if (tensors.size() == 1) {
+      name = tensors.begin()->first;
+    } else {
+      for (const std::string& candidate : default_names) {
+        if (tensors.count(candidate) != 0) {
+          name = candidate;
+          break;
+        }
+      }
+    }
+    if (name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " holds ", tensors.size(), " tensors and none of [",
+                       absl::StrJoin(default_names, ", "), "]: name one as ", path, ":TENSOR"));
+    }
+  }
+  const auto it = tensors.find(name);
+  if (it == tensors.end()) {
+    return absl::NotFoundError(absl::StrCat(path, ": no tensor '", name, "'"));
+  }
+  const std::string& dtype = it->second.dtype;
+  if (dtype != "F16" && dtype != "BF16" && dtype != "F32") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": reference '", name, "' has dtype ",
+                                                   dtype, ", expected F16, BF16 or F32"));
+  }
+  std::unique_ptr<ReferenceComparer> c(new ReferenceComparer());
+  absl::StatusOr<absl::Span<const uint8_t>> bytes = (*file)->TensorBytes(name);
+  if (!bytes.ok()) return bytes.status();
+  c->ref_bytes_ = *bytes;
+  c->ref_dtype_ = dtype;
+  c->ref_shape_ = it->second.shape;
+  c->tensor_name_ = name;
+  c->layout_ = layout;
+  c->file_ = *std::move(file);
+  return c;
+}
+
+absl::Status ReferenceComparer::Begin(const v1::DequantizeHeader& header) {
+  if (header.shape_size() != 2) return absl::InvalidArgumentError("result is not 2-D");
+  K_ = header.shape(0);
+  N_ = header.shape(1);
+  out_dtype_ = header.dtype();
+  out_element_bytes_ = out_dtype_ == v1::DTYPE_FP32                                   ? 4
+                       : out_dtype_ == v1::DTYPE_FP16 || out_dtype_ == v1::DTYPE_BF16 ? 2
+                                                                                      : 0;
+  if (out_element_bytes_ == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot compare output dtype ", v1::DType_Name(out_dtype_)));
+  }
+  const std::vector<int64_t> kn = {K_, N_}, nk = {N_, K_};
+  const bool is_kn = ref_shape_ == kn, is_nk = ref_shape_ == nk;
+  if (layout_ == ReferenceLayout::kKN && is_kn) {
+    transposed_ = false;
+  } else if (layout_ == ReferenceLayout::kNK && is_nk) {
+    transposed_ = true;
+  } else if (layout_ == ReferenceLayout::kAuto && (is_kn || is_nk)) {
+    transposed_ = !is_kn;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reference '", tensor_name_, "' has shape ", ShapeString(ref_shape_),
+        "; the result is (K, N) = ", ShapeString(kn),
+        layout_ == ReferenceLayout::kAuto ? " (and not (N, K) either)" : " in the given layout"));
+  }
+  return absl::OkStatus();
+}
+
+double ReferenceComparer::OutputAt(const uint8_t* p) const {
+  switch (out_dtype_) {
+    case v1::DTYPE_FP16:
+      return HalfBitsToFloat(Load16(p));
+    case v1::DTYPE_BF16:
+      return Bf16BitsToFloat(Load16(p));
+    default:
+      return BitsToFloat(Load32(p));
+  }
+}
+
+double ReferenceComparer::ReferenceAt(int64_t index) const {
+  if (transposed_) index = (index % N_) * K_ + index / N_;
+  if (ref_dtype_ == "F32") return BitsToFloat(Load32(ref_bytes_.data() + 4 * index));
+  const uint16_t bits = Load16(ref_bytes_.data() + 2 * index);
+  return ref_dtype_ == "F16" ? HalfBitsToFloat(bits) : Bf16BitsToFloat(bits);
+}
+
+void ReferenceComparer::Accumulate(double out, double ref) {
+  if (!std::isfinite(out) || !std::isfinite(ref)) {
+    ++nonfinite_;
+    return;
+  }
+  const double err = out - ref;
+  max_abs_ = std::max(max_abs_, std::abs(err));
+  sum_sq_err_ += err * err;
+  sum_sq_ref_ += ref * ref;
+  ++count_;
+}
+
+absl::Status ReferenceComparer::Add(absl::Span<const uint8_t> data) {
+  if (out_element_bytes_ == 0) return absl::FailedPreconditionError("compare: Begin not called");
+  const int64_t total = K_ * N_;
+  auto take = [&](const uint8_t* p) -> absl::Status {
+    if (next_element_ >= total) return absl::OutOfRangeError("compare: more data than (K, N)");
+    Accumulate(OutputAt(p), ReferenceAt(next_element_++));
+    return absl::OkStatus();
+  };
+  size_t pos = 0;
+  if (!partial_.empty()) {  // complete an element split across calls
+    while (pos < data.size() && static_cast<int64_t>(partial_.size()) < out_element_bytes_) {
+      partial_.push_back(data[pos++]);
+    }
+    if (static_cast<int64_t>(partial_.size()) < out_element_bytes_) return absl::OkStatus();
+    absl::Status s = take(partial_.data());
+    partial_.clear();
+    if (!s.ok()) return s;
+  }
+  const size_t element_bytes = static_cast<size_t>(out_element_bytes_);
+  for (; pos + element_bytes <= data.size(); pos += element_bytes) {
+    absl::Status s = take(data.data() + pos);
+    if (!s.ok()) return s;
+  }
+  partial_.assign(data.begin() + pos, data.end());
+  return absl::OkStatus();
+}
+
+ErrorStats ReferenceComparer::Stats() const {
+  ErrorStats s;
+  s.count = count_;
+  s.nonfinite = nonfinite_;
+  s.max_abs_error = max_abs_;
+  if (count_ > 0) {
+    s.rms_error = std::sqrt(sum_sq_err_ / count_);
+    const double ref_rms = std::sqrt(sum_sq_ref_ / count_);
+    s.relative_rms_error = ref_rms > 0 ? s.rms_error / ref_rms : 0;
+  }
+  return s;
+}
+
+}  // namespace dequantd

@@ -1,0 +1,84 @@
+// Compares a streamed Dequantize result with a reference tensor from a safetensors file (for
+// example the original, unquantized weights) and reports the error:
+//   max_abs_error       max |out - ref|
+//   rms_error           sqrt(mean((out - ref)^2))
+//   relative_rms_error  rms_error / sqrt(mean(ref^2))
+// over the elements where both values are finite (others are counted in `nonfinite`). Sums are
+// in double. The reference is (K, N) row-major like the result, or (N, K) (PyTorch's
+// nn.Linear.weight layout, out_features x in_features), compared transposed. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "dequant/v1/dequant.pb.h"
+#include "formats/safetensors.h"
+
+namespace dequantd {
+
+struct ErrorStats {
+  int64_t count = 0;      // elements compared
+  int64_t nonfinite = 0;  // elements skipped because a value is inf or NaN
+  double max_abs_error = 0;
+  double rms_error = 0;
+  double relative_rms_error = 0;  // 0 when the reference is all zeros
+};
+
+// How the reference is laid out relative to the (K, N) result.
+enum class ReferenceLayout {
+  kAuto,  // (K, N) if its shape is (K, N), else (N, K) if that matches
+  kKN,    // same layout as the result
+  kNK,    // transposed (nn.Linear.weight)
+};
+
+// Parses "auto", "kn", "nk". INVALID_ARGUMENT otherwise.
+absl::StatusOr<ReferenceLayout> ParseReferenceLayout(const std::string& text);
+
+class ReferenceComparer {
+ public:
+  // `spec` is "FILE.safetensors" or "FILE.safetensors:TENSOR". Without TENSOR, the file's only
+  // tensor is used, else the first of `default_names` present. Errors: NOT_FOUND (file, tensor),
+  // INVALID_ARGUMENT (reference dtype not F16/BF16/F32, or no tensor name can be chosen).
+  static absl::StatusOr<std::unique_ptr<ReferenceComparer>> Open(
+      const std::string& spec, const std::vector<std::string>& default_names,
+      ReferenceLayout layout);
+
+  // Checks the reference against the result's header. INVALID_ARGUMENT when the shapes do not
+  // match in the requested layout or the output dtype is not fp16/bf16/fp32.
+  absl::Status Begin(const ::dequant::v1::DequantizeHeader& header);
+  // Consecutive bytes of the result (elements may be split across calls).
+  absl::Status Add(absl::Span<const uint8_t> data);
+  ErrorStats Stats() const;
+
+  const std::string& tensor_name() const { return tensor_name_; }
+  const std::string& path() const { return file_->path(); }
+  bool transposed() const { return transposed_; }
+
+ private:
+  ReferenceComparer() = default;
+  double OutputAt(const uint8_t* p) const;
+  double ReferenceAt(int64_t index) const;  // index in the row-major (K, N) result
+  void Accumulate(double out, double ref);
+
+  std::unique_ptr<safetensors::MappedFile> file_;
+  std::string tensor_name_;
+  std::string ref_dtype_;
+  std::vector<int64_t> ref_shape_;
+  absl::Span<const uint8_t> ref_bytes_;
+  ReferenceLayout layout_ = ReferenceLayout::kAuto;
+  bool transposed_ = false;
+  int64_t K_ = 0, N_ = 0;
+  ::dequant::v1::DType out_dtype_ = ::dequant::v1::DTYPE_UNSPECIFIED;
+  int64_t out_element_bytes_ = 0;
+  int64_t next_element_ = 0;      // index of the next result element
+  std::vector<uint8_t> partial_;  // bytes of an element split across Add calls
+  int64_t count_ = 0, nonfinite_ = 0;
+  double max_abs_ = 0, sum_sq_err_ = 0, sum_sq_ref_ = 0;
+};
+
+}  // namespace dequantd

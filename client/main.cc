@@ -1,0 +1,184 @@
+// dequantctl: the command-line client of dequantd.
+//   dequantctl [--server HOST:PORT] list | info | dequantize ... | benchmark ...
+// Flags may be spelled with '-' or '_' (--group-size == --group_size). Exit status: 0 on
+// success, 2 for a usage error, 1 when the call (or local file I/O) fails. Errors are one line
+// on stderr: "dequantctl: <CODE>: <message>".
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "client/client.h"
+#include "client/commands.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "dequantd address, HOST:PORT");
+ABSL_FLAG(double, deadline, 0, "per-call deadline in seconds; 0 = none");
+ABSL_FLAG(std::string, tensor, "", "dequantize: a layer of the loaded model (see `list`)");
+ABSL_FLAG(std::string, packed, "", "dequantize: safetensors file with PREFIXqweight/qzeros/scales");
+ABSL_FLAG(std::string, prefix, "", "dequantize --packed: tensor name prefix, e.g. 'layer.'");
+ABSL_FLAG(int64_t, group_size, 0,
+          "dequantize --packed: group size (0 = from the shapes); benchmark: G (0 = 128)");
+ABSL_FLAG(std::string, out, "",
+          "dequantize: output file: *.npy, *.safetensors or raw bytes; empty = not written");
+ABSL_FLAG(std::string, dtype, "",
+          "output dtype: fp16 (default), bf16 or fp32; benchmark: comma-separated list");
+ABSL_FLAG(int64_t, chunk_bytes, 0, "dequantize: bytes per response message; 0 = server default");
+ABSL_FLAG(std::string, compare, "",
+          "dequantize: REF.safetensors[:TENSOR] to compare the result with (error stats)");
+ABSL_FLAG(std::string, compare_layout, "auto",
+          "dequantize --compare: reference layout: auto, kn ((K, N)) or nk ((N, K), nn.Linear)");
+ABSL_FLAG(std::string, shapes, "", "benchmark: comma-separated KxN shapes");
+ABSL_FLAG(std::string, tensors, "", "benchmark: comma-separated layers of the loaded model");
+ABSL_FLAG(std::string, variants, "", "benchmark: comma-separated variants; empty = all");
+ABSL_FLAG(int32_t, trials, 0, "benchmark: trials; 0 = server default");
+ABSL_FLAG(int32_t, runs, 0, "benchmark: runs per trial; 0 = server default");
+ABSL_FLAG(bool, hardware_counters, false, "benchmark: collect hardware counters");
+
+namespace {
+
+constexpr int kExitCallFailed = 1;
+constexpr int kExitUsage = 2;
+
+constexpr char kUsage[] = R"(dequantctl: client of the dequantd AWQ dequantization service.
+
+usage:
+  dequantctl [--server HOST:PORT] list
+  dequantctl [--server HOST:PORT] info
+  dequantctl [--server HOST:PORT] dequantize --tensor LAYER [--out FILE] [--dtype fp16|bf16|fp32]
+  dequantctl [--server HOST:PORT] dequantize --packed FILE.safetensors --prefix PREFIX
+             [--group-size G] [--out FILE] [--dtype ...]
+      [--compare REF.safetensors[:TENSOR] [--compare-layout auto|kn|nk]] [--chunk-bytes B]
+      FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes
+  dequantctl [--server HOST:PORT] benchmark [--shapes KxN,...] [--tensors L,...]
+             [--group-size G] [--dtype fp16,...] [--variants V,...] [--trials T] [--runs R]
+exit status: 0 ok, 1 the call failed, 2 usage error)";
+
+// While absl parses flags it may exit(1) on a bad value; make that a usage exit.
+bool g_parsing_flags = false;
+void ExitUsageIfParsing() {
+  if (g_parsing_flags) ::_exit(kExitUsage);
+}
+
+int Fail(const absl::Status& status, int exit_code) {
+  std::cerr << "dequantctl: " << absl::StatusCodeToString(status.code()) << ": "
+            << absl::StrReplaceAll(status.message(), {{"\n", " "}}) << std::endl;
+  return exit_code;
+}
+
+int UsageError(const std::string& message) {
+  return Fail(absl::InvalidArgumentError(message + " (see dequantctl --help)"), kExitUsage);
+}
+
+// Rewrites "--group-size=4" as "--group_size=4" and checks that every flag exists, so an unknown
+// flag is a one-line usage error. Arguments after a bare "--" are left alone.
+absl::Status NormalizeFlags(std::vector<std::string>* args) {
+  for (size_t i = 1; i < args->size(); ++i) {
+    std::string& arg = (*args)[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-' || std::isdigit(static_cast<unsigned char>(arg[1]))) {
+      continue;  // a positional argument or a negative number (a flag's value)
+    }
+    const size_t dashes = arg[1] == '-' ? 2 : 1;
+    const size_t eq = arg.find('=');
+    std::string name =
+        arg.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
+    name = absl::StrReplaceAll(name, {{"-", "_"}});
+    const bool known =
+        absl::FindCommandLineFlag(name) != nullptr ||
+        (absl::StartsWith(name, "no") && absl::FindCommandLineFlag(name.substr(2)) != nullptr);
+    if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "'"));
+    arg = absl::StrCat("--", name, eq == std::string::npos ? "" : arg.substr(eq));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h" || args[i] == "help") {
+      std::cout << kUsage << '\n';
+      return 0;
+    }
+  }
+  if (absl::Status s = NormalizeFlags(&args); !s.ok()) return UsageError(std::string(s.message()));
+  std::vector<char*> cargs;
+  for (std::string& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::atexit(ExitUsageIfParsing);
+  g_parsing_flags = true;
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, cargs.data());
+  g_parsing_flags = false;
+
+  if (positional.size() != 2) {
+    return UsageError(positional.size() < 2
+                          ? "missing subcommand: list, info, dequantize or benchmark"
+                          : absl::StrCat("unexpected argument '", positional[2], "'"));
+  }
+  const std::string command = positional[1];
+
+  dequantd::DequantizeOptions dequantize;
+  absl::StatusOr<dequantd::v1::BenchmarkRequest> benchmark;
+  if (command == "dequantize") {
+    dequantize.tensor = absl::GetFlag(FLAGS_tensor);
+    dequantize.packed = absl::GetFlag(FLAGS_packed);
+    dequantize.prefix = absl::GetFlag(FLAGS_prefix);
+    dequantize.group_size = absl::GetFlag(FLAGS_group_size);
+    dequantize.out = absl::GetFlag(FLAGS_out);
+    if (!absl::GetFlag(FLAGS_dtype).empty()) dequantize.dtype = absl::GetFlag(FLAGS_dtype);
+    dequantize.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+    dequantize.compare = absl::GetFlag(FLAGS_compare);
+    dequantize.compare_layout = absl::GetFlag(FLAGS_compare_layout);
+    if (absl::Status s = dequantd::CheckDequantizeOptions(dequantize); !s.ok()) {
+      return UsageError(std::string(s.message()));
+    }
+  } else if (command == "benchmark") {
+    dequantd::BenchmarkOptions options;
+    options.shapes = absl::GetFlag(FLAGS_shapes);
+    options.tensors = absl::GetFlag(FLAGS_tensors);
+    options.group_size = absl::GetFlag(FLAGS_group_size);
+    options.dtype = absl::GetFlag(FLAGS_dtype);
+    options.variants = absl::GetFlag(FLAGS_variants);
+    options.trials = absl::GetFlag(FLAGS_trials);
+    options.runs = absl::GetFlag(FLAGS_runs);
+    options.hardware_counters = absl::GetFlag(FLAGS_hardware_counters);
+    benchmark = dequantd::MakeBenchmarkRequest(options);
+    if (!benchmark.ok()) return UsageError(std::string(benchmark.status().message()));
+  } else if (command != "list" && command != "info") {
+    return UsageError(absl::StrCat("unknown subcommand '", command,
+                                   "': expected list, info, dequantize or benchmark"));
+  }
+
+  dequantd::ClientOptions client_options;
+  client_options.deadline_seconds = absl::GetFlag(FLAGS_deadline);
+  absl::StatusOr<std::unique_ptr<dequantd::DequantClient>> client =
+      dequantd::DequantClient::Connect(absl::GetFlag(FLAGS_server), client_options);
+  if (!client.ok()) return UsageError(std::string(client.status().message()));
+
+  absl::Status status;
+  if (command == "list") {
+    status = dequantd::RunList(**client, std::cout);
+  } else if (command == "info") {
+    status = dequantd::RunInfo(**client, std::cout);
+  } else if (command == "dequantize") {
+    status = dequantd::RunDequantize(**client, dequantize, std::cout);
+  } else {
+    status = dequantd::RunBenchmark(**client, *benchmark, std::cout);
+  }
+  if (!status.ok()) return Fail(status, kExitCallFailed);
+  return 0;
+}

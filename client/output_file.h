@@ -1,0 +1,43 @@
+// Where dequantctl writes a Dequantize result, chosen by the file name:
+//   *.npy          NumPy v1.0 (formats/npy.h), streamed: fp16 '<f2', fp32 '<f4', bf16 raw '<u2'
+//   *.safetensors  one tensor (formats/safetensors.h), dtype F16 / BF16 / F32; held in memory
+//   anything else  the raw row-major (K, N) little-endian bytes, streamed
+// Every kind appears at its path only on a successful Finish (temporary file + rename).
+// Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "dequant/v1/dequant.pb.h"
+
+namespace dequantd {
+
+class OutputFile {
+ public:
+  // `tensor_name` names the tensor in a .safetensors file. Does not touch the disk yet.
+  static std::unique_ptr<OutputFile> ForPath(const std::string& path,
+                                             const std::string& tensor_name);
+  virtual ~OutputFile() = default;
+
+  // Called once with the stream's header (shape [K, N], dtype, total_bytes). Creates the
+  // temporary file. Errors: INVALID_ARGUMENT (dtype not fp16/bf16/fp32), errno-derived I/O codes.
+  virtual absl::Status Begin(const ::dequant::v1::DequantizeHeader& header) = 0;
+  // Consecutive bytes of the result. Errors: I/O codes, OUT_OF_RANGE past total_bytes.
+  virtual absl::Status Write(absl::Span<const uint8_t> data) = 0;
+  // Completes the file and moves it into place. Errors: DATA_LOSS if bytes are missing, I/O.
+  virtual absl::Status Finish() = 0;
+  // "npy", "safetensors" or "raw".
+  virtual const char* kind() const = 0;
+};
+
+// The .npy descr for an output dtype: fp16 "<f2", bf16 "<u2", fp32 "<f4". INVALID_ARGUMENT else.
+absl::StatusOr<std::string> NpyDescrFor(::dequant::v1::DType dtype);
+// The safetensors dtype for an output dtype: "F16", "BF16", "F32". INVALID_ARGUMENT else.
+absl::StatusOr<std::string> SafetensorsDTypeFor(::dequant::v1::DType dtype);
+
+}  // namespace dequantd
