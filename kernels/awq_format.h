@@ -58,11 +58,19 @@ static_assert([] {
   return true;
 }(), "kNibbleOfColumn and kColumnOfNibble must be inverse permutations");
 
+// kNibbleOfColumn as one word: nibble i of this constant is kNibbleOfColumn[i]. (Checked here,
+// outside any __host__ __device__ function, so nvcc needs no relaxed constexpr for it.)
+inline constexpr uint32_t kNibbleOfColumnPacked = 0x73625140u;
+static_assert([] {
+  for (int i = 0; i < kPackFactor; ++i)
+    if (((kNibbleOfColumnPacked >> (4 * i)) & 0xFu) != static_cast<uint32_t>(kNibbleOfColumn[i]))
+      return false;
+  return true;
+}(), "kNibbleOfColumnPacked must spell kNibbleOfColumn");
+
 // The 4-bit field of `word` that holds output column 8c + i (i in [0, 8)).
 DEQUANTD_HD uint32_t NibbleForColumn(uint32_t word, int i) {
-  constexpr uint32_t kShift = 0x73625140u;  // nibble i of this constant = kNibbleOfColumn[i]
-  static_assert(((kShift >> 4) & 0xF) == kNibbleOfColumn[1] && ((kShift >> 28) & 0xF) == 7);
-  return (word >> (4u * ((kShift >> (4 * i)) & 0xFu))) & kNibbleMask;
+  return (word >> (4u * ((kNibbleOfColumnPacked >> (4 * i)) & 0xFu))) & kNibbleMask;
 }
 
 }  // namespace awq

@@ -1,12 +1,177 @@
-// DequantizeCpu: temporary single-threaded stand-in that delegates to the reference (being
-// replaced by the threaded, word-at-a-time path).
+// DequantizeCpu: the reference's result, bit for bit, from a threaded word-at-a-time path.
+//
+// Work split: the rows [row_begin, row_end) are cut into one contiguous range per thread (or,
+// when there are fewer rows than threads, the packed words of each row are). Each thread walks
+// its rows group by group and its columns in tiles of kTileColumns; per (group, tile) it widens
+// the group's zero points and scales to float once, then runs a row kernel (cpu_row_kernels.h)
+// over the group's rows. All indices are int64_t.
+#include <algorithm>
+#include <cstdint>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/awq_format.h"
+#include "kernels/cpu_dequant_internal.h"
+#include "kernels/cpu_row_kernels.h"
 #include "kernels/dequant.h"
+#include "kernels/validate_view.h"
 
 namespace dequantd {
+namespace cpu {
+namespace {
+
+// Columns per tile: the tile's float zero points and scales (16 KiB) stay in L1.
+constexpr int64_t kTileColumns = 2048;
+constexpr int64_t kTileWords = kTileColumns / awq::kPackFactor;
+
+// One thread's share: rows [row_begin, row_end) and packed words [word_begin, word_end).
+struct Part {
+  int64_t row_begin, row_end;
+  int64_t word_begin, word_end;
+};
+
+template <DType kScale>
+float ScaleToFloat(uint16_t bits) {
+  return kScale == DType::kF16 ? HalfBitsToFloat(bits) : Bf16BitsToFloat(bits);
+}
+
+// Runs one part. `out` points at output row `out_row0` (the call's row_begin).
+template <DType kScale, DType kOut, class Rows>
+void RunPart(const PackedTensorView& in, const Part& part, int64_t out_row0, void* out) {
+  using OutT = typename OutTraits<kOut>::T;
+  const int64_t N = in.shape.N;
+  const int64_t G = in.shape.group_size;
+  const int64_t words_per_row = N / awq::kPackFactor;
+  const auto* scales = static_cast<const uint16_t*>(in.scales);
+  alignas(64) float zero[kTileColumns];
+  alignas(64) float scale[kTileColumns];
+
+  for (int64_t k0 = part.row_begin; k0 < part.row_end;) {
+    const int64_t g = k0 / G;
+    const int64_t k1 = std::min(part.row_end, (g + 1) * G);
+    for (int64_t t0 = part.word_begin; t0 < part.word_end; t0 += kTileWords) {
+      const int64_t words = std::min(kTileWords, part.word_end - t0);
+      // Hoist the group's zero points and scales for this tile's columns.
+      const int32_t* zrow = in.qzeros + g * words_per_row + t0;
+      const uint16_t* srow = scales + g * N + t0 * awq::kPackFactor;
+      for (int64_t c = 0; c < words; ++c) {
+        const auto z = static_cast<uint32_t>(zrow[c]);
+        for (int i = 0; i < awq::kPackFactor; ++i) {
+          const int64_t j = c * awq::kPackFactor + i;
+          zero[j] = static_cast<float>(awq::NibbleForColumn(z, i));
+          scale[j] = ScaleToFloat<kScale>(srow[j]);
+        }
+      }
+      for (int64_t k = k0; k < k1; ++k) {
+        OutT* orow = static_cast<OutT*>(out) + (k - out_row0) * N + t0 * awq::kPackFactor;
+        Rows::template Row<kOut>(in.qweight + k * words_per_row + t0, words, zero, scale, orow);
+      }
+    }
+    k0 = k1;
+  }
+}
+
+using PartFn = void (*)(const PackedTensorView&, const Part&, int64_t, void*);
+
+template <DType kScale, DType kOut>
+PartFn SelectIsa(bool avx2) {
+#if defined(DEQUANTD_CPU_X86)
+  if (avx2) return &RunPart<kScale, kOut, Avx2Rows>;
+#endif
+  (void)avx2;
+  return &RunPart<kScale, kOut, PortableRows>;
+}
+
+template <DType kScale>
+PartFn SelectOut(DType out_dtype, bool avx2) {
+  switch (out_dtype) {
+    case DType::kF16:
+      return SelectIsa<kScale, DType::kF16>(avx2);
+    case DType::kBF16:
+      return SelectIsa<kScale, DType::kBF16>(avx2);
+    default:  // kF32; ValidateShape refused every other dtype.
+      return SelectIsa<kScale, DType::kF32>(avx2);
+  }
+}
+
+PartFn Select(DType scale_dtype, DType out_dtype, bool avx2) {
+  return scale_dtype == DType::kF16 ? SelectOut<DType::kF16>(out_dtype, avx2)
+                                    : SelectOut<DType::kBF16>(out_dtype, avx2);
+}
+
+// Splits rows (or, with fewer rows than parts, each row's words) into `parts` near-equal parts.
+std::vector<Part> Split(int64_t row_begin, int64_t row_end, int64_t words, int64_t parts) {
+  std::vector<Part> out;
+  const int64_t rows = row_end - row_begin;
+  if (rows >= parts) {
+    for (int64_t p = 0; p < parts; ++p) {
+      out.push_back({row_begin + rows * p / parts, row_begin + rows * (p + 1) / parts, 0, words});
+    }
+  } else {
+    parts = std::min(parts, words);
+    for (int64_t p = 0; p < parts; ++p) {
+      out.push_back({row_begin, row_end, words * p / parts, words * (p + 1) / parts});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool CpuHasAvx2() {
+#if defined(DEQUANTD_CPU_X86)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+#else
+  return false;
+#endif
+}
+
+absl::Status DequantizeCpuWithOptions(const PackedTensorView& in, DType out_dtype,
+                                      int64_t row_begin, int64_t row_end, void* out,
+                                      const CpuDequantOptions& options) {
+  if (absl::Status s = ValidateView(in, out_dtype, row_begin, row_end, out); !s.ok()) return s;
+  if (options.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
+  if (options.min_elements_per_thread < 1) {
+    return absl::InvalidArgumentError("min_elements_per_thread must be >= 1");
+  }
+  if (options.isa == CpuIsa::kAvx2 && !CpuHasAvx2()) {
+    return absl::FailedPreconditionError("this CPU lacks AVX2/F16C for the AVX2 row kernel");
+  }
+  const bool avx2 = options.isa == CpuIsa::kAvx2 || (options.isa == CpuIsa::kBest && CpuHasAvx2());
+  const PartFn run = Select(in.shape.scale_dtype, out_dtype, avx2);
+
+  const int64_t rows = row_end - row_begin;
+  if (rows == 0) return absl::OkStatus();
+  const int64_t words = in.shape.N / awq::kPackFactor;
+  int64_t threads = options.threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads =
+      std::min(threads, std::max<int64_t>(1, rows * in.shape.N / options.min_elements_per_thread));
+  const std::vector<Part> parts = Split(row_begin, row_end, words, threads);
+
+  std::vector<std::thread> workers;
+  workers.reserve(parts.size());
+  for (size_t p = 1; p < parts.size(); ++p) {
+    try {
+      workers.emplace_back(run, std::cref(in), std::cref(parts[p]), row_begin, out);
+    } catch (const std::system_error&) {
+      run(in, parts[p], row_begin, out);  // no thread to be had: do this part here
+    }
+  }
+  run(in, parts[0], row_begin, out);
+  for (std::thread& w : workers) w.join();
+  return absl::OkStatus();
+}
+
+}  // namespace cpu
 
 absl::Status DequantizeCpu(const PackedTensorView& in, DType out_dtype, int64_t row_begin,
-                           int64_t row_end, void* out, int /*threads*/) {
-  return DequantizeReference(in, out_dtype, row_begin, row_end, out);
+                           int64_t row_end, void* out, int threads) {
+  return cpu::DequantizeCpuWithOptions(in, out_dtype, row_begin, row_end, out,
+                                       cpu::CpuDequantOptions{.threads = threads});
 }
 
 }  // namespace dequantd

@@ -1,2 +1,177 @@
-// DequantizeCpu against DequantizeReference, bit for bit.
+// DequantizeCpu (both row kernels, several thread counts and row ranges) against
+// DequantizeReference, bit for bit (memcmp).
+#include <cstdint>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "gtest/gtest.h"
+#include "kernels/cpu_dequant_internal.h"
+#include "kernels/dequant.h"
+#include "tests/kernels/test_util.h"
+
+namespace dequantd {
+namespace {
+
+using cpu::CpuDequantOptions;
+using cpu::CpuIsa;
+using testing::HostLayer;
+using testing::OutputBuffer;
+using testing::RandomLayer;
+
+struct ShapeCase {
+  int64_t K, N, G;
+};
+void PrintTo(const ShapeCase& s, std::ostream* os) {
+  *os << "K=" << s.K << " N=" << s.N << " G=" << s.G;
+}
+
+// N = 8, 24, 520, 1000, 1440, 2056, 4672 and 200008 (not multiples of 64 among them); G = 32,
+// 64, 128 and G = K; K = 1, 3, 7, 64, 128, 256, 384 and 10944 (= 64 * 171).
+constexpr ShapeCase kShapes[] = {
+    {1, 8, 1},        {7, 1440, 7},   {128, 4672, 32}, {128, 1440, 64},
+    {256, 520, 128},  {128, 8, 128},  {10944, 24, 64}, {10944, 8, 10944},
+    {384, 1000, 128}, {64, 2056, 64}, {3, 200008, 3},  // fewer rows than threads: the words of each
+                                                       // row are split
+};
+
+std::vector<CpuIsa> Isas() {
+  std::vector<CpuIsa> isas = {CpuIsa::kPortable};
+  if (cpu::CpuHasAvx2()) isas.push_back(CpuIsa::kAvx2);
+  return isas;
+}
+
+const char* IsaName(CpuIsa isa) { return isa == CpuIsa::kAvx2 ? "avx2" : "portable"; }
+
+using Param = std::tuple<ShapeCase, DType, DType>;  // shape, scales dtype, output dtype
+
+class CpuVsReferenceTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(CpuVsReferenceTest, BitExact) {
+  const auto [sc, scale_dtype, out_dtype] = GetParam();
+  const AwqShape shape{.K = sc.K, .N = sc.N, .group_size = sc.G, .scale_dtype = scale_dtype};
+  const HostLayer layer = RandomLayer(shape, static_cast<uint64_t>(sc.K * 1000003 + sc.N));
+  const int64_t elem = DTypeSize(out_dtype);
+  const int64_t row_bytes = sc.N * elem;
+
+  std::vector<uint8_t> expected = OutputBuffer(sc.K * sc.N, out_dtype);
+  ASSERT_TRUE(DequantizeReference(layer.view(), out_dtype, 0, sc.K, expected.data()).ok());
+
+  const std::pair<int64_t, int64_t> ranges[] = {
+      {0, sc.K}, {sc.K / 3, sc.K - sc.K / 5}, {sc.K - 1, sc.K}};
+  for (CpuIsa isa : Isas()) {
+    for (int threads : {1, 2, 3, 7}) {
+      for (const auto& [begin, end] : ranges) {
+        SCOPED_TRACE(::testing::Message() << IsaName(isa) << " threads " << threads << " rows ["
+                                          << begin << ", " << end << ")");
+        std::vector<uint8_t> got = OutputBuffer((end - begin) * sc.N, out_dtype);
+        // min_elements_per_thread = 1: every requested thread gets a part, even for tiny shapes.
+        const CpuDequantOptions options{
+            .threads = threads, .isa = isa, .min_elements_per_thread = 1};
+        ASSERT_TRUE(
+            cpu::DequantizeCpuWithOptions(layer.view(), out_dtype, begin, end, got.data(), options)
+                .ok());
+        ASSERT_EQ(std::memcmp(got.data(), expected.data() + begin * row_bytes, got.size()), 0);
+      }
+    }
+  }
+  // The public entry point with its defaults (hardware concurrency, best ISA).
+  std::vector<uint8_t> got = OutputBuffer(sc.K * sc.N, out_dtype);
+  ASSERT_TRUE(DequantizeCpu(layer.view(), out_dtype, 0, sc.K, got.data()).ok());
+  EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size()), 0);
+}
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  const auto& [sc, scale_dtype, out_dtype] = info.param;
+  return "K" + std::to_string(sc.K) + "_N" + std::to_string(sc.N) + "_G" + std::to_string(sc.G) +
+         "_" + std::string(DTypeName(scale_dtype)) + "Scales_" + std::string(DTypeName(out_dtype)) +
+         "Out";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CpuVsReferenceTest,
+    ::testing::Combine(::testing::ValuesIn(kShapes), ::testing::Values(DType::kF16, DType::kBF16),
+                       ::testing::Values(DType::kF16, DType::kBF16, DType::kF32)),
+    ParamName);
+
+// Every scale bit pattern (inf and NaN included) times every q - z in [-15, 15]: K = 32, G = 16,
+// N = 65536. Group 0 has z = 0 (q - z = 0..15), group 1 has z = 15 (q - z = -15..0); row k has
+// q = k % 16 in every column; column n's scale is the bit pattern n.
+class AllScalePatternsTest : public ::testing::TestWithParam<std::tuple<DType, DType>> {};
+
+TEST_P(AllScalePatternsTest, BitExact) {
+  const auto [scale_dtype, out_dtype] = GetParam();
+  const AwqShape shape{.K = 32, .N = 65536, .group_size = 16, .scale_dtype = scale_dtype};
+  HostLayer layer = testing::ZeroLayer(shape);
+  for (int64_t k = 0; k < 32; ++k) {
+    for (int64_t c = 0; c < shape.N / 8; ++c) {
+      layer.qweight[k * (shape.N / 8) + c] = static_cast<int32_t>(0x11111111u * (k % 16));
+    }
+  }
+  for (int64_t c = 0; c < shape.N / 8; ++c) {
+    layer.qzeros[c] = 0;
+    layer.qzeros[shape.N / 8 + c] = static_cast<int32_t>(0xFFFFFFFFu);
+  }
+  for (int64_t g = 0; g < 2; ++g) {
+    for (int64_t n = 0; n < shape.N; ++n) layer.scales[g * shape.N + n] = static_cast<uint16_t>(n);
+  }
+  std::vector<uint8_t> expected = OutputBuffer(shape.output_elements(), out_dtype);
+  ASSERT_TRUE(DequantizeReference(layer.view(), out_dtype, 0, shape.K, expected.data()).ok());
+  for (CpuIsa isa : Isas()) {
+    std::vector<uint8_t> got = OutputBuffer(shape.output_elements(), out_dtype);
+    ASSERT_TRUE(cpu::DequantizeCpuWithOptions(layer.view(), out_dtype, 0, shape.K, got.data(),
+                                              {.threads = 2, .isa = isa})
+                    .ok());
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size()), 0) << IsaName(isa);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, AllScalePatternsTest,
+                         ::testing::Combine(::testing::Values(DType::kF16, DType::kBF16),
+                                            ::testing::Values(DType::kF16, DType::kBF16,
+                                                              DType::kF32)),
+                         [](const ::testing::TestParamInfo<std::tuple<DType, DType>>& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) + "Scales_" +
+                                  std::string(DTypeName(std::get<1>(info.param))) + "Out";
+                         });
+
+TEST(CpuDequantTest, EmptyRangeWritesNothing) {
+  const HostLayer layer =
+      RandomLayer({.K = 64, .N = 64, .group_size = 32, .scale_dtype = DType::kF16}, 1);
+  std::vector<uint8_t> out = OutputBuffer(8, DType::kF16);
+  ASSERT_TRUE(DequantizeCpu(layer.view(), DType::kF16, 5, 5, out.data(), 2).ok());
+  EXPECT_EQ(out, OutputBuffer(8, DType::kF16));
+}
+
+TEST(CpuDequantTest, RejectsBadCalls) {
+  const HostLayer layer =
+      RandomLayer({.K = 64, .N = 64, .group_size = 32, .scale_dtype = DType::kF16}, 1);
+  std::vector<uint8_t> out = OutputBuffer(64 * 64, DType::kF32);
+  EXPECT_EQ(DequantizeCpu(layer.view(), DType::kF16, 0, 65, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DequantizeCpu(layer.view(), DType::kI32, 0, 64, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DequantizeCpu(layer.view(), DType::kF16, 0, 64, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DequantizeCpu(layer.view(), DType::kF16, 0, 64, out.data(), -1).code(),
+            absl::StatusCode::kInvalidArgument);
+  PackedTensorView bad = layer.view();
+  bad.shape.group_size = 48;
+  EXPECT_EQ(DequantizeCpu(bad, DType::kF16, 0, 64, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cpu::DequantizeCpuWithOptions(layer.view(), DType::kF16, 0, 64, out.data(),
+                                          {.min_elements_per_thread = 0})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  if (!cpu::CpuHasAvx2()) {
+    EXPECT_EQ(cpu::DequantizeCpuWithOptions(layer.view(), DType::kF16, 0, 64, out.data(),
+                                            {.isa = CpuIsa::kAvx2})
+                  .code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+}  // namespace
+}  // namespace dequantd

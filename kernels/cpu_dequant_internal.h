@@ -1,0 +1,31 @@
+// Knobs of DequantizeCpu that tests and benchmarks pin down: the instruction set of the row
+// kernel and how work is split across threads. Not part of the public kernels API.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/dequant.h"
+
+namespace dequantd::cpu {
+
+// Row kernel flavour. kAvx2 needs a CPU with AVX2 and F16C (checked at run time).
+enum class CpuIsa { kBest, kPortable, kAvx2 };
+
+struct CpuDequantOptions {
+  int threads = 0;             // >= 0; 0 = std::thread::hardware_concurrency()
+  CpuIsa isa = CpuIsa::kBest;  // kBest: AVX2 when the CPU has it, else portable
+  int64_t min_elements_per_thread = int64_t{1} << 16;  // fewer threads for small requests; >= 1
+};
+
+// True when this CPU runs the AVX2 + F16C row kernel.
+bool CpuHasAvx2();
+
+// DequantizeCpu with every knob exposed. Same contract and result; additionally
+// INVALID_ARGUMENT for threads < 0 or min_elements_per_thread < 1, and FAILED_PRECONDITION for
+// isa = kAvx2 on a CPU without AVX2/F16C. Thread-safe (no shared state).
+absl::Status DequantizeCpuWithOptions(const PackedTensorView& in, DType out_dtype,
+                                      int64_t row_begin, int64_t row_end, void* out,
+                                      const CpuDequantOptions& options);
+
+}  // namespace dequantd::cpu

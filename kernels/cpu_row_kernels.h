@@ -1,0 +1,118 @@
+// Row kernels of the fast CPU path (private to cpu_dequant.cc): dequantize one row segment of
+// `words` packed words (8 * words output columns) given the group's zero points and scales
+// already widened to float per column. Each returns exactly what DequantizeReference returns:
+//   out[j] = round_out((float(q[j]) - zero[j]) * scale[j]),
+// where float(q) - float(z) is exact (small integers), so the product equals float(q - z) * s.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/awq_format.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DEQUANTD_CPU_X86 1
+#endif
+
+namespace dequantd::cpu {
+
+// Output element type and its scalar rounding (awq_format.h), per output dtype.
+template <DType kOut>
+struct OutTraits {
+  using T = uint16_t;
+  static T FromFloat(float w) {
+    return kOut == DType::kF16 ? FloatToHalfBitsRne(w) : FloatToBf16BitsRne(w);
+  }
+};
+template <>
+struct OutTraits<DType::kF32> {
+  using T = float;
+  static T FromFloat(float w) { return w; }
+};
+
+// Portable: per word, eight shifts by the constant nibble positions, then the scalar rounding.
+struct PortableRows {
+  template <DType kOut>
+  static void Row(const int32_t* qrow, int64_t words, const float* zero, const float* scale,
+                  typename OutTraits<kOut>::T* out) {
+    for (int64_t c = 0; c < words; ++c) {
+      const auto w = static_cast<uint32_t>(qrow[c]);
+      const int64_t base = c * awq::kPackFactor;
+      for (int i = 0; i < awq::kPackFactor; ++i) {
+        const float q =
+            static_cast<float>((w >> (awq::kBits * awq::kNibbleOfColumn[i])) & awq::kNibbleMask);
+        out[base + i] = OutTraits<kOut>::FromFloat((q - zero[base + i]) * scale[base + i]);
+      }
+    }
+  }
+};
+
+#if defined(DEQUANTD_CPU_X86)
+#define DEQUANTD_AVX2 __attribute__((target("avx2,f16c")))
+
+// AVX2 + F16C: one 8-lane vector per packed word. A variable shift (vpsrlvd) by
+// 4 * kNibbleOfColumn puts column i's nibble in lane i; fp16 rounding is the hardware's
+// round-to-nearest-even conversion (vcvtps2ph), bf16 rounding is done in integer lanes.
+struct Avx2Rows {
+  DEQUANTD_AVX2 static __m256 Dequant8(uint32_t word, const float* zero, const float* scale) {
+    const __m256i shifts = _mm256_setr_epi32(
+        awq::kBits * awq::kNibbleOfColumn[0], awq::kBits * awq::kNibbleOfColumn[1],
+        awq::kBits * awq::kNibbleOfColumn[2], awq::kBits * awq::kNibbleOfColumn[3],
+        awq::kBits * awq::kNibbleOfColumn[4], awq::kBits * awq::kNibbleOfColumn[5],
+        awq::kBits * awq::kNibbleOfColumn[6], awq::kBits * awq::kNibbleOfColumn[7]);
+    const __m256i q =
+        _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts),
+                         _mm256_set1_epi32(static_cast<int>(awq::kNibbleMask)));
+    return _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), _mm256_loadu_ps(zero)),
+                         _mm256_loadu_ps(scale));
+  }
+
+  // fp16: NaN lanes become sign | quiet NaN with an empty payload first, so vcvtps2ph gives
+  // sign | 0x7E00 exactly as FloatToHalfBitsRne does.
+  DEQUANTD_AVX2 static __m128i ToHalf8(__m256 w) {
+    const __m256 nan = _mm256_cmp_ps(w, w, _CMP_UNORD_Q);
+    const __m256 canonical = _mm256_or_ps(_mm256_and_ps(w, _mm256_set1_ps(-0.0f)),
+                                          _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)));
+    return _mm256_cvtps_ph(_mm256_blendv_ps(w, canonical, nan), _MM_FROUND_TO_NEAREST_INT);
+  }
+
+  // bf16 bits in the low 16 bits of each 32-bit lane: FloatToBf16BitsRne, lane-wise.
+  DEQUANTD_AVX2 static __m256i ToBf16x8Wide(__m256 w) {
+    const __m256i u = _mm256_castps_si256(w);
+    const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), odd)), 16);
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x0040));
+    return _mm256_blendv_epi8(rounded, quiet, nan);
+  }
+
+  // Stores the eight columns of one word.
+  template <DType kOut>
+  DEQUANTD_AVX2 static void Store8(__m256 w, typename OutTraits<kOut>::T* out) {
+    if constexpr (kOut == DType::kF32) {
+      _mm256_storeu_ps(out, w);
+    } else if constexpr (kOut == DType::kF16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), ToHalf8(w));
+    } else {
+      const __m256i wide = ToBf16x8Wide(w);
+      const __m128i packed =
+          _mm_packus_epi32(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
+    }
+  }
+
+  template <DType kOut>
+  DEQUANTD_AVX2 static void Row(const int32_t* qrow, int64_t words, const float* zero,
+                                const float* scale, typename OutTraits<kOut>::T* out) {
+    for (int64_t c = 0; c < words; ++c) {
+      const int64_t base = c * awq::kPackFactor;
+      Store8<kOut>(Dequant8(static_cast<uint32_t>(qrow[c]), zero + base, scale + base), out + base);
+    }
+  }
+};
+#undef DEQUANTD_AVX2
+#endif  // DEQUANTD_CPU_X86
+
+}  // namespace dequantd::cpu
