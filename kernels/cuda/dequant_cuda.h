@@ -27,11 +27,19 @@ std::string_view VariantName(KernelVariant v);
 bool ParseVariant(std::string_view name, KernelVariant* out);
 std::vector<KernelVariant> AllVariants();
 
-// Launch parameters a variant exposes (fields a variant ignores must be left at their defaults).
+// v4's limits: blocks of at most kV4MaxBlockSize threads (so a thread may use 128 registers), and
+// tiles of words_per_thread * rows_per_thread <= kV4MaxTileWords words (larger tiles spill).
+inline constexpr int kV4MaxBlockSize = 512;
+inline constexpr int kV4MaxTileWords = 16;
+
+// Launch parameters a variant exposes (fields a variant ignores must be left at their defaults;
+// v1 and v2 take none).
 struct LaunchConfig {
-  int block_size = 256;        // threads per block (v3, v4); multiple of 32, in [32, 1024]
-  int words_per_thread = 1;    // consecutive packed words along N per thread (v4: 1, 2 or 4)
-  int rows_per_thread = 1;     // consecutive rows of K per thread (v4)
+  int block_size = 256;      // threads per block (v3: [32, 1024], v4: [32, 512]); multiple of 32
+  int words_per_thread = 1;  // consecutive packed words along N per thread (v4: 1, 2 or 4,
+                             // dividing N/8)
+  int rows_per_thread = 1;   // consecutive rows of K per thread (v4: 1, 2, 4 or 8, dividing
+                             // group_size)
   std::string ToString() const;  // e.g. "block=256,words=4,rows=2"
   bool operator==(const LaunchConfig&) const = default;
 };
@@ -47,8 +55,11 @@ absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const Awq
 
 // Enqueues the dequantization of `in` (device pointers, 4-byte aligned qweight/qzeros, 2-byte
 // aligned scales) into `out` (device pointer, K * N elements of out_dtype, 16-byte aligned) on
-// `stream`. Calls CanImplement first; returns INTERNAL with the CUDA error on a launch failure.
-// Asynchronous: errors during execution surface on the stream.
+// `stream`. v4 also needs 16-byte aligned scales and qweight/qzeros aligned to
+// 4 * words_per_thread bytes (cudaMalloc's 256-byte alignment satisfies all of these).
+// Calls CanImplement first; INVALID_ARGUMENT for a null or misaligned pointer; INTERNAL with the
+// CUDA error on a launch failure. Asynchronous: errors during execution surface on the stream.
+// Thread-safe (no shared state); launches on one stream are ordered.
 absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
                               const PackedTensorView& in, DType out_dtype, void* out,
                               cudaStream_t stream);

@@ -1,0 +1,131 @@
+// Host launcher of the CUDA AWQ dequantizer (layer 3): checks, builds DequantParams, picks the
+// kernel template instance for (variant, scale dtype, output dtype, words, rows) and launches it.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dequant_cuda.h"
+#include "kernels/cuda/dequant_kernels.cuh"
+
+namespace dequantd::cuda {
+namespace {
+
+// Grid-stride loops cover the rest; far below the 2^31 - 1 limit of gridDim.x.
+constexpr int64_t kMaxBlocks = int64_t{1} << 24;
+
+template <DType T>
+using DTypeConstant = std::integral_constant<DType, T>;
+
+// Calls f(DTypeConstant<scale>, DTypeConstant<out>) for the run-time dtype pair.
+template <class F>
+absl::Status DispatchDTypes(DType scale, DType out, F&& f) {
+  const auto with_out = [&](auto s) -> absl::Status {
+    switch (out) {
+      case DType::kF16:
+        return f(s, DTypeConstant<DType::kF16>{});
+      case DType::kBF16:
+        return f(s, DTypeConstant<DType::kBF16>{});
+      case DType::kF32:
+        return f(s, DTypeConstant<DType::kF32>{});
+      default:
+        return absl::InvalidArgumentError("unsupported output dtype");
+    }
+  };
+  switch (scale) {
+    case DType::kF16:
+      return with_out(DTypeConstant<DType::kF16>{});
+    case DType::kBF16:
+      return with_out(DTypeConstant<DType::kBF16>{});
+    default:
+      return absl::InvalidArgumentError("unsupported scales dtype");
+  }
+}
+
+// Calls f(std::integral_constant<int, value>) for value in {Options...}.
+template <int kFirst, int... kRest, class F>
+absl::Status DispatchInt(int value, const char* what, F&& f) {
+  if (value == kFirst) return f(std::integral_constant<int, kFirst>{});
+  if constexpr (sizeof...(kRest) > 0) {
+    return DispatchInt<kRest...>(value, what, f);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported ", what, " ", value));
+  }
+}
+
+template <class Kernel>
+absl::Status Launch(Kernel kernel, int64_t work_items, int block_size, const DequantParams& p,
+                    cudaStream_t stream) {
+  if (work_items == 0) return absl::OkStatus();
+  const int64_t blocks = std::min((work_items + block_size - 1) / block_size, kMaxBlocks);
+  kernel<<<static_cast<unsigned>(blocks), block_size, 0, stream>>>(p);
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+bool AlignedTo(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+}  // namespace
+
+absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
+                              const PackedTensorView& in, DType out_dtype, void* out,
+                              cudaStream_t stream) {
+  if (absl::Status st = CanImplement(v, config, in.shape, out_dtype); !st.ok()) return st;
+  if (in.qweight == nullptr || in.qzeros == nullptr || in.scales == nullptr || out == nullptr)
+    return absl::InvalidArgumentError("qweight, qzeros, scales and out must be non-null");
+  const AwqShape& shape = in.shape;
+  DequantParams p;
+  p.qweight = reinterpret_cast<const uint32_t*>(in.qweight);
+  p.qzeros = reinterpret_cast<const uint32_t*>(in.qzeros);
+  p.scales = in.scales;
+  p.out = out;
+  p.K = shape.K;
+  p.N = shape.N;
+  p.words_per_row = shape.N / awq::kPackFactor;
+  p.group_size = shape.group_size;
+
+  if (v == KernelVariant::kV4Vec16) {
+    const uintptr_t word_align = 4u * static_cast<uintptr_t>(config.words_per_thread);
+    if (!AlignedTo(in.scales, 16) || !AlignedTo(out, 16) || !AlignedTo(in.qweight, word_align) ||
+        !AlignedTo(in.qzeros, word_align))
+      return absl::InvalidArgumentError(absl::StrCat(
+          "v4_vec16 needs 16-byte aligned scales and out, and qweight/qzeros aligned to ",
+          word_align, " bytes"));
+  }
+
+  return DispatchDTypes(shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
+    constexpr DType kScale = decltype(scale_c)::value;
+    constexpr DType kOut = decltype(out_c)::value;
+    switch (v) {
+      case KernelVariant::kV1PerElement:
+        return Launch(DequantPerElementKernel<kScale, kOut>, shape.output_elements(), 256, p,
+                      stream);
+      case KernelVariant::kV2PerWord:
+        return Launch(DequantPerWordKernel<kScale, kOut>, shape.qweight_elements(), 256, p, stream);
+      case KernelVariant::kV3PerWordBlock:
+        return Launch(DequantPerWordKernel<kScale, kOut>, shape.qweight_elements(),
+                      config.block_size, p, stream);
+      case KernelVariant::kV4Vec16:
+        return DispatchInt<1, 2, 4>(config.words_per_thread, "words_per_thread", [&](auto w_c) {
+          return DispatchInt<1, 2, 4, 8>(config.rows_per_thread, "rows_per_thread", [&](auto r_c) {
+            constexpr int kWords = decltype(w_c)::value;
+            constexpr int kRows = decltype(r_c)::value;
+            if constexpr (kWords * kRows > kV4MaxTileWords) {
+              return absl::InvalidArgumentError("v4 tile too large");  // CanImplement refused it
+            } else {
+              const int64_t units = shape.qweight_elements() / (kWords * kRows);
+              return Launch(DequantVec16Kernel<kScale, kOut, kWords, kRows>, units,
+                            config.block_size, p, stream);
+            }
+          });
+        });
+    }
+    return absl::InvalidArgumentError("unknown kernel variant");
+  });
+}
+
+}  // namespace dequantd::cuda

@@ -1,0 +1,139 @@
+// Host-only parts of the CUDA kernel API: variant names, launch configurations and their checks.
+// No device code: this file compiles with the host compiler.
+#include <algorithm>
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/dequant_cuda.h"
+
+namespace dequantd::cuda {
+namespace {
+
+constexpr std::array<std::string_view, 4> kVariantNames = {"v1_per_element", "v2_per_word",
+                                                           "v3_per_word_block", "v4_vec16"};
+
+bool IsV4WordsPerThread(int w) { return w == 1 || w == 2 || w == 4; }
+bool IsV4RowsPerThread(int r) { return r == 1 || r == 2 || r == 4 || r == 8; }
+
+// Largest of `options` (descending) that divides `n`; options end with 1.
+int LargestDivisor(int64_t n, std::initializer_list<int> options) {
+  for (int o : options)
+    if (n % o == 0) return o;
+  return 1;
+}
+
+}  // namespace
+
+std::string_view VariantName(KernelVariant v) {
+  const int i = static_cast<int>(v) - 1;
+  return i >= 0 && i < static_cast<int>(kVariantNames.size()) ? kVariantNames[i] : "unknown";
+}
+
+bool ParseVariant(std::string_view name, KernelVariant* out) {
+  for (int i = 0; i < static_cast<int>(kVariantNames.size()); ++i) {
+    const std::string short_name = absl::StrCat("v", i + 1);
+    if (name == kVariantNames[i] || name == short_name) {
+      *out = static_cast<KernelVariant>(i + 1);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<KernelVariant> AllVariants() {
+  return {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord, KernelVariant::kV3PerWordBlock,
+          KernelVariant::kV4Vec16};
+}
+
+std::string LaunchConfig::ToString() const {
+  return absl::StrCat("block=", block_size, ",words=", words_per_thread, ",rows=", rows_per_thread);
+}
+
+LaunchConfig DefaultConfig(KernelVariant v, const AwqShape& shape, DType /*out_dtype*/) {
+  LaunchConfig c;
+  if (v != KernelVariant::kV4Vec16) return c;
+  const int64_t words_per_row = shape.N / awq::kPackFactor;
+  c.block_size = 256;
+  c.words_per_thread = words_per_row > 0 ? LargestDivisor(words_per_row, {2, 1}) : 1;
+  c.rows_per_thread = shape.group_size > 0 ? LargestDivisor(shape.group_size, {2, 1}) : 1;
+  return c;
+}
+
+std::vector<LaunchConfig> CandidateConfigs(KernelVariant v, const AwqShape& shape,
+                                           DType out_dtype) {
+  std::vector<LaunchConfig> out;
+  const auto add = [&](LaunchConfig c) {
+    if (CanImplement(v, c, shape, out_dtype).ok() &&
+        std::find(out.begin(), out.end(), c) == out.end())
+      out.push_back(c);
+  };
+  add(DefaultConfig(v, shape, out_dtype));
+  switch (v) {
+    case KernelVariant::kV1PerElement:
+    case KernelVariant::kV2PerWord:
+      break;
+    case KernelVariant::kV3PerWordBlock:
+      for (int b : {64, 128, 256, 512, 1024}) add({.block_size = b});
+      break;
+    case KernelVariant::kV4Vec16:
+      for (int b : {128, 256, 512})
+        for (int w : {1, 2, 4})
+          for (int r : {1, 2, 4})
+            if (out.size() < 16)
+              add({.block_size = b, .words_per_thread = w, .rows_per_thread = r});
+      break;
+  }
+  return out;
+}
+
+absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const AwqShape& shape,
+                          DType out_dtype) {
+  if (absl::Status st = ValidateShape(shape, out_dtype); !st.ok()) return st;
+  const std::string name(VariantName(v));
+  switch (v) {
+    case KernelVariant::kV1PerElement:
+    case KernelVariant::kV2PerWord:
+      if (!(config == LaunchConfig{}))
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " takes no launch parameters: config must be the default, got ",
+                         config.ToString()));
+      return absl::OkStatus();
+    case KernelVariant::kV3PerWordBlock:
+    case KernelVariant::kV4Vec16:
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown kernel variant ", static_cast<int>(v)));
+  }
+  const int max_block = v == KernelVariant::kV4Vec16 ? kV4MaxBlockSize : 1024;
+  if (config.block_size < 32 || config.block_size > max_block || config.block_size % 32 != 0)
+    return absl::InvalidArgumentError(absl::StrCat("block_size must be a multiple of 32 in [32, ",
+                                                   max_block, "], got ", config.block_size));
+  if (v == KernelVariant::kV3PerWordBlock) {
+    if (config.words_per_thread != 1 || config.rows_per_thread != 1)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " takes only block_size: words_per_thread and rows_per_thread must be 1, got ",
+          config.ToString()));
+    return absl::OkStatus();
+  }
+  const int64_t words_per_row = shape.N / awq::kPackFactor;
+  if (!IsV4WordsPerThread(config.words_per_thread) || words_per_row % config.words_per_thread != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("words_per_thread must be 1, 2 or 4 and divide N/8 = ", words_per_row,
+                     ", got ", config.words_per_thread));
+  if (!IsV4RowsPerThread(config.rows_per_thread) || shape.group_size % config.rows_per_thread != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rows_per_thread must be 1, 2, 4 or 8 and divide group_size = ", shape.group_size, ", got ",
+        config.rows_per_thread));
+  if (config.words_per_thread * config.rows_per_thread > kV4MaxTileWords)
+    return absl::InvalidArgumentError(
+        absl::StrCat("words_per_thread * rows_per_thread must be at most ", kV4MaxTileWords,
+                     ", got ", config.ToString()));
+  return absl::OkStatus();
+}
+
+}  // namespace dequantd::cuda

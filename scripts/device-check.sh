@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The one script run on the GPU machine, from the repository root, after `. .bundle/env.sh`
+# (the bundle is made on the build machine with
+#   /work/shared/tools/device-bundle .bundle build-X/tests/cuda/cuda_test \
+#       build-X/tests/cuda/cuda_quick_bench [build-X/bench/dequantd_bench] [server tests...]
+# and travels with the call as a carried path). Runs what the bundle holds and writes logs under
+# $OUT (default ./out): device.txt, cuda_test.log/.xml, quick_bench.log, bench.log, server.log.
+# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench server (default: all)
+# Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS (environment).
+# Exit status: non-zero when any step that ran failed.
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench server)
+want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+have() { command -v "$1" >/dev/null 2>&1; }
+failed=()
+
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; } \
+  2>&1 | tee "$OUT/device.txt"
+
+if want tests && have cuda_test; then
+  echo "== cuda_test"
+  # shellcheck disable=SC2086
+  cuda_test --gtest_output="xml:$OUT/cuda_test.xml" ${CUDA_TEST_ARGS:-} >"$OUT/cuda_test.log" 2>&1
+  rc=$?
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|mismatch|^\[==========\]" "$OUT/cuda_test.log" | tail -60
+  grep -cE "^\[       OK \]" "$OUT/cuda_test.log" | sed 's/^/tests OK: /'
+  [ $rc -eq 0 ] || failed+=("cuda_test($rc)")
+fi
+
+if want quickbench && have cuda_quick_bench; then
+  echo "== cuda_quick_bench ${QUICK_BENCH_ARGS:-}"
+  # shellcheck disable=SC2086
+  cuda_quick_bench ${QUICK_BENCH_ARGS:-} >"$OUT/quick_bench.log" 2>&1
+  rc=$?
+  # The reply carries only the tail: print the copy rows, v1-v3 and the best v4 rows per shape.
+  grep -E "^device|^==|copy|v1_|v2_|v3_|v4 " "$OUT/quick_bench.log"
+  awk '$2=="v4_vec16" {k=$1; t=$NF+0; if (!(k in best) || t > best[k]) {best[k]=t; line[k]=$0}}
+       END {for (k in line) print "best v4: " line[k]}' "$OUT/quick_bench.log"
+  [ $rc -eq 0 ] || failed+=("cuda_quick_bench($rc)")
+fi
+
+if want bench && have dequantd_bench; then
+  echo "== dequantd_bench ${BENCH_ARGS:-}"
+  # shellcheck disable=SC2086
+  dequantd_bench ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+  rc=$?
+  tail -60 "$OUT/bench.log"
+  [ $rc -eq 0 ] || failed+=("dequantd_bench($rc)")
+fi
+
+if want server; then
+  for t in server_test integration_test; do
+    have "$t" || continue
+    echo "== $t"
+    "$t" >>"$OUT/server.log" 2>&1
+    rc=$?
+    grep -E "^\[  (FAILED|PASSED) |^\[==========\]" "$OUT/server.log" | tail -20
+    [ $rc -eq 0 ] || failed+=("$t($rc)")
+  done
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "device-check: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "device-check: all steps passed"

@@ -1,0 +1,313 @@
+// Every CUDA variant (and every launch configuration of v3/v4) against the CPU reference, bit for
+// bit, on fresh random inputs; hand-worked vectors; and a layer of more than 2^32 output elements.
+// GPU tests skip without a device.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/dequant_cuda.h"
+#include "kernels/dequant.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/kernels/test_util.h"
+
+namespace dequantd::cuda {
+namespace {
+
+using ::dequantd::cuda::testing::DeviceBuffer;
+using ::dequantd::cuda::testing::DeviceLayer;
+using ::dequantd::testing::HostLayer;
+using ::dequantd::testing::RandomLayer;
+
+std::string DTypeTag(DType t) {
+  switch (t) {
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF32:
+      return "F32";
+    default:
+      return "I32";
+  }
+}
+
+// The launch configurations tested for v: its candidates, plus for v4 every (words, rows)
+// instance the shape admits at an odd block size (96) so no config escapes the test.
+std::vector<LaunchConfig> ConfigsUnderTest(KernelVariant v, const AwqShape& shape, DType out) {
+  std::vector<LaunchConfig> configs = CandidateConfigs(v, shape, out);
+  if (v == KernelVariant::kV4Vec16) {
+    for (int w : {1, 2, 4}) {
+      for (int r : {1, 2, 4, 8}) {
+        const LaunchConfig c{.block_size = 96, .words_per_thread = w, .rows_per_thread = r};
+        if (CanImplement(v, c, shape, out).ok()) configs.push_back(c);
+      }
+    }
+  }
+  return configs;
+}
+
+// Index of the first differing element of two equal-size byte buffers of `elem_size` elements,
+// or -1 when identical.
+int64_t FirstMismatch(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                      int64_t elem_size) {
+  if (std::memcmp(a.data(), b.data(), a.size()) == 0) return -1;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return static_cast<int64_t>(i) / elem_size;
+  return -1;
+}
+
+std::string ElementHex(const std::vector<uint8_t>& buf, int64_t index, int64_t elem_size) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, buf.data() + index * elem_size, static_cast<size_t>(elem_size));
+  char s[16];
+  std::snprintf(s, sizeof s, "0x%0*x", static_cast<int>(2 * elem_size), bits);
+  return s;
+}
+
+// Fills `out` with 0xFF bytes (a NaN pattern: finite scales never produce NaN, so an unwritten
+// element shows), launches on the default stream, waits, and copies all of `out` to `host`.
+void LaunchAndFetch(KernelVariant v, const LaunchConfig& config, const PackedTensorView& in,
+                    DType out_dtype, const DeviceBuffer& out, std::vector<uint8_t>* host) {
+  ASSERT_EQ(cudaMemset(out.get(), 0xFF, out.bytes()), cudaSuccess);
+  const absl::Status st = LaunchDequantize(v, config, in, out_dtype, out.get(), nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  host->resize(out.bytes());
+  ASSERT_EQ(cudaMemcpy(host->data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+// ---- Hand-worked vectors (independent of the CPU reference) -----------------------------------
+
+// K = 1, N = 16, G = 1, fp16 scales.
+// Word 0: q = 0x76543210 (nibble j holds j, so column i holds kNibbleOfColumn[i] =
+// [0,4,1,5,2,6,3,7]), z = 0x11111111, s = 0.5: w = (q - 1) * 0.5.
+// Word 1: q = 0xFFFFFFFF (15 everywhere), z = 0x0F0F0F0F (even nibbles 15: columns 0,1,4,5 have
+// z = 15, columns 2,3,6,7 have z = 0), scales chosen for signed zeros, overflow and subnormals.
+HostLayer HandWorkedLayer() {
+  HostLayer l;
+  l.shape = AwqShape{.K = 1, .N = 16, .group_size = 1, .scale_dtype = DType::kF16};
+  l.qweight = {0x76543210, static_cast<int32_t>(0xFFFFFFFFu)};
+  l.qzeros = {0x11111111, 0x0F0F0F0F};
+  l.scales = {0x3800, 0x3800, 0x3800, 0x3800, 0x3800, 0x3800, 0x3800, 0x3800,  // 0.5
+              0xBC00,                                                          // -1: 0 * -1 = -0
+              0xFBFF,   // -65504: 0 * -65504 = -0
+              0x7BFF,   // 65504: 15 * 65504 = 982560 -> +inf in fp16
+              0xFBFF,   // -65504: -> -inf
+              0x0001,   // 2^-24: 0 * s = +0
+              0x8001,   // -2^-24: 0 * s = -0
+              0x0001,   // 2^-24: 15 * 2^-24, fp16 subnormal 0x000F
+              0x0200};  // 2^-15: 15 * 2^-15 = 1.875 * 2^-12, normal 0x0F80
+  return l;
+}
+
+TEST(CudaDequantHandWorkedTest, Fp16OutK1N16G1EveryVariant) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  const HostLayer host = HandWorkedLayer();
+  const std::vector<uint16_t> expected = {0xB800, 0x3E00, 0x0000, 0x4000,  // -0.5 1.5 0 2
+                                          0x3800, 0x4100, 0x3C00, 0x4200,  // 0.5 2.5 1 3
+                                          0x8000, 0x8000, 0x7C00, 0xFC00,
+                                          0x0000, 0x8000, 0x000F, 0x0F80};
+  DeviceLayer dev(host);
+  ASSERT_TRUE(dev.ok());
+  DeviceBuffer out(16 * sizeof(uint16_t));
+  for (KernelVariant v : AllVariants()) {
+    for (const LaunchConfig& c : ConfigsUnderTest(v, host.shape, DType::kF16)) {
+      SCOPED_TRACE(std::string(VariantName(v)) + " " + c.ToString());
+      std::vector<uint8_t> got;
+      LaunchAndFetch(v, c, dev.view(), DType::kF16, out, &got);
+      std::vector<uint16_t> got16(16);
+      std::memcpy(got16.data(), got.data(), 32);
+      EXPECT_EQ(got16, expected);
+    }
+  }
+}
+
+TEST(CudaDequantHandWorkedTest, Fp32OutK1N16G1EveryVariant) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  const HostLayer host = HandWorkedLayer();
+  const std::vector<float> expected = {-0.5f,
+                                       1.5f,
+                                       0.0f,
+                                       2.0f,
+                                       0.5f,
+                                       2.5f,
+                                       1.0f,
+                                       3.0f,
+                                       -0.0f,
+                                       -0.0f,
+                                       982560.0f,
+                                       -982560.0f,
+                                       0.0f,
+                                       -0.0f,
+                                       std::ldexp(15.0f, -24),
+                                       std::ldexp(15.0f, -15)};
+  DeviceLayer dev(host);
+  ASSERT_TRUE(dev.ok());
+  DeviceBuffer out(16 * sizeof(float));
+  for (KernelVariant v : AllVariants()) {
+    for (const LaunchConfig& c : ConfigsUnderTest(v, host.shape, DType::kF32)) {
+      SCOPED_TRACE(std::string(VariantName(v)) + " " + c.ToString());
+      std::vector<uint8_t> got;
+      LaunchAndFetch(v, c, dev.view(), DType::kF32, out, &got);
+      for (int i = 0; i < 16; ++i) {
+        uint32_t got_bits, want_bits;
+        std::memcpy(&got_bits, got.data() + 4 * i, 4);
+        std::memcpy(&want_bits, &expected[i], 4);
+        EXPECT_EQ(got_bits, want_bits) << "column " << i;
+      }
+    }
+  }
+}
+
+// ---- Random layers against the CPU reference ---------------------------------------------------
+
+struct RandomCase {
+  int64_t K, N, G;
+  DType scale, out;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<RandomCase>& info) {
+  const RandomCase& c = info.param;
+  return "K" + std::to_string(c.K) + "_N" + std::to_string(c.N) + "_G" + std::to_string(c.G) +
+         "_scales" + DTypeTag(c.scale) + "_out" + DTypeTag(c.out);
+}
+
+class CudaDequantRandomTest : public ::testing::TestWithParam<RandomCase> {};
+
+TEST_P(CudaDequantRandomTest, EveryVariantAndConfigBitExact) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  const RandomCase& c = GetParam();
+  const AwqShape shape{.K = c.K, .N = c.N, .group_size = c.G, .scale_dtype = c.scale};
+  const uint64_t seed = static_cast<uint64_t>(c.K * 1000003 + c.N * 101 + c.G) * 7 +
+                        static_cast<uint64_t>(c.scale) * 3 + static_cast<uint64_t>(c.out);
+  const HostLayer host = RandomLayer(shape, seed);
+  const int64_t elem = DTypeSize(c.out);
+  std::vector<uint8_t> want(static_cast<size_t>(shape.output_bytes(c.out)));
+  ASSERT_TRUE(DequantizeReference(host.view(), c.out, 0, c.K, want.data()).ok());
+
+  DeviceLayer dev(host);
+  ASSERT_TRUE(dev.ok());
+  DeviceBuffer out(want.size());
+  ASSERT_TRUE(out.ok());
+  std::vector<uint8_t> got;
+  for (KernelVariant v : AllVariants()) {
+    for (const LaunchConfig& config : ConfigsUnderTest(v, shape, c.out)) {
+      SCOPED_TRACE(std::string(VariantName(v)) + " " + config.ToString());
+      LaunchAndFetch(v, config, dev.view(), c.out, out, &got);
+      const int64_t bad = FirstMismatch(got, want, elem);
+      EXPECT_EQ(bad, -1) << "first mismatch at row " << bad / c.N << " column " << bad % c.N
+                         << ": got " << ElementHex(got, bad, elem) << ", want "
+                         << ElementHex(want, bad, elem);
+    }
+  }
+}
+
+std::vector<RandomCase> RandomCases() {
+  struct Shape {
+    int64_t K, N, G;
+  };
+  const Shape shapes[] = {
+      {1, 8, 1},        {1, 4672, 1},      {64, 24, 32},      {64, 8, 64},
+      {128, 1440, 128}, {128, 4096, 32},   {128, 4672, 64},   {256, 4096, 128},
+      {64, 1440, 64},   {10944, 1440, 64}, {10944, 4672, 64}, {128, 24, 128},
+  };
+  std::vector<RandomCase> cases;
+  for (const Shape& s : shapes)
+    for (DType scale : {DType::kF16, DType::kBF16})
+      for (DType out : {DType::kF16, DType::kBF16, DType::kF32})
+        cases.push_back({s.K, s.N, s.G, scale, out});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaDequantRandomTest, ::testing::ValuesIn(RandomCases()),
+                         CaseName);
+
+// ---- More than 2^32 output elements ------------------------------------------------------------
+
+// K * N = 1050624 * 4160 = 4,370,595,840 > 2^32 fp16 outputs (8.7 GB). Rows around element 2^31,
+// element 2^32 and both ends are copied back and compared with the reference on those rows.
+TEST(CudaDequantLargeTest, K1050624N4160G128Fp16PastTwoTo32Elements) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  const AwqShape shape{.K = 1050624, .N = 4160, .group_size = 128, .scale_dtype = DType::kF16};
+  ASSERT_GT(shape.output_elements(), int64_t{1} << 32);
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  const int64_t need = shape.output_bytes(DType::kF16) + shape.qweight_bytes() +
+                       shape.qzeros_bytes() + shape.scales_bytes();
+  if (static_cast<int64_t>(free_bytes) < need + (int64_t{1} << 30))
+    GTEST_SKIP() << "needs " << need << " bytes of device memory, " << free_bytes << " free";
+
+  const HostLayer host = RandomLayer(shape, 2026);
+  const int64_t row_ranges[][2] = {{0, 128},
+                                   {516096, 516352},    // element 2^31 is in row 516222
+                                   {1032320, 1032448},  // element 2^32 is in row 1032444
+                                   {shape.K - 128, shape.K}};
+  std::vector<std::vector<uint8_t>> want;
+  for (const auto& r : row_ranges) {
+    want.emplace_back(static_cast<size_t>((r[1] - r[0]) * shape.N * 2));
+    ASSERT_TRUE(DequantizeReference(host.view(), DType::kF16, r[0], r[1], want.back().data()).ok());
+  }
+  DeviceLayer dev(host);
+  ASSERT_TRUE(dev.ok());
+  DeviceBuffer out(static_cast<size_t>(shape.output_bytes(DType::kF16)));
+  ASSERT_TRUE(out.ok());
+  for (KernelVariant v : AllVariants()) {
+    std::vector<LaunchConfig> configs = {DefaultConfig(v, shape, DType::kF16)};
+    if (v == KernelVariant::kV4Vec16)
+      configs.push_back({.block_size = 256, .words_per_thread = 4, .rows_per_thread = 4});
+    for (const LaunchConfig& config : configs) {
+      SCOPED_TRACE(std::string(VariantName(v)) + " " + config.ToString());
+      ASSERT_EQ(cudaMemset(out.get(), 0xFF, out.bytes()), cudaSuccess);
+      const absl::Status st =
+          LaunchDequantize(v, config, dev.view(), DType::kF16, out.get(), nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (size_t i = 0; i < want.size(); ++i) {
+        std::vector<uint8_t> got(want[i].size());
+        const auto* src = static_cast<const uint8_t*>(out.get()) + row_ranges[i][0] * shape.N * 2;
+        ASSERT_EQ(cudaMemcpy(got.data(), src, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        const int64_t bad = FirstMismatch(got, want[i], 2);
+        EXPECT_EQ(bad, -1) << "rows from " << row_ranges[i][0] << ": first mismatch at row "
+                           << row_ranges[i][0] + bad / shape.N << " column " << bad % shape.N;
+      }
+    }
+  }
+}
+
+// ---- Refusals before any GPU work (no device needed) -------------------------------------------
+
+TEST(LaunchDequantizeTest, RefusesNullAndMisalignedPointers) {
+  const AwqShape shape{.K = 128, .N = 64, .group_size = 128, .scale_dtype = DType::kF16};
+  // Never dereferenced: every case is refused before the launch.
+  alignas(16) static int32_t words[64];
+  alignas(16) static uint16_t scales[64];
+  alignas(16) static uint16_t out[64];
+  const PackedTensorView good{shape, words, words, scales};
+  PackedTensorView null_scales = good;
+  null_scales.scales = nullptr;
+  EXPECT_EQ(LaunchDequantize(KernelVariant::kV2PerWord, {}, null_scales, DType::kF16, out, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  PackedTensorView odd_scales = good;
+  odd_scales.scales = scales + 1;  // 2-byte aligned only
+  EXPECT_EQ(
+      LaunchDequantize(KernelVariant::kV4Vec16, {}, odd_scales, DType::kF16, out, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
+  PackedTensorView odd_qweight = good;
+  odd_qweight.qweight = words + 1;  // 4-byte aligned: fine for words=1, not for words=4
+  EXPECT_EQ(LaunchDequantize(KernelVariant::kV4Vec16, {.words_per_thread = 4}, odd_qweight,
+                             DType::kF16, out, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      LaunchDequantize(KernelVariant::kV4Vec16, {}, good, DType::kF16, out + 1, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dequantd::cuda

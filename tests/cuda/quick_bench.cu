@@ -1,0 +1,293 @@
+// cuda_quick_bench: a minimal timer for kernel development (the full benchmark is bench/).
+// For each shape (fp16 scales, group 128): latency (events around one launch, median of 50) and
+// throughput (a CUDA graph of 20 back-to-back launches, median of 10 replays, time per launch)
+// of v1-v3 and every v4 candidate config, plus v4 cache-hint policies, over input/output sets
+// rotated across >= 256 MB so no run is served from L2. The yardstick is a 1 GiB device-to-device
+// cudaMemcpyAsync (bytes read + written over time) and a same-size copy timed both ways.
+// Fractions printed = (bytes the kernel must move / time) / peak copy rate.
+// Usage: cuda_quick_bench [out_dtype fp16|bf16|fp32 ...]   (default: fp16)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cuda/dequant_cuda.h"
+#include "kernels/cuda/dequant_kernels.cuh"
+
+namespace dequantd::cuda {
+namespace {
+
+#define CHECK_CUDA(expr)                                                          \
+  do {                                                                            \
+    cudaError_t e_ = (expr);                                                      \
+    if (e_ != cudaSuccess) {                                                      \
+      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #expr, __FILE__, __LINE__, \
+                   cudaGetErrorString(e_));                                       \
+      std::exit(1);                                                               \
+    }                                                                             \
+  } while (0)
+
+__global__ void FillHash(uint32_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = GlobalThreadIndex(); i < n; i += GridThreads()) {
+    uint32_t x = static_cast<uint32_t>(i) * 0x9E3779B9u ^ seed ^ static_cast<uint32_t>(i >> 32);
+    x ^= x >> 16, x *= 0x7FEB352Du, x ^= x >> 15, x *= 0x846CA68Bu, x ^= x >> 16;
+    p[i] = x & 0x3BFF3BFFu;  // finite fp16/bf16 halves (for scales); fine for words too
+  }
+}
+__global__ void FillWords(uint32_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = GlobalThreadIndex(); i < n; i += GridThreads()) {
+    uint32_t x = static_cast<uint32_t>(i) * 0x9E3779B9u ^ seed;
+    x ^= x >> 16, x *= 0x7FEB352Du, x ^= x >> 15, x *= 0x846CA68Bu, x ^= x >> 16;
+    p[i] = x;
+  }
+}
+
+struct Policy1 : Vec16DefaultPolicy {  // cached loads, plain stores
+  template <int kWords>
+  __device__ __forceinline__ static void LoadQweight(const uint32_t* p, uint32_t (&w)[kWords]) {
+    LoadWords<kWords, false>(p, w);
+  }
+  __device__ __forceinline__ static void Store(uint4* p, uint4 v) { *p = v; }
+};
+struct Policy2 : Vec16DefaultPolicy {  // streaming loads, plain stores
+  __device__ __forceinline__ static void Store(uint4* p, uint4 v) { *p = v; }
+};
+struct Policy3 : Vec16DefaultPolicy {  // cached loads, streaming stores
+  template <int kWords>
+  __device__ __forceinline__ static void LoadQweight(const uint32_t* p, uint32_t (&w)[kWords]) {
+    LoadWords<kWords, false>(p, w);
+  }
+};
+
+struct Buffers {
+  AwqShape shape;
+  DType out_dtype;
+  std::vector<PackedTensorView> in;
+  std::vector<void*> out;
+  std::vector<void*> owned;
+};
+
+Buffers MakeBuffers(const AwqShape& shape, DType out_dtype) {
+  Buffers b{shape, out_dtype, {}, {}, {}};
+  const int64_t set_bytes = shape.bytes_moved(out_dtype);
+  const int sets = static_cast<int>(std::max<int64_t>(2, (int64_t{256} << 20) / set_bytes + 1));
+  for (int s = 0; s < sets; ++s) {
+    void *qw, *qz, *sc, *o;
+    CHECK_CUDA(cudaMalloc(&qw, shape.qweight_bytes()));
+    CHECK_CUDA(cudaMalloc(&qz, shape.qzeros_bytes()));
+    CHECK_CUDA(cudaMalloc(&sc, shape.scales_bytes()));
+    CHECK_CUDA(cudaMalloc(&o, shape.output_bytes(out_dtype)));
+    FillWords<<<1024, 256>>>(static_cast<uint32_t*>(qw), shape.qweight_elements(), 11 + s);
+    FillWords<<<1024, 256>>>(static_cast<uint32_t*>(qz), shape.qzeros_elements(), 23 + s);
+    FillHash<<<1024, 256>>>(static_cast<uint32_t*>(sc), shape.scales_bytes() / 4, 37 + s);
+    b.in.push_back(
+        PackedTensorView{shape, static_cast<int32_t*>(qw), static_cast<int32_t*>(qz), sc});
+    b.out.push_back(o);
+    b.owned.insert(b.owned.end(), {qw, qz, sc, o});
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  return b;
+}
+void FreeBuffers(Buffers& b) {
+  for (void* p : b.owned) CHECK_CUDA(cudaFree(p));
+}
+
+using LaunchFn = std::function<void(int set, cudaStream_t)>;
+
+struct Timing {
+  double latency_us, throughput_us;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Timing Time(const LaunchFn& launch, int sets, cudaStream_t stream) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < 5; ++i) launch(i % sets, stream);  // warm-up
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> lat;
+  for (int i = 0; i < 50; ++i) {
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    launch(i % sets, stream);
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    lat.push_back(ms * 1e3);
+  }
+  constexpr int kGraphLaunches = 20;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kGraphLaunches; ++i) launch(i % sets, stream);
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  std::vector<double> tput;
+  for (int i = 0; i < 10; ++i) {
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float ms;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+    tput.push_back(ms * 1e3 / kGraphLaunches);
+  }
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  return {Median(lat), Median(tput)};
+}
+
+template <class Policy>
+LaunchFn V4WithPolicy(const Buffers& b, LaunchConfig c) {
+  return [&b, c](int set, cudaStream_t stream) {
+    const PackedTensorView& in = b.in[set];
+    DequantParams p;
+    p.qweight = reinterpret_cast<const uint32_t*>(in.qweight);
+    p.qzeros = reinterpret_cast<const uint32_t*>(in.qzeros);
+    p.scales = in.scales;
+    p.out = b.out[set];
+    p.K = in.shape.K;
+    p.N = in.shape.N;
+    p.words_per_row = in.shape.N / 8;
+    p.group_size = in.shape.group_size;
+    const int64_t units = in.shape.qweight_elements() / (c.words_per_thread * c.rows_per_thread);
+    const int blocks = static_cast<int>((units + c.block_size - 1) / c.block_size);
+    const auto run = [&](auto w_c, auto r_c) {
+      constexpr int kW = decltype(w_c)::value, kR = decltype(r_c)::value;
+      if constexpr (kW * kR <= kV4MaxTileWords) {
+        if (c.words_per_thread == kW && c.rows_per_thread == kR)
+          DequantVec16Kernel<DType::kF16, DType::kF16, kW, kR, Policy>
+              <<<blocks, c.block_size, 0, stream>>>(p);
+      }
+    };
+    const auto for_rows = [&](auto w_c) {
+      run(w_c, std::integral_constant<int, 1>{});
+      run(w_c, std::integral_constant<int, 2>{});
+      run(w_c, std::integral_constant<int, 4>{});
+      run(w_c, std::integral_constant<int, 8>{});
+    };
+    // fp16 scales -> fp16 output only.
+    for_rows(std::integral_constant<int, 1>{});
+    for_rows(std::integral_constant<int, 2>{});
+    for_rows(std::integral_constant<int, 4>{});
+  };
+}
+
+void Row(const char* shape, const std::string& what, const std::string& config, Timing t,
+         double bytes, double peak) {
+  std::printf("%-12s %-22s %-26s lat %9.2f us %6.1f%%   tput %9.2f us %6.1f%%\n", shape,
+              what.c_str(), config.c_str(), t.latency_us,
+              100 * bytes / (t.latency_us * 1e-6) / peak, t.throughput_us,
+              100 * bytes / (t.throughput_us * 1e-6) / peak);
+}
+
+int Main(int argc, char** argv) {
+  std::vector<DType> outs;
+  for (int i = 1; i < argc; ++i) {
+    DType d;
+    if (!ParseDType(argv[i], &d)) return std::fprintf(stderr, "bad dtype %s\n", argv[i]), 2;
+    outs.push_back(d);
+  }
+  if (outs.empty()) outs.push_back(DType::kF16);
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  // Peak copy rate: 1 GiB device-to-device, bytes read + written.
+  const size_t kCopy = size_t{1} << 30;
+  void *src, *dst;
+  CHECK_CUDA(cudaMalloc(&src, kCopy));
+  CHECK_CUDA(cudaMalloc(&dst, kCopy));
+  FillWords<<<1024, 256>>>(static_cast<uint32_t*>(src), kCopy / 4, 5);
+  const Timing big = Time(
+      [&](int, cudaStream_t s) {
+        CHECK_CUDA(cudaMemcpyAsync(dst, src, kCopy, cudaMemcpyDeviceToDevice, s));
+      },
+      1, stream);
+  const double peak = 2.0 * kCopy / (big.latency_us * 1e-6);
+  std::printf(
+      "device %s, %d SMs, L2 %d MB; 1 GiB D2D copy: %.1f us latency -> peak %.3f TB/s "
+      "(graph: %.3f TB/s)\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, big.latency_us, peak / 1e12,
+      2.0 * kCopy / (big.throughput_us * 1e-6) / 1e12);
+
+  struct S {
+    int64_t K, N;
+    const char* name;
+  };
+  const S shapes[] = {{4096, 14336, "4096x14336"}, {14336, 4096, "14336x4096"},
+                      {8192, 28672, "8192x28672"}, {1536, 1536, "1536x1536"},
+                      {1536, 8960, "1536x8960"},   {8960, 1536, "8960x1536"}};
+  for (DType out_dtype : outs) {
+    std::printf("== output %s\n", std::string(DTypeName(out_dtype)).c_str());
+    for (const S& s : shapes) {
+      const AwqShape shape{.K = s.K, .N = s.N, .group_size = 128, .scale_dtype = DType::kF16};
+      Buffers b = MakeBuffers(shape, out_dtype);
+      const int sets = static_cast<int>(b.in.size());
+      const double bytes = static_cast<double>(shape.bytes_moved(out_dtype));
+      // Same-size copy: read + write = bytes.
+      const size_t copy_bytes = static_cast<size_t>(bytes / 2);
+      const size_t copy_sets = std::min<size_t>(kCopy / copy_bytes, sets);
+      Row(s.name, "copy(same bytes)", "",
+          Time(
+              [&](int set, cudaStream_t st) {
+                const size_t off = (set % copy_sets) * copy_bytes;
+                CHECK_CUDA(cudaMemcpyAsync(static_cast<char*>(dst) + off,
+                                           static_cast<char*>(src) + off, copy_bytes,
+                                           cudaMemcpyDeviceToDevice, st));
+              },
+              sets, stream),
+          bytes, peak);
+      for (KernelVariant v : AllVariants()) {
+        std::vector<LaunchConfig> configs = CandidateConfigs(v, shape, out_dtype);
+        if (v == KernelVariant::kV3PerWordBlock) configs.resize(1);
+        double best = 1e30;
+        LaunchConfig best_config;
+        for (const LaunchConfig& c : configs) {
+          const Timing t = Time(
+              [&](int set, cudaStream_t st) {
+                const absl::Status status =
+                    LaunchDequantize(v, c, b.in[set], out_dtype, b.out[set], st);
+                if (!status.ok())
+                  std::fprintf(stderr, "%s\n", status.ToString().c_str()), std::exit(1);
+              },
+              sets, stream);
+          Row(s.name, std::string(VariantName(v)), c.ToString(), t, bytes, peak);
+          if (t.throughput_us < best) best = t.throughput_us, best_config = c;
+        }
+        if (v == KernelVariant::kV4Vec16 && out_dtype == DType::kF16) {
+          const LaunchConfig c = best_config;
+          Row(s.name, "v4 ldcs+stcs (default)", c.ToString(),
+              Time(V4WithPolicy<Vec16DefaultPolicy>(b, c), sets, stream), bytes, peak);
+          Row(s.name, "v4 ldg+plain", c.ToString(), Time(V4WithPolicy<Policy1>(b, c), sets, stream),
+              bytes, peak);
+          Row(s.name, "v4 ldcs+plain", c.ToString(),
+              Time(V4WithPolicy<Policy2>(b, c), sets, stream), bytes, peak);
+          Row(s.name, "v4 ldg+stcs", c.ToString(), Time(V4WithPolicy<Policy3>(b, c), sets, stream),
+              bytes, peak);
+        }
+      }
+      CHECK_CUDA(cudaGetLastError());
+      FreeBuffers(b);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dequantd::cuda
+
+int main(int argc, char** argv) { return dequantd::cuda::Main(argc, argv); }
