@@ -11,33 +11,42 @@
 
 namespace dequantd {
 
+// The dequantd version, e.g. "0.1.0" (CMake's PROJECT_VERSION).
+extern const char kDequantdVersion[];
+
 struct ServerOptions {
-  std::string model_dir;                        // checkpoint directory; empty = no model loaded
-  std::string listen = "127.0.0.1:50051";       // gRPC address; port 0 picks a free port
+  std::string model_dir;                          // checkpoint directory; empty = no model loaded
+  std::string listen = "127.0.0.1:50051";         // gRPC address; port 0 picks a free port
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics address; empty disables it
-  std::string backend = "auto";                 // "auto" (cuda if a GPU is present), "cpu", "cuda"
-  int cpu_threads = 0;                          // CPU backend threads; 0 = hardware concurrency
-  int64_t max_request_bytes = int64_t{256} << 20;   // inline packed bytes accepted per request
-  int64_t max_output_bytes = int64_t{16} << 30;     // largest result served (bytes)
-  int64_t default_chunk_bytes = int64_t{1} << 20;   // streamed payload per message
-  std::string tune_cache;                       // autotune cache file; empty = default location
-  bool pretune = false;                         // tune every layer of the model at start-up
+  std::string backend = "auto";  // "auto" (cuda if a GPU is present), "cpu", "cuda"
+  int cpu_threads = 0;           // CPU backend threads; 0 = hardware concurrency
+  int64_t max_request_bytes = int64_t{256} << 20;  // inline packed bytes accepted per request
+  int64_t max_output_bytes = int64_t{16} << 30;    // largest result served (bytes)
+  int64_t default_chunk_bytes = int64_t{1} << 20;  // streamed payload per message
+  std::string tune_cache;                          // autotune cache file; empty = default location
+  bool pretune = false;                            // tune every layer of the model at start-up
 };
 
 class DequantServer {
  public:
-  // Loads the model, initializes the backend, starts gRPC and metrics. Errors: the checkpoint's
-  // (NOT_FOUND, INVALID_ARGUMENT, DATA_LOSS), FAILED_PRECONDITION (backend "cuda" without a GPU),
-  // UNAVAILABLE (cannot bind).
+  // Loads the model, initializes the backend (uploads the model to the GPUs), starts gRPC (with
+  // health checking and reflection) and metrics. Errors: the checkpoint's (NOT_FOUND,
+  // INVALID_ARGUMENT, DATA_LOSS), INVALID_ARGUMENT (bad option, e.g. backend "gpu"),
+  // FAILED_PRECONDITION (backend "cuda" without a GPU), UNAVAILABLE (cannot bind), the backend's.
   static absl::StatusOr<std::unique_ptr<DequantServer>> Start(const ServerOptions& options);
   virtual ~DequantServer() = default;
 
-  virtual int port() const = 0;          // bound gRPC port
-  virtual int metrics_port() const = 0;  // bound metrics port, 0 if disabled
+  virtual int port() const = 0;                  // bound gRPC port
+  virtual int metrics_port() const = 0;          // bound metrics port, 0 if disabled
   virtual std::string backend_name() const = 0;  // "cuda" or "cpu"
-  // Stops accepting calls, finishes in-flight ones (up to `deadline_seconds`), releases all.
+  // The device(s) computing, for logs: e.g. "NVIDIA H200 (sm_90)", "2 x NVIDIA H200 (sm_90)",
+  // or the CPU model name with its thread count.
+  virtual std::string device_description() const = 0;
+  virtual int layer_count() const = 0;  // quantized layers of the loaded model; 0 without one
+  // Stops accepting calls, finishes in-flight ones (cancelling those still running after
+  // `deadline_seconds`), stops /metrics. Idempotent; thread-safe. The destructor calls it.
   virtual void Shutdown(double deadline_seconds = 5.0) = 0;
-  // Blocks until Shutdown.
+  // Blocks until Shutdown has finished.
   virtual void Wait() = 0;
 };
 

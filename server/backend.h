@@ -1,0 +1,101 @@
+// The dequantization backends the service runs on: the CPU (kernels/dequant.h DequantizeCpu) and,
+// when built with CUDA, one worker per GPU with the model's packed weights resident in device
+// memory. The service talks to a Backend only through this interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/dequant.h"
+#include "server/checkpoint.h"
+#if DEQUANTD_HAVE_CUDA
+#include "server/cuda_backend.h"
+#endif
+
+namespace dequantd {
+
+// One device a backend computes on (a GPU, or the host CPU for the CPU backend).
+struct DeviceDescription {
+  int index = 0;
+  std::string name;                // e.g. "NVIDIA H200", or the CPU model name
+  std::string compute_capability;  // e.g. "9.0"; empty for the CPU
+  int64_t memory_bytes = 0;        // total device memory (host RAM for the CPU), bytes
+  std::string driver_version;      // e.g. "13.0"; empty for the CPU
+};
+
+struct BackendInfo {
+  std::string name;  // "cpu" or "cuda"
+  std::vector<DeviceDescription> devices;
+  int cpu_threads = 0;  // threads of the CPU path (0 when the backend does not use it)
+};
+
+// What to dequantize: a layer of the prepared checkpoint (resident where the backend keeps
+// layers resident), or packed tensors in host memory (e.g. sent inline with a request).
+struct DequantSource {
+  const QuantizedLayer* layer = nullptr;  // a layer of the checkpoint given to Prepare, or null
+  PackedTensorView host;                  // used when layer is null: host pointers, 4-byte aligned
+
+  const AwqShape& shape() const { return layer != nullptr ? layer->view.shape : host.shape; }
+};
+
+// Receives the result of one Dequantize call, in order. Called on the thread that called
+// Dequantize.
+class ChunkSink {
+ public:
+  virtual ~ChunkSink() = default;
+  // Called once, before the first Write, with the kernel that computes the result, e.g.
+  // "v4_vec16 block=256,words=4,rows=2" or "cpu threads=16". A non-OK return stops the work.
+  virtual absl::Status Begin(const std::string& kernel) = 0;
+  // Bytes [offset, offset + bytes.size()) of the row-major (K, N) result. Chunks are consecutive,
+  // each `chunk_bytes` long except the last; boundaries need not fall on rows. `bytes` is valid
+  // only during the call. A non-OK return (e.g. the client cancelled) stops the work and is
+  // returned by Dequantize.
+  virtual absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) = 0;
+};
+
+// Thread-safety: Prepare is called once, before any other call; after it, Info, IsResident and
+// Dequantize may be called from many threads at once.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual BackendInfo Info() const = 0;
+
+  // Makes the checkpoint's layers resident (uploads the packed weights to every GPU; a no-op on
+  // the CPU). `checkpoint` must outlive the backend. Errors: RESOURCE_EXHAUSTED (device memory),
+  // INTERNAL (device failure).
+  virtual absl::Status Prepare(const Checkpoint& checkpoint) = 0;
+
+  // Whether `layer`'s packed weights are held in device memory.
+  virtual bool IsResident(const QuantizedLayer& layer) const = 0;
+
+  // Dequantizes `source` into `out_dtype` (fp16, bf16 or fp32) and streams the K * N *
+  // sizeof(out_dtype) bytes of the result to `sink` in chunks of `chunk_bytes` (>= 1).
+  // Errors: INVALID_ARGUMENT (ValidateShape, a layer never prepared, chunk_bytes < 1), the sink's
+  // error, RESOURCE_EXHAUSTED / INTERNAL from the device.
+  virtual absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
+                                  ChunkSink& sink) = 0;
+};
+
+// The CPU backend: DequantizeCpu with `threads` threads (0 = hardware concurrency), computed in
+// row blocks and streamed as it goes.
+std::unique_ptr<Backend> MakeCpuBackend(int threads);
+
+struct BackendOptions {
+  std::string kind = "auto";  // "auto" (cuda when built with CUDA and a GPU exists), "cpu", "cuda"
+  int cpu_threads = 0;        // CPU backend threads; 0 = hardware concurrency
+#if DEQUANTD_HAVE_CUDA
+  CudaBackendOptions cuda;  // kernel variant, launch-config provider (autotuner seam), buffers
+#endif
+};
+
+// Picks and creates the backend. Errors: INVALID_ARGUMENT (unknown kind), FAILED_PRECONDITION
+// ("cuda" requested in a build without CUDA or on a machine without a GPU), the CUDA backend's.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
+
+}  // namespace dequantd

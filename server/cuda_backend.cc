@@ -1,0 +1,463 @@
+// The CUDA backend (see cuda_backend.h): per GPU, resident packed weights, a pool of request
+// slots (stream + two pinned staging buffers + events), and a small cache of device buffers for
+// outputs and inline inputs.
+#include "server/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "server/backend.h"
+#include "server/chunk_writer.h"
+
+namespace dequantd {
+namespace {
+
+// Alignment of each tensor inside one device allocation (cudaMalloc itself gives 256).
+constexpr int64_t kDeviceAlign = 256;
+constexpr int64_t AlignUp(int64_t bytes) {
+  return (bytes + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign;
+}
+
+// Byte offsets of qweight, qzeros and scales in one device allocation holding a packed layer.
+struct PackedLayout {
+  explicit PackedLayout(const AwqShape& shape)
+      : qzeros_offset(AlignUp(shape.qweight_bytes())),
+        scales_offset(qzeros_offset + AlignUp(shape.qzeros_bytes())),
+        total_bytes(scales_offset + shape.scales_bytes()) {}
+  int64_t qzeros_offset;
+  int64_t scales_offset;
+  int64_t total_bytes;
+};
+
+// Enqueues the copy of `host`'s three tensors into `device_base` (laid out as PackedLayout) on
+// `stream` and returns the device view. The host memory must stay valid until the stream is done.
+absl::StatusOr<PackedTensorView> CopyPackedToDevice(const PackedTensorView& host, void* device_base,
+                                                    cudaStream_t stream) {
+  const AwqShape& shape = host.shape;
+  const PackedLayout layout(shape);
+  auto* base = static_cast<uint8_t*>(device_base);
+  PackedTensorView view;
+  view.shape = shape;
+  view.qweight = reinterpret_cast<const int32_t*>(base);
+  view.qzeros = reinterpret_cast<const int32_t*>(base + layout.qzeros_offset);
+  view.scales = base + layout.scales_offset;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(base, host.qweight, shape.qweight_bytes(), cudaMemcpyHostToDevice, stream));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + layout.qzeros_offset, host.qzeros,
+                                                shape.qzeros_bytes(), cudaMemcpyHostToDevice,
+                                                stream));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + layout.scales_offset, host.scales,
+                                                shape.scales_bytes(), cudaMemcpyHostToDevice,
+                                                stream));
+  return view;
+}
+
+class DeviceBufferCache;
+
+// A device allocation borrowed from a DeviceBufferCache; returned to it on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBufferCache* cache, void* ptr, int64_t bytes)
+      : cache_(cache), ptr_(ptr), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : cache_(std::exchange(other.cache_, nullptr)),
+        ptr_(std::exchange(other.ptr_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(cache_, other.cache_);
+    std::swap(ptr_, other.ptr_);
+    std::swap(bytes_, other.bytes_);
+    return *this;
+  }
+  ~DeviceBuffer();
+
+  void* get() const { return ptr_; }
+
+ private:
+  DeviceBufferCache* cache_ = nullptr;
+  void* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Idle device buffers of one GPU kept for reuse, up to `limit_bytes` in total. Thread-safe.
+// Acquire and Release expect the calling thread's current device to be this GPU.
+class DeviceBufferCache {
+ public:
+  DeviceBufferCache(int device, int64_t limit_bytes) : device_(device), limit_bytes_(limit_bytes) {}
+  ~DeviceBufferCache() {
+    cudaSetDevice(device_);
+    for (auto& [bytes, ptr] : idle_) cudaFree(ptr);
+  }
+
+  // The smallest idle buffer of at least `bytes` (and at most twice that), else a new one. On
+  // out-of-memory, frees the idle buffers and tries once more (RESOURCE_EXHAUSTED after that).
+  absl::StatusOr<DeviceBuffer> Acquire(int64_t bytes) {
+    bytes = AlignUp(std::max<int64_t>(bytes, 1));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = idle_.lower_bound(bytes);
+      if (it != idle_.end() && it->first <= 2 * bytes) {
+        DeviceBuffer buffer(this, it->second, it->first);
+        idle_bytes_ -= it->first;
+        idle_.erase(it);
+        return buffer;
+      }
+    }
+    void* ptr = nullptr;
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
+      cudaGetLastError();  // clear the (non-sticky) allocation error
+      FreeIdle();
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, bytes));
+    }
+    return DeviceBuffer(this, ptr, bytes);
+  }
+
+  void Release(void* ptr, int64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (idle_bytes_ + bytes <= limit_bytes_) {
+        idle_.emplace(bytes, ptr);
+        idle_bytes_ += bytes;
+        return;
+      }
+    }
+    cudaFree(ptr);
+  }
+
+ private:
+  void FreeIdle() {
+    std::multimap<int64_t, void*> idle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      idle.swap(idle_);
+      idle_bytes_ = 0;
+    }
+    for (auto& [bytes, ptr] : idle) cudaFree(ptr);
+  }
+
+  const int device_;
+  const int64_t limit_bytes_;
+  std::mutex mu_;
+  std::multimap<int64_t, void*> idle_;  // bytes -> buffer
+  int64_t idle_bytes_ = 0;
+};
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ != nullptr) cache_->Release(ptr_, bytes_);
+}
+
+// What one request holds on a GPU: its stream, two pinned staging buffers for device -> host
+// copies and an event per buffer marking its copy done.
+struct Slot {
+  cudaStream_t stream = nullptr;
+  std::array<uint8_t*, 2> staging = {nullptr, nullptr};
+  std::array<cudaEvent_t, 2> copied = {nullptr, nullptr};
+};
+
+std::string DriverVersionString() {
+  int version = 0;
+  if (cudaDriverGetVersion(&version) != cudaSuccess) return "";
+  return absl::StrCat(version / 1000, ".", (version % 1000) / 10);
+}
+
+// One GPU: resident layers, request slots, buffer cache.
+class DeviceWorker {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Create(int device,
+                                                              const CudaBackendOptions& options) {
+    auto worker = std::unique_ptr<DeviceWorker>(new DeviceWorker(device, options));
+    if (absl::Status s = worker->Init(); !s.ok()) return s;
+    return worker;
+  }
+
+  ~DeviceWorker() {
+    cudaSetDevice(device_);
+    for (auto& [layer, resident] : resident_) cudaFree(resident.base);
+    for (Slot& slot : slots_) {
+      if (slot.stream != nullptr) cudaStreamSynchronize(slot.stream);
+      for (cudaEvent_t e : slot.copied) {
+        if (e != nullptr) cudaEventDestroy(e);
+      }
+      for (uint8_t* p : slot.staging) {
+        if (p != nullptr) cudaFreeHost(p);
+      }
+      if (slot.stream != nullptr) cudaStreamDestroy(slot.stream);
+    }
+  }
+
+  const DeviceDescription& description() const { return description_; }
+
+  // Uploads every layer of `checkpoint` (synchronously) and keeps it resident.
+  absl::Status Upload(const Checkpoint& checkpoint) {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    for (const QuantizedLayer& layer : checkpoint.layers()) {
+      const PackedLayout layout(layer.view.shape);
+      void* base = nullptr;
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMalloc(&base, layout.total_bytes));
+      resident_[&layer] = ResidentLayer{.base = base, .view = {}};
+      absl::StatusOr<PackedTensorView> view =
+          CopyPackedToDevice(layer.view, base, slots_.front().stream);
+      if (!view.ok()) return view.status();
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(slots_.front().stream));
+      resident_[&layer].view = *view;
+    }
+    return absl::OkStatus();
+  }
+
+  bool IsResident(const QuantizedLayer& layer) const { return resident_.contains(&layer); }
+
+  absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
+                          ChunkSink& sink) {
+    const AwqShape& shape = source.shape();
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    PackedTensorView device_view;
+    if (source.layer != nullptr) {
+      auto it = resident_.find(source.layer);
+      if (it == resident_.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer \"", source.layer->name, "\" is not resident on device ", device_));
+      }
+      device_view = it->second.view;
+    }
+    cuda::LaunchConfig config = cuda::DefaultConfig(options_.variant, shape, out_dtype);
+    if (options_.launch_config) {
+      absl::StatusOr<cuda::LaunchConfig> tuned =
+          options_.launch_config(device_, options_.variant, shape, out_dtype);
+      if (!tuned.ok()) return tuned.status();
+      config = *tuned;
+    }
+    if (absl::Status s = cuda::CanImplement(options_.variant, config, shape, out_dtype); !s.ok()) {
+      return s;
+    }
+
+    // Declaration order matters: on every exit the stream is drained (cleanup below) before the
+    // buffers go back to the cache and the slot to the pool.
+    SlotLease slot(*this);
+    DeviceBuffer input;
+    if (source.layer == nullptr) {
+      absl::StatusOr<DeviceBuffer> buffer = cache_.Acquire(PackedLayout(shape).total_bytes);
+      if (!buffer.ok()) return buffer.status();
+      input = std::move(*buffer);
+    }
+    const int64_t total = shape.output_bytes(out_dtype);
+    absl::StatusOr<DeviceBuffer> output = cache_.Acquire(total);
+    if (!output.ok()) return output.status();
+    absl::Cleanup drain = [&slot] { cudaStreamSynchronize(slot->stream); };
+
+    if (source.layer == nullptr) {
+      absl::StatusOr<PackedTensorView> staged =
+          CopyPackedToDevice(source.host, input.get(), slot->stream);
+      if (!staged.ok()) return staged.status();
+      device_view = *staged;
+    }
+    if (absl::Status s =
+            sink.Begin(std::string(cuda::VariantName(options_.variant)) + " " + config.ToString());
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = cuda::LaunchDequantize(options_.variant, config, device_view, out_dtype,
+                                                output->get(), slot->stream);
+        !s.ok()) {
+      return s;
+    }
+    return StreamToSink(*slot, static_cast<const uint8_t*>(output->get()), total, chunk_bytes,
+                        sink);
+  }
+
+ private:
+  struct ResidentLayer {
+    void* base = nullptr;  // one allocation: qweight | qzeros | scales (PackedLayout)
+    PackedTensorView view;
+  };
+
+  // A slot taken from the pool for one request (waits while all are busy).
+  class SlotLease {
+   public:
+    explicit SlotLease(DeviceWorker& worker) : worker_(worker) {
+      std::unique_lock<std::mutex> lock(worker_.slots_mu_);
+      worker_.slot_free_.wait(lock, [this] { return !worker_.free_slots_.empty(); });
+      slot_ = worker_.free_slots_.back();
+      worker_.free_slots_.pop_back();
+    }
+    ~SlotLease() {
+      {
+        std::lock_guard<std::mutex> lock(worker_.slots_mu_);
+        worker_.free_slots_.push_back(slot_);
+      }
+      worker_.slot_free_.notify_one();
+    }
+    SlotLease(const SlotLease&) = delete;
+    SlotLease& operator=(const SlotLease&) = delete;
+    Slot* operator->() const { return slot_; }
+    Slot& operator*() const { return *slot_; }
+
+   private:
+    DeviceWorker& worker_;
+    Slot* slot_ = nullptr;
+  };
+
+  DeviceWorker(int device, const CudaBackendOptions& options)
+      : device_(device), options_(options), cache_(device, options.buffer_cache_bytes) {}
+
+  absl::Status Init() {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    cudaDeviceProp prop;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_));
+    description_.index = device_;
+    description_.name = prop.name;
+    description_.compute_capability = absl::StrCat(prop.major, ".", prop.minor);
+    description_.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    description_.driver_version = DriverVersionString();
+
+    slots_.resize(static_cast<size_t>(options_.slots_per_device));
+    for (Slot& slot : slots_) {
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking));
+      for (int i = 0; i < 2; ++i) {
+        void* pinned = nullptr;
+        DEQUANTD_CUDA_RETURN_IF_ERROR(
+            cudaHostAlloc(&pinned, options_.staging_bytes, cudaHostAllocDefault));
+        slot.staging[i] = static_cast<uint8_t*>(pinned);
+        DEQUANTD_CUDA_RETURN_IF_ERROR(
+            cudaEventCreateWithFlags(&slot.copied[i], cudaEventDisableTiming));
+      }
+      free_slots_.push_back(&slot);
+    }
+    return absl::OkStatus();
+  }
+
+  // Copies `total` bytes at `device_out` to the host in pieces through the slot's two staging
+  // buffers (piece i + 1 is copied while piece i is handed to the sink) and cuts them into
+  // `chunk_bytes` chunks. Pieces are the largest multiple of chunk_bytes that fits a staging
+  // buffer, so chunks go to the sink straight from pinned memory.
+  absl::Status StreamToSink(Slot& slot, const uint8_t* device_out, int64_t total,
+                            int64_t chunk_bytes, ChunkSink& sink) {
+    const int64_t piece = chunk_bytes <= options_.staging_bytes
+                              ? options_.staging_bytes / chunk_bytes * chunk_bytes
+                              : options_.staging_bytes;
+    const int64_t pieces = (total + piece - 1) / piece;
+    auto enqueue = [&](int64_t i) -> absl::Status {
+      const int64_t offset = i * piece;
+      const int64_t bytes = std::min(piece, total - offset);
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.staging[i % 2], device_out + offset, bytes,
+                                                    cudaMemcpyDeviceToHost, slot.stream));
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.copied[i % 2], slot.stream));
+      return absl::OkStatus();
+    };
+    ChunkWriter writer(chunk_bytes, sink);
+    if (absl::Status s = enqueue(0); !s.ok()) return s;
+    for (int64_t i = 0; i < pieces; ++i) {
+      // Staging buffer (i + 1) % 2 was last read by the sink for piece i - 1, which has returned.
+      if (i + 1 < pieces) {
+        if (absl::Status s = enqueue(i + 1); !s.ok()) return s;
+      }
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.copied[i % 2]));
+      const int64_t bytes = std::min(piece, total - i * piece);
+      if (absl::Status s =
+              writer.Append(absl::MakeConstSpan(slot.staging[i % 2], static_cast<size_t>(bytes)));
+          !s.ok()) {
+        return s;
+      }
+    }
+    return writer.Finish();
+  }
+
+  const int device_;
+  const CudaBackendOptions options_;
+  DeviceDescription description_;
+  std::vector<Slot> slots_;  // sized once in Init; never reallocated
+  std::mutex slots_mu_;
+  std::condition_variable slot_free_;
+  std::vector<Slot*> free_slots_;  // guarded by slots_mu_
+  DeviceBufferCache cache_;
+  std::unordered_map<const QuantizedLayer*, ResidentLayer> resident_;  // written only in Upload
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::vector<std::unique_ptr<DeviceWorker>> workers)
+      : workers_(std::move(workers)) {}
+
+  BackendInfo Info() const override {
+    BackendInfo info{.name = "cuda", .devices = {}, .cpu_threads = 0};
+    for (const auto& worker : workers_) info.devices.push_back(worker->description());
+    return info;
+  }
+
+  absl::Status Prepare(const Checkpoint& checkpoint) override {
+    for (const auto& worker : workers_) {
+      if (absl::Status s = worker->Upload(checkpoint); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  bool IsResident(const QuantizedLayer& layer) const override {
+    return workers_.front()->IsResident(layer);
+  }
+
+  absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
+                          ChunkSink& sink) override {
+    if (absl::Status s = ValidateShape(source.shape(), out_dtype); !s.ok()) return s;
+    if (chunk_bytes < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk_bytes must be >= 1, got ", chunk_bytes));
+    }
+    if (source.layer == nullptr &&
+        (source.host.qweight == nullptr || source.host.qzeros == nullptr ||
+         source.host.scales == nullptr)) {
+      return absl::InvalidArgumentError("qweight, qzeros and scales must not be null");
+    }
+    // Round robin over the GPUs; each worker queues requests beyond its slots.
+    const size_t index = next_.fetch_add(1, std::memory_order_relaxed) % workers_.size();
+    return workers_[index]->Dequantize(source, out_dtype, chunk_bytes, sink);
+  }
+
+ private:
+  std::vector<std::unique_ptr<DeviceWorker>> workers_;  // one per GPU, non-empty
+  std::atomic<size_t> next_{0};
+};
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the error so later calls do not see it
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options) {
+  if (options.slots_per_device < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slots_per_device must be >= 1, got ", options.slots_per_device));
+  }
+  if (options.staging_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging_bytes must be >= 1, got ", options.staging_bytes));
+  }
+  const int count = CudaDeviceCount();
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device is available");
+  std::vector<std::unique_ptr<DeviceWorker>> workers;
+  for (int device = 0; device < count; ++device) {
+    absl::StatusOr<std::unique_ptr<DeviceWorker>> worker = DeviceWorker::Create(device, options);
+    if (!worker.ok()) return worker.status();
+    workers.push_back(std::move(*worker));
+  }
+  return std::make_unique<CudaBackend>(std::move(workers));
+}
+
+}  // namespace dequantd

@@ -1,0 +1,129 @@
+// dequantd: serves dequant.v1 (AWQ 4-bit dequantization) over gRPC, with /metrics over HTTP.
+// Flags -> ServerOptions -> DequantServer::Start; SIGINT/SIGTERM shut it down gracefully.
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/str_cat.h"
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, model, "models/smollm2-135m-awq",
+          "AWQ checkpoint directory (config.json + *.safetensors). The default is the bundled "
+          "model, made by scripts/make-model.sh; --model= starts with no model (inline requests "
+          "only)");
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address HOST:PORT (port 0: pick a free one)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
+          "/metrics address HOST:PORT (port 0: pick a free one; empty: no metrics endpoint)");
+ABSL_FLAG(std::string, backend, "auto", "auto (cuda when a GPU is present, else cpu), cpu or cuda");
+ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0 = hardware concurrency");
+ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
+          "largest inline request accepted (qweight + qzeros + scales), bytes");
+ABSL_FLAG(int64_t, max_output_bytes, int64_t{16} << 30, "largest result served, bytes");
+ABSL_FLAG(std::string, tune_cache, "", "autotune cache file; empty = the default location");
+ABSL_FLAG(bool, pretune, false, "tune every layer of the model at start-up (CUDA backend)");
+ABSL_FLAG(double, shutdown_deadline, 5.0,
+          "seconds in-flight calls get to finish on SIGINT/SIGTERM before they are cancelled");
+
+namespace {
+
+// "0.0.0.0:0" with bound port 41234 -> "0.0.0.0:41234".
+std::string WithPort(const std::string& address, int port) {
+  const size_t colon = address.rfind(':');
+  return absl::StrCat(colon == std::string::npos ? address : address.substr(0, colon), ":", port);
+}
+
+// Flags may be spelled with dashes (--metrics-listen) as well as underscores (--metrics_listen):
+// rewrites the name part of every "--flag[=value]" argument before "--" to underscores.
+std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage) {
+  storage.assign(argv, argv + argc);
+  for (size_t i = 1; i < storage.size(); ++i) {
+    std::string& arg = storage[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg[0] != '-') continue;
+    const size_t name_begin = arg[1] == '-' ? 2 : 1;
+    const size_t name_end = std::min(arg.find('='), arg.size());
+    for (size_t j = name_begin; j < name_end; ++j) {
+      if (arg[j] == '-') arg[j] = '_';
+    }
+  }
+  std::vector<char*> result;
+  for (std::string& arg : storage) result.push_back(arg.data());
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "dequantd: a gRPC service that dequantizes AWQ 4-bit checkpoints on the GPU (or the CPU).\n"
+      "  dequantd [--model DIR] [--listen HOST:PORT] [--metrics-listen HOST:PORT] "
+      "[--backend auto|cpu|cuda]");
+  absl::FlagsUsageConfig usage_config;
+  usage_config.version_string = [] {
+    return absl::StrCat("dequantd ", dequantd::kDequantdVersion, "\n");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
+  std::vector<std::string> arg_storage;
+  std::vector<char*> args = NormalizeFlagNames(argc, argv, arg_storage);
+  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+
+  // Block the shutdown signals before any thread starts, so that every gRPC and HTTP thread
+  // inherits the mask and only sigwait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  dequantd::ServerOptions options;
+  options.model_dir = absl::GetFlag(FLAGS_model);
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
+  options.tune_cache = absl::GetFlag(FLAGS_tune_cache);
+  options.pretune = absl::GetFlag(FLAGS_pretune);
+
+  if (options.model_dir.empty()) {
+    spdlog::warn("no model loaded (--model is empty): only inline Dequantize requests are served");
+  } else if (!std::filesystem::is_directory(options.model_dir)) {
+    spdlog::error(
+        "model directory \"{}\" does not exist. Run scripts/make-model.sh to make the bundled "
+        "model, pass --model=DIR, or --model= to start without a model",
+        options.model_dir);
+    return 1;
+  }
+
+  absl::StatusOr<std::unique_ptr<dequantd::DequantServer>> server =
+      dequantd::DequantServer::Start(options);
+  if (!server.ok()) {
+    spdlog::error("dequantd cannot start: {}", server.status().ToString());
+    return 1;
+  }
+  spdlog::info("dequantd {} listening on {} backend={} device={} model={} layers={}",
+               dequantd::kDequantdVersion, WithPort(options.listen, (*server)->port()),
+               (*server)->backend_name(), (*server)->device_description(),
+               options.model_dir.empty() ? "(none)" : options.model_dir, (*server)->layer_count());
+  if ((*server)->metrics_port() != 0) {
+    spdlog::info("metrics on http://{}/metrics",
+                 WithPort(options.metrics_listen, (*server)->metrics_port()));
+  }
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("signal {} received: shutting down (in-flight calls get {} s)", signal_number,
+               absl::GetFlag(FLAGS_shutdown_deadline));
+  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
+  spdlog::info("dequantd stopped");
+  return 0;
+}

@@ -1,0 +1,57 @@
+// Parsing and validating the fields of a dequant.v1 DequantizeRequest into kernel types, before
+// any work. Each error is INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for a size limit) with a
+// message naming the request field, e.g. "packed.qweight has 100 bytes, expected 128 ...".
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dequant/v1/dequant.pb.h"
+#include "kernels/dequant.h"
+
+namespace dequantd {
+
+// Payload bytes per response message: requested 0 -> `default_bytes`; otherwise clamped to
+// [kMinChunkBytes, kMaxChunkBytes].
+inline constexpr int64_t kMinChunkBytes = int64_t{64} << 10;
+inline constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
+int64_t EffectiveChunkBytes(int64_t requested, int64_t default_bytes);
+
+// output_dtype: UNSPECIFIED -> fp16; FP16, BF16, FP32 accepted; anything else (INT32, unknown
+// numbers) -> INVALID_ARGUMENT naming "output_dtype".
+absl::StatusOr<DType> OutputDTypeFromProto(dequant::v1::DType dtype);
+
+// Kernel dtype -> wire dtype.
+dequant::v1::DType DTypeToProto(DType dtype);
+
+// The inline packed tensors of a request as a PackedTensorView. The view points into the
+// request's bytes when they are 4-byte aligned, otherwise into aligned copies owned here: the
+// InlinePackedTensor must outlive this object. Movable (the view stays valid).
+class InlineTensor {
+ public:
+  // Checks, in order: total bytes of qweight + qzeros + scales <= `max_request_bytes`
+  // (RESOURCE_EXHAUSTED naming "max_request_bytes"); scale_dtype UNSPECIFIED (-> fp16), FP16 or
+  // BF16 ("packed.scale_dtype"); the shape (K = in_features, N = out_features, G = group_size
+  // with -1 meaning K) through ValidateShape ("packed: " + its message naming K, N or
+  // group_size); the byte length of "packed.qweight", "packed.qzeros" and "packed.scales"
+  // against the shape exactly (expected vs actual). All errors INVALID_ARGUMENT otherwise.
+  static absl::StatusOr<InlineTensor> FromProto(const dequant::v1::InlinePackedTensor& packed,
+                                                int64_t max_request_bytes);
+  // FromProto with the three byte arrays given apart from the message (whose shape fields are
+  // used and whose bytes fields are ignored); the arrays must outlive this object.
+  static absl::StatusOr<InlineTensor> FromParts(const dequant::v1::InlinePackedTensor& shape,
+                                                std::string_view qweight, std::string_view qzeros,
+                                                std::string_view scales, int64_t max_request_bytes);
+
+  const PackedTensorView& view() const { return view_; }
+  bool copied() const { return !storage_.empty(); }  // bytes were realigned into storage
+
+ private:
+  InlineTensor() = default;
+  PackedTensorView view_;
+  std::vector<int32_t> storage_;  // qweight | qzeros | scales, when the request was misaligned
+};
+
+}  // namespace dequantd

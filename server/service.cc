@@ -1,0 +1,193 @@
+// DequantService (see service.h).
+#include "server/service.h"
+
+#include <chrono>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/request.h"
+#include "server/status.h"
+
+namespace dequantd {
+namespace {
+
+namespace v1 = ::dequant::v1;
+
+// Streams one Dequantize result to the client: the header message, then the data chunks.
+class GrpcChunkSink final : public ChunkSink {
+ public:
+  GrpcChunkSink(grpc::ServerContext* context, grpc::ServerWriter<v1::DequantizeResponse>* writer,
+                const AwqShape& shape, DType out_dtype, std::string backend, Metrics* metrics)
+      : context_(context),
+        writer_(writer),
+        shape_(shape),
+        out_dtype_(out_dtype),
+        backend_(std::move(backend)),
+        metrics_(metrics) {}
+
+  absl::Status Begin(const std::string& kernel) override {
+    v1::DequantizeResponse response;
+    v1::DequantizeHeader* header = response.mutable_header();
+    header->add_shape(shape_.K);
+    header->add_shape(shape_.N);
+    header->set_dtype(DTypeToProto(out_dtype_));
+    header->set_total_bytes(shape_.output_bytes(out_dtype_));
+    header->set_backend(backend_);
+    header->set_kernel(kernel);
+    return Send(response);
+  }
+
+  absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
+    chunk_.set_offset(offset);
+    chunk_.set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    if (absl::Status s = Send(chunk_); !s.ok()) return s;
+    metrics_->AddOutputBytes(static_cast<int64_t>(bytes.size()));
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Send(const v1::DequantizeResponse& response) {
+    if (context_->IsCancelled()) return absl::CancelledError("the client cancelled the call");
+    if (!writer_->Write(response)) {
+      return absl::CancelledError("the client closed the stream before the result was sent");
+    }
+    return absl::OkStatus();
+  }
+
+  grpc::ServerContext* const context_;
+  grpc::ServerWriter<v1::DequantizeResponse>* const writer_;
+  const AwqShape shape_;
+  const DType out_dtype_;
+  const std::string backend_;
+  Metrics* const metrics_;
+  v1::DequantizeResponse chunk_;  // reused: its data string keeps its capacity
+};
+
+}  // namespace
+
+DequantService::DequantService(ServiceOptions options, const Checkpoint* checkpoint,
+                               Backend* backend, Metrics* metrics, BenchmarkRunner benchmark)
+    : options_(std::move(options)),
+      checkpoint_(checkpoint),
+      backend_(backend),
+      metrics_(metrics),
+      benchmark_(std::move(benchmark)),
+      backend_info_(backend->Info()) {}
+
+template <typename Body>
+grpc::Status DequantService::Handle(const char* method, Body&& body) {
+  metrics_->RequestStarted();
+  const auto start = std::chrono::steady_clock::now();
+  const grpc::Status status = ToGrpcStatus(body());
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  metrics_->RequestFinished(method, status.error_code(), elapsed.count());
+  return status;
+}
+
+grpc::Status DequantService::ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest*,
+                                         v1::ListTensorsResponse* response) {
+  return Handle("ListTensors", [&]() -> absl::Status {
+    if (checkpoint_ == nullptr) return absl::OkStatus();
+    response->set_model(checkpoint_->dir());
+    for (const QuantizedLayer& layer : checkpoint_->layers()) {
+      const AwqShape& shape = layer.view.shape;
+      v1::QuantizedTensorInfo* info = response->add_tensors();
+      info->set_name(layer.name);
+      info->set_in_features(shape.K);
+      info->set_out_features(shape.N);
+      info->set_group_size(shape.group_size);
+      info->set_scale_dtype(DTypeToProto(shape.scale_dtype));
+      info->set_packed_bytes(shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes());
+      info->set_resident_on_device(backend_->IsResident(layer));
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status DequantService::Dequantize(grpc::ServerContext* context,
+                                        const v1::DequantizeRequest* request,
+                                        grpc::ServerWriter<v1::DequantizeResponse>* writer) {
+  return Handle("Dequantize", [&] { return DoDequantize(context, *request, writer); });
+}
+
+absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
+                                          const v1::DequantizeRequest& request,
+                                          grpc::ServerWriter<v1::DequantizeResponse>* writer) {
+  DequantSource source;
+  std::optional<InlineTensor> inline_tensor;
+  switch (request.source_case()) {
+    case v1::DequantizeRequest::kTensor: {
+      source.layer = checkpoint_ != nullptr ? checkpoint_->Find(request.tensor()) : nullptr;
+      if (source.layer == nullptr) {
+        return absl::NotFoundError(
+            absl::StrCat("tensor \"", request.tensor(), "\" is not a layer of the loaded model",
+                         checkpoint_ == nullptr ? " (no model is loaded)" : " (see ListTensors)"));
+      }
+      break;
+    }
+    case v1::DequantizeRequest::kPacked: {
+      absl::StatusOr<InlineTensor> parsed =
+          InlineTensor::FromProto(request.packed(), options_.max_request_bytes);
+      if (!parsed.ok()) return parsed.status();
+      inline_tensor.emplace(std::move(*parsed));
+      source.host = inline_tensor->view();
+      break;
+    }
+    case v1::DequantizeRequest::SOURCE_NOT_SET:
+      return absl::InvalidArgumentError("source: set either tensor or packed");
+  }
+  absl::StatusOr<DType> out_dtype = OutputDTypeFromProto(request.output_dtype());
+  if (!out_dtype.ok()) return out_dtype.status();
+
+  const AwqShape& shape = source.shape();
+  const int64_t output_bytes = shape.output_bytes(*out_dtype);
+  if (output_bytes > options_.max_output_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the result is ", output_bytes, " bytes (K * N * ", DTypeSize(*out_dtype),
+                     " = ", shape.K, " * ", shape.N, " * ", DTypeSize(*out_dtype),
+                     "), more than the server's max_output_bytes = ", options_.max_output_bytes));
+  }
+  const int64_t chunk_bytes =
+      EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
+  GrpcChunkSink sink(context, writer, shape, *out_dtype, backend_info_.name, metrics_);
+  return backend_->Dequantize(source, *out_dtype, chunk_bytes, sink);
+}
+
+grpc::Status DequantService::GetServerInfo(grpc::ServerContext*, const v1::GetServerInfoRequest*,
+                                           v1::GetServerInfoResponse* response) {
+  return Handle("GetServerInfo", [&]() -> absl::Status {
+    response->set_version(options_.version);
+    response->set_backend(backend_info_.name);
+    for (const DeviceDescription& device : backend_info_.devices) {
+      v1::DeviceInfo* info = response->add_devices();
+      info->set_index(device.index);
+      info->set_name(device.name);
+      info->set_compute_capability(device.compute_capability);
+      info->set_memory_bytes(device.memory_bytes);
+      info->set_driver_version(device.driver_version);
+    }
+    if (checkpoint_ != nullptr) {
+      response->set_model(checkpoint_->dir());
+      response->set_tensor_count(static_cast<int32_t>(checkpoint_->layers().size()));
+    }
+    response->set_cpu_threads(backend_info_.cpu_threads);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status DequantService::Benchmark(grpc::ServerContext* context,
+                                       const v1::BenchmarkRequest* request,
+                                       v1::BenchmarkResponse* response) {
+  return Handle("Benchmark", [&]() -> absl::Status {
+    if (!benchmark_) {
+      return absl::UnimplementedError("Benchmark is not implemented by this server yet");
+    }
+    absl::StatusOr<v1::BenchmarkResponse> result = benchmark_(*request, context);
+    if (!result.ok()) return result.status();
+    *response = std::move(*result);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace dequantd

@@ -1,0 +1,75 @@
+// The dequant.v1.DequantService handlers (synchronous gRPC API: each call runs on one of gRPC's
+// sync-server threads, never on a completion-queue poller). Handlers are thin: parse and
+// validate the request (request.h), call the backend, map the absl::Status (status.h), and
+// count the call in the metrics.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "dequant/v1/dequant.grpc.pb.h"
+#include "server/backend.h"
+#include "server/checkpoint.h"
+#include "server/metrics.h"
+
+namespace dequantd {
+
+// The seam for the Benchmark RPC (issue 3): given the request, times the kernels on the
+// service's backend. Called on a gRPC thread; may block for the length of the benchmark.
+// Unset: Benchmark answers UNIMPLEMENTED.
+using BenchmarkRunner = std::function<absl::StatusOr<dequant::v1::BenchmarkResponse>(
+    const dequant::v1::BenchmarkRequest& request, grpc::ServerContext* context)>;
+
+struct ServiceOptions {
+  std::string version;                             // reported by GetServerInfo, e.g. "0.1.0"
+  int64_t max_request_bytes = int64_t{256} << 20;  // inline packed bytes accepted per request
+  int64_t max_output_bytes = int64_t{16} << 30;    // largest result served, bytes
+  int64_t default_chunk_bytes = int64_t{1} << 20;  // payload per message when chunk_bytes is 0
+};
+
+// Thread-safe: gRPC calls the handlers from many threads at once.
+class DequantService final : public dequant::v1::DequantService::Service {
+ public:
+  // `checkpoint` may be null (no model loaded: ListTensors is empty, every tensor NOT_FOUND).
+  // `checkpoint`, `backend` and `metrics` must outlive the service; `backend` is prepared.
+  DequantService(ServiceOptions options, const Checkpoint* checkpoint, Backend* backend,
+                 Metrics* metrics, BenchmarkRunner benchmark = nullptr);
+
+  grpc::Status ListTensors(grpc::ServerContext* context,
+                           const dequant::v1::ListTensorsRequest* request,
+                           dequant::v1::ListTensorsResponse* response) override;
+  // Errors: INVALID_ARGUMENT (source not set, output_dtype, packed.* fields), NOT_FOUND (tensor),
+  // RESOURCE_EXHAUSTED (max_request_bytes, max_output_bytes, device memory), CANCELLED (the
+  // client went away), the backend's.
+  grpc::Status Dequantize(grpc::ServerContext* context,
+                          const dequant::v1::DequantizeRequest* request,
+                          grpc::ServerWriter<dequant::v1::DequantizeResponse>* writer) override;
+  grpc::Status GetServerInfo(grpc::ServerContext* context,
+                             const dequant::v1::GetServerInfoRequest* request,
+                             dequant::v1::GetServerInfoResponse* response) override;
+  // UNIMPLEMENTED until a BenchmarkRunner is given.
+  grpc::Status Benchmark(grpc::ServerContext* context, const dequant::v1::BenchmarkRequest* request,
+                         dequant::v1::BenchmarkResponse* response) override;
+
+ private:
+  // Runs `body` (returning absl::Status), times and counts it under `method`, maps the status.
+  template <typename Body>
+  grpc::Status Handle(const char* method, Body&& body);
+
+  absl::Status DoDequantize(grpc::ServerContext* context,
+                            const dequant::v1::DequantizeRequest& request,
+                            grpc::ServerWriter<dequant::v1::DequantizeResponse>* writer);
+
+  const ServiceOptions options_;
+  const Checkpoint* const checkpoint_;
+  Backend* const backend_;
+  Metrics* const metrics_;
+  const BenchmarkRunner benchmark_;
+  const BackendInfo backend_info_;
+};
+
+}  // namespace dequantd
