@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -342,6 +343,48 @@ TEST_F(CheckpointTest, MissingDirConfigOrShardsIsNotFound) {
   ASSERT_EQ(::unlink((dir_ + "/config.json").c_str()), 0);
   EXPECT_EQ(OpenCode(), absl::StatusCode::kNotFound);
   EXPECT_THAT(OpenMessage(), HasSubstr("config.json"));
+}
+
+// The bundled model (scripts/make-model.sh), when DEQUANTD_MODEL_DIR points at it: every layer
+// of SmolLM2-135M is found with its shape, and the C++ reference reproduces, byte for byte, the
+// fp16 result the Python tool computed independently (REF/expected.<layer>.fp16.safetensors).
+TEST(BundledModelTest, OpensAndMatchesPythonExpectedOutput) {
+  const char* dir = std::getenv("DEQUANTD_MODEL_DIR");
+  if (dir == nullptr || *dir == '\0') GTEST_SKIP() << "DEQUANTD_MODEL_DIR is not set";
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->layers().size(), 30u * 7u);
+  struct Want {
+    const char* layer;
+    int64_t K, N, G;
+  };
+  for (const Want& w : {Want{"model.layers.0.self_attn.q_proj", 576, 576, 64},
+                        Want{"model.layers.0.mlp.down_proj", 1536, 576, 128},
+                        Want{"model.layers.29.self_attn.k_proj", 576, 192, 64},
+                        Want{"model.layers.17.mlp.gate_proj", 576, 1536, 64}}) {
+    const QuantizedLayer* l = (*ckpt)->Find(w.layer);
+    ASSERT_NE(l, nullptr) << w.layer;
+    EXPECT_EQ(l->view.shape.K, w.K) << w.layer;
+    EXPECT_EQ(l->view.shape.N, w.N) << w.layer;
+    EXPECT_EQ(l->view.shape.group_size, w.G) << w.layer;
+    EXPECT_EQ(l->view.shape.scale_dtype, DType::kF16) << w.layer;
+  }
+  for (const std::string layer :
+       {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"}) {
+    const std::string path =
+        std::string(dir) + "-reference/expected." + layer + ".fp16.safetensors";
+    absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> expected =
+        safetensors::MappedFile::Open(path);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    absl::StatusOr<absl::Span<const uint8_t>> want = (*expected)->TensorBytes(layer + ".weight");
+    ASSERT_TRUE(want.ok()) << want.status();
+    const QuantizedLayer* l = (*ckpt)->Find(layer);
+    ASSERT_NE(l, nullptr);
+    std::vector<uint8_t> got(static_cast<size_t>(l->view.shape.output_bytes(DType::kF16)));
+    ASSERT_TRUE(DequantizeReference(l->view, DType::kF16, 0, l->view.shape.K, got.data()).ok());
+    ASSERT_EQ(got.size(), want->size()) << layer;
+    EXPECT_EQ(std::memcmp(got.data(), want->data(), got.size()), 0) << layer;
+  }
 }
 
 }  // namespace
