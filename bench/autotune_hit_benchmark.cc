@@ -1,0 +1,57 @@
+// Micro-benchmark of the autotuner's hit path (issue 3: a cache hit costs under a microsecond).
+//   build-*/bench/autotune_hit_benchmark
+#include <string>
+
+#include "benchmark/benchmark.h"
+#include "kernels/autotune.h"
+
+namespace dequantd {
+namespace {
+
+TuneKey Key(int64_t K, int64_t N) {
+  TuneKey k;
+  k.device = "NVIDIA H200";
+  k.compute_capability = 90;
+  k.variant = "v4_vec16";
+  k.K = K;
+  k.N = N;
+  k.group_size = 128;
+  return k;
+}
+
+// A tuner holding a model's worth of keys (9 shapes x 3 dtypes x 4 variants would be ~100).
+Autotuner& FilledTuner() {
+  static Autotuner* tuner = [] {
+    auto* t = new Autotuner("");
+    for (int i = 1; i <= 256; ++i) {
+      (void)t->GetOrTune(Key(128 * i, 8 * i), []() -> absl::StatusOr<TuneEntry> {
+        return TuneEntry{TunedConfig{256, 4, 2}, 1e-5};
+      });
+    }
+    return t;
+  }();
+  return *tuner;
+}
+
+void BM_GetOrTuneHit(benchmark::State& state) {
+  Autotuner& tuner = FilledTuner();
+  const TuneKey key = Key(128 * 77, 8 * 77);
+  for (auto _ : state) {
+    absl::StatusOr<Autotuner::Result> r = tuner.GetOrTune(
+        key, []() -> absl::StatusOr<TuneEntry> { return absl::InternalError("must not tune"); });
+    benchmark::DoNotOptimize(r);
+  }
+}
+BENCHMARK(BM_GetOrTuneHit)->ThreadRange(1, 2);
+
+void BM_LookupHit(benchmark::State& state) {
+  Autotuner& tuner = FilledTuner();
+  const TuneKey key = Key(128 * 77, 8 * 77);
+  for (auto _ : state) benchmark::DoNotOptimize(tuner.Lookup(key));
+}
+BENCHMARK(BM_LookupHit);
+
+}  // namespace
+}  // namespace dequantd
+
+BENCHMARK_MAIN();

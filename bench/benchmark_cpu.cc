@@ -1,0 +1,150 @@
+// The CPU backend of the benchmark: variants "cpu_reference" (DequantizeReference) and
+// "cpu_threads" (DequantizeCpu), timed with std::chrono::steady_clock; the yardstick is memcpy.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "bench/backends.h"
+#include "bench/method.h"
+#include "kernels/dequant.h"
+
+namespace dequantd::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Peak copy rate: median of 3 timed memcpy of `bytes` (after one warm-up), read + written.
+double MeasureMemcpyPeak(int64_t bytes) {
+  std::vector<uint8_t> src(static_cast<size_t>(bytes), 0x5A), dst(static_cast<size_t>(bytes));
+  std::memcpy(dst.data(), src.data(), src.size());
+  std::vector<double> t;
+  for (int i = 0; i < 3; ++i) {
+    const Clock::time_point start = Clock::now();
+    std::memcpy(dst.data(), src.data(), src.size());
+    t.push_back(SecondsSince(start));
+  }
+  const double median = ComputeStats(t).median;
+  return median > 0 ? 2.0 * static_cast<double>(bytes) / median : 0;
+}
+
+using DequantFn =
+    std::function<absl::Status(const PackedTensorView&, DType, int64_t, int64_t, void*)>;
+
+// A CPU dequantization path writing the whole (K, N) output.
+class CpuDequantRunner : public Runner {
+ public:
+  CpuDequantRunner(std::string variant, const PackedTensorView& in, DType out_dtype, DequantFn fn,
+                   std::string launch_config)
+      : Runner(std::move(variant), in.shape.bytes_moved(out_dtype), std::move(launch_config)),
+        in_(in),
+        out_dtype_(out_dtype),
+        fn_(std::move(fn)),
+        out_(static_cast<size_t>(in.shape.output_bytes(out_dtype))) {}
+
+  absl::StatusOr<double> LatencySeconds() override {
+    const Clock::time_point start = Clock::now();
+    if (absl::Status s = fn_(in_, out_dtype_, 0, in_.shape.K, out_.data()); !s.ok()) return s;
+    return SecondsSince(start);
+  }
+
+  absl::StatusOr<bool> CheckOutput(const OutputChecker& checker,
+                                   const std::vector<RowRange>& rows) override {
+    std::fill(out_.begin(), out_.end(), 0xFF);  // poison: a path that writes nothing fails
+    if (absl::Status s = fn_(in_, out_dtype_, 0, in_.shape.K, out_.data()); !s.ok()) return s;
+    for (const RowRange& r : rows) {
+      absl::StatusOr<bool> ok = checker.Matches(r, out_.data() + r.first * checker.row_bytes());
+      if (!ok.ok() || !*ok) return ok;
+    }
+    return true;
+  }
+
+ private:
+  PackedTensorView in_;
+  DType out_dtype_;
+  DequantFn fn_;
+  std::vector<uint8_t> out_;
+};
+
+class CpuCopyRunner : public Runner {
+ public:
+  explicit CpuCopyRunner(int64_t copy_bytes)
+      : Runner("copy", 2 * copy_bytes),
+        src_(static_cast<size_t>(copy_bytes), 0x5A),
+        dst_(static_cast<size_t>(copy_bytes)) {}
+
+  absl::StatusOr<double> LatencySeconds() override {
+    const Clock::time_point start = Clock::now();
+    std::memcpy(dst_.data(), src_.data(), src_.size());
+    return SecondsSince(start);
+  }
+  absl::StatusOr<bool> CheckOutput(const OutputChecker&, const std::vector<RowRange>&) override {
+    return true;
+  }
+
+ private:
+  std::vector<uint8_t> src_, dst_;
+};
+
+}  // namespace
+
+absl::StatusOr<BenchmarkResult> RunCpuBenchmark(const BenchmarkRequest& request) {
+  absl::StatusOr<std::vector<std::string>> variants =
+      SelectVariants(request.variants, {"cpu_reference", "cpu_threads"});
+  if (!variants.ok()) return variants.status();
+  const int threads = request.cpu_threads > 0
+                          ? request.cpu_threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+
+  BenchmarkResult result;
+  result.backend = "cpu";
+  result.device = absl::StrCat("CPU (", std::thread::hardware_concurrency(), " hardware threads)");
+  if (request.hardware_counters) result.note = "hardware counters are not collected on the CPU";
+  result.peak_copy_bytes_per_second = MeasureMemcpyPeak(request.peak_copy_bytes);
+
+  std::mt19937_64 rng(request.seed);
+  MethodOptions options;
+  options.trials = request.trials;
+  options.runs = request.runs;
+  options.sampled_rows = request.sampled_rows;
+  options.peak_copy_bytes_per_second = result.peak_copy_bytes_per_second;
+  for (const BenchmarkShape& s : request.shapes) {
+    const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const HostPackedTensor host = MakeRandomPackedTensor(shape, rng());
+    for (DType out : request.output_dtypes) {
+      absl::StatusOr<OutputChecker> checker =
+          OutputChecker::Create(host.view(), out, request.full_check_max_elements);
+      if (!checker.ok()) return checker.status();
+      std::vector<std::unique_ptr<Runner>> owned;
+      for (const std::string& v : *variants) {
+        if (v == "cpu_reference") {
+          owned.push_back(std::make_unique<CpuDequantRunner>(v, host.view(), out,
+                                                             DequantizeReference, "threads=1"));
+        } else {
+          owned.push_back(std::make_unique<CpuDequantRunner>(
+              v, host.view(), out,
+              [threads](const PackedTensorView& in, DType o, int64_t b, int64_t e, void* p) {
+                return DequantizeCpu(in, o, b, e, p, threads);
+              },
+              absl::StrCat("threads=", threads)));
+        }
+      }
+      owned.push_back(std::make_unique<CpuCopyRunner>(CopyBytesFor(shape.bytes_moved(out))));
+      std::vector<Runner*> runners;
+      for (auto& r : owned) runners.push_back(r.get());
+      absl::StatusOr<std::vector<BenchmarkRow>> rows =
+          RunMethod(runners, shape, out, *checker, options, rng);
+      if (!rows.ok()) return rows.status();
+      for (BenchmarkRow& row : *rows) result.rows.push_back(std::move(row));
+    }
+  }
+  return result;
+}
+
+}  // namespace dequantd::bench

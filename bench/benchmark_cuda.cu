@@ -1,0 +1,404 @@
+// The CUDA backend of the benchmark (compiled only with DEQUANTD_HAVE_CUDA): kernel variants from
+// kernels/cuda/dequant_cuda.h timed with CUDA events (latency) and CUDA graphs (throughput) over
+// buffer sets rotated to defeat the L2, against a device-to-device cudaMemcpyAsync yardstick.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/backends.h"
+#include "bench/method.h"
+#include "kernels/autotune.h"
+#include "kernels/cuda/autotune_cuda.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dequant_cuda.h"
+
+namespace dequantd::bench {
+namespace {
+
+using cuda::KernelVariant;
+using cuda::LaunchConfig;
+
+// ---- Owning handles. --------------------------------------------------------------------------
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
+
+struct EventDestroy {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDestroy>;
+
+struct StreamDestroy {
+  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+};
+using Stream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDestroy>;
+
+struct GraphExecDestroy {
+  void operator()(cudaGraphExec_t g) const { cudaGraphExecDestroy(g); }
+};
+using GraphExec = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDestroy>;
+
+struct GraphDestroy {
+  void operator()(cudaGraph_t g) const { cudaGraphDestroy(g); }
+};
+using Graph = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDestroy>;
+
+absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes) {
+  void* p = nullptr;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+  return DeviceBuffer(p);
+}
+
+absl::StatusOr<Event> MakeEvent() {
+  cudaEvent_t e = nullptr;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  return Event(e);
+}
+
+// The stream and the pair of events every measurement of one run uses.
+struct Timing {
+  Stream stream;
+  Event start, stop;
+
+  static absl::StatusOr<Timing> Create() {
+    Timing t;
+    cudaStream_t s = nullptr;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    t.stream.reset(s);
+    absl::StatusOr<Event> start = MakeEvent();
+    if (!start.ok()) return start.status();
+    absl::StatusOr<Event> stop = MakeEvent();
+    if (!stop.ok()) return stop.status();
+    t.start = std::move(*start);
+    t.stop = std::move(*stop);
+    return t;
+  }
+
+  // Seconds between events recorded around `enqueue` on the stream.
+  template <typename Fn>
+  absl::StatusOr<double> Time(Fn&& enqueue) {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream.get()));
+    if (absl::Status s = enqueue(); !s.ok()) return s;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream.get()));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));
+    float ms = 0;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    return static_cast<double>(ms) * 1e-3;
+  }
+};
+
+// Peak copy rate: median of 10 event-timed device-to-device copies of `bytes` (after a warm-up),
+// counted as bytes read + written.
+absl::StatusOr<double> MeasurePeakCopy(Timing& timing, int64_t bytes) {
+  absl::StatusOr<DeviceBuffer> src = Allocate(bytes);
+  if (!src.ok()) return src.status();
+  absl::StatusOr<DeviceBuffer> dst = Allocate(bytes);
+  if (!dst.ok()) return dst.status();
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(src->get(), 0x5A, bytes, timing.stream.get()));
+  auto copy = [&]() -> absl::Status {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst->get(), src->get(), bytes,
+                                                  cudaMemcpyDeviceToDevice, timing.stream.get()));
+    return absl::OkStatus();
+  };
+  if (absl::StatusOr<double> warm = timing.Time(copy); !warm.ok()) return warm.status();
+  std::vector<double> samples;
+  for (int i = 0; i < 10; ++i) {
+    absl::StatusOr<double> t = timing.Time(copy);
+    if (!t.ok()) return t.status();
+    samples.push_back(*t);
+  }
+  return 2.0 * static_cast<double>(bytes) / ComputeStats(samples).median;
+}
+
+// One copy of the packed inputs plus an output buffer, on the device.
+struct BufferSet {
+  DeviceBuffer qweight, qzeros, scales, out;
+  PackedTensorView view;  // device pointers
+};
+
+// `count` sets holding `host`'s inputs, each with an output of out_bytes.
+absl::StatusOr<std::vector<BufferSet>> MakeBufferSets(const HostPackedTensor& host,
+                                                      int64_t out_bytes, int count) {
+  const AwqShape& shape = host.shape;
+  std::vector<BufferSet> sets(static_cast<size_t>(count));
+  for (BufferSet& set : sets) {
+    absl::StatusOr<DeviceBuffer> q = Allocate(shape.qweight_bytes());
+    if (!q.ok()) return q.status();
+    absl::StatusOr<DeviceBuffer> z = Allocate(shape.qzeros_bytes());
+    if (!z.ok()) return z.status();
+    absl::StatusOr<DeviceBuffer> s = Allocate(shape.scales_bytes());
+    if (!s.ok()) return s.status();
+    absl::StatusOr<DeviceBuffer> o = Allocate(out_bytes);
+    if (!o.ok()) return o.status();
+    DEQUANTD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(q->get(), host.qweight.data(), shape.qweight_bytes(), cudaMemcpyHostToDevice));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(z->get(), host.qzeros.data(), shape.qzeros_bytes(), cudaMemcpyHostToDevice));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(s->get(), host.scales.data(), shape.scales_bytes(), cudaMemcpyHostToDevice));
+    set.qweight = std::move(*q);
+    set.qzeros = std::move(*z);
+    set.scales = std::move(*s);
+    set.out = std::move(*o);
+    set.view.shape = shape;
+    set.view.qweight = static_cast<const int32_t*>(set.qweight.get());
+    set.view.qzeros = static_cast<const int32_t*>(set.qzeros.get());
+    set.view.scales = set.scales.get();
+  }
+  return sets;
+}
+
+// Target duration of one throughput graph launch, and the bounds on its launch count.
+constexpr double kGraphTargetSeconds = 5e-3;
+constexpr int kMaxGraphLaunches = 2000;
+
+// A runner that enqueues one call on a buffer set; latency and throughput are timed the same way
+// for every kind of call.
+class CudaRunner : public Runner {
+ public:
+  CudaRunner(std::string variant, int64_t bytes_moved, std::string launch_config,
+             std::vector<BufferSet>& sets, Timing& timing)
+      : Runner(std::move(variant), bytes_moved, std::move(launch_config)),
+        sets_(sets),
+        timing_(timing) {}
+
+  absl::StatusOr<double> LatencySeconds() override {
+    const int set = next_;
+    next_ = (next_ + 1) % static_cast<int>(sets_.size());
+    return timing_.Time([&] { return Enqueue(set); });
+  }
+
+  absl::StatusOr<double> ThroughputSeconds() override {
+    if (graph_ == nullptr) {
+      if (absl::Status s = BuildGraph(); !s.ok()) return s;
+    }
+    absl::StatusOr<double> t = timing_.Time([&]() -> absl::Status {
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_.get(), timing_.stream.get()));
+      return absl::OkStatus();
+    });
+    if (!t.ok()) return t.status();
+    return *t / graph_launches_;
+  }
+
+ protected:
+  // Enqueues one call reading set `set` on the timing stream.
+  virtual absl::Status Enqueue(int set) = 0;
+
+  std::vector<BufferSet>& sets_;
+  Timing& timing_;
+
+ private:
+  // Captures enough back-to-back calls, rotating over the sets, for about kGraphTargetSeconds,
+  // and launches the graph once (warm-up).
+  absl::Status BuildGraph() {
+    double estimate = 1e30;
+    for (int i = 0; i < 3; ++i) {
+      absl::StatusOr<double> t = LatencySeconds();
+      if (!t.ok()) return t.status();
+      estimate = std::min(estimate, *t);
+    }
+    const int sets = static_cast<int>(sets_.size());
+    int launches =
+        static_cast<int>(std::clamp(std::ceil(kGraphTargetSeconds / std::max(estimate, 1e-7)), 1.0,
+                                    static_cast<double>(kMaxGraphLaunches)));
+    launches = std::max(sets, (launches + sets - 1) / sets * sets);
+
+    cudaStream_t stream = timing_.stream.get();
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    absl::Status enqueued = absl::OkStatus();
+    for (int i = 0; i < launches && enqueued.ok(); ++i) enqueued.Update(Enqueue(i % sets));
+    cudaGraph_t raw = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream, &raw);
+    Graph graph(raw);
+    if (!enqueued.ok()) return enqueued;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(ended);
+    cudaGraphExec_t exec = nullptr;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph.get(), 0));
+    graph_.reset(exec);
+    graph_launches_ = launches;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_.get(), stream));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return absl::OkStatus();
+  }
+
+  int next_ = 0;
+  GraphExec graph_;
+  int graph_launches_ = 0;
+};
+
+class KernelRunner : public CudaRunner {
+ public:
+  KernelRunner(KernelVariant v, const LaunchConfig& config, DType out_dtype,
+               std::vector<BufferSet>& sets, Timing& timing)
+      : CudaRunner(std::string(cuda::VariantName(v)),
+                   sets.front().view.shape.bytes_moved(out_dtype), config.ToString(), sets, timing),
+        v_(v),
+        config_(config),
+        out_dtype_(out_dtype) {}
+
+  absl::StatusOr<bool> CheckOutput(const OutputChecker& checker,
+                                   const std::vector<RowRange>& rows) override {
+    BufferSet& set = sets_.front();
+    const AwqShape& shape = set.view.shape;
+    cudaStream_t stream = timing_.stream.get();
+    // Poison the output first: a kernel that skips elements cannot pass on stale results.
+    DEQUANTD_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(set.out.get(), 0xFF, shape.output_bytes(out_dtype_), stream));
+    if (absl::Status s = Enqueue(0); !s.ok()) return s;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    bool all = true;
+    for (const RowRange& r : rows) {
+      host_.resize(static_cast<size_t>((r.second - r.first) * checker.row_bytes()));
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(
+          host_.data(), static_cast<const uint8_t*>(set.out.get()) + r.first * checker.row_bytes(),
+          host_.size(), cudaMemcpyDeviceToHost));
+      absl::StatusOr<bool> ok = checker.Matches(r, host_.data());
+      if (!ok.ok()) return ok.status();
+      all = all && *ok;
+    }
+    return all;
+  }
+
+ protected:
+  absl::Status Enqueue(int set) override {
+    return cuda::LaunchDequantize(v_, config_, sets_[set].view, out_dtype_, sets_[set].out.get(),
+                                  timing_.stream.get());
+  }
+
+ private:
+  KernelVariant v_;
+  LaunchConfig config_;
+  DType out_dtype_;
+  std::vector<uint8_t> host_;
+};
+
+// cudaMemcpyAsync of copy_bytes from set i's output buffer to set i+1's.
+class CopyRunner : public CudaRunner {
+ public:
+  CopyRunner(int64_t copy_bytes, std::vector<BufferSet>& sets, Timing& timing)
+      : CudaRunner("copy", 2 * copy_bytes, "cudaMemcpyAsync D2D", sets, timing),
+        copy_bytes_(copy_bytes) {}
+
+  absl::StatusOr<bool> CheckOutput(const OutputChecker&, const std::vector<RowRange>&) override {
+    return true;
+  }
+
+ protected:
+  absl::Status Enqueue(int set) override {
+    const int dst = (set + 1) % static_cast<int>(sets_.size());
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sets_[dst].out.get(), sets_[set].out.get(),
+                                                  copy_bytes_, cudaMemcpyDeviceToDevice,
+                                                  timing_.stream.get()));
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t copy_bytes_;
+};
+
+std::string DeviceDescription(const cudaDeviceProp& prop, int64_t l2_bytes) {
+  return absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.multiProcessorCount,
+                      " SMs, L2 ", l2_bytes >> 20, " MiB, ", prop.totalGlobalMem >> 30, " GiB)");
+}
+
+}  // namespace
+
+bool CudaDeviceAvailable(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the (non-sticky) error
+    return false;
+  }
+  return device >= 0 && device < count;
+}
+
+absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request) {
+  std::vector<std::string> offered;
+  for (KernelVariant v : cuda::AllVariants()) offered.emplace_back(cuda::VariantName(v));
+  absl::StatusOr<std::vector<std::string>> names = SelectVariants(request.variants, offered);
+  if (!names.ok()) return names.status();
+  std::vector<KernelVariant> variants;
+  for (const std::string& name : *names) {
+    KernelVariant v;
+    if (!cuda::ParseVariant(name, &v)) return absl::InternalError("variant name round trip");
+    variants.push_back(v);
+  }
+
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(request.device));
+  cudaDeviceProp prop;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, request.device));
+  int l2 = 0;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, request.device));
+  const int64_t rotation_bytes = 4 * static_cast<int64_t>(l2);
+
+  BenchmarkResult result;
+  result.backend = "cuda";
+  result.device = DeviceDescription(prop, l2);
+  if (request.hardware_counters) {
+    result.note = "hardware counters are not collected by this build; use Nsight Compute";
+  }
+  Autotuner local_tuner("");
+  Autotuner& tuner = request.autotuner != nullptr ? *request.autotuner : local_tuner;
+
+  absl::StatusOr<Timing> timing = Timing::Create();
+  if (!timing.ok()) return timing.status();
+  absl::StatusOr<double> peak = MeasurePeakCopy(*timing, request.peak_copy_bytes);
+  if (!peak.ok()) return peak.status();
+  result.peak_copy_bytes_per_second = *peak;
+
+  std::mt19937_64 rng(request.seed);
+  MethodOptions options;
+  options.trials = request.trials;
+  options.runs = request.runs;
+  options.sampled_rows = request.sampled_rows;
+  options.peak_copy_bytes_per_second = *peak;
+  for (const BenchmarkShape& s : request.shapes) {
+    const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const HostPackedTensor host = MakeRandomPackedTensor(shape, rng());
+    for (DType out : request.output_dtypes) {
+      const int64_t set_bytes = shape.qweight_bytes() + shape.qzeros_bytes() +
+                                shape.scales_bytes() + shape.output_bytes(out);
+      const int count =
+          static_cast<int>(std::max<int64_t>(2, (rotation_bytes + set_bytes - 1) / set_bytes));
+      absl::StatusOr<std::vector<BufferSet>> sets =
+          MakeBufferSets(host, shape.output_bytes(out), count);
+      if (!sets.ok()) return sets.status();
+      absl::StatusOr<OutputChecker> checker =
+          OutputChecker::Create(host.view(), out, request.full_check_max_elements);
+      if (!checker.ok()) return checker.status();
+
+      std::vector<std::unique_ptr<Runner>> owned;
+      for (KernelVariant v : variants) {
+        Autotuner::Result tuned;
+        absl::StatusOr<LaunchConfig> config =
+            cuda::GetOrTuneLaunchConfig(tuner, v, sets->front().view, out, sets->front().out.get(),
+                                        timing->stream.get(), &tuned);
+        if (!config.ok()) return config.status();
+        if (!tuned.save_status.ok()) {
+          absl::StrAppend(&result.note, result.note.empty() ? "" : "; ",
+                          "tune cache: ", tuned.save_status.message());
+        }
+        owned.push_back(std::make_unique<KernelRunner>(v, *config, out, *sets, *timing));
+      }
+      owned.push_back(
+          std::make_unique<CopyRunner>(CopyBytesFor(shape.bytes_moved(out)), *sets, *timing));
+      std::vector<Runner*> runners;
+      for (auto& r : owned) runners.push_back(r.get());
+      absl::StatusOr<std::vector<BenchmarkRow>> rows =
+          RunMethod(runners, shape, out, *checker, options, rng);
+      if (!rows.ok()) return rows.status();
+      for (BenchmarkRow& row : *rows) result.rows.push_back(std::move(row));
+    }
+  }
+  return result;
+}
+
+}  // namespace dequantd::bench

@@ -1,0 +1,148 @@
+// dequantd_bench: runs the benchmark method (bench/benchmark.h) and prints the table.
+//
+//   dequantd_bench [--shapes KxN,...] [--group-size 128] [--dtypes fp16,bf16,fp32]
+//                  [--variants v1_per_element,...] [--trials 5] [--runs 20] [--markdown]
+//                  [--backend auto|cpu|cuda] [--device 0] [--seed S] [--commit SHA]
+//                  [--peak-copy-mib MiB] [--tune-cache PATH]
+//
+// Exit status: 0 when every row is correct, 1 when a variant's output differed from the CPU
+// reference, 2 on a usage or run error.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "bench/benchmark.h"
+#include "bench/table.h"
+#include "kernels/autotune.h"
+
+namespace {
+
+using dequantd::DType;
+using dequantd::bench::BenchmarkRequest;
+using dequantd::bench::BenchmarkShape;
+
+constexpr const char* kUsage =
+    "usage: dequantd_bench [--shapes KxN,...] [--group-size G] [--dtypes fp16,bf16,fp32]\n"
+    "                      [--variants NAME,...] [--trials T] [--runs R] [--markdown]\n"
+    "                      [--backend auto|cpu|cuda] [--device D] [--seed S] [--commit SHA]\n"
+    "                      [--peak-copy-mib MiB] [--tune-cache PATH]\n";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "dequantd_bench: %s\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+bool ParseShapes(absl::string_view text, std::vector<BenchmarkShape>* shapes) {
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::vector<absl::string_view> kn = absl::StrSplit(item, 'x');
+    BenchmarkShape s;
+    if (kn.size() != 2 || !absl::SimpleAtoi(kn[0], &s.K) || !absl::SimpleAtoi(kn[1], &s.N)) {
+      return false;
+    }
+    shapes->push_back(s);
+  }
+  return !shapes->empty();
+}
+
+std::string UtcNow() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchmarkRequest request;
+  bool markdown = false;
+  std::string commit = DEQUANTD_CONFIGURE_COMMIT;
+  std::string tune_cache;
+  std::vector<absl::string_view> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const absl::string_view flag = args[i];
+    if (flag == "--markdown") {
+      markdown = true;
+      continue;
+    }
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (i + 1 >= args.size()) return Fail(std::string("missing value for ") + std::string(flag));
+    const absl::string_view value = args[++i];
+    bool ok = true;
+    if (flag == "--shapes") {
+      ok = ParseShapes(value, &request.shapes);
+    } else if (flag == "--group-size") {
+      ok = absl::SimpleAtoi(value, &request.group_size);
+    } else if (flag == "--dtypes") {
+      for (absl::string_view d : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        DType t;
+        ok = ok && dequantd::ParseDType(std::string(d), &t);
+        if (ok) request.output_dtypes.push_back(t);
+      }
+    } else if (flag == "--variants") {
+      for (absl::string_view v : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        request.variants.emplace_back(v);
+      }
+    } else if (flag == "--trials") {
+      ok = absl::SimpleAtoi(value, &request.trials) && request.trials > 0;
+    } else if (flag == "--runs") {
+      ok = absl::SimpleAtoi(value, &request.runs) && request.runs > 0;
+    } else if (flag == "--backend") {
+      using dequantd::bench::Backend;
+      if (value == "auto") {
+        request.backend = Backend::kAuto;
+      } else if (value == "cpu") {
+        request.backend = Backend::kCpu;
+      } else if (value == "cuda") {
+        request.backend = Backend::kCuda;
+      } else {
+        ok = false;
+      }
+    } else if (flag == "--device") {
+      ok = absl::SimpleAtoi(value, &request.device);
+    } else if (flag == "--seed") {
+      ok = absl::SimpleAtoi(value, &request.seed);
+    } else if (flag == "--commit") {
+      commit = std::string(value);
+    } else if (flag == "--peak-copy-mib") {
+      int64_t mib = 0;
+      ok = absl::SimpleAtoi(value, &mib) && mib > 0;
+      request.peak_copy_bytes = mib << 20;
+    } else if (flag == "--tune-cache") {
+      tune_cache = std::string(value);
+    } else {
+      return Fail(std::string("unknown flag ") + std::string(flag));
+    }
+    if (!ok)
+      return Fail(std::string("bad value for ") + std::string(flag) + ": " + std::string(value));
+  }
+  if (request.shapes.empty()) request.shapes = dequantd::bench::DefaultShapes();
+
+  dequantd::Autotuner tuner(tune_cache);
+  if (!tuner.load_warning().ok()) {
+    std::fprintf(stderr, "dequantd_bench: warning: %s\n",
+                 std::string(tuner.load_warning().message()).c_str());
+  }
+  request.autotuner = &tuner;
+  absl::StatusOr<dequantd::bench::BenchmarkResult> result = dequantd::bench::RunBenchmark(request);
+  if (!result.ok()) {
+    std::fprintf(stderr, "dequantd_bench: %s\n", result.status().ToString().c_str());
+    return 2;
+  }
+  const std::string table = dequantd::bench::FormatTable(*result, {UtcNow(), commit}, markdown);
+  std::fputs(table.c_str(), stdout);
+  for (const auto& row : result->rows) {
+    if (!row.correct) return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,163 @@
+// The benchmark's CPU mode end to end (the plumbing the Benchmark RPC uses on CPU servers).
+#include <string>
+
+#include "bench/benchmark.h"
+#include "bench/table.h"
+#include "gtest/gtest.h"
+
+namespace dequantd::bench {
+namespace {
+
+BenchmarkRequest SmallCpuRequest() {
+  BenchmarkRequest r;
+  r.backend = Backend::kCpu;
+  r.shapes = {{256, 512, 0, DType::kF16}, {384, 1024, 64, DType::kBF16}};
+  r.group_size = 128;
+  r.output_dtypes = {DType::kF16, DType::kBF16, DType::kF32};
+  r.trials = 2;
+  r.runs = 3;
+  r.seed = 42;
+  r.peak_copy_bytes = 1 << 20;
+  r.cpu_threads = 2;
+  return r;
+}
+
+TEST(CpuBenchmarkTest, RowsAreCorrectTimedAndCountTheRightBytes) {
+  absl::StatusOr<BenchmarkResult> result = RunBenchmark(SmallCpuRequest());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->backend, "cpu");
+  EXPECT_GT(result->peak_copy_bytes_per_second, 0);
+  ASSERT_EQ(result->rows.size(), 2u * 3 * 3);  // shapes x dtypes x (reference, threads, copy)
+
+  const char* kVariants[] = {"cpu_reference", "cpu_threads", "copy"};
+  const DType kDtypes[] = {DType::kF16, DType::kBF16, DType::kF32};
+  for (size_t i = 0; i < result->rows.size(); ++i) {
+    const BenchmarkRow& row = result->rows[i];
+    SCOPED_TRACE(row.variant + " " + std::to_string(row.K) + "x" + std::to_string(row.N));
+    EXPECT_EQ(row.variant, kVariants[i % 3]);
+    EXPECT_EQ(row.output_dtype, kDtypes[(i / 3) % 3]);
+    EXPECT_TRUE(row.correct);
+    EXPECT_EQ(row.latency.count, 6);
+    EXPECT_GT(row.latency.median, 0);
+    EXPECT_GT(row.latency.min, 0);
+    EXPECT_LE(row.latency.min, row.latency.median);
+    EXPECT_LE(row.latency.median, row.latency.max);
+    EXPECT_EQ(row.throughput_seconds, 0);
+    EXPECT_DOUBLE_EQ(row.bytes_per_second, row.bytes_moved / row.latency.median);
+    EXPECT_DOUBLE_EQ(row.fraction_of_peak,
+                     row.bytes_per_second / result->peak_copy_bytes_per_second);
+  }
+  // 256x512, G=128, fp16 scales, fp16 out: qweight 256*64*4 = 65536, qzeros 2*64*4 = 512,
+  // scales 2*512*2 = 2048, output 256*512*2 = 262144.
+  EXPECT_EQ(result->rows[0].K, 256);
+  EXPECT_EQ(result->rows[0].group_size, 128);
+  EXPECT_EQ(result->rows[0].bytes_moved, 65536 + 512 + 2048 + 262144);
+  EXPECT_EQ(result->rows[2].bytes_moved, 65536 + 512 + 2048 + 262144);  // copy: same count
+  // fp32 out: output 256*512*4 = 524288.
+  EXPECT_EQ(result->rows[6].bytes_moved, 65536 + 512 + 2048 + 524288);
+  // 384x1024, G=64, bf16 scales, bf16 out: qweight 384*128*4 = 196608, qzeros 6*128*4 = 3072,
+  // scales 6*1024*2 = 12288, output 384*1024*2 = 786432.
+  const BenchmarkRow& r = result->rows[9];
+  EXPECT_EQ(r.K, 384);
+  EXPECT_EQ(r.group_size, 64);
+  EXPECT_EQ(r.output_dtype, DType::kF16);
+  EXPECT_EQ(result->rows[12].bytes_moved, 196608 + 3072 + 12288 + 786432);
+  EXPECT_EQ(result->rows[12].output_dtype, DType::kBF16);
+}
+
+TEST(CpuBenchmarkTest, SampledRowChecksAndVariantSelection) {
+  BenchmarkRequest request = SmallCpuRequest();
+  request.full_check_max_elements = 1000;  // every output is checked on sampled rows
+  request.variants = {"cpu_threads"};
+  request.output_dtypes = {};  // fp16
+  absl::StatusOr<BenchmarkResult> result = RunBenchmark(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->rows.size(), 4u);
+  EXPECT_EQ(result->rows[0].variant, "cpu_threads");
+  EXPECT_EQ(result->rows[0].launch_config, "threads=2");
+  EXPECT_EQ(result->rows[1].variant, "copy");
+  for (const BenchmarkRow& row : result->rows) {
+    EXPECT_TRUE(row.correct);
+    EXPECT_EQ(row.output_dtype, DType::kF16);
+  }
+}
+
+TEST(CpuBenchmarkTest, BadRequestsAreInvalidArgument) {
+  BenchmarkRequest r = SmallCpuRequest();
+  r.shapes.clear();
+  EXPECT_EQ(RunBenchmark(r).status().code(), absl::StatusCode::kInvalidArgument);
+
+  r = SmallCpuRequest();
+  r.shapes = {{256, 1001}};
+  const absl::Status bad_n = RunBenchmark(r).status();
+  EXPECT_EQ(bad_n.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_n.message().find("256x1001"), std::string::npos) << bad_n;
+
+  r = SmallCpuRequest();
+  r.shapes = {{300, 512}};  // 300 % 128 != 0
+  EXPECT_EQ(RunBenchmark(r).status().code(), absl::StatusCode::kInvalidArgument);
+
+  r = SmallCpuRequest();
+  r.variants = {"v4_vec16"};
+  const absl::Status unknown = RunBenchmark(r).status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.message().find("cpu_threads"), std::string::npos) << unknown;
+
+  r = SmallCpuRequest();
+  r.trials = -1;
+  EXPECT_EQ(RunBenchmark(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r = SmallCpuRequest();
+  r.runs = 10001;
+  EXPECT_EQ(RunBenchmark(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuBenchmarkTest, HardwareCountersAreExplainedInTheNote) {
+  BenchmarkRequest r = SmallCpuRequest();
+  r.shapes = {{128, 64}};
+  r.output_dtypes = {DType::kF16};
+  r.hardware_counters = true;
+  absl::StatusOr<BenchmarkResult> result = RunBenchmark(r);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_NE(result->note.find("hardware counters"), std::string::npos);
+}
+
+TEST(BenchmarkDefaultsTest, NineShapesOfIssue3) {
+  const std::vector<BenchmarkShape> shapes = DefaultShapes();
+  ASSERT_EQ(shapes.size(), 9u);
+  EXPECT_EQ(shapes[0].K, 1536);
+  EXPECT_EQ(shapes[0].N, 1536);
+  EXPECT_EQ(shapes[7].K, 8192);
+  EXPECT_EQ(shapes[7].N, 28672);
+  EXPECT_EQ(shapes[8].K, 28672);
+  EXPECT_EQ(shapes[8].N, 8192);
+}
+
+TEST(FormatTableTest, MarkdownHasHeaderAndOneLinePerRow) {
+  BenchmarkResult result;
+  result.backend = "cpu";
+  result.device = "CPU (2 hardware threads)";
+  result.peak_copy_bytes_per_second = 4.2e12;
+  BenchmarkRow row;
+  row.variant = "cpu_threads";
+  row.K = 1536;
+  row.N = 8960;
+  row.group_size = 128;
+  row.latency.median = 12.5e-6;
+  row.latency.mean = 13e-6;
+  row.latency.std = 1e-6;
+  row.bytes_per_second = 3.15e12;
+  row.fraction_of_peak = 0.75;
+  row.correct = true;
+  result.rows = {row};
+  const std::string md = FormatTable(result, {"2026-11-30 08:00 UTC", "abc1234"}, true);
+  EXPECT_NE(md.find("- device: CPU (2 hardware threads) (backend cpu)\n"), std::string::npos);
+  EXPECT_NE(md.find("- commit: abc1234\n"), std::string::npos);
+  EXPECT_NE(md.find("- peak copy rate: 4200.0 GB/s"), std::string::npos);
+  EXPECT_NE(md.find("| cpu_threads | 1536x8960 g128 | fp16 | 12.50 | 13.00 ± 1.00 | - | 3150.0 | "
+                    "75.0 | - | - | no | yes | - |\n"),
+            std::string::npos)
+      << md;
+}
+
+}  // namespace
+}  // namespace dequantd::bench
