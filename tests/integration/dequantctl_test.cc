@@ -1,0 +1,249 @@
+// Runs the real dequantctl binary (DEQUANTCTL_PATH) against an in-process server: exit codes,
+// the files it writes (.npy, .safetensors, raw) byte for byte, --packed input, --compare, and
+// one-line errors.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "formats/npy.h"
+#include "formats/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/test_support.h"
+
+namespace dequantd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs dequantctl with `args`, capturing stdout and stderr through files in `dir`.
+CommandResult RunDequantctl(const std::string& dir, const std::vector<std::string>& args) {
+  const std::string out_path = dir + "/stdout.txt", err_path = dir + "/stderr.txt";
+  std::vector<std::string> argv_strings = {DEQUANTCTL_PATH};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  CommandResult run;
+  int status = 0;
+  if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) {
+    run.exit_code = WEXITSTATUS(status);
+  }
+  run.out = ReadAll(out_path);
+  run.err = ReadAll(err_path);
+  return run;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+std::vector<uint8_t> FileBytes(const std::string& path) {
+  const std::string s = ReadAll(path);
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+class DequantctlTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    layer_ = new RandomLayer(
+        MakeRandomLayer("model.layers.0.self_attn.v_proj", 256, 192, 64, DType::kF16, 31));
+    dir_ = new std::string(MakeTempDir("dequantctl"));
+    const absl::Status written = WriteCheckpoint(*dir_ + "/model", {*layer_}, 64);
+    ASSERT_TRUE(written.ok()) << written;
+    ServerOptions options;
+    options.model_dir = *dir_ + "/model";
+    absl::StatusOr<std::unique_ptr<TestServer>> server = StartCpuServer(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+    delete layer_;
+    delete dir_;
+  }
+  void SetUp() override { ASSERT_NE(server_, nullptr); }
+
+  static CommandResult Ctl(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--server", server_->address});
+    return RunDequantctl(*dir_, args);
+  }
+  static std::string Path(const std::string& name) { return *dir_ + "/" + name; }
+
+  static RandomLayer* layer_;
+  static std::string* dir_;
+  static TestServer* server_;
+};
+
+RandomLayer* DequantctlTest::layer_ = nullptr;
+std::string* DequantctlTest::dir_ = nullptr;
+TestServer* DequantctlTest::server_ = nullptr;
+
+TEST_F(DequantctlTest, ListPrintsTheLayerRow) {
+  const CommandResult run = Ctl({"list"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+  const std::vector<std::string> lines = Lines(run.out);
+  ASSERT_EQ(lines.size(), 3u) << run.out;  // heading, one layer, summary
+  EXPECT_THAT(lines[0], StartsWith("name"));
+  // name, K, N, group_size, scale dtype, MiB (24576 + 384 + 1536 bytes = 0.03 MiB), resident.
+  std::vector<std::string> cells = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
+  EXPECT_THAT(cells, ::testing::ElementsAre("model.layers.0.self_attn.v_proj", "256", "192", "64",
+                                            "fp16", "0.03", "host"));
+  EXPECT_THAT(lines[2], StartsWith("1 tensors"));
+}
+
+TEST_F(DequantctlTest, InfoPrintsBackend) {
+  const CommandResult run = Ctl({"info"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("backend:      cpu\n"));
+}
+
+TEST_F(DequantctlTest, DequantizeToNpyWritesExactBytesForEachDType) {
+  for (const auto& [flag, descr, kernel] :
+       {std::tuple{"fp16", "<f2", DType::kF16}, std::tuple{"bf16", "<u2", DType::kBF16},
+        std::tuple{"fp32", "<f4", DType::kF32}}) {
+    SCOPED_TRACE(flag);
+    const std::string out = Path(absl::StrCat("v_proj.", flag, ".npy"));
+    const CommandResult run =
+        Ctl({"dequantize", "--tensor", layer_->name, "--out", out, "--dtype", flag});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(run.err, "");
+    ASSERT_EQ(Lines(run.out).size(), 1u) << run.out;
+    EXPECT_THAT(run.out, HasSubstr(absl::StrCat(layer_->name, ": shape (256, 192) ", flag, ", ",
+                                                layer_->shape.output_bytes(kernel), " bytes")));
+    absl::StatusOr<npy::Array> array = npy::ReadFile(out);
+    ASSERT_TRUE(array.ok()) << array.status();
+    EXPECT_EQ(array->header.descr, descr);
+    EXPECT_FALSE(array->header.fortran_order);
+    EXPECT_THAT(array->header.shape, ::testing::ElementsAre(256, 192));
+    EXPECT_EQ(array->header.data_offset % 64, 0);
+    EXPECT_TRUE(array->data == layer_->Expected(kernel));
+  }
+}
+
+TEST_F(DequantctlTest, DequantizeToSafetensorsAndRaw) {
+  const std::string st = Path("v_proj.safetensors");
+  CommandResult run = Ctl({"dequantize", "--tensor", layer_->name, "--out", st, "--dtype", "bf16",
+                           "--chunk-bytes", "65536"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file = safetensors::MappedFile::Open(st);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const safetensors::TensorEntry& entry = (*file)->header().tensors.at(layer_->name);
+  EXPECT_EQ(entry.dtype, "BF16");
+  EXPECT_THAT(entry.shape, ::testing::ElementsAre(256, 192));
+  const absl::Span<const uint8_t> bytes = *(*file)->TensorBytes(layer_->name);
+  EXPECT_TRUE(std::vector<uint8_t>(bytes.begin(), bytes.end()) == layer_->Expected(DType::kBF16));
+
+  const std::string raw = Path("v_proj.bin");
+  run = Ctl({"dequantize", "--tensor", layer_->name, "--out", raw, "--dtype", "fp32"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(FileBytes(raw) == layer_->Expected(DType::kF32));
+}
+
+TEST_F(DequantctlTest, PackedInputWithCompareReportsZeroErrorAgainstExactReference) {
+  // Inline input from a safetensors file, and an fp32 reference that is exactly the result.
+  const RandomLayer packed = MakeRandomLayer("blk.", 128, 72, 32, DType::kBF16, 32);
+  const std::string input = Path("packed.safetensors");
+  const std::vector<uint8_t> expected = packed.Expected(DType::kF32);
+  auto bytes = [](const auto& v) {
+    return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(v[0]));
+  };
+  ASSERT_TRUE(
+      safetensors::WriteFile(input, {{"blk.qweight", "I32", {128, 9}, bytes(packed.qweight)},
+                                     {"blk.qzeros", "I32", {4, 9}, bytes(packed.qzeros)},
+                                     {"blk.scales", "BF16", {4, 72}, bytes(packed.scales)}})
+          .ok());
+  const std::string reference = Path("reference.safetensors");
+  ASSERT_TRUE(safetensors::WriteFile(reference, {{"blk.weight", "F32", {128, 72}, expected}}).ok());
+
+  const std::string out = Path("packed_out.npy");
+  const CommandResult run = Ctl({"dequantize", "--packed", input, "--prefix", "blk.", "--out", out,
+                                 "--dtype", "fp32", "--compare", reference});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::vector<std::string> lines = Lines(run.out);
+  ASSERT_EQ(lines.size(), 2u) << run.out;
+  EXPECT_THAT(lines[0], HasSubstr("shape (128, 72) fp32, 36864 bytes"));
+  EXPECT_THAT(lines[1],
+              HasSubstr(":blk.weight: max_abs 0, rms 0, relative_rms 0 over 9216 elements"));
+  absl::StatusOr<npy::Array> array = npy::ReadFile(out);
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_TRUE(array->data == expected);
+}
+
+TEST_F(DequantctlTest, UnknownLayerExitsOneWithOneLineErrorAndWritesNothing) {
+  const std::string out = Path("missing.npy");
+  const CommandResult run =
+      Ctl({"dequantize", "--tensor", "model.layers.7.mlp.up_proj", "--out", out});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.out, "");
+  ASSERT_EQ(Lines(run.err).size(), 1u) << run.err;
+  EXPECT_THAT(run.err, StartsWith("dequantctl: NOT_FOUND: "));
+  EXPECT_THAT(run.err, HasSubstr("model.layers.7.mlp.up_proj"));
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& entry : fs::directory_iterator(*dir_)) {
+    EXPECT_THAT(entry.path().filename().string(), ::testing::Not(StartsWith("missing.npy")))
+        << "temporary file left behind";
+  }
+}
+
+TEST_F(DequantctlTest, UsageErrorsExitTwo) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"dequantize", "--out", Path("x.npy")},  // no source
+        std::vector<std::string>{"dequantize", "--tensor", "a", "--dtype", "int32"},
+        std::vector<std::string>{"frobnicate"}, std::vector<std::string>{"--no-such-flag", "list"},
+        std::vector<std::string>{}}) {
+    SCOPED_TRACE(absl::StrJoin(args, " "));
+    const CommandResult run = Ctl(args);
+    EXPECT_EQ(run.exit_code, 2);
+    ASSERT_EQ(Lines(run.err).size(), 1u) << run.err;
+    EXPECT_THAT(run.err, StartsWith("dequantctl: INVALID_ARGUMENT: "));
+  }
+}
+
+TEST(DequantctlNoServerTest, UnreachableServerExitsOneWithUnavailable) {
+  const std::string dir = MakeTempDir("dequantctl_no_server");
+  // Port 1 on loopback: nothing listens there.
+  const CommandResult run =
+      RunDequantctl(dir, {"--server", "127.0.0.1:1", "--deadline", "10", "list"});
+  EXPECT_EQ(run.exit_code, 1);
+  ASSERT_EQ(Lines(run.err).size(), 1u) << run.err;
+  EXPECT_THAT(run.err, StartsWith("dequantctl: UNAVAILABLE: "));
+}
+
+}  // namespace
+}  // namespace dequantd::testing

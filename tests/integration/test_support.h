@@ -1,0 +1,64 @@
+// Helpers for the integration tests: random AWQ layers (with the reference result computed by
+// kernels/DequantizeReference), a checkpoint directory written from them, and a dequantd server
+// started in-process on 127.0.0.1 with an ephemeral port and the CPU backend.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/client.h"
+#include "kernels/dequant.h"
+#include "server/server.h"
+
+namespace dequantd::testing {
+
+// One AWQ GEMM layer with random packed data: every qweight/qzeros bit pattern is possible
+// (including bit 31), scales are random values in [-0.05, 0.05) rounded to the scale dtype.
+struct RandomLayer {
+  std::string name;  // layer prefix, e.g. "model.layers.0.self_attn.q_proj"
+  AwqShape shape;
+  std::vector<int32_t> qweight;  // (K, N/8)
+  std::vector<int32_t> qzeros;   // (K/G, N/8)
+  std::vector<uint16_t> scales;  // (K/G, N), fp16 or bf16 bits
+
+  PackedTensorView view() const;
+  // The same layer as inline request input.
+  v1::InlinePackedTensor ToInline() const;
+  // The reference result (row-major (K, N) of `out`), from DequantizeReference.
+  std::vector<uint8_t> Expected(DType out) const;
+};
+
+RandomLayer MakeRandomLayer(const std::string& name, int64_t K, int64_t N, int64_t group_size,
+                            DType scale_dtype, uint32_t seed);
+
+// Writes `dir`/config.json (quantization_config: awq, 4 bits, `group_size`, zero_point, gemm) and
+// `dir`/model.safetensors holding <name>.qweight/.qzeros/.scales for every layer.
+absl::Status WriteCheckpoint(const std::string& dir, const std::vector<RandomLayer>& layers,
+                             int64_t group_size);
+
+// A fresh empty directory under the test's temporary directory.
+std::string MakeTempDir(const std::string& name);
+
+// A running server and a client connected to it. The server shuts down on destruction.
+struct TestServer {
+  std::unique_ptr<DequantServer> server;
+  std::unique_ptr<DequantClient> client;
+  std::string address;  // "127.0.0.1:<port>"
+  ~TestServer();
+};
+
+// Starts dequantd with `options` overridden to listen on 127.0.0.1:0, the CPU backend (2
+// threads) and no /metrics endpoint.
+absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServer(ServerOptions options);
+
+// The bundled model directory: $DEQUANTD_MODEL_DIR, else <source>/models/smollm2-135m-awq if
+// it holds a config.json; empty if neither exists.
+std::string BundledModelDir();
+
+// Whether `message` contains `field` as a whole word (not inside a longer identifier).
+bool NamesField(const std::string& message, const std::string& field);
+
+}  // namespace dequantd::testing
