@@ -117,42 +117,57 @@ absl::StatusOr<double> MeasurePeakCopy(Timing& timing, int64_t bytes) {
   return 2.0 * static_cast<double>(bytes) / ComputeStats(samples).median;
 }
 
-// One copy of the packed inputs plus an output buffer, on the device.
+// One copy of the packed inputs plus an output buffer, inside a BufferArena.
 struct BufferSet {
-  DeviceBuffer qweight, qzeros, scales, out;
   PackedTensorView view;  // device pointers
+  void* out = nullptr;    // K * N elements of the output dtype
 };
 
+// `sets` carved out of one allocation (each part 256-byte aligned).
+struct BufferArena {
+  DeviceBuffer memory;
+  std::vector<BufferSet> sets;
+};
+
+// The most buffer sets one (shape, dtype) uses: tiny layers get fewer than 4x L2 of rotation.
+constexpr int64_t kMaxBufferSets = 1024;
+
+constexpr int64_t AlignUp(int64_t n) { return (n + 255) / 256 * 256; }
+
 // `count` sets holding `host`'s inputs, each with an output of out_bytes.
-absl::StatusOr<std::vector<BufferSet>> MakeBufferSets(const HostPackedTensor& host,
-                                                      int64_t out_bytes, int count) {
+absl::StatusOr<BufferArena> MakeBufferArena(const HostPackedTensor& host, int64_t out_bytes,
+                                            int64_t count) {
   const AwqShape& shape = host.shape;
-  std::vector<BufferSet> sets(static_cast<size_t>(count));
-  for (BufferSet& set : sets) {
-    absl::StatusOr<DeviceBuffer> q = Allocate(shape.qweight_bytes());
-    if (!q.ok()) return q.status();
-    absl::StatusOr<DeviceBuffer> z = Allocate(shape.qzeros_bytes());
-    if (!z.ok()) return z.status();
-    absl::StatusOr<DeviceBuffer> s = Allocate(shape.scales_bytes());
-    if (!s.ok()) return s.status();
-    absl::StatusOr<DeviceBuffer> o = Allocate(out_bytes);
-    if (!o.ok()) return o.status();
-    DEQUANTD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(q->get(), host.qweight.data(), shape.qweight_bytes(), cudaMemcpyHostToDevice));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(z->get(), host.qzeros.data(), shape.qzeros_bytes(), cudaMemcpyHostToDevice));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(s->get(), host.scales.data(), shape.scales_bytes(), cudaMemcpyHostToDevice));
-    set.qweight = std::move(*q);
-    set.qzeros = std::move(*z);
-    set.scales = std::move(*s);
-    set.out = std::move(*o);
-    set.view.shape = shape;
-    set.view.qweight = static_cast<const int32_t*>(set.qweight.get());
-    set.view.qzeros = static_cast<const int32_t*>(set.qzeros.get());
-    set.view.scales = set.scales.get();
+  const int64_t qzeros_at = AlignUp(shape.qweight_bytes());
+  const int64_t scales_at = qzeros_at + AlignUp(shape.qzeros_bytes());
+  const int64_t out_at = scales_at + AlignUp(shape.scales_bytes());
+  const int64_t stride = out_at + AlignUp(out_bytes);
+  BufferArena arena;
+  absl::StatusOr<DeviceBuffer> memory = Allocate(stride * count);
+  if (!memory.ok()) return memory.status();
+  arena.memory = std::move(*memory);
+  auto* base = static_cast<uint8_t*>(arena.memory.get());
+  for (int64_t i = 0; i < count; ++i) {
+    uint8_t* set = base + i * stride;
+    BufferSet b;
+    b.view.shape = shape;
+    b.view.qweight = reinterpret_cast<const int32_t*>(set);
+    b.view.qzeros = reinterpret_cast<const int32_t*>(set + qzeros_at);
+    b.view.scales = set + scales_at;
+    b.out = set + out_at;
+    arena.sets.push_back(b);
   }
-  return sets;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(base, host.qweight.data(), shape.qweight_bytes(), cudaMemcpyHostToDevice));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + qzeros_at, host.qzeros.data(),
+                                           shape.qzeros_bytes(), cudaMemcpyHostToDevice));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + scales_at, host.scales.data(),
+                                           shape.scales_bytes(), cudaMemcpyHostToDevice));
+  for (int64_t i = 1; i < count; ++i) {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(base + i * stride, base, out_at, cudaMemcpyDeviceToDevice));
+  }
+  return arena;
 }
 
 // Target duration of one throughput graph launch, and the bounds on its launch count.
@@ -250,14 +265,14 @@ class KernelRunner : public CudaRunner {
     cudaStream_t stream = timing_.stream.get();
     // Poison the output first: a kernel that skips elements cannot pass on stale results.
     DEQUANTD_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(set.out.get(), 0xFF, shape.output_bytes(out_dtype_), stream));
+        cudaMemsetAsync(set.out, 0xFF, shape.output_bytes(out_dtype_), stream));
     if (absl::Status s = Enqueue(0); !s.ok()) return s;
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     bool all = true;
     for (const RowRange& r : rows) {
       host_.resize(static_cast<size_t>((r.second - r.first) * checker.row_bytes()));
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(
-          host_.data(), static_cast<const uint8_t*>(set.out.get()) + r.first * checker.row_bytes(),
+          host_.data(), static_cast<const uint8_t*>(set.out) + r.first * checker.row_bytes(),
           host_.size(), cudaMemcpyDeviceToHost));
       absl::StatusOr<bool> ok = checker.Matches(r, host_.data());
       if (!ok.ok()) return ok.status();
@@ -268,7 +283,7 @@ class KernelRunner : public CudaRunner {
 
  protected:
   absl::Status Enqueue(int set) override {
-    return cuda::LaunchDequantize(v_, config_, sets_[set].view, out_dtype_, sets_[set].out.get(),
+    return cuda::LaunchDequantize(v_, config_, sets_[set].view, out_dtype_, sets_[set].out,
                                   timing_.stream.get());
   }
 
@@ -293,9 +308,8 @@ class CopyRunner : public CudaRunner {
  protected:
   absl::Status Enqueue(int set) override {
     const int dst = (set + 1) % static_cast<int>(sets_.size());
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sets_[dst].out.get(), sets_[set].out.get(),
-                                                  copy_bytes_, cudaMemcpyDeviceToDevice,
-                                                  timing_.stream.get()));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sets_[dst].out, sets_[set].out, copy_bytes_,
+                                                  cudaMemcpyDeviceToDevice, timing_.stream.get()));
     return absl::OkStatus();
   }
 
@@ -322,7 +336,12 @@ bool CudaDeviceAvailable(int device) {
 absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request) {
   std::vector<std::string> offered;
   for (KernelVariant v : cuda::AllVariants()) offered.emplace_back(cuda::VariantName(v));
-  absl::StatusOr<std::vector<std::string>> names = SelectVariants(request.variants, offered);
+  std::vector<std::string> requested;  // short names ("v4") spelled out
+  for (const std::string& name : request.variants) {
+    KernelVariant v;
+    requested.push_back(cuda::ParseVariant(name, &v) ? std::string(cuda::VariantName(v)) : name);
+  }
+  absl::StatusOr<std::vector<std::string>> names = SelectVariants(requested, offered);
   if (!names.ok()) return names.status();
   std::vector<KernelVariant> variants;
   for (const std::string& name : *names) {
@@ -366,11 +385,11 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
     for (DType out : request.output_dtypes) {
       const int64_t set_bytes = shape.qweight_bytes() + shape.qzeros_bytes() +
                                 shape.scales_bytes() + shape.output_bytes(out);
-      const int count =
-          static_cast<int>(std::max<int64_t>(2, (rotation_bytes + set_bytes - 1) / set_bytes));
-      absl::StatusOr<std::vector<BufferSet>> sets =
-          MakeBufferSets(host, shape.output_bytes(out), count);
-      if (!sets.ok()) return sets.status();
+      const int64_t count =
+          std::clamp<int64_t>((rotation_bytes + set_bytes - 1) / set_bytes, 2, kMaxBufferSets);
+      absl::StatusOr<BufferArena> arena = MakeBufferArena(host, shape.output_bytes(out), count);
+      if (!arena.ok()) return arena.status();
+      std::vector<BufferSet>& sets = arena->sets;
       absl::StatusOr<OutputChecker> checker =
           OutputChecker::Create(host.view(), out, request.full_check_max_elements);
       if (!checker.ok()) return checker.status();
@@ -378,18 +397,17 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
       std::vector<std::unique_ptr<Runner>> owned;
       for (KernelVariant v : variants) {
         Autotuner::Result tuned;
-        absl::StatusOr<LaunchConfig> config =
-            cuda::GetOrTuneLaunchConfig(tuner, v, sets->front().view, out, sets->front().out.get(),
-                                        timing->stream.get(), &tuned);
+        absl::StatusOr<LaunchConfig> config = cuda::GetOrTuneLaunchConfig(
+            tuner, v, sets.front().view, out, sets.front().out, timing->stream.get(), &tuned);
         if (!config.ok()) return config.status();
         if (!tuned.save_status.ok()) {
           absl::StrAppend(&result.note, result.note.empty() ? "" : "; ",
                           "tune cache: ", tuned.save_status.message());
         }
-        owned.push_back(std::make_unique<KernelRunner>(v, *config, out, *sets, *timing));
+        owned.push_back(std::make_unique<KernelRunner>(v, *config, out, sets, *timing));
       }
       owned.push_back(
-          std::make_unique<CopyRunner>(CopyBytesFor(shape.bytes_moved(out)), *sets, *timing));
+          std::make_unique<CopyRunner>(CopyBytesFor(shape.bytes_moved(out)), sets, *timing));
       std::vector<Runner*> runners;
       for (auto& r : owned) runners.push_back(r.get());
       absl::StatusOr<std::vector<BenchmarkRow>> rows =

@@ -7,9 +7,11 @@
 //
 // Exit status: 0 when every row is correct, 1 when a variant's output differed from the CPU
 // reference, 2 on a usage or run error.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,12 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    static constexpr absl::string_view kValued[] = {
+        "--shapes",  "--group-size", "--dtypes", "--variants", "--trials",        "--runs",
+        "--backend", "--device",     "--seed",   "--commit",   "--peak-copy-mib", "--tune-cache"};
+    if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
+      return Fail(std::string("unknown flag ") + std::string(flag));
+    }
     if (i + 1 >= args.size()) return Fail(std::string("missing value for ") + std::string(flag));
     const absl::string_view value = args[++i];
     bool ok = true;
@@ -120,8 +128,6 @@ int main(int argc, char** argv) {
       request.peak_copy_bytes = mib << 20;
     } else if (flag == "--tune-cache") {
       tune_cache = std::string(value);
-    } else {
-      return Fail(std::string("unknown flag ") + std::string(flag));
     }
     if (!ok)
       return Fail(std::string("bad value for ") + std::string(flag) + ": " + std::string(value));
