@@ -1,0 +1,209 @@
+// Tests for server/request: an inline InlinePackedTensor becomes the right PackedTensorView, and
+// each bad field is refused with its exact status code and a message naming the field.
+#include "server/request.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/test_layer.h"
+
+namespace dequantd {
+namespace {
+
+namespace v1 = ::dequant::v1;
+using ::dequantd::testing::RandomPackedLayer;
+using ::dequantd::testing::ToInline;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr int64_t kNoLimit = int64_t{1} << 40;
+
+// K = 256, N = 16, G = 128, fp16 scales: qweight 256 * 2 * 4 = 2048 bytes, qzeros 2 * 2 * 4 = 16,
+// scales 2 * 16 * 2 = 64.
+v1::InlinePackedTensor Valid() {
+  return ToInline(RandomPackedLayer({.K = 256, .N = 16, .group_size = 128}, 1), 128);
+}
+
+TEST(InlineTensorTest, ValidRequestPointsIntoTheRequestBytes) {
+  const v1::InlinePackedTensor packed = Valid();
+  absl::StatusOr<InlineTensor> tensor = InlineTensor::FromProto(packed, kNoLimit);
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  const PackedTensorView& view = tensor->view();
+  EXPECT_EQ(view.shape.K, 256);
+  EXPECT_EQ(view.shape.N, 16);
+  EXPECT_EQ(view.shape.group_size, 128);
+  EXPECT_EQ(view.shape.scale_dtype, DType::kF16);
+  EXPECT_FALSE(tensor->copied());
+  EXPECT_EQ(static_cast<const void*>(view.qweight), packed.qweight().data());
+  EXPECT_EQ(static_cast<const void*>(view.qzeros), packed.qzeros().data());
+  EXPECT_EQ(view.scales, packed.scales().data());
+}
+
+TEST(InlineTensorTest, GroupSizeMinusOneMeansK) {
+  const v1::InlinePackedTensor packed =
+      ToInline(RandomPackedLayer({.K = 256, .N = 16, .group_size = 256}, 2), -1);
+  absl::StatusOr<InlineTensor> tensor = InlineTensor::FromProto(packed, kNoLimit);
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  EXPECT_EQ(tensor->view().shape.group_size, 256);
+}
+
+TEST(InlineTensorTest, UnspecifiedScaleDtypeIsFp16AndBf16IsKept) {
+  v1::InlinePackedTensor packed = Valid();
+  packed.set_scale_dtype(v1::DTYPE_UNSPECIFIED);
+  absl::StatusOr<InlineTensor> fp16 = InlineTensor::FromProto(packed, kNoLimit);
+  ASSERT_TRUE(fp16.ok()) << fp16.status();
+  EXPECT_EQ(fp16->view().shape.scale_dtype, DType::kF16);
+
+  packed.set_scale_dtype(v1::DTYPE_BF16);
+  absl::StatusOr<InlineTensor> bf16 = InlineTensor::FromProto(packed, kNoLimit);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->view().shape.scale_dtype, DType::kBF16);
+}
+
+TEST(InlineTensorTest, MisalignedBytesAreCopiedToAlignedStorage) {
+  const v1::InlinePackedTensor packed = Valid();
+  // The same bytes, back to back from 1 byte past a 4-byte boundary (2048 and 16 are multiples
+  // of 4, so all three start misaligned).
+  std::vector<char> buffer(4 + packed.qweight().size() + packed.qzeros().size() +
+                           packed.scales().size());
+  char* qweight = buffer.data() + (4 - reinterpret_cast<uintptr_t>(buffer.data()) % 4) % 4 + 1;
+  std::memcpy(qweight, packed.qweight().data(), packed.qweight().size());
+  char* qzeros = qweight + packed.qweight().size();
+  std::memcpy(qzeros, packed.qzeros().data(), packed.qzeros().size());
+  char* scales = qzeros + packed.qzeros().size();
+  std::memcpy(scales, packed.scales().data(), packed.scales().size());
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(qweight) % 4, 1u);
+
+  absl::StatusOr<InlineTensor> tensor = InlineTensor::FromParts(
+      packed, {qweight, packed.qweight().size()}, {qzeros, packed.qzeros().size()},
+      {scales, packed.scales().size()}, kNoLimit);
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  EXPECT_TRUE(tensor->copied());
+  const PackedTensorView& view = tensor->view();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(view.qweight) % 4, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(view.qzeros) % 4, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(view.scales) % 4, 0u);
+  EXPECT_EQ(std::memcmp(view.qweight, packed.qweight().data(), packed.qweight().size()), 0);
+  EXPECT_EQ(std::memcmp(view.qzeros, packed.qzeros().data(), packed.qzeros().size()), 0);
+  EXPECT_EQ(std::memcmp(view.scales, packed.scales().data(), packed.scales().size()), 0);
+
+  // The view survives a move of the InlineTensor.
+  InlineTensor moved = std::move(*tensor);
+  EXPECT_EQ(std::memcmp(moved.view().qweight, packed.qweight().data(), packed.qweight().size()), 0);
+}
+
+struct BadCase {
+  const char* name;
+  void (*mutate)(v1::InlinePackedTensor&);
+  absl::StatusCode code;
+  const char* field;    // substring naming the field
+  const char* numbers;  // expected vs actual, or the bad value
+};
+
+class InlineTensorBadFieldTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(InlineTensorBadFieldTest, IsRefusedNamingTheField) {
+  v1::InlinePackedTensor packed = Valid();
+  GetParam().mutate(packed);
+  absl::StatusOr<InlineTensor> tensor = InlineTensor::FromProto(packed, kNoLimit);
+  ASSERT_FALSE(tensor.ok());
+  EXPECT_EQ(tensor.status().code(), GetParam().code) << tensor.status();
+  EXPECT_THAT(std::string(tensor.status().message()),
+              AllOf(HasSubstr(GetParam().field), HasSubstr(GetParam().numbers)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllFields, InlineTensorBadFieldTest,
+    ::testing::Values(
+        BadCase{
+            "QweightShort", [](v1::InlinePackedTensor& p) { p.mutable_qweight()->resize(2044); },
+            absl::StatusCode::kInvalidArgument, "packed.qweight", "has 2044 bytes, expected 2048"},
+        BadCase{"QweightLong", [](v1::InlinePackedTensor& p) { p.mutable_qweight()->resize(2052); },
+                absl::StatusCode::kInvalidArgument, "packed.qweight",
+                "has 2052 bytes, expected 2048"},
+        BadCase{"QzerosShort", [](v1::InlinePackedTensor& p) { p.mutable_qzeros()->resize(12); },
+                absl::StatusCode::kInvalidArgument, "packed.qzeros", "has 12 bytes, expected 16"},
+        BadCase{"ScalesShort", [](v1::InlinePackedTensor& p) { p.mutable_scales()->resize(62); },
+                absl::StatusCode::kInvalidArgument, "packed.scales", "has 62 bytes, expected 64"},
+        // bf16 scales are 2 bytes too: the 64 given are right; fp32 is not a scale dtype.
+        BadCase{"ScaleDtypeFp32",
+                [](v1::InlinePackedTensor& p) { p.set_scale_dtype(v1::DTYPE_FP32); },
+                absl::StatusCode::kInvalidArgument, "packed.scale_dtype", "DTYPE_FP32"},
+        BadCase{"ScaleDtypeInt32",
+                [](v1::InlinePackedTensor& p) { p.set_scale_dtype(v1::DTYPE_INT32); },
+                absl::StatusCode::kInvalidArgument, "packed.scale_dtype", "DTYPE_INT32"},
+        // Scales/qzeros for G = 64 (4 groups) sent with group_size 128: qzeros has 32 bytes.
+        BadCase{"QzerosForAnotherGroupSize",
+                [](v1::InlinePackedTensor& p) { p.mutable_qzeros()->resize(32); },
+                absl::StatusCode::kInvalidArgument, "packed.qzeros", "has 32 bytes, expected 16"},
+        BadCase{"NNotMultipleOf8", [](v1::InlinePackedTensor& p) { p.set_out_features(12); },
+                absl::StatusCode::kInvalidArgument, "N must be", "got 12"},
+        BadCase{"KNotMultipleOfGroupSize",
+                [](v1::InlinePackedTensor& p) { p.set_in_features(200); },
+                absl::StatusCode::kInvalidArgument, "group_size", "K (200)"},
+        BadCase{"KZero", [](v1::InlinePackedTensor& p) { p.set_in_features(0); },
+                absl::StatusCode::kInvalidArgument, "K must be", "got 0"},
+        BadCase{"GroupSizeZero", [](v1::InlinePackedTensor& p) { p.set_group_size(0); },
+                absl::StatusCode::kInvalidArgument, "group_size", "got 0"},
+        BadCase{"GroupSizeMinusTwo", [](v1::InlinePackedTensor& p) { p.set_group_size(-2); },
+                absl::StatusCode::kInvalidArgument, "group_size", "got -2"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
+
+TEST(InlineTensorTest, ShapeErrorsSayPacked) {
+  v1::InlinePackedTensor packed = Valid();
+  packed.set_out_features(12);
+  absl::StatusOr<InlineTensor> tensor = InlineTensor::FromProto(packed, kNoLimit);
+  ASSERT_FALSE(tensor.ok());
+  EXPECT_THAT(std::string(tensor.status().message()), ::testing::StartsWith("packed: "));
+}
+
+TEST(InlineTensorTest, LargerThanMaxRequestBytesIsResourceExhausted) {
+  const v1::InlinePackedTensor packed = Valid();  // 2048 + 16 + 64 = 2128 bytes
+  EXPECT_TRUE(InlineTensor::FromProto(packed, 2128).ok());
+  absl::StatusOr<InlineTensor> tensor = InlineTensor::FromProto(packed, 2127);
+  ASSERT_FALSE(tensor.ok());
+  EXPECT_EQ(tensor.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(tensor.status().message()),
+              AllOf(HasSubstr("2128 bytes"), HasSubstr("max_request_bytes = 2127")));
+}
+
+TEST(OutputDTypeTest, MapsEveryWireDtype) {
+  EXPECT_EQ(*OutputDTypeFromProto(v1::DTYPE_UNSPECIFIED), DType::kF16);
+  EXPECT_EQ(*OutputDTypeFromProto(v1::DTYPE_FP16), DType::kF16);
+  EXPECT_EQ(*OutputDTypeFromProto(v1::DTYPE_BF16), DType::kBF16);
+  EXPECT_EQ(*OutputDTypeFromProto(v1::DTYPE_FP32), DType::kF32);
+
+  absl::StatusOr<DType> int32 = OutputDTypeFromProto(v1::DTYPE_INT32);
+  ASSERT_FALSE(int32.ok());
+  EXPECT_EQ(int32.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(int32.status().message()),
+              AllOf(HasSubstr("output_dtype"), HasSubstr("DTYPE_INT32")));
+
+  absl::StatusOr<DType> unknown = OutputDTypeFromProto(static_cast<v1::DType>(99));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(unknown.status().message()),
+              AllOf(HasSubstr("output_dtype"), HasSubstr("99")));
+}
+
+TEST(OutputDTypeTest, RoundTripsToProto) {
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
+    EXPECT_EQ(*OutputDTypeFromProto(DTypeToProto(dtype)), dtype);
+  }
+  EXPECT_EQ(DTypeToProto(DType::kI32), v1::DTYPE_INT32);
+}
+
+TEST(EffectiveChunkBytesTest, DefaultsAndClamps) {
+  EXPECT_EQ(EffectiveChunkBytes(0, 1 << 20), 1 << 20);
+  EXPECT_EQ(EffectiveChunkBytes(1, 1 << 20), 64 << 10);
+  EXPECT_EQ(EffectiveChunkBytes(-5, 1 << 20), 64 << 10);
+  EXPECT_EQ(EffectiveChunkBytes(100000, 1 << 20), 100000);
+  EXPECT_EQ(EffectiveChunkBytes(64 << 20, 1 << 20), 4 << 20);
+}
+
+}  // namespace
+}  // namespace dequantd

@@ -1,0 +1,395 @@
+// Tests for the running service: DequantServer::Start in-process on 127.0.0.1 with ephemeral
+// ports and the CPU backend, driven through the raw generated stub. Checks the header and chunks
+// of an inline Dequantize against DequantizeReference, each bad request's exact code and field,
+// that the server keeps serving after each, the gRPC receive limit (our RESOURCE_EXHAUSTED, not
+// gRPC's), cancellation, and the /metrics text.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "dequant/v1/dequant.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/dequant.h"
+#include "server/server.h"
+#include "tests/server/test_layer.h"
+
+namespace dequantd {
+namespace {
+
+namespace v1 = ::dequant::v1;
+using ::dequantd::testing::RandomPackedLayer;
+using ::dequantd::testing::ReferenceBytes;
+using ::dequantd::testing::ToInline;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// GET http://127.0.0.1:port/metrics; the whole response (headers included), or "" on failure.
+std::string HttpGetMetrics(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) response.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return response;
+}
+
+// The header and the concatenated data of one Dequantize call.
+struct Result {
+  grpc::Status status;
+  std::vector<v1::DequantizeHeader> headers;  // one per message that carried a header
+  bool header_first = false;
+  std::vector<int64_t> chunk_sizes;
+  bool offsets_consecutive = true;
+  std::vector<uint8_t> bytes;
+};
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  // `with_metrics`: also serve /metrics (stopping civetweb's HTTP server takes about 2 s).
+  void StartServer(ServerOptions options, bool with_metrics = false) {
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = with_metrics ? "127.0.0.1:0" : "";
+    options.backend = "cpu";
+    options.cpu_threads = 1;
+    absl::StatusOr<std::unique_ptr<DequantServer>> server = DequantServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    ASSERT_GT(server_->port(), 0);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                         grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::DequantService::NewStub(channel_);
+  }
+
+  Result Dequantize(const v1::DequantizeRequest& request) {
+    Result result;
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
+        stub_->Dequantize(&context, request);
+    v1::DequantizeResponse response;
+    bool first = true;
+    while (reader->Read(&response)) {
+      if (response.has_header()) {
+        result.headers.push_back(response.header());
+        if (first) result.header_first = true;
+      }
+      if (!response.data().empty()) {
+        if (response.offset() != static_cast<int64_t>(result.bytes.size())) {
+          result.offsets_consecutive = false;
+        }
+        result.chunk_sizes.push_back(static_cast<int64_t>(response.data().size()));
+        result.bytes.insert(result.bytes.end(), response.data().begin(), response.data().end());
+      }
+      first = false;
+    }
+    result.status = reader->Finish();
+    return result;
+  }
+
+  // The server still answers.
+  void ExpectServing() {
+    grpc::ClientContext context;
+    v1::GetServerInfoResponse info;
+    EXPECT_TRUE(stub_->GetServerInfo(&context, {}, &info).ok());
+  }
+
+  std::unique_ptr<DequantServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::DequantService::Stub> stub_;
+};
+
+TEST_F(ServiceTest, ServerInfoAndEmptyListWithoutModel) {
+  StartServer({}, /*with_metrics=*/true);
+  EXPECT_EQ(server_->backend_name(), "cpu");
+  EXPECT_EQ(server_->layer_count(), 0);
+  EXPECT_GT(server_->metrics_port(), 0);
+
+  grpc::ClientContext info_context;
+  v1::GetServerInfoResponse info;
+  ASSERT_TRUE(stub_->GetServerInfo(&info_context, {}, &info).ok());
+  EXPECT_EQ(info.version(), "0.1.0");
+  EXPECT_EQ(info.backend(), "cpu");
+  EXPECT_EQ(info.tensor_count(), 0);
+  EXPECT_EQ(info.cpu_threads(), 1);
+  EXPECT_EQ(info.devices_size(), 1);
+
+  grpc::ClientContext list_context;
+  v1::ListTensorsResponse list;
+  ASSERT_TRUE(stub_->ListTensors(&list_context, {}, &list).ok());
+  EXPECT_EQ(list.tensors_size(), 0);
+}
+
+TEST_F(ServiceTest, InlineDequantizeStreamsHeaderThenReferenceBytes) {
+  StartServer({});
+  // K = 256, N = 256, G = 64, fp32 out: 256 KiB. chunk_bytes 1 is clamped to 64 KiB: 4 chunks.
+  const testing::PackedLayer layer = RandomPackedLayer({.K = 256, .N = 256, .group_size = 64}, 11);
+  v1::DequantizeRequest request;
+  *request.mutable_packed() = ToInline(layer, 64);
+  request.set_output_dtype(v1::DTYPE_FP32);
+  request.set_chunk_bytes(1);
+  const Result result = Dequantize(request);
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_EQ(result.headers.size(), 1u);
+  EXPECT_TRUE(result.header_first);
+  const v1::DequantizeHeader& header = result.headers[0];
+  EXPECT_THAT(header.shape(), ::testing::ElementsAre(256, 256));
+  EXPECT_EQ(header.dtype(), v1::DTYPE_FP32);
+  EXPECT_EQ(header.total_bytes(), 256 * 256 * 4);
+  EXPECT_EQ(header.backend(), "cpu");
+  EXPECT_EQ(header.kernel(), "cpu threads=1");
+  EXPECT_THAT(result.chunk_sizes, ::testing::ElementsAre(65536, 65536, 65536, 65536));
+  EXPECT_TRUE(result.offsets_consecutive);
+  EXPECT_TRUE(result.bytes == ReferenceBytes(layer, DType::kF32));
+}
+
+TEST_F(ServiceTest, UnspecifiedOutputDtypeIsFp16AndGroupSizeMinusOneIsK) {
+  StartServer({});
+  const testing::PackedLayer layer =
+      RandomPackedLayer({.K = 128, .N = 40, .group_size = 128, .scale_dtype = DType::kBF16}, 12);
+  v1::DequantizeRequest request;
+  *request.mutable_packed() = ToInline(layer, -1);
+  const Result result = Dequantize(request);
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_EQ(result.headers.size(), 1u);
+  EXPECT_EQ(result.headers[0].dtype(), v1::DTYPE_FP16);
+  EXPECT_TRUE(result.bytes == ReferenceBytes(layer, DType::kF16));
+}
+
+struct BadRequest {
+  const char* name;
+  v1::DequantizeRequest (*make)();
+  grpc::StatusCode code;
+  const char* field;
+};
+
+v1::DequantizeRequest ValidInline() {
+  v1::DequantizeRequest request;
+  *request.mutable_packed() =
+      ToInline(RandomPackedLayer({.K = 256, .N = 16, .group_size = 128}, 13), 128);
+  return request;
+}
+
+class ServiceBadRequestTest : public ServiceTest,
+                              public ::testing::WithParamInterface<BadRequest> {};
+
+TEST_P(ServiceBadRequestTest, ExactCodeNamingTheFieldAndStillServing) {
+  ServerOptions options;
+  options.max_output_bytes = 1 << 20;
+  StartServer(options);
+  const Result result = Dequantize(GetParam().make());
+  EXPECT_EQ(result.status.error_code(), GetParam().code) << result.status.error_message();
+  EXPECT_THAT(result.status.error_message(), HasSubstr(GetParam().field));
+  EXPECT_TRUE(result.headers.empty());
+  EXPECT_TRUE(result.bytes.empty());
+  ExpectServing();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Requests, ServiceBadRequestTest,
+    ::testing::Values(
+        BadRequest{"UnknownTensor",
+                   [] {
+                     v1::DequantizeRequest r;
+                     r.set_tensor("model.layers.99.mlp.up_proj");
+                     return r;
+                   },
+                   grpc::StatusCode::NOT_FOUND, "\"model.layers.99.mlp.up_proj\""},
+        BadRequest{"SourceNotSet", [] { return v1::DequantizeRequest(); },
+                   grpc::StatusCode::INVALID_ARGUMENT, "source"},
+        BadRequest{"Int32Output",
+                   [] {
+                     v1::DequantizeRequest r = ValidInline();
+                     r.set_output_dtype(v1::DTYPE_INT32);
+                     return r;
+                   },
+                   grpc::StatusCode::INVALID_ARGUMENT, "output_dtype"},
+        BadRequest{"QweightLength",
+                   [] {
+                     v1::DequantizeRequest r = ValidInline();
+                     r.mutable_packed()->mutable_qweight()->resize(100);
+                     return r;
+                   },
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "packed.qweight has 100 bytes, expected 2048"},
+        BadRequest{"ScalesLength",
+                   [] {
+                     v1::DequantizeRequest r = ValidInline();
+                     r.mutable_packed()->mutable_scales()->append("xx");
+                     return r;
+                   },
+                   grpc::StatusCode::INVALID_ARGUMENT, "packed.scales has 66 bytes, expected 64"},
+        BadRequest{"NNotMultipleOf8",
+                   [] {
+                     v1::DequantizeRequest r = ValidInline();
+                     r.mutable_packed()->set_out_features(20);
+                     return r;
+                   },
+                   grpc::StatusCode::INVALID_ARGUMENT, "N must be a positive multiple of 8"},
+        BadRequest{"KNotMultipleOfGroupSize",
+                   [] {
+                     v1::DequantizeRequest r = ValidInline();
+                     r.mutable_packed()->set_group_size(96);
+                     return r;
+                   },
+                   grpc::StatusCode::INVALID_ARGUMENT, "must be a multiple of group_size (96)"},
+        // K = 4096, N = 128 fp32 out: 2 MiB > max_output_bytes 1 MiB (inputs are consistent).
+        BadRequest{"OutputTooLarge",
+                   [] {
+                     v1::DequantizeRequest r;
+                     *r.mutable_packed() = ToInline(
+                         RandomPackedLayer({.K = 4096, .N = 128, .group_size = 128}, 14), 128);
+                     r.set_output_dtype(v1::DTYPE_FP32);
+                     return r;
+                   },
+                   grpc::StatusCode::RESOURCE_EXHAUSTED, "max_output_bytes = 1048576"}),
+    [](const ::testing::TestParamInfo<BadRequest>& info) { return std::string(info.param.name); });
+
+// A request above max_request_bytes (and above gRPC's default 4 MiB receive limit) is answered by
+// our check, with the limit named, not by gRPC's generic message-size error.
+TEST_F(ServiceTest, RequestAboveMaxRequestBytesIsResourceExhaustedNamingTheLimit) {
+  ServerOptions options;
+  options.max_request_bytes = 5 << 20;
+  StartServer(options);
+  // K = 8192, N = 1024: qweight 4 MiB + qzeros 64 KiB + scales 128 KiB (G = 128) is under the
+  // limit and served; with N = 1280 it is 5.25 MiB, over it.
+  {
+    v1::DequantizeRequest request;
+    *request.mutable_packed() =
+        ToInline(RandomPackedLayer({.K = 8192, .N = 1024, .group_size = 128}, 15), 128);
+    const Result ok = Dequantize(request);
+    EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+  }
+  v1::DequantizeRequest request;
+  *request.mutable_packed() =
+      ToInline(RandomPackedLayer({.K = 8192, .N = 1280, .group_size = 128}, 16), 128);
+  const Result result = Dequantize(request);
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(result.status.error_message(), HasSubstr("max_request_bytes = 5242880"));
+  ExpectServing();
+}
+
+TEST_F(ServiceTest, BenchmarkIsUnimplementedForNow) {
+  StartServer({});
+  grpc::ClientContext context;
+  v1::BenchmarkResponse response;
+  const grpc::Status status = stub_->Benchmark(&context, {}, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
+TEST_F(ServiceTest, ClientCancellationEndsTheCall) {
+  StartServer({}, /*with_metrics=*/true);
+  // 2048 x 2048 fp32 = 16 MiB in 64 KiB chunks: far more than the transport buffers.
+  const testing::PackedLayer layer =
+      RandomPackedLayer({.K = 2048, .N = 2048, .group_size = 128}, 17);
+  v1::DequantizeRequest request;
+  *request.mutable_packed() = ToInline(layer, 128);
+  request.set_output_dtype(v1::DTYPE_FP32);
+  request.set_chunk_bytes(64 << 10);
+  grpc::ClientContext context;
+  auto reader = stub_->Dequantize(&context, request);
+  v1::DequantizeResponse response;
+  ASSERT_TRUE(reader->Read(&response));  // header
+  ASSERT_TRUE(reader->Read(&response));  // first chunk
+  context.TryCancel();
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // The server-side handler ends with CANCELLED (not after sending all 16 MiB): wait for it to
+  // be counted, then check how much it sent.
+  std::string metrics;
+  for (int i = 0; i < 200; ++i) {
+    metrics = HttpGetMetrics(server_->metrics_port());
+    if (metrics.find("code=\"CANCELLED\",method=\"Dequantize\"} 1") != std::string::npos) break;
+    usleep(50 * 1000);
+  }
+  EXPECT_THAT(metrics,
+              HasSubstr("dequantd_requests_total{code=\"CANCELLED\",method=\"Dequantize\"} 1"));
+  ExpectServing();
+}
+
+TEST_F(ServiceTest, MetricsCountRequestsByMethodAndCode) {
+  StartServer({}, /*with_metrics=*/true);
+  ExpectServing();  // GetServerInfo OK
+  v1::DequantizeRequest unknown;
+  unknown.set_tensor("nope");
+  EXPECT_EQ(Dequantize(unknown).status.error_code(), grpc::StatusCode::NOT_FOUND);
+  const testing::PackedLayer layer = RandomPackedLayer({.K = 64, .N = 64, .group_size = 64}, 18);
+  v1::DequantizeRequest request;
+  *request.mutable_packed() = ToInline(layer, 64);
+  ASSERT_TRUE(Dequantize(request).status.ok());
+
+  const std::string metrics = HttpGetMetrics(server_->metrics_port());
+  EXPECT_THAT(metrics, HasSubstr("200 OK"));
+  EXPECT_THAT(metrics,
+              HasSubstr("dequantd_requests_total{code=\"OK\",method=\"GetServerInfo\"} 1"));
+  EXPECT_THAT(metrics,
+              HasSubstr("dequantd_requests_total{code=\"NOT_FOUND\",method=\"Dequantize\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_requests_total{code=\"OK\",method=\"Dequantize\"} 1"));
+  EXPECT_THAT(metrics,
+              HasSubstr("dequantd_request_duration_seconds_count{method=\"Dequantize\"} 2"));
+  // 64 * 64 fp16 = 8192 bytes sent.
+  EXPECT_THAT(metrics, HasSubstr("dequantd_output_bytes_total 8192"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_requests_in_flight 0"));
+  EXPECT_THAT(metrics, AllOf(HasSubstr("dequantd_build_info{"), HasSubstr("version=\"0.1.0\"")));
+}
+
+TEST_F(ServiceTest, MissingOrCorruptModelRefusesToStart) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "";
+  options.backend = "cpu";
+  options.model_dir = ::testing::TempDir() + "/no-such-model-dir";
+  absl::StatusOr<std::unique_ptr<DequantServer>> missing = DequantServer::Start(options);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+
+  // A safetensors file whose header claims 1000 bytes of JSON but holds 5.
+  std::string dir = ::testing::TempDir() + "/service_test_corrupt.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  std::ofstream(dir + "/config.json")
+      << R"({"quantization_config":{"quant_method":"awq","bits":4,"group_size":128,)"
+      << R"("zero_point":true,"version":"gemm"}})";
+  const char header_length[8] = {static_cast<char>(0xE8), 0x03, 0, 0, 0, 0, 0, 0};  // 1000
+  std::ofstream(dir + "/model.safetensors", std::ios::binary)
+      << std::string(header_length, 8) << "{bad";
+  options.model_dir = dir;
+  absl::StatusOr<std::unique_ptr<DequantServer>> corrupt = DequantServer::Start(options);
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_THAT(corrupt.status().code(),
+              ::testing::AnyOf(absl::StatusCode::kInvalidArgument, absl::StatusCode::kDataLoss));
+  EXPECT_THAT(std::string(corrupt.status().message()), HasSubstr("model.safetensors"));
+}
+
+TEST_F(ServiceTest, ShutdownIsIdempotentAndWaitReturns) {
+  StartServer({}, /*with_metrics=*/true);
+  server_->Shutdown(1.0);
+  server_->Shutdown(1.0);
+  server_->Wait();
+  EXPECT_EQ(HttpGetMetrics(server_->metrics_port()), "");  // /metrics stopped
+}
+
+}  // namespace
+}  // namespace dequantd
