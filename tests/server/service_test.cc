@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -20,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/dequant.h"
+#include "server/checkpoint.h"
 #include "server/server.h"
 #include "tests/server/test_layer.h"
 
@@ -354,6 +357,53 @@ TEST_F(ServiceTest, MetricsCountRequestsByMethodAndCode) {
   EXPECT_THAT(metrics, HasSubstr("dequantd_output_bytes_total 8192"));
   EXPECT_THAT(metrics, HasSubstr("dequantd_requests_in_flight 0"));
   EXPECT_THAT(metrics, AllOf(HasSubstr("dequantd_build_info{"), HasSubstr("version=\"0.1.0\"")));
+}
+
+// The bundled model (scripts/make-model.sh), when DEQUANTD_MODEL_DIR points at it: ListTensors
+// reports its 210 layers, and a layer dequantized by name equals DequantizeReference on the
+// same checkpoint opened here.
+TEST_F(ServiceTest, BundledModelListAndDequantizeByName) {
+  const char* dir = std::getenv("DEQUANTD_MODEL_DIR");
+  if (dir == nullptr || *dir == '\0') GTEST_SKIP() << "DEQUANTD_MODEL_DIR is not set";
+  ServerOptions options;
+  options.model_dir = dir;
+  StartServer(options);
+  EXPECT_EQ(server_->layer_count(), 210);
+
+  grpc::ClientContext list_context;
+  v1::ListTensorsResponse list;
+  ASSERT_TRUE(stub_->ListTensors(&list_context, {}, &list).ok());
+  EXPECT_EQ(list.model(), dir);
+  ASSERT_EQ(list.tensors_size(), 210);
+  const auto q_proj = std::find_if(list.tensors().begin(), list.tensors().end(), [](const auto& t) {
+    return t.name() == "model.layers.0.self_attn.q_proj";
+  });
+  ASSERT_NE(q_proj, list.tensors().end());
+  EXPECT_EQ(q_proj->in_features(), 576);
+  EXPECT_EQ(q_proj->out_features(), 576);
+  EXPECT_EQ(q_proj->group_size(), 64);
+  EXPECT_EQ(q_proj->scale_dtype(), v1::DTYPE_FP16);
+  // qweight 576 * 72 * 4 + qzeros 9 * 72 * 4 + scales 9 * 576 * 2.
+  EXPECT_EQ(q_proj->packed_bytes(), 165888 + 2592 + 10368);
+  EXPECT_FALSE(q_proj->resident_on_device());
+
+  absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  const QuantizedLayer* layer = (*checkpoint)->Find("model.layers.0.mlp.down_proj");
+  ASSERT_NE(layer, nullptr);
+  std::vector<uint8_t> expected(static_cast<size_t>(layer->view.shape.output_bytes(DType::kBF16)));
+  ASSERT_TRUE(
+      DequantizeReference(layer->view, DType::kBF16, 0, layer->view.shape.K, expected.data()).ok());
+
+  v1::DequantizeRequest request;
+  request.set_tensor("model.layers.0.mlp.down_proj");
+  request.set_output_dtype(v1::DTYPE_BF16);
+  const Result result = Dequantize(request);
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_EQ(result.headers.size(), 1u);
+  EXPECT_THAT(result.headers[0].shape(), ::testing::ElementsAre(1536, 576));
+  EXPECT_EQ(result.bytes.size(), expected.size());
+  EXPECT_TRUE(result.bytes == expected);
 }
 
 TEST_F(ServiceTest, MissingOrCorruptModelRefusesToStart) {
