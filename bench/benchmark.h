@@ -49,14 +49,16 @@ enum class Backend {
 };
 
 struct BenchmarkRequest {
-  std::vector<BenchmarkShape> shapes;  // at least one
-  int64_t group_size = 0;              // for shapes with group_size 0; 0 = 128
-  std::vector<std::string> variants;   // empty = every variant of the backend; "copy" is
-                                       // always added
-  std::vector<DType> output_dtypes;    // empty = {fp16}
-  int trials = 0;                      // 0 = 5; at most 1000
-  int runs = 0;                        // runs per trial; 0 = 20; at most 10000
-  bool hardware_counters = false;      // not collected by this library (see the note)
+  // At least one. The proto's `tensors` (layers of a loaded model) are passed here by the server
+  // as their shapes (with group_size and scale dtype); the inputs are random either way.
+  std::vector<BenchmarkShape> shapes;
+  int64_t group_size = 0;             // for shapes with group_size 0; 0 = 128
+  std::vector<std::string> variants;  // empty = every variant of the backend; "copy" is
+                                      // always added
+  std::vector<DType> output_dtypes;   // empty = {fp16}
+  int trials = 0;                     // 0 = 5; at most 1000
+  int runs = 0;                       // runs per trial; 0 = 20; at most 10000
+  bool hardware_counters = false;     // not collected by this library (see the note)
 
   // Not on the wire:
   Backend backend = Backend::kAuto;
