@@ -88,14 +88,8 @@ absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
   p.words_per_row = shape.N / awq::kPackFactor;
   p.group_size = shape.group_size;
 
-  if (v == KernelVariant::kV4Vec16) {
-    const uintptr_t word_align = 4u * static_cast<uintptr_t>(config.words_per_thread);
-    if (!AlignedTo(in.scales, 16) || !AlignedTo(out, 16) || !AlignedTo(in.qweight, word_align) ||
-        !AlignedTo(in.qzeros, word_align))
-      return absl::InvalidArgumentError(absl::StrCat(
-          "v4_vec16 needs 16-byte aligned scales and out, and qweight/qzeros aligned to ",
-          word_align, " bytes"));
-  }
+  if (v == KernelVariant::kV4Vec16 && (!AlignedTo(in.scales, 16) || !AlignedTo(out, 16)))
+    return absl::InvalidArgumentError("v4_vec16 needs 16-byte aligned scales and out pointers");
 
   return DispatchDTypes(shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
     constexpr DType kScale = decltype(scale_c)::value;
@@ -111,17 +105,18 @@ absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
                       config.block_size, p, stream);
       case KernelVariant::kV4Vec16:
         return DispatchInt<1, 2, 4>(config.words_per_thread, "words_per_thread", [&](auto w_c) {
-          return DispatchInt<1, 2, 4, 8>(config.rows_per_thread, "rows_per_thread", [&](auto r_c) {
-            constexpr int kWords = decltype(w_c)::value;
-            constexpr int kRows = decltype(r_c)::value;
-            if constexpr (kWords * kRows > kV4MaxTileWords) {
-              return absl::InvalidArgumentError("v4 tile too large");  // CanImplement refused it
-            } else {
-              const int64_t units = shape.qweight_elements() / (kWords * kRows);
-              return Launch(DequantVec16Kernel<kScale, kOut, kWords, kRows>, units,
-                            config.block_size, p, stream);
-            }
-          });
+          return DispatchInt<1, 2, 4, 8, 16>(
+              config.rows_per_thread, "rows_per_thread", [&](auto r_c) -> absl::Status {
+                constexpr int kWords = decltype(w_c)::value;
+                constexpr int kRows = decltype(r_c)::value;
+                if constexpr (kWords * kRows > kV4MaxTileWords) {
+                  return absl::InvalidArgumentError("v4 tile too large");  // CanImplement refuses
+                } else {
+                  DEQUANTD_CUDA_RETURN_IF_ERROR((LaunchVec16<kScale, kOut, kWords, kRows>(
+                      p, config.block_size, /*max_blocks=*/0, /*pdl=*/false, stream)));
+                  return absl::OkStatus();
+                }
+              });
         });
     }
     return absl::InvalidArgumentError("unknown kernel variant");

@@ -36,10 +36,10 @@ inline constexpr int kV4MaxTileWords = 16;
 // v1 and v2 take none).
 struct LaunchConfig {
   int block_size = 256;      // threads per block (v3: [32, 1024], v4: [32, 512]); multiple of 32
-  int words_per_thread = 1;  // consecutive packed words along N per thread (v4: 1, 2 or 4,
-                             // dividing N/8)
-  int rows_per_thread = 1;   // consecutive rows of K per thread (v4: 1, 2, 4 or 8, dividing
-                             // group_size)
+  int words_per_thread = 1;  // packed words of a row per thread, N/8/words apart (v4: 1, 2 or
+                             // 4, dividing N/8)
+  int rows_per_thread = 1;   // consecutive rows of K per thread (v4: 1, 2, 4, 8 or 16, dividing
+                             // group_size; also group_size * N/8 / (words * rows) < 2^31)
   std::string ToString() const;  // e.g. "block=256,words=4,rows=2"
   bool operator==(const LaunchConfig&) const = default;
 };
@@ -55,8 +55,8 @@ absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const Awq
 
 // Enqueues the dequantization of `in` (device pointers, 4-byte aligned qweight/qzeros, 2-byte
 // aligned scales) into `out` (device pointer, K * N elements of out_dtype, 16-byte aligned) on
-// `stream`. v4 also needs 16-byte aligned scales and qweight/qzeros aligned to
-// 4 * words_per_thread bytes (cudaMalloc's 256-byte alignment satisfies all of these).
+// `stream`. v4 also needs 16-byte aligned scales (cudaMalloc's 256-byte alignment satisfies all
+// of these).
 // Calls CanImplement first; INVALID_ARGUMENT for a null or misaligned pointer; INTERNAL with the
 // CUDA error on a launch failure. Asynchronous: errors during execution surface on the stream.
 // Thread-safe (no shared state); launches on one stream are ordered.

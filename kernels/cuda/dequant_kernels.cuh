@@ -1,15 +1,17 @@
 // Kernel templates of the CUDA AWQ dequantizer (layer 2: variant and dtypes as template
-// parameters; the host launcher in dequant_cuda.cu picks the instance). All indexing is 64-bit and
+// parameters; the host launcher in dequant_cuda.cu picks the instance). Addresses are 64-bit and
 // every kernel walks its work with a grid-stride loop, so K * N past 2^31 (and grids past the
 // 2^31 - 1 block limit) are fine.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/awq_decode.cuh"
 #include "kernels/cuda/dequant_cuda.h"
+#include "kernels/cuda/fast_divmod.h"
 
 namespace dequantd::cuda {
 
@@ -71,86 +73,158 @@ __global__ void DequantPerWordKernel(DequantParams p) {
 
 // ---- v4_vec16 ---------------------------------------------------------------------------------
 
+// One v4 launch: a slab of whole groups whose thread count fits in 31 bits, so every index
+// division is a 32-bit FastDivmod (the launcher splits larger layers into several launches).
+// Pointers are already offset to the slab's first row/group.
+struct Vec16Params {
+  DequantParams p;              // K = rows of this slab
+  uint32_t units = 0;           // threads of work: (K / rows) * (N / 8 / words) < 2^31
+  uint32_t chunks_per_row = 0;  // N / 8 / words: word stride between a thread's words
+  FastDivmod by_chunks;         // divides by chunks_per_row
+  FastDivmod by_row_blocks;     // divides by group_size / rows (row blocks per group)
+};
+
 // Loads and stores of v4, with the cache hints chosen by measurement on the H200 (the quick bench
-// in tests/cuda instantiates the alternatives). kWords consecutive 32-bit words are one 4-, 8- or
-// 16-byte access; the caller guarantees alignment.
+// in tests/cuda instantiates the alternatives).
 struct Vec16DefaultPolicy {
   // qweight is read once: streaming (evict-first) loads.
-  template <int kWords>
-  __device__ __forceinline__ static void LoadQweight(const uint32_t* p, uint32_t (&w)[kWords]) {
-    LoadWords<kWords, /*kStreaming=*/true>(p, w);
-  }
+  __device__ __forceinline__ static uint32_t LoadQweight(const uint32_t* p) { return __ldcs(p); }
   // qzeros/scales are re-read by the other row blocks of the group: read-only cached loads.
-  template <int kWords>
-  __device__ __forceinline__ static void LoadQzeros(const uint32_t* p, uint32_t (&w)[kWords]) {
-    LoadWords<kWords, /*kStreaming=*/false>(p, w);
-  }
+  __device__ __forceinline__ static uint32_t LoadQzeros(const uint32_t* p) { return __ldg(p); }
   __device__ __forceinline__ static uint4 LoadScales(const uint4* p) { return __ldg(p); }
   // The output is written once and not read back by this kernel: streaming stores.
   __device__ __forceinline__ static void Store(uint4* p, uint4 v) { __stcs(p, v); }
-
-  template <int kWords, bool kStreaming>
-  __device__ __forceinline__ static void LoadWords(const uint32_t* p, uint32_t (&w)[kWords]) {
-    static_assert(kWords == 1 || kWords == 2 || kWords == 4);
-    if constexpr (kWords == 4) {
-      const uint4 v = kStreaming ? __ldcs(reinterpret_cast<const uint4*>(p))
-                                 : __ldg(reinterpret_cast<const uint4*>(p));
-      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-    } else if constexpr (kWords == 2) {
-      const uint2 v = kStreaming ? __ldcs(reinterpret_cast<const uint2*>(p))
-                                 : __ldg(reinterpret_cast<const uint2*>(p));
-      w[0] = v.x, w[1] = v.y;
-    } else {
-      w[0] = kStreaming ? __ldcs(p) : __ldg(p);
-    }
-  }
 };
 
-// v4: each thread owns a tile of kRows consecutive rows (inside one group, so kRows divides
-// group_size) by kWords consecutive packed words (kWords divides N/8). It issues every qweight load
-// of the tile first, loads the group's zero words and scales once (16 bytes of scales per word),
-// then writes each word's 8 outputs with 16-byte stores (two for fp32). Consecutive threads take
-// consecutive word chunks of a row band, so loads and stores of a warp are contiguous.
-// Requires 16-byte aligned scales and output, and for kWords > 1 qweight/qzeros aligned to
-// 4 * kWords bytes.
-template <DType kScale, DType kOut, int kWords, int kRows, class Policy = Vec16DefaultPolicy>
-requires(kWords* kRows <= kV4MaxTileWords) __global__ void __launch_bounds__(kV4MaxBlockSize)
-    DequantVec16Kernel(DequantParams p) {
+// The inputs of one v4 work unit: kRows rows x kWords words of qweight, and the group's zero words
+// and scales for those kWords words.
+template <int kWords, int kRows>
+struct Vec16Tile {
+  int64_t k0;   // first row
+  uint32_t c0;  // first word column; the others are c0 + w * chunks_per_row
+  uint32_t q[kRows][kWords];
+  uint32_t z[kWords];
+  uint4 s[kWords];
+};
+
+template <int kWords, int kRows, class Policy>
+__device__ __forceinline__ void LoadVec16Tile(const Vec16Params& v, uint32_t u,
+                                              Vec16Tile<kWords, kRows>& t) {
+  const DequantParams& p = v.p;
+  const uint32_t row_block = v.by_chunks.Div(u);
+  t.c0 = u - row_block * v.chunks_per_row;
+  const uint32_t g = v.by_row_blocks.Div(row_block);
+  t.k0 = static_cast<int64_t>(row_block) * kRows;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const uint32_t* row = p.qweight + (t.k0 + r) * p.words_per_row + t.c0;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) t.q[r][w] = Policy::LoadQweight(row + w * v.chunks_per_row);
+  }
+  const int64_t group_word0 = static_cast<int64_t>(g) * p.words_per_row + t.c0;
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) {
+    t.z[w] = Policy::LoadQzeros(p.qzeros + group_word0 + w * v.chunks_per_row);
+    t.s[w] = Policy::LoadScales(static_cast<const uint4*>(p.scales) + group_word0 +
+                                w * v.chunks_per_row);
+  }
+}
+
+template <DType kScale, DType kOut, int kWords, int kRows, class Policy>
+__device__ __forceinline__ void StoreVec16Tile(const Vec16Params& v,
+                                               const Vec16Tile<kWords, kRows>& t) {
   using Out = OutWord<kOut>;
-  const int64_t chunks_per_row = p.words_per_row / kWords;
-  const int64_t row_blocks_per_group = p.group_size / kRows;
-  const int64_t units = (p.K / kRows) * chunks_per_row;
-  for (int64_t u = GlobalThreadIndex(); u < units; u += GridThreads()) {
-    const int64_t row_block = u / chunks_per_row;
-    const int64_t c0 = (u - row_block * chunks_per_row) * kWords;
-    const int64_t k0 = row_block * kRows;
-    const int64_t g = row_block / row_blocks_per_group;
-
-    uint32_t q[kRows][kWords];
+  uint4* out = static_cast<uint4*>(v.p.out);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      Policy::LoadQweight(p.qweight + (k0 + r) * p.words_per_row + c0, q[r]);
-    uint32_t z[kWords];
-    Policy::LoadQzeros(p.qzeros + g * p.words_per_row + c0, z);
-    uint4 s[kWords];
-    const uint4* scales = static_cast<const uint4*>(p.scales) + g * p.words_per_row + c0;
+  for (int w = 0; w < kWords; ++w) {
+    const WordDequantizer<kScale, kOut> dequant(t.z[w], t.s[w]);
 #pragma unroll
-    for (int w = 0; w < kWords; ++w) s[w] = Policy::LoadScales(scales + w);
-
-    uint4* out = static_cast<uint4*>(p.out);
+    for (int r = 0; r < kRows; ++r) {
+      const Out o = dequant(t.q[r][w]);
+      const int64_t word_index = (t.k0 + r) * v.p.words_per_row + t.c0 + w * v.chunks_per_row;
 #pragma unroll
-    for (int w = 0; w < kWords; ++w) {
-      const WordDequantizer<kScale, kOut> dequant(z[w], s[w]);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const Out o = dequant(q[r][w]);
-        const int64_t word_index = (k0 + r) * p.words_per_row + c0 + w;
-#pragma unroll
-        for (int v = 0; v < Out::kVectors; ++v)
-          Policy::Store(out + word_index * Out::kVectors + v, o.v[v]);
-      }
+      for (int i = 0; i < Out::kVectors; ++i)
+        Policy::Store(out + word_index * Out::kVectors + i, o.v[i]);
     }
   }
+}
+
+// v4: a work unit is kRows consecutive rows (inside one group: kRows divides group_size) by kWords
+// packed words of a row, spread at a stride of N/8/kWords words, so every load and store
+// instruction of a warp touches consecutive addresses (4-byte qweight loads, 16-byte scale loads,
+// 16-byte output stores: two per word for fp32). The group's zero words and scales are loaded
+// once per unit. A thread walks its units with a grid-stride loop and loads unit i+1 before it
+// converts and stores unit i, so loads stay in flight when the grid is smaller than the work.
+// Programmatic dependent launch: the kernel waits for the preceding grid (griddepcontrol.wait, a
+// no-op without PDL) before touching memory, and lets the next grid launch at once.
+// Requires 16-byte aligned scales and output.
+template <DType kScale, DType kOut, int kWords, int kRows, class Policy = Vec16DefaultPolicy>
+requires(kWords* kRows <= kV4MaxTileWords) __global__ void __launch_bounds__(kV4MaxBlockSize)
+    DequantVec16Kernel(Vec16Params v) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  const uint32_t stride = gridDim.x * blockDim.x;
+  uint32_t u = blockIdx.x * blockDim.x + threadIdx.x;
+  if (u >= v.units) return;
+  Vec16Tile<kWords, kRows> tile;
+  LoadVec16Tile<kWords, kRows, Policy>(v, u, tile);
+  while (true) {
+    const uint32_t next = u + stride;  // < 2^32: u and stride are below 2^31
+    const bool more = next < v.units;
+    Vec16Tile<kWords, kRows> next_tile;
+    if (more) LoadVec16Tile<kWords, kRows, Policy>(v, next, next_tile);
+    StoreVec16Tile<kScale, kOut, kWords, kRows, Policy>(v, tile);
+    if (!more) break;
+    tile = next_tile;
+    u = next;
+  }
+}
+
+// Host side of a v4 launch (shared by the library launcher and the quick bench): splits the layer
+// into slabs of whole groups of fewer than 2^31 threads each and launches
+// DequantVec16Kernel<..., Policy> on each with `block_size` threads per block and at most
+// `max_blocks` blocks (0: one thread per unit of work), as a programmatic dependent launch when
+// `pdl`. CanImplement has checked that one group fits in a slab. Returns the first launch error.
+template <DType kScale, DType kOut, int kWords, int kRows, class Policy = Vec16DefaultPolicy>
+cudaError_t LaunchVec16(const DequantParams& p, int block_size, int64_t max_blocks, bool pdl,
+                        cudaStream_t stream) {
+  constexpr int64_t kMaxUnits = (int64_t{1} << 31) - 1;
+  const int64_t chunks_per_row = p.words_per_row / kWords;
+  const int64_t units_per_group = p.group_size / kRows * chunks_per_row;
+  const int64_t groups = p.K / p.group_size;
+  const int64_t groups_per_slab = std::max<int64_t>(1, kMaxUnits / units_per_group);
+  Vec16Params v;
+  v.chunks_per_row = static_cast<uint32_t>(chunks_per_row);
+  v.by_chunks = FastDivmod::Make(v.chunks_per_row);
+  v.by_row_blocks = FastDivmod::Make(static_cast<uint32_t>(p.group_size / kRows));
+  for (int64_t g0 = 0; g0 < groups; g0 += groups_per_slab) {
+    const int64_t slab_groups = std::min(groups_per_slab, groups - g0);
+    const int64_t k0 = g0 * p.group_size;
+    v.p = p;
+    v.p.K = slab_groups * p.group_size;
+    v.p.qweight = p.qweight + k0 * p.words_per_row;
+    v.p.qzeros = p.qzeros + g0 * p.words_per_row;
+    v.p.scales = static_cast<const uint16_t*>(p.scales) + g0 * p.N;
+    v.p.out = static_cast<char*>(p.out) + k0 * p.N * DTypeSize(kOut);
+    const int64_t units = slab_groups * units_per_group;
+    v.units = static_cast<uint32_t>(units);
+    int64_t blocks = (units + block_size - 1) / block_size;
+    if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(blocks));
+    config.blockDim = dim3(static_cast<unsigned>(block_size));
+    config.stream = stream;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = pdl ? 1 : 0;
+    if (cudaError_t err =
+            cudaLaunchKernelEx(&config, DequantVec16Kernel<kScale, kOut, kWords, kRows, Policy>, v);
+        err != cudaSuccess)
+      return err;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace dequantd::cuda

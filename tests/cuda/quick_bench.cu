@@ -5,7 +5,8 @@
 // rotated across >= 256 MB so no run is served from L2. The yardstick is a 1 GiB device-to-device
 // cudaMemcpyAsync (bytes read + written over time) and a same-size copy timed both ways.
 // Fractions printed = (bytes the kernel must move / time) / peak copy rate.
-// Usage: cuda_quick_bench [out_dtype fp16|bf16|fp32 ...]   (default: fp16)
+// Usage: cuda_quick_bench [--sweep] [out_dtype fp16|bf16|fp32 ...]   (default: fp16)
+// --sweep: every v4 (block, words, rows) instead of CandidateConfigs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -48,21 +49,31 @@ __global__ void FillWords(uint32_t* p, int64_t n, uint32_t seed) {
 }
 
 struct Policy1 : Vec16DefaultPolicy {  // cached loads, plain stores
-  template <int kWords>
-  __device__ __forceinline__ static void LoadQweight(const uint32_t* p, uint32_t (&w)[kWords]) {
-    LoadWords<kWords, false>(p, w);
-  }
+  __device__ __forceinline__ static uint32_t LoadQweight(const uint32_t* p) { return __ldg(p); }
   __device__ __forceinline__ static void Store(uint4* p, uint4 v) { *p = v; }
 };
 struct Policy2 : Vec16DefaultPolicy {  // streaming loads, plain stores
   __device__ __forceinline__ static void Store(uint4* p, uint4 v) { *p = v; }
 };
 struct Policy3 : Vec16DefaultPolicy {  // cached loads, streaming stores
-  template <int kWords>
-  __device__ __forceinline__ static void LoadQweight(const uint32_t* p, uint32_t (&w)[kWords]) {
-    LoadWords<kWords, false>(p, w);
+  __device__ __forceinline__ static uint32_t LoadQweight(const uint32_t* p) { return __ldg(p); }
+};
+
+struct Policy4 : Vec16DefaultPolicy {  // non-coherent loads with a 256-byte L2 prefetch
+  __device__ __forceinline__ static uint32_t LoadQweight(const uint32_t* p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
   }
 };
+
+// The traffic of v4 (words=1, rows=1, fp16 out) without the arithmetic: 4 bytes read, 16 written.
+__global__ void TrafficOnly(const uint32_t* q, uint4* out, int64_t words) {
+  for (int64_t i = GlobalThreadIndex(); i < words; i += GridThreads()) {
+    const uint32_t w = __ldcs(q + i);
+    __stcs(out + i, make_uint4(w, w ^ 1, w ^ 2, w ^ 3));
+  }
+}
 
 struct Buffers {
   AwqShape shape;
@@ -150,8 +161,8 @@ Timing Time(const LaunchFn& launch, int sets, cudaStream_t stream) {
 }
 
 template <class Policy>
-LaunchFn V4WithPolicy(const Buffers& b, LaunchConfig c) {
-  return [&b, c](int set, cudaStream_t stream) {
+LaunchFn V4WithPolicy(const Buffers& b, LaunchConfig c, int64_t max_blocks, bool pdl = false) {
+  return [&b, c, max_blocks, pdl](int set, cudaStream_t stream) {
     const PackedTensorView& in = b.in[set];
     DequantParams p;
     p.qweight = reinterpret_cast<const uint32_t*>(in.qweight);
@@ -162,14 +173,12 @@ LaunchFn V4WithPolicy(const Buffers& b, LaunchConfig c) {
     p.N = in.shape.N;
     p.words_per_row = in.shape.N / 8;
     p.group_size = in.shape.group_size;
-    const int64_t units = in.shape.qweight_elements() / (c.words_per_thread * c.rows_per_thread);
-    const int blocks = static_cast<int>((units + c.block_size - 1) / c.block_size);
     const auto run = [&](auto w_c, auto r_c) {
       constexpr int kW = decltype(w_c)::value, kR = decltype(r_c)::value;
       if constexpr (kW * kR <= kV4MaxTileWords) {
         if (c.words_per_thread == kW && c.rows_per_thread == kR)
-          DequantVec16Kernel<DType::kF16, DType::kF16, kW, kR, Policy>
-              <<<blocks, c.block_size, 0, stream>>>(p);
+          CHECK_CUDA((LaunchVec16<DType::kF16, DType::kF16, kW, kR, Policy>(
+              p, c.block_size, max_blocks, pdl, stream)));
       }
     };
     const auto for_rows = [&](auto w_c) {
@@ -177,6 +186,7 @@ LaunchFn V4WithPolicy(const Buffers& b, LaunchConfig c) {
       run(w_c, std::integral_constant<int, 2>{});
       run(w_c, std::integral_constant<int, 4>{});
       run(w_c, std::integral_constant<int, 8>{});
+      run(w_c, std::integral_constant<int, 16>{});
     };
     // fp16 scales -> fp16 output only.
     for_rows(std::integral_constant<int, 1>{});
@@ -195,7 +205,12 @@ void Row(const char* shape, const std::string& what, const std::string& config, 
 
 int Main(int argc, char** argv) {
   std::vector<DType> outs;
+  bool sweep = false;
   for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--sweep") {
+      sweep = true;
+      continue;
+    }
     DType d;
     if (!ParseDType(argv[i], &d)) return std::fprintf(stderr, "bad dtype %s\n", argv[i]), 2;
     outs.push_back(d);
@@ -254,6 +269,15 @@ int Main(int argc, char** argv) {
       for (KernelVariant v : AllVariants()) {
         std::vector<LaunchConfig> configs = CandidateConfigs(v, shape, out_dtype);
         if (v == KernelVariant::kV3PerWordBlock) configs.resize(1);
+        if (v == KernelVariant::kV4Vec16 && sweep) {
+          configs.clear();
+          for (int bs : {128, 256, 512})
+            for (int w : {1, 2, 4})
+              for (int r : {1, 2, 4, 8, 16}) {
+                const LaunchConfig c{.block_size = bs, .words_per_thread = w, .rows_per_thread = r};
+                if (CanImplement(v, c, shape, out_dtype).ok()) configs.push_back(c);
+              }
+        }
         double best = 1e30;
         LaunchConfig best_config;
         for (const LaunchConfig& c : configs) {
@@ -271,14 +295,38 @@ int Main(int argc, char** argv) {
         if (v == KernelVariant::kV4Vec16 && out_dtype == DType::kF16) {
           const LaunchConfig c = best_config;
           Row(s.name, "v4 ldcs+stcs (default)", c.ToString(),
-              Time(V4WithPolicy<Vec16DefaultPolicy>(b, c), sets, stream), bytes, peak);
-          Row(s.name, "v4 ldg+plain", c.ToString(), Time(V4WithPolicy<Policy1>(b, c), sets, stream),
-              bytes, peak);
+              Time(V4WithPolicy<Vec16DefaultPolicy>(b, c, 0), sets, stream), bytes, peak);
+          Row(s.name, "v4 ldg+plain", c.ToString(),
+              Time(V4WithPolicy<Policy1>(b, c, 0), sets, stream), bytes, peak);
           Row(s.name, "v4 ldcs+plain", c.ToString(),
-              Time(V4WithPolicy<Policy2>(b, c), sets, stream), bytes, peak);
-          Row(s.name, "v4 ldg+stcs", c.ToString(), Time(V4WithPolicy<Policy3>(b, c), sets, stream),
-              bytes, peak);
+              Time(V4WithPolicy<Policy2>(b, c, 0), sets, stream), bytes, peak);
+          Row(s.name, "v4 ldg+stcs", c.ToString(),
+              Time(V4WithPolicy<Policy3>(b, c, 0), sets, stream), bytes, peak);
+          Row(s.name, "v4 nc+L2::256B+stcs", c.ToString(),
+              Time(V4WithPolicy<Policy4>(b, c, 0), sets, stream), bytes, peak);
+          Row(s.name, "v4 pdl", c.ToString(),
+              Time(V4WithPolicy<Vec16DefaultPolicy>(b, c, 0, true), sets, stream), bytes, peak);
         }
+      }
+      // Ceilings for this traffic mix: write-only memset of the output, and v4's traffic alone.
+      Row(s.name, "ceiling memset(out)", "",
+          Time(
+              [&](int set, cudaStream_t st) {
+                CHECK_CUDA(cudaMemsetAsync(b.out[set], 0x3C, shape.output_bytes(out_dtype), st));
+              },
+              sets, stream),
+          static_cast<double>(shape.output_bytes(out_dtype)), peak);
+      if (out_dtype == DType::kF16) {
+        Row(s.name, "ceiling traffic-only", "",
+            Time(
+                [&](int set, cudaStream_t st) {
+                  const int64_t words = shape.qweight_elements();
+                  TrafficOnly<<<static_cast<unsigned>((words + 255) / 256), 256, 0, st>>>(
+                      reinterpret_cast<const uint32_t*>(b.in[set].qweight),
+                      static_cast<uint4*>(b.out[set]), words);
+                },
+                sets, stream),
+            bytes, peak);
       }
       CHECK_CUDA(cudaGetLastError());
       FreeBuffers(b);
