@@ -1,0 +1,189 @@
+// DequantClient and the dequantctl subcommands against a scripted in-process DequantService:
+// malformed streams become DATA_LOSS through real gRPC, server errors keep their code, and the
+// list/info/benchmark output is rendered from the protos.
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "client/commands.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dequantd {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Answers Dequantize with `script` (then `final_status`), the other calls with canned protos.
+class ScriptedService final : public v1::DequantService::Service {
+ public:
+  std::vector<v1::DequantizeResponse> script;
+  grpc::Status final_status = grpc::Status::OK;
+  v1::ListTensorsResponse list;
+  v1::BenchmarkResponse benchmark;
+  v1::BenchmarkRequest last_benchmark_request;
+
+  grpc::Status Dequantize(grpc::ServerContext*, const v1::DequantizeRequest*,
+                          grpc::ServerWriter<v1::DequantizeResponse>* writer) override {
+    for (const v1::DequantizeResponse& r : script) writer->Write(r);
+    return final_status;
+  }
+  grpc::Status ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest*,
+                           v1::ListTensorsResponse* response) override {
+    *response = list;
+    return grpc::Status::OK;
+  }
+  grpc::Status GetServerInfo(grpc::ServerContext*, const v1::GetServerInfoRequest*,
+                             v1::GetServerInfoResponse* response) override {
+    response->set_version("9.9.9");
+    response->set_backend("cuda");
+    v1::DeviceInfo* d = response->add_devices();
+    d->set_index(0);
+    d->set_name("NVIDIA H200");
+    d->set_compute_capability("9.0");
+    d->set_memory_bytes(int64_t{141} << 30);
+    d->set_driver_version("13.0");
+    return grpc::Status::OK;
+  }
+  grpc::Status Benchmark(grpc::ServerContext*, const v1::BenchmarkRequest* request,
+                         v1::BenchmarkResponse* response) override {
+    last_benchmark_request = *request;
+    *response = benchmark;
+    return grpc::Status::OK;
+  }
+};
+
+class FakeServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    client_ = *DequantClient::Connect("127.0.0.1:" + std::to_string(port));
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  static v1::DequantizeResponse Header(int64_t K, int64_t N, int64_t total) {
+    v1::DequantizeResponse r;
+    r.mutable_header()->add_shape(K);
+    r.mutable_header()->add_shape(N);
+    r.mutable_header()->set_dtype(v1::DTYPE_FP16);
+    r.mutable_header()->set_total_bytes(total);
+    return r;
+  }
+  static v1::DequantizeResponse Chunk(int64_t offset, const std::string& data) {
+    v1::DequantizeResponse r;
+    r.set_offset(offset);
+    r.set_data(data);
+    return r;
+  }
+  absl::StatusOr<DequantizedTensor> Dequantize() {
+    v1::DequantizeRequest request;
+    request.set_tensor("x");
+    return client_->DequantizeToMemory(request);
+  }
+
+  ScriptedService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<DequantClient> client_;
+};
+
+TEST_F(FakeServerTest, ReassemblesContiguousChunks) {
+  service_.script = {Header(1, 8, 16), Chunk(0, "0123456789"), Chunk(10, "abcdef")};
+  absl::StatusOr<DequantizedTensor> r = Dequantize();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(std::string(r->data.begin(), r->data.end()), "0123456789abcdef");
+}
+
+TEST_F(FakeServerTest, GapInOffsetsIsDataLoss) {
+  service_.script = {Header(1, 8, 16), Chunk(0, "01234567"), Chunk(9, "abcdefg")};
+  EXPECT_EQ(Dequantize().status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(FakeServerTest, StreamEndingShortIsDataLoss) {
+  service_.script = {Header(1, 8, 16), Chunk(0, "01234567")};
+  absl::Status s = Dequantize().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("8 of 16 bytes"));
+}
+
+TEST_F(FakeServerTest, MissingHeaderIsDataLoss) {
+  service_.script = {Chunk(0, "01234567")};
+  EXPECT_EQ(Dequantize().status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(FakeServerTest, ServerErrorMidStreamKeepsItsCode) {
+  service_.script = {Header(1, 8, 16), Chunk(0, "01234567")};
+  service_.final_status = grpc::Status(grpc::StatusCode::INTERNAL, "device lost");
+  EXPECT_EQ(Dequantize().status(), absl::InternalError("device lost"));
+}
+
+TEST_F(FakeServerTest, ListRendersTable) {
+  v1::QuantizedTensorInfo* t = service_.list.add_tensors();
+  t->set_name("model.layers.0.mlp.up_proj");
+  t->set_in_features(576);
+  t->set_out_features(1536);
+  t->set_group_size(64);
+  t->set_scale_dtype(v1::DTYPE_FP16);
+  t->set_packed_bytes(3 << 19);  // 1.5 MiB
+  t->set_resident_on_device(true);
+  service_.list.set_model("/models/m");
+  std::ostringstream out;
+  ASSERT_TRUE(RunList(*client_, out).ok());
+  EXPECT_EQ(out.str(),
+            "name                          K     N  group_size  scale dtype   MiB  resident\n"
+            "model.layers.0.mlp.up_proj  576  1536          64  fp16         1.50  gpu\n"
+            "1 tensors, 1.50 MiB packed, model '/models/m'\n");
+}
+
+TEST_F(FakeServerTest, InfoListsDevices) {
+  std::ostringstream out;
+  ASSERT_TRUE(RunInfo(*client_, out).ok());
+  EXPECT_THAT(out.str(), HasSubstr("backend:      cuda\n"));
+  EXPECT_THAT(out.str(),
+              HasSubstr("[0] NVIDIA H200, compute capability 9.0, 141.0 GiB, driver 13.0"));
+}
+
+TEST_F(FakeServerTest, BenchmarkSendsRequestAndRendersRows) {
+  service_.benchmark.set_device("NVIDIA H200");
+  service_.benchmark.set_peak_copy_bytes_per_second(4.1e12);
+  v1::BenchmarkRow* row = service_.benchmark.add_rows();
+  row->set_variant("v2");
+  row->set_in_features(4096);
+  row->set_out_features(4096);
+  row->set_group_size(128);
+  row->set_output_dtype(v1::DTYPE_FP16);
+  row->set_bytes_moved(42205184);
+  row->set_median_seconds(12.5e-6);
+  row->set_mean_seconds(20e-6);
+  row->set_bytes_per_second(3.3764e12);
+  row->set_fraction_of_peak(0.8235);
+  row->set_correct(true);
+  row->set_divergent(true);
+  row->set_launch_config("block=256");
+  BenchmarkOptions options;
+  options.shapes = "4096x4096";
+  absl::StatusOr<v1::BenchmarkRequest> request = MakeBenchmarkRequest(options);
+  ASSERT_TRUE(request.ok());
+  std::ostringstream out;
+  ASSERT_TRUE(RunBenchmark(*client_, *request, out).ok());
+  ASSERT_EQ(service_.last_benchmark_request.shapes_size(), 1);
+  EXPECT_EQ(service_.last_benchmark_request.shapes(0).in_features(), 4096);
+  EXPECT_THAT(out.str(), HasSubstr("device: NVIDIA H200, peak copy 4100.0 GB/s"));
+  EXPECT_THAT(out.str(), HasSubstr("v2"));
+  EXPECT_THAT(out.str(), HasSubstr("42.21"));   // MB moved
+  EXPECT_THAT(out.str(), HasSubstr("12.5*"));   // median us, divergent
+  EXPECT_THAT(out.str(), HasSubstr("3376.4"));  // GB/s
+  EXPECT_THAT(out.str(), HasSubstr("82.3"));    // % of peak
+  EXPECT_THAT(out.str(), HasSubstr("block=256"));
+}
+
+}  // namespace
+}  // namespace dequantd

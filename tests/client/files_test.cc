@@ -1,0 +1,206 @@
+// dequantctl's file handling: output files by extension, inline input from safetensors, and the
+// benchmark request parser and table.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client/commands.h"
+#include "client/output_file.h"
+#include "client/packed_input.h"
+#include "client/table.h"
+#include "formats/npy.h"
+#include "formats/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dequantd {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempPath(const std::string& name) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("dequantd_files_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+template <typename T>
+absl::Span<const uint8_t> Bytes(const std::vector<T>& v) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T));
+}
+
+v1::DequantizeHeader Header(int64_t K, int64_t N, v1::DType dtype, int64_t element_bytes) {
+  v1::DequantizeHeader h;
+  h.add_shape(K);
+  h.add_shape(N);
+  h.set_dtype(dtype);
+  h.set_total_bytes(K * N * element_bytes);
+  return h;
+}
+
+std::vector<uint8_t> Pattern(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 13 + 5);
+  return v;
+}
+
+// Writes `data` through an OutputFile in two chunks.
+void WriteThrough(OutputFile& file, const v1::DequantizeHeader& h,
+                  const std::vector<uint8_t>& data) {
+  ASSERT_TRUE(file.Begin(h).ok());
+  ASSERT_TRUE(file.Write(absl::MakeConstSpan(data).subspan(0, 7)).ok());
+  ASSERT_TRUE(file.Write(absl::MakeConstSpan(data).subspan(7)).ok());
+  ASSERT_TRUE(file.Finish().ok());
+}
+
+TEST(OutputFileTest, NpyBf16IsRawU2) {
+  const std::string path = TempPath("out.npy");
+  const std::vector<uint8_t> data = Pattern(3 * 8 * 2);
+  std::unique_ptr<OutputFile> file = OutputFile::ForPath(path, "ignored");
+  EXPECT_STREQ(file->kind(), "npy");
+  WriteThrough(*file, Header(3, 8, v1::DTYPE_BF16, 2), data);
+  absl::StatusOr<npy::Array> a = npy::ReadFile(path);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->header.descr, "<u2");
+  EXPECT_THAT(a->header.shape, ::testing::ElementsAre(3, 8));
+  EXPECT_EQ(a->data, data);
+}
+
+TEST(OutputFileTest, SafetensorsHoldsOneNamedTensor) {
+  const std::string path = TempPath("out.safetensors");
+  const std::vector<uint8_t> data = Pattern(2 * 8 * 4);
+  std::unique_ptr<OutputFile> file = OutputFile::ForPath(path, "model.layers.0.mlp.up_proj");
+  EXPECT_STREQ(file->kind(), "safetensors");
+  WriteThrough(*file, Header(2, 8, v1::DTYPE_FP32, 4), data);
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> f = safetensors::MappedFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ((*f)->header().tensors.size(), 1u);
+  const safetensors::TensorEntry& e = (*f)->header().tensors.at("model.layers.0.mlp.up_proj");
+  EXPECT_EQ(e.dtype, "F32");
+  EXPECT_THAT(e.shape, ::testing::ElementsAre(2, 8));
+  const absl::Span<const uint8_t> got = *(*f)->TensorBytes(e.name);
+  EXPECT_EQ(std::vector<uint8_t>(got.begin(), got.end()), data);
+}
+
+TEST(OutputFileTest, OtherExtensionsAreRawBytes) {
+  const std::string path = TempPath("out.bin");
+  const std::vector<uint8_t> data = Pattern(4 * 8 * 2);
+  std::unique_ptr<OutputFile> file = OutputFile::ForPath(path, "x");
+  EXPECT_STREQ(file->kind(), "raw");
+  WriteThrough(*file, Header(4, 8, v1::DTYPE_FP16, 2), data);
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, data);
+}
+
+TEST(OutputFileTest, IncompleteResultIsDataLossAndNothingAppears) {
+  for (const std::string name : {"short.npy", "short.safetensors", "short.raw"}) {
+    SCOPED_TRACE(name);
+    const std::string path = TempPath(name);
+    std::unique_ptr<OutputFile> file = OutputFile::ForPath(path, "t");
+    ASSERT_TRUE(file->Begin(Header(1, 8, v1::DTYPE_FP16, 2)).ok());
+    ASSERT_TRUE(file->Write(Pattern(10)).ok());
+    EXPECT_EQ(file->Finish().code(), absl::StatusCode::kDataLoss);
+    file.reset();
+    EXPECT_FALSE(fs::exists(path));
+  }
+}
+
+TEST(OutputFileTest, Int32OutputIsRefusedForNpyAndSafetensors) {
+  EXPECT_EQ(
+      OutputFile::ForPath(TempPath("i.npy"), "t")->Begin(Header(1, 8, v1::DTYPE_INT32, 4)).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(OutputFile::ForPath(TempPath("i.safetensors"), "t")
+                ->Begin(Header(1, 8, v1::DTYPE_INT32, 4))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+class PackedInputTest : public ::testing::Test {
+ protected:
+  // K=128, N=16, G=32: qweight (128, 2), qzeros (4, 2), scales (4, 16).
+  void Write(const std::string& path, const std::string& scale_dtype, int64_t scale_rows) {
+    qweight_.assign(128 * 2, 0);
+    for (size_t i = 0; i < qweight_.size(); ++i)
+      qweight_[i] = static_cast<int32_t>(i * 2654435761u);
+    qzeros_.assign(4 * 2, 0x12345678);
+    scales_.assign(scale_rows * 16 * safetensors::DTypeBytes(scale_dtype), 0x3C);
+    ASSERT_TRUE(safetensors::WriteFile(
+                    path, {{"m.l.qweight", "I32", {128, 2}, Bytes(qweight_)},
+                           {"m.l.qzeros", "I32", {4, 2}, Bytes(qzeros_)},
+                           {"m.l.scales", scale_dtype, {scale_rows, 16}, Bytes(scales_)}})
+                    .ok());
+  }
+  std::vector<int32_t> qweight_, qzeros_;
+  std::vector<uint8_t> scales_;
+};
+
+TEST_F(PackedInputTest, ShapesAndBytesComeFromTheFile) {
+  const std::string path = TempPath("packed.safetensors");
+  Write(path, "BF16", 4);
+  absl::StatusOr<v1::InlinePackedTensor> t = LoadInlinePacked(path, "m.l.");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->in_features(), 128);
+  EXPECT_EQ(t->out_features(), 16);
+  EXPECT_EQ(t->group_size(), 32);  // 128 / 4 scale rows
+  EXPECT_EQ(t->scale_dtype(), v1::DTYPE_BF16);
+  EXPECT_EQ(t->qweight(), std::string(reinterpret_cast<const char*>(qweight_.data()), 1024));
+  EXPECT_EQ(t->qzeros().size(), 32u);
+  EXPECT_EQ(t->scales().size(), 128u);
+  // An explicit group size is sent as given (the server judges it).
+  EXPECT_EQ(LoadInlinePacked(path, "m.l.", 64)->group_size(), 64);
+}
+
+TEST_F(PackedInputTest, Errors) {
+  const std::string path = TempPath("packed_bad.safetensors");
+  Write(path, "F32", 4);
+  EXPECT_EQ(LoadInlinePacked(path, "m.l.").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadInlinePacked(path, "other.").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(LoadInlinePacked(TempPath("none.safetensors"), "m.l.").status().code(),
+            absl::StatusCode::kNotFound);
+  const std::string uneven = TempPath("packed_uneven.safetensors");
+  Write(uneven, "F16", 3);  // 3 scale rows do not divide K = 128
+  absl::Status s = LoadInlinePacked(uneven, "m.l.").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("group_size"));
+  EXPECT_EQ(LoadInlinePacked(uneven, "m.l.", 32)->group_size(), 32);
+}
+
+TEST(BenchmarkRequestTest, ParsesShapesDTypesAndCounts) {
+  BenchmarkOptions o;
+  o.shapes = "4096x4096, 576x1536";
+  o.dtype = "fp16,bf16";
+  o.group_size = 64;
+  o.trials = 3;
+  o.runs = 7;
+  o.variants = "v1,v2";
+  absl::StatusOr<v1::BenchmarkRequest> r = MakeBenchmarkRequest(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->shapes_size(), 2);
+  EXPECT_EQ(r->shapes(1).in_features(), 576);
+  EXPECT_EQ(r->shapes(1).out_features(), 1536);
+  EXPECT_THAT(r->output_dtypes(), ::testing::ElementsAre(v1::DTYPE_FP16, v1::DTYPE_BF16));
+  EXPECT_THAT(r->variants(), ::testing::ElementsAre("v1", "v2"));
+  EXPECT_EQ(r->group_size(), 64);
+  EXPECT_EQ(r->trials(), 3);
+  EXPECT_EQ(r->runs(), 7);
+  for (const std::string bad : {"4096", "4096x", "x8", "0x8", "12x-8", "axb", "1x2x3"}) {
+    o.shapes = bad;
+    EXPECT_EQ(MakeBenchmarkRequest(o).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(TableTest, PadsColumnsAndAlignsNumbersRight) {
+  Table t({"name", "K"}, {false, true});
+  t.AddRow({"a", "576"});
+  t.AddRow({"longer", "8"});
+  std::ostringstream out;
+  t.Print(out);
+  EXPECT_EQ(out.str(), "name      K\na       576\nlonger    8\n");
+}
+
+}  // namespace
+}  // namespace dequantd
