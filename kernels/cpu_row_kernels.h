@@ -16,12 +16,43 @@
 
 namespace dequantd::cpu {
 
-// Output element type and its scalar rounding (awq_format.h), per output dtype.
+// FloatToHalfBitsRne without data-dependent branches (the reference's version branches on the
+// rounding remainder, which mispredicts half the time on real data). Same bits for every input:
+// subnormal results come from one float addition of 0.5, whose rounding to a multiple of 2^-24
+// is exactly the half subnormal rounding (F. Giesen, "float_to_half_fast3_rtne"); normal results
+// from adding the rebias and 0xFFF plus the kept mantissa's lowest bit before shifting out 13
+// bits (a carry into the exponent is correct, up to inf at 65520); NaN gives sign | 0x7E00.
+inline uint16_t FloatToHalfBitsRneSelect(float f) {
+  const uint32_t u = FloatBits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t abs = u & 0x7FFFFFFFu;
+  const uint32_t normal = (abs - (112u << 23) + 0xFFFu + ((abs >> 13) & 1u)) >> 13;
+  const uint32_t subnormal = FloatBits(BitsToFloat(abs) + 0.5f) - FloatBits(0.5f);
+  // Selects as masks (all ones when the condition holds): no control flow to vectorize around.
+  const uint32_t tiny = 0u - static_cast<uint32_t>(abs < 0x38800000u);   // below 2^-14
+  const uint32_t huge = 0u - static_cast<uint32_t>(abs >= 0x477FF000u);  // >= 65520, inf, NaN
+  const uint32_t nan = 0u - static_cast<uint32_t>(abs > 0x7F800000u);
+  uint32_t h = (subnormal & tiny) | (normal & ~tiny);
+  h = (0x7C00u & huge) | (h & ~huge);
+  h |= 0x0200u & nan;  // 0x7C00 | 0x0200 = 0x7E00
+  return static_cast<uint16_t>(sign | h);
+}
+
+// FloatToBf16BitsRne with the NaN case as a select instead of an early return, so loops using
+// it vectorize. Same bits for every input.
+inline uint16_t FloatToBf16BitsRneSelect(float f) {
+  const uint32_t u = FloatBits(f);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+}
+
+// Output element type and its scalar rounding (bit-identical to awq_format.h's), per dtype.
 template <DType kOut>
 struct OutTraits {
   using T = uint16_t;
   static T FromFloat(float w) {
-    return kOut == DType::kF16 ? FloatToHalfBitsRne(w) : FloatToBf16BitsRne(w);
+    return kOut == DType::kF16 ? FloatToHalfBitsRneSelect(w) : FloatToBf16BitsRneSelect(w);
   }
 };
 template <>
@@ -30,18 +61,22 @@ struct OutTraits<DType::kF32> {
   static T FromFloat(float w) { return w; }
 };
 
-// Portable: per word, eight shifts by the constant nibble positions, then the scalar rounding.
+// Portable: per word, eight shifts by the constant nibble positions into a small float array,
+// then a fixed-length loop of subtract, multiply and branch-free rounding that the compiler can
+// vectorize for the target's baseline ISA (SSE2, NEON).
 struct PortableRows {
   template <DType kOut>
-  static void Row(const int32_t* qrow, int64_t words, const float* zero, const float* scale,
-                  typename OutTraits<kOut>::T* out) {
+  static void Row(const int32_t* qrow, int64_t words, const float* __restrict zero,
+                  const float* __restrict scale, typename OutTraits<kOut>::T* __restrict out) {
     for (int64_t c = 0; c < words; ++c) {
       const auto w = static_cast<uint32_t>(qrow[c]);
       const int64_t base = c * awq::kPackFactor;
+      float q[awq::kPackFactor];
       for (int i = 0; i < awq::kPackFactor; ++i) {
-        const float q =
-            static_cast<float>((w >> (awq::kBits * awq::kNibbleOfColumn[i])) & awq::kNibbleMask);
-        out[base + i] = OutTraits<kOut>::FromFloat((q - zero[base + i]) * scale[base + i]);
+        q[i] = static_cast<float>((w >> (awq::kBits * awq::kNibbleOfColumn[i])) & awq::kNibbleMask);
+      }
+      for (int i = 0; i < awq::kPackFactor; ++i) {
+        out[base + i] = OutTraits<kOut>::FromFloat((q[i] - zero[base + i]) * scale[base + i]);
       }
     }
   }
