@@ -120,10 +120,11 @@ TestServer::~TestServer() {
   if (server) server->Shutdown(5.0);
 }
 
-absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServer(ServerOptions options) {
+absl::StatusOr<std::unique_ptr<TestServer>> StartServer(ServerOptions options,
+                                                        const std::string& backend) {
   options.listen = "127.0.0.1:0";
   options.metrics_listen = "";
-  options.backend = "cpu";
+  options.backend = backend;
   options.cpu_threads = 2;
   absl::StatusOr<std::unique_ptr<DequantServer>> server = DequantServer::Start(options);
   if (!server.ok()) return server.status();

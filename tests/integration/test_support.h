@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,9 +51,13 @@ struct TestServer {
   ~TestServer();
 };
 
-// Starts dequantd with `options` overridden to listen on 127.0.0.1:0, the CPU backend (2
-// threads) and no /metrics endpoint.
-absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServer(ServerOptions options);
+// Starts dequantd with `options` overridden to listen on 127.0.0.1:0 with `backend` ("cpu" uses
+// 2 threads) and no /metrics endpoint.
+absl::StatusOr<std::unique_ptr<TestServer>> StartServer(ServerOptions options,
+                                                        const std::string& backend);
+inline absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServer(ServerOptions options) {
+  return StartServer(std::move(options), "cpu");
+}
 
 // The bundled model directory: $DEQUANTD_MODEL_DIR, else <source>/models/smollm2-135m-awq if
 // it holds a config.json; empty if neither exists.
