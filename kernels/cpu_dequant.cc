@@ -71,34 +71,38 @@ void RunPart(const PackedTensorView& in, const Part& part, int64_t out_row0, voi
     }
     k0 = k1;
   }
+  Rows::Finish();
 }
 
 using PartFn = void (*)(const PackedTensorView&, const Part&, int64_t, void*);
 
+enum class RowKernel { kPortable, kAvx2, kAvx2Stream };
+
 template <DType kScale, DType kOut>
-PartFn SelectIsa(bool avx2) {
+PartFn SelectKernel(RowKernel kernel) {
 #if defined(DEQUANTD_CPU_X86)
-  if (avx2) return &RunPart<kScale, kOut, Avx2Rows>;
+  if (kernel == RowKernel::kAvx2) return &RunPart<kScale, kOut, Avx2Rows<false>>;
+  if (kernel == RowKernel::kAvx2Stream) return &RunPart<kScale, kOut, Avx2Rows<true>>;
 #endif
-  (void)avx2;
+  (void)kernel;
   return &RunPart<kScale, kOut, PortableRows>;
 }
 
 template <DType kScale>
-PartFn SelectOut(DType out_dtype, bool avx2) {
+PartFn SelectOut(DType out_dtype, RowKernel kernel) {
   switch (out_dtype) {
     case DType::kF16:
-      return SelectIsa<kScale, DType::kF16>(avx2);
+      return SelectKernel<kScale, DType::kF16>(kernel);
     case DType::kBF16:
-      return SelectIsa<kScale, DType::kBF16>(avx2);
+      return SelectKernel<kScale, DType::kBF16>(kernel);
     default:  // kF32; ValidateShape refused every other dtype.
-      return SelectIsa<kScale, DType::kF32>(avx2);
+      return SelectKernel<kScale, DType::kF32>(kernel);
   }
 }
 
-PartFn Select(DType scale_dtype, DType out_dtype, bool avx2) {
-  return scale_dtype == DType::kF16 ? SelectOut<DType::kF16>(out_dtype, avx2)
-                                    : SelectOut<DType::kBF16>(out_dtype, avx2);
+PartFn Select(DType scale_dtype, DType out_dtype, RowKernel kernel) {
+  return scale_dtype == DType::kF16 ? SelectOut<DType::kF16>(out_dtype, kernel)
+                                    : SelectOut<DType::kBF16>(out_dtype, kernel);
 }
 
 // Splits rows (or, with fewer rows than parts, each row's words) into `parts` near-equal parts.
@@ -134,6 +138,9 @@ absl::Status DequantizeCpuWithOptions(const PackedTensorView& in, DType out_dtyp
                                       const CpuDequantOptions& options) {
   if (absl::Status s = ValidateView(in, out_dtype, row_begin, row_end, out); !s.ok()) return s;
   if (options.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
+  if (options.stream_min_bytes < 0) {
+    return absl::InvalidArgumentError("stream_min_bytes must be >= 0");
+  }
   if (options.min_elements_per_thread < 1) {
     return absl::InvalidArgumentError("min_elements_per_thread must be >= 1");
   }
@@ -141,10 +148,17 @@ absl::Status DequantizeCpuWithOptions(const PackedTensorView& in, DType out_dtyp
     return absl::FailedPreconditionError("this CPU lacks AVX2/F16C for the AVX2 row kernel");
   }
   const bool avx2 = options.isa == CpuIsa::kAvx2 || (options.isa == CpuIsa::kBest && CpuHasAvx2());
-  const PartFn run = Select(in.shape.scale_dtype, out_dtype, avx2);
-
   const int64_t rows = row_end - row_begin;
   if (rows == 0) return absl::OkStatus();
+  // Non-temporal stores for outputs too large to stay in cache, when `out` is 16-byte aligned
+  // (malloc's alignment; then every word's 16 or 32 output bytes are too: N % 8 == 0).
+  const bool stream = avx2 &&
+                      rows * in.shape.N * DTypeSize(out_dtype) >= options.stream_min_bytes &&
+                      reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  const PartFn run =
+      Select(in.shape.scale_dtype, out_dtype,
+             stream ? RowKernel::kAvx2Stream : (avx2 ? RowKernel::kAvx2 : RowKernel::kPortable));
+
   const int64_t words = in.shape.N / awq::kPackFactor;
   int64_t threads = options.threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());

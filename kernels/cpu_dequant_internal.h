@@ -16,13 +16,17 @@ struct CpuDequantOptions {
   int threads = 0;             // >= 0; 0 = std::thread::hardware_concurrency()
   CpuIsa isa = CpuIsa::kBest;  // kBest: AVX2 when the CPU has it, else portable
   int64_t min_elements_per_thread = int64_t{1} << 16;  // fewer threads for small requests; >= 1
+  // AVX2 only: outputs of at least this many bytes, with `out` 16-byte aligned, are written with
+  // non-temporal stores (they bypass the cache; about 2x faster for fp32 output). >= 0 bytes.
+  int64_t stream_min_bytes = int64_t{32} << 20;
 };
 
 // True when this CPU runs the AVX2 + F16C row kernel.
 bool CpuHasAvx2();
 
 // DequantizeCpu with every knob exposed. Same contract and result; additionally
-// INVALID_ARGUMENT for threads < 0 or min_elements_per_thread < 1, and FAILED_PRECONDITION for
+// INVALID_ARGUMENT for threads < 0, min_elements_per_thread < 1 or
+// stream_min_bytes < 0, and FAILED_PRECONDITION for
 // isa = kAvx2 on a CPU without AVX2/F16C. Thread-safe (no shared state).
 absl::Status DequantizeCpuWithOptions(const PackedTensorView& in, DType out_dtype,
                                       int64_t row_begin, int64_t row_end, void* out,

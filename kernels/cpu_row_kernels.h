@@ -80,15 +80,16 @@ struct PortableRows {
       }
     }
   }
+  static void Finish() {}
 };
 
 #if defined(DEQUANTD_CPU_X86)
 #define DEQUANTD_AVX2 __attribute__((target("avx2,f16c")))
 
-// AVX2 + F16C: one 8-lane vector per packed word. A variable shift (vpsrlvd) by
-// 4 * kNibbleOfColumn puts column i's nibble in lane i; fp16 rounding is the hardware's
+// AVX2 + F16C building blocks: one 8-lane vector per packed word. A variable shift (vpsrlvd)
+// by 4 * kNibbleOfColumn puts column i's nibble in lane i; fp16 rounding is the hardware's
 // round-to-nearest-even conversion (vcvtps2ph), bf16 rounding is done in integer lanes.
-struct Avx2Rows {
+struct Avx2Ops {
   DEQUANTD_AVX2 static __m256 Dequant8(uint32_t word, const float* zero, const float* scale) {
     const __m256i shifts = _mm256_setr_epi32(
         awq::kBits * awq::kNibbleOfColumn[0], awq::kBits * awq::kNibbleOfColumn[1],
@@ -123,28 +124,49 @@ struct Avx2Rows {
     return _mm256_blendv_epi8(rounded, quiet, nan);
   }
 
-  // Stores the eight columns of one word.
-  template <DType kOut>
+  // Stores the eight columns of one word. kStream: non-temporal stores, which skip the
+  // read-for-ownership of the output lines; `out` must then be 16-byte aligned.
+  template <DType kOut, bool kStream>
   DEQUANTD_AVX2 static void Store8(__m256 w, typename OutTraits<kOut>::T* out) {
     if constexpr (kOut == DType::kF32) {
-      _mm256_storeu_ps(out, w);
-    } else if constexpr (kOut == DType::kF16) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), ToHalf8(w));
+      if constexpr (kStream) {  // two 16-byte halves: needs only 16-byte alignment
+        _mm_stream_ps(out, _mm256_castps256_ps128(w));
+        _mm_stream_ps(out + 4, _mm256_extractf128_ps(w, 1));
+      } else {
+        _mm256_storeu_ps(out, w);
+      }
     } else {
-      const __m256i wide = ToBf16x8Wide(w);
-      const __m128i packed =
-          _mm_packus_epi32(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
+      __m128i packed;
+      if constexpr (kOut == DType::kF16) {
+        packed = ToHalf8(w);
+      } else {
+        const __m256i wide = ToBf16x8Wide(w);
+        packed = _mm_packus_epi32(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
+      }
+      if constexpr (kStream) {
+        _mm_stream_si128(reinterpret_cast<__m128i*>(out), packed);
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
+      }
     }
   }
+};
 
+// The AVX2 row kernel; kStream selects non-temporal stores (see Avx2Ops::Store8).
+template <bool kStream>
+struct Avx2Rows {
   template <DType kOut>
   DEQUANTD_AVX2 static void Row(const int32_t* qrow, int64_t words, const float* zero,
                                 const float* scale, typename OutTraits<kOut>::T* out) {
     for (int64_t c = 0; c < words; ++c) {
       const int64_t base = c * awq::kPackFactor;
-      Store8<kOut>(Dequant8(static_cast<uint32_t>(qrow[c]), zero + base, scale + base), out + base);
+      Avx2Ops::Store8<kOut, kStream>(
+          Avx2Ops::Dequant8(static_cast<uint32_t>(qrow[c]), zero + base, scale + base), out + base);
     }
+  }
+  // Orders this thread's non-temporal stores before whatever follows (e.g. the thread's join).
+  static void Finish() {
+    if constexpr (kStream) _mm_sfence();
   }
 };
 #undef DEQUANTD_AVX2

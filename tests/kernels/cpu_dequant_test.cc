@@ -43,6 +43,9 @@ std::vector<CpuIsa> Isas() {
   return isas;
 }
 
+// The first 32-byte aligned address at or after p.
+uint8_t* Aligned32(uint8_t* p) { return p + (32 - reinterpret_cast<uintptr_t>(p) % 32) % 32; }
+
 const char* IsaName(CpuIsa isa) { return isa == CpuIsa::kAvx2 ? "avx2" : "portable"; }
 
 using Param = std::tuple<ShapeCase, DType, DType>;  // shape, scales dtype, output dtype
@@ -62,18 +65,29 @@ TEST_P(CpuVsReferenceTest, BitExact) {
   const std::pair<int64_t, int64_t> ranges[] = {
       {0, sc.K}, {sc.K / 3, sc.K - sc.K / 5}, {sc.K - 1, sc.K}};
   for (CpuIsa isa : Isas()) {
-    for (int threads : {1, 2, 3, 7}) {
-      for (const auto& [begin, end] : ranges) {
-        SCOPED_TRACE(::testing::Message() << IsaName(isa) << " threads " << threads << " rows ["
-                                          << begin << ", " << end << ")");
-        std::vector<uint8_t> got = OutputBuffer((end - begin) * sc.N, out_dtype);
-        // min_elements_per_thread = 1: every requested thread gets a part, even for tiny shapes.
-        const CpuDequantOptions options{
-            .threads = threads, .isa = isa, .min_elements_per_thread = 1};
-        ASSERT_TRUE(
-            cpu::DequantizeCpuWithOptions(layer.view(), out_dtype, begin, end, got.data(), options)
-                .ok());
-        ASSERT_EQ(std::memcmp(got.data(), expected.data() + begin * row_bytes, got.size()), 0);
+    // AVX2 also with non-temporal stores (stream_min_bytes = 0, 16-byte aligned output).
+    for (bool stream : {false, true}) {
+      if (stream && isa != CpuIsa::kAvx2) continue;
+      for (int threads : {1, 2, 3, 7}) {
+        for (const auto& [begin, end] : ranges) {
+          SCOPED_TRACE(::testing::Message()
+                       << IsaName(isa) << (stream ? " stream" : "") << " threads " << threads
+                       << " rows [" << begin << ", " << end << ")");
+          const int64_t bytes = (end - begin) * row_bytes;
+          std::vector<uint8_t> buffer = OutputBuffer((end - begin) * sc.N + 32, out_dtype);
+          uint8_t* got = Aligned32(buffer.data()) + 16;  // 16- but not 32-byte aligned
+          // min_elements_per_thread = 1: every requested thread gets a part, even for tiny shapes.
+          const CpuDequantOptions options{.threads = threads,
+                                          .isa = isa,
+                                          .min_elements_per_thread = 1,
+                                          .stream_min_bytes = stream ? 0 : int64_t{1} << 40};
+          ASSERT_TRUE(
+              cpu::DequantizeCpuWithOptions(layer.view(), out_dtype, begin, end, got, options)
+                  .ok());
+          ASSERT_EQ(std::memcmp(got, expected.data() + begin * row_bytes, bytes), 0);
+          // Nothing written past the range.
+          for (int64_t i = bytes; i < bytes + 16; ++i) ASSERT_EQ(got[i], 0xA5) << i;
+        }
       }
     }
   }
@@ -137,6 +151,23 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, AllScalePatternsTest,
                                   std::string(DTypeName(std::get<1>(info.param))) + "Out";
                          });
 
+// stream_min_bytes = 0 with an output that is only 8-byte aligned: regular stores are used.
+TEST(CpuDequantTest, StreamRequestWithMisalignedOutputK64N1440G32) {
+  const HostLayer layer =
+      RandomLayer({.K = 64, .N = 1440, .group_size = 32, .scale_dtype = DType::kBF16}, 5);
+  for (DType out_dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
+    const int64_t bytes = 64 * 1440 * DTypeSize(out_dtype);
+    std::vector<uint8_t> expected = OutputBuffer(64 * 1440, out_dtype);
+    ASSERT_TRUE(DequantizeReference(layer.view(), out_dtype, 0, 64, expected.data()).ok());
+    std::vector<uint8_t> buffer = OutputBuffer(64 * 1440 + 64, out_dtype);
+    uint8_t* got = Aligned32(buffer.data()) + 8;
+    ASSERT_TRUE(cpu::DequantizeCpuWithOptions(layer.view(), out_dtype, 0, 64, got,
+                                              {.threads = 2, .stream_min_bytes = 0})
+                    .ok());
+    EXPECT_EQ(std::memcmp(got, expected.data(), bytes), 0) << DTypeName(out_dtype);
+  }
+}
+
 TEST(CpuDequantTest, EmptyRangeWritesNothing) {
   const HostLayer layer =
       RandomLayer({.K = 64, .N = 64, .group_size = 32, .scale_dtype = DType::kF16}, 1);
@@ -163,6 +194,10 @@ TEST(CpuDequantTest, RejectsBadCalls) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cpu::DequantizeCpuWithOptions(layer.view(), DType::kF16, 0, 64, out.data(),
                                           {.min_elements_per_thread = 0})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cpu::DequantizeCpuWithOptions(layer.view(), DType::kF16, 0, 64, out.data(),
+                                          {.stream_min_bytes = -1})
                 .code(),
             absl::StatusCode::kInvalidArgument);
   if (!cpu::CpuHasAvx2()) {
