@@ -78,9 +78,9 @@ __global__ void DequantPerWordKernel(DequantParams p) {
 // Pointers are already offset to the slab's first row/group.
 struct Vec16Params {
   DequantParams p;              // K = rows of this slab
-  uint32_t units = 0;           // threads of work: (K / rows) * (N / 8 / words) < 2^31
+  uint32_t units = 0;           // threads of work: (K / rows) * (N / 8 / words) * lanes < 2^31
   uint32_t chunks_per_row = 0;  // N / 8 / words: word stride between a thread's words
-  FastDivmod by_chunks;         // divides by chunks_per_row
+  FastDivmod by_chunks;         // divides by chunks_per_row * lanes per word
   FastDivmod by_row_blocks;     // divides by group_size / rows (row blocks per group)
 };
 
@@ -100,19 +100,28 @@ struct Vec16DefaultPolicy {
 // and scales for those kWords words.
 template <int kWords, int kRows>
 struct Vec16Tile {
-  int64_t k0;   // first row
-  uint32_t c0;  // first word column; the others are c0 + w * chunks_per_row
+  int64_t k0;     // first row
+  uint32_t c0;    // first word column; the others are c0 + w * chunks_per_row
+  uint32_t half;  // fp32 output: which 16-byte half of each word's 32 output bytes (else 0)
   uint32_t q[kRows][kWords];
   uint32_t z[kWords];
   uint4 s[kWords];
 };
 
-template <int kWords, int kRows, class Policy>
+// Threads per packed word: two for fp32 output (each stores one of the word's two 16-byte
+// vectors, so a warp's store instruction covers 512 consecutive bytes), else one.
+template <DType kOut>
+inline constexpr int kVec16LanesPerWord = kOut == DType::kF32 ? 2 : 1;
+
+template <DType kOut, int kWords, int kRows, class Policy>
 __device__ __forceinline__ void LoadVec16Tile(const Vec16Params& v, uint32_t u,
                                               Vec16Tile<kWords, kRows>& t) {
+  constexpr uint32_t kLanes = kVec16LanesPerWord<kOut>;
   const DequantParams& p = v.p;
-  const uint32_t row_block = v.by_chunks.Div(u);
-  t.c0 = u - row_block * v.chunks_per_row;
+  const uint32_t row_block = v.by_chunks.Div(u);  // divides by chunks_per_row * kLanes
+  const uint32_t lane_chunk = u - row_block * v.chunks_per_row * kLanes;
+  t.c0 = lane_chunk / kLanes;
+  t.half = lane_chunk % kLanes;
   const uint32_t g = v.by_row_blocks.Div(row_block);
   t.k0 = static_cast<int64_t>(row_block) * kRows;
 #pragma unroll
@@ -134,6 +143,7 @@ template <DType kScale, DType kOut, int kWords, int kRows, class Policy>
 __device__ __forceinline__ void StoreVec16Tile(const Vec16Params& v,
                                                const Vec16Tile<kWords, kRows>& t) {
   using Out = OutWord<kOut>;
+  static_assert(Out::kVectors == kVec16LanesPerWord<kOut>);
   uint4* out = static_cast<uint4*>(v.p.out);
 #pragma unroll
   for (int w = 0; w < kWords; ++w) {
@@ -142,9 +152,11 @@ __device__ __forceinline__ void StoreVec16Tile(const Vec16Params& v,
     for (int r = 0; r < kRows; ++r) {
       const Out o = dequant(t.q[r][w]);
       const int64_t word_index = (t.k0 + r) * v.p.words_per_row + t.c0 + w * v.chunks_per_row;
-#pragma unroll
-      for (int i = 0; i < Out::kVectors; ++i)
-        Policy::Store(out + word_index * Out::kVectors + i, o.v[i]);
+      if constexpr (Out::kVectors == 1) {
+        Policy::Store(out + word_index, o.v[0]);
+      } else {
+        Policy::Store(out + word_index * 2 + t.half, t.half ? o.v[1] : o.v[0]);
+      }
     }
   }
 }
@@ -152,12 +164,12 @@ __device__ __forceinline__ void StoreVec16Tile(const Vec16Params& v,
 // v4: a work unit is kRows consecutive rows (inside one group: kRows divides group_size) by kWords
 // packed words of a row, spread at a stride of N/8/kWords words, so every load and store
 // instruction of a warp touches consecutive addresses (4-byte qweight loads, 16-byte scale loads,
-// 16-byte output stores: two per word for fp32). The group's zero words and scales are loaded
-// once per unit. A thread walks its units with a grid-stride loop and loads unit i+1 before it
-// converts and stores unit i, so loads stay in flight when the grid is smaller than the work.
-// Programmatic dependent launch: the kernel waits for the preceding grid (griddepcontrol.wait, a
-// no-op without PDL) before touching memory, and lets the next grid launch at once.
-// Requires 16-byte aligned scales and output.
+// 16-byte output stores; for fp32 output two threads share a word, one 16-byte half each). The
+// group's zero words and scales are loaded once per unit. A thread walks its units with a
+// grid-stride loop and loads unit i+1 before it converts and stores unit i, so loads stay in flight
+// when the grid is smaller than the work. Programmatic dependent launch: the kernel waits for the
+// preceding grid (griddepcontrol.wait, a no-op without PDL) before touching memory, and lets the
+// next grid launch at once. Requires 16-byte aligned scales and output.
 template <DType kScale, DType kOut, int kWords, int kRows, class Policy = Vec16DefaultPolicy>
 requires(kWords* kRows <= kV4MaxTileWords) __global__ void __launch_bounds__(kV4MaxBlockSize)
     DequantVec16Kernel(Vec16Params v) {
@@ -167,12 +179,12 @@ requires(kWords* kRows <= kV4MaxTileWords) __global__ void __launch_bounds__(kV4
   uint32_t u = blockIdx.x * blockDim.x + threadIdx.x;
   if (u >= v.units) return;
   Vec16Tile<kWords, kRows> tile;
-  LoadVec16Tile<kWords, kRows, Policy>(v, u, tile);
+  LoadVec16Tile<kOut, kWords, kRows, Policy>(v, u, tile);
   while (true) {
     const uint32_t next = u + stride;  // < 2^32: u and stride are below 2^31
     const bool more = next < v.units;
     Vec16Tile<kWords, kRows> next_tile;
-    if (more) LoadVec16Tile<kWords, kRows, Policy>(v, next, next_tile);
+    if (more) LoadVec16Tile<kOut, kWords, kRows, Policy>(v, next, next_tile);
     StoreVec16Tile<kScale, kOut, kWords, kRows, Policy>(v, tile);
     if (!more) break;
     tile = next_tile;
@@ -189,13 +201,14 @@ template <DType kScale, DType kOut, int kWords, int kRows, class Policy = Vec16D
 cudaError_t LaunchVec16(const DequantParams& p, int block_size, int64_t max_blocks, bool pdl,
                         cudaStream_t stream) {
   constexpr int64_t kMaxUnits = (int64_t{1} << 31) - 1;
+  constexpr int kLanes = kVec16LanesPerWord<kOut>;
   const int64_t chunks_per_row = p.words_per_row / kWords;
-  const int64_t units_per_group = p.group_size / kRows * chunks_per_row;
+  const int64_t units_per_group = p.group_size / kRows * chunks_per_row * kLanes;
   const int64_t groups = p.K / p.group_size;
   const int64_t groups_per_slab = std::max<int64_t>(1, kMaxUnits / units_per_group);
   Vec16Params v;
   v.chunks_per_row = static_cast<uint32_t>(chunks_per_row);
-  v.by_chunks = FastDivmod::Make(v.chunks_per_row);
+  v.by_chunks = FastDivmod::Make(v.chunks_per_row * kLanes);
   v.by_row_blocks = FastDivmod::Make(static_cast<uint32_t>(p.group_size / kRows));
   for (int64_t g0 = 0; g0 < groups; g0 += groups_per_slab) {
     const int64_t slab_groups = std::min(groups_per_slab, groups - g0);

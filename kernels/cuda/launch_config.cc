@@ -54,19 +54,26 @@ std::string LaunchConfig::ToString() const {
 }
 
 // Measured on the H200 (fp16 scales, group 128, cuda_quick_bench --sweep, 2026-11-30): one word
-// per thread and 128-thread blocks win everywhere; two rows per thread on layers with >= 32M
-// outputs (4096x14336: 94.0% of the peak copy rate, 8192x28672: 98.0%), 16 rows on mid-size
-// layers (1536x8960: 86.3% vs 81.5% with 4), 4 on small ones (1536x1536).
-LaunchConfig DefaultConfig(KernelVariant v, const AwqShape& shape, DType /*out_dtype*/) {
+// per thread and 128-thread blocks lead everywhere. fp16/bf16 output: two rows per thread on
+// layers with >= 32M outputs (4096x14336: 94.0% of the peak copy rate, 8192x28672: 98.0%),
+// 16 rows on mid-size layers (1536x8960: 86.3% vs 81.5% with 4), 4 on small ones (1536x1536).
+// fp32 output (two threads per word): 4 rows (4096x14336: 93.7% vs 87.1% with 2), 8 rows and
+// 256-thread blocks on mid-size layers (1536x8960: 85.9%).
+LaunchConfig DefaultConfig(KernelVariant v, const AwqShape& shape, DType out_dtype) {
   LaunchConfig c;
   if (v != KernelVariant::kV4Vec16) return c;
   c.block_size = 128;
   c.words_per_thread = 1;
   const int64_t outputs = shape.output_elements();
   const int64_t G = shape.group_size > 0 ? shape.group_size : 1;
-  if (outputs >= (int64_t{32} << 20)) {
+  const bool large = outputs >= (int64_t{32} << 20);
+  const bool mid = !large && outputs >= (int64_t{4} << 20);
+  if (out_dtype == DType::kF32) {
+    if (mid) c.block_size = 256;
+    c.rows_per_thread = mid ? LargestDivisor(G, {8, 4, 2, 1}) : LargestDivisor(G, {4, 2, 1});
+  } else if (large) {
     c.rows_per_thread = LargestDivisor(G, {2, 1});
-  } else if (outputs >= (int64_t{4} << 20)) {
+  } else if (mid) {
     c.rows_per_thread = LargestDivisor(G, {16, 8, 4, 2, 1});
   } else {
     c.rows_per_thread = LargestDivisor(G, {4, 2, 1});
@@ -149,12 +156,14 @@ absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const Awq
         absl::StrCat("words_per_thread * rows_per_thread must be at most ", kV4MaxTileWords,
                      ", got ", config.ToString()));
   // One launch of v4 covers whole groups in fewer than 2^31 threads (32-bit index arithmetic).
-  const int64_t units_per_group =
-      shape.group_size / config.rows_per_thread * (words_per_row / config.words_per_thread);
+  const int64_t lanes_per_word = out_dtype == DType::kF32 ? 2 : 1;  // kVec16LanesPerWord
+  const int64_t units_per_group = shape.group_size / config.rows_per_thread *
+                                  (words_per_row / config.words_per_thread) * lanes_per_word;
   if (units_per_group > int64_t{0x7FFFFFFF})
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group_size * N / 8 / (words_per_thread * rows_per_thread) must be below 2^31 for ", name,
-        ", got ", units_per_group));
+    return absl::InvalidArgumentError(
+        absl::StrCat("group_size * N / 8 / (words_per_thread * rows_per_thread), x2 for fp32 "
+                     "output, must be below 2^31 for ",
+                     name, ", got ", units_per_group));
   return absl::OkStatus();
 }
 

@@ -75,6 +75,24 @@ __global__ void TrafficOnly(const uint32_t* q, uint4* out, int64_t words) {
   }
 }
 
+// Traffic only, block-contiguous: a block owns blockDim * kU consecutive words; thread t loads
+// words t + i * blockDim (i < kU) first, then stores their 16-byte outputs.
+template <int kU>
+__global__ void TrafficBlocked(const uint32_t* q, uint4* out, int64_t words) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x * kU + threadIdx.x;
+  uint32_t w[kU];
+#pragma unroll
+  for (int i = 0; i < kU; ++i) {
+    const int64_t j = base + i * blockDim.x;
+    w[i] = j < words ? __ldcs(q + j) : 0;
+  }
+#pragma unroll
+  for (int i = 0; i < kU; ++i) {
+    const int64_t j = base + i * blockDim.x;
+    if (j < words) __stcs(out + j, make_uint4(w[i], w[i] ^ 1, w[i] ^ 2, w[i] ^ 3));
+  }
+}
+
 struct Buffers {
   AwqShape shape;
   DType out_dtype;
@@ -327,6 +345,27 @@ int Main(int argc, char** argv) {
                 },
                 sets, stream),
             bytes, peak);
+        const int64_t words = shape.qweight_elements();
+        const auto blocked = [&](auto u_c, int block) {
+          constexpr int kU = decltype(u_c)::value;
+          Row(s.name, "traffic blocked U=" + std::to_string(kU), "block=" + std::to_string(block),
+              Time(
+                  [&](int set, cudaStream_t st) {
+                    const int64_t per_block = int64_t{block} * kU;
+                    TrafficBlocked<kU>
+                        <<<static_cast<unsigned>((words + per_block - 1) / per_block), block, 0,
+                           st>>>(reinterpret_cast<const uint32_t*>(b.in[set].qweight),
+                                 static_cast<uint4*>(b.out[set]), words);
+                  },
+                  sets, stream),
+              bytes, peak);
+        };
+        blocked(std::integral_constant<int, 1>{}, 128);
+        blocked(std::integral_constant<int, 2>{}, 128);
+        blocked(std::integral_constant<int, 4>{}, 128);
+        blocked(std::integral_constant<int, 8>{}, 128);
+        blocked(std::integral_constant<int, 2>{}, 512);
+        blocked(std::integral_constant<int, 4>{}, 512);
       }
       CHECK_CUDA(cudaGetLastError());
       FreeBuffers(b);
