@@ -1,6 +1,9 @@
 // The three output file kinds of dequantctl (see output_file.h).
 #include "client/output_file.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <utility>
@@ -86,10 +89,10 @@ class SafetensorsOutput : public OutputFile {
   bool started_ = false;
 };
 
-// Raw bytes, streamed to a temporary file and renamed into place.
+// Raw bytes, streamed to a temporary file in the same directory and renamed into place.
 class RawOutput : public OutputFile {
  public:
-  explicit RawOutput(std::string path) : path_(std::move(path)), tmp_path_(path_ + ".tmp") {}
+  explicit RawOutput(std::string path) : path_(std::move(path)) {}
   ~RawOutput() override {
     if (file_ != nullptr) {
       std::fclose(file_);
@@ -98,9 +101,18 @@ class RawOutput : public OutputFile {
   }
   absl::Status Begin(const v1::DequantizeHeader& header) override {
     total_bytes_ = header.total_bytes();
-    file_ = std::fopen(tmp_path_.c_str(), "wb");
-    if (file_ == nullptr)
-      return absl::ErrnoToStatus(errno, absl::StrCat("create '", tmp_path_, "'"));
+    tmp_path_ = path_ + ".tmp.XXXXXX";
+    const int fd = ::mkstemp(tmp_path_.data());
+    if (fd < 0)
+      return absl::ErrnoToStatus(errno, absl::StrCat("create temporary for '", path_, "'"));
+    ::fchmod(fd, 0644);
+    file_ = ::fdopen(fd, "wb");
+    if (file_ == nullptr) {
+      const int err = errno;
+      ::close(fd);
+      std::remove(tmp_path_.c_str());
+      return absl::ErrnoToStatus(err, absl::StrCat("open '", tmp_path_, "'"));
+    }
     return absl::OkStatus();
   }
   absl::Status Write(absl::Span<const uint8_t> data) override {
