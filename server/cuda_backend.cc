@@ -232,17 +232,6 @@ class DeviceWorker {
       }
       device_view = it->second.view;
     }
-    cuda::LaunchConfig config = cuda::DefaultConfig(options_.variant, shape, out_dtype);
-    if (options_.launch_config) {
-      absl::StatusOr<cuda::LaunchConfig> tuned =
-          options_.launch_config(device_, options_.variant, shape, out_dtype);
-      if (!tuned.ok()) return tuned.status();
-      config = *tuned;
-    }
-    if (absl::Status s = cuda::CanImplement(options_.variant, config, shape, out_dtype); !s.ok()) {
-      return s;
-    }
-
     // Declaration order matters: on every exit the stream is drained (cleanup below) before the
     // buffers go back to the cache and the slot to the pool.
     SlotLease slot(*this);
@@ -262,6 +251,21 @@ class DeviceWorker {
           CopyPackedToDevice(source.host, input.get(), slot->stream);
       if (!staged.ok()) return staged.status();
       device_view = *staged;
+    }
+    cuda::LaunchConfig config = cuda::DefaultConfig(options_.variant, shape, out_dtype);
+    if (options_.launch_config) {
+      absl::StatusOr<cuda::LaunchConfig> chosen =
+          options_.launch_config(LaunchQuery{.device = device_,
+                                             .variant = options_.variant,
+                                             .in = device_view,
+                                             .out_dtype = out_dtype,
+                                             .out = output->get(),
+                                             .stream = slot->stream});
+      if (!chosen.ok()) return chosen.status();
+      config = *chosen;
+    }
+    if (absl::Status s = cuda::CanImplement(options_.variant, config, shape, out_dtype); !s.ok()) {
+      return s;
     }
     if (absl::Status s =
             sink.Begin(std::string(cuda::VariantName(options_.variant)) + " " + config.ToString());

@@ -16,11 +16,24 @@ namespace dequantd {
 
 class Backend;
 
-// Picks the launch configuration of one kernel call: the seam where the autotuner plugs in
-// (a tuned-config cache lookup that tunes on a miss). `device` is the CUDA device ordinal.
-// Called from many requests at once: must be thread-safe. Its error fails the request.
-using LaunchConfigProvider = std::function<absl::StatusOr<cuda::LaunchConfig>(
-    int device, cuda::KernelVariant variant, const AwqShape& shape, DType out_dtype)>;
+// One kernel launch about to happen, as shown to a LaunchConfigProvider. Pointers are device
+// pointers of `device` (the calling thread's current device), valid during the call.
+struct LaunchQuery {
+  int device = 0;  // CUDA device ordinal
+  cuda::KernelVariant variant = cuda::KernelVariant::kV4Vec16;
+  PackedTensorView in;  // resident or staged packed layer; copies into it are enqueued on stream
+  DType out_dtype = DType::kF16;
+  void* out = nullptr;  // the request's output buffer (K * N of out_dtype); tuning may write it
+  cudaStream_t stream = nullptr;  // the request's stream
+};
+
+// Picks the launch configuration of one kernel call: the seam where the autotuner plugs in, e.g.
+//   [&tuner](const LaunchQuery& q) {
+//     return cuda::GetOrTuneLaunchConfig(tuner, q.variant, q.in, q.out_dtype, q.out, q.stream);
+//   }
+// (kernels/cuda/autotune_cuda.h). Called from many requests at once: must be thread-safe. Its
+// error fails the request.
+using LaunchConfigProvider = std::function<absl::StatusOr<cuda::LaunchConfig>(const LaunchQuery&)>;
 
 struct CudaBackendOptions {
   cuda::KernelVariant variant = cuda::KernelVariant::kV4Vec16;  // the kernel every request runs

@@ -104,6 +104,12 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  if (options.pretune || !options.tune_cache.empty()) {
+    spdlog::warn(
+        "--pretune and --tune-cache are accepted but not used yet: the autotuner is not "
+        "wired into the CUDA backend, which runs the default launch configuration");
+  }
+
   absl::StatusOr<std::unique_ptr<dequantd::DequantServer>> server =
       dequantd::DequantServer::Start(options);
   if (!server.ok()) {

@@ -117,12 +117,14 @@ TEST_F(CudaBackendTest, InlineResultsEqualReference) {
 TEST_F(CudaBackendTest, LaunchConfigProviderIsAskedAndItsErrorFailsTheRequest) {
   std::atomic<int> calls{0};
   CudaBackendOptions options;
-  options.launch_config = [&](int device, cuda::KernelVariant variant, const AwqShape& shape,
-                              DType out) -> absl::StatusOr<cuda::LaunchConfig> {
+  options.launch_config = [&](const LaunchQuery& q) -> absl::StatusOr<cuda::LaunchConfig> {
     ++calls;
-    EXPECT_EQ(device, 0);
-    if (shape.N == 16) return absl::UnavailableError("tuner unavailable");
-    return cuda::DefaultConfig(variant, shape, out);
+    EXPECT_EQ(q.device, 0);
+    EXPECT_NE(q.in.qweight, nullptr);
+    EXPECT_NE(q.out, nullptr);
+    EXPECT_NE(q.stream, nullptr);
+    if (q.in.shape.N == 16) return absl::UnavailableError("tuner unavailable");
+    return cuda::DefaultConfig(q.variant, q.in.shape, q.out_dtype);
   };
   std::unique_ptr<Backend> backend = Make(options);
   ASSERT_NE(backend, nullptr);
