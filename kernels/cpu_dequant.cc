@@ -3,8 +3,9 @@
 // Work split: the rows [row_begin, row_end) are cut into one contiguous range per thread (or,
 // when there are fewer rows than threads, the packed words of each row are). Each thread walks
 // its rows group by group and its columns in tiles of kTileColumns; per (group, tile) it widens
-// the group's zero points and scales to float once, then runs a row kernel (cpu_row_kernels.h)
-// over the group's rows. All indices are int64_t.
+// the group's zero points and scales to float once (noting whether all scales are finite, which
+// rules out NaN products), then runs a row kernel (cpu_row_kernels.h) over the group's rows. All
+// indices are int64_t.
 #include <algorithm>
 #include <cstdint>
 #include <system_error>
@@ -56,17 +57,24 @@ void RunPart(const PackedTensorView& in, const Part& part, int64_t out_row0, voi
       // Hoist the group's zero points and scales for this tile's columns.
       const int32_t* zrow = in.qzeros + g * words_per_row + t0;
       const uint16_t* srow = scales + g * N + t0 * awq::kPackFactor;
+      bool finite_scales = true;
       for (int64_t c = 0; c < words; ++c) {
         const auto z = static_cast<uint32_t>(zrow[c]);
         for (int i = 0; i < awq::kPackFactor; ++i) {
           const int64_t j = c * awq::kPackFactor + i;
           zero[j] = static_cast<float>(awq::NibbleForColumn(z, i));
           scale[j] = ScaleToFloat<kScale>(srow[j]);
+          finite_scales &= (FloatBits(scale[j]) & 0x7F800000u) != 0x7F800000u;
         }
       }
       for (int64_t k = k0; k < k1; ++k) {
         OutT* orow = static_cast<OutT*>(out) + (k - out_row0) * N + t0 * awq::kPackFactor;
-        Rows::template Row<kOut>(in.qweight + k * words_per_row + t0, words, zero, scale, orow);
+        const int32_t* qrow = in.qweight + k * words_per_row + t0;
+        if (finite_scales) {
+          Rows::template Row<kOut, true>(qrow, words, zero, scale, orow);
+        } else {
+          Rows::template Row<kOut, false>(qrow, words, zero, scale, orow);
+        }
       }
     }
     k0 = k1;

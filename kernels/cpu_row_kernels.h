@@ -3,6 +3,8 @@
 // already widened to float per column. Each returns exactly what DequantizeReference returns:
 //   out[j] = round_out((float(q[j]) - zero[j]) * scale[j]),
 // where float(q) - float(z) is exact (small integers), so the product equals float(q - z) * s.
+// Row<kOut, kFiniteScales>: kFiniteScales promises every scale[j] is finite, so no product is
+// NaN (q - z is a finite integer; overflow gives inf) and NaN handling can be left out.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +67,7 @@ struct OutTraits<DType::kF32> {
 // then a fixed-length loop of subtract, multiply and branch-free rounding that the compiler can
 // vectorize for the target's baseline ISA (SSE2, NEON).
 struct PortableRows {
-  template <DType kOut>
+  template <DType kOut, bool kFiniteScales>
   static void Row(const int32_t* qrow, int64_t words, const float* __restrict zero,
                   const float* __restrict scale, typename OutTraits<kOut>::T* __restrict out) {
     for (int64_t c = 0; c < words; ++c) {
@@ -104,8 +106,10 @@ struct Avx2Ops {
   }
 
   // fp16: NaN lanes become sign | quiet NaN with an empty payload first, so vcvtps2ph gives
-  // sign | 0x7E00 exactly as FloatToHalfBitsRne does.
+  // sign | 0x7E00 exactly as FloatToHalfBitsRne does. kNoNan: the caller knows no lane is NaN.
+  template <bool kNoNan>
   DEQUANTD_AVX2 static __m128i ToHalf8(__m256 w) {
+    if constexpr (kNoNan) return _mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT);
     const __m256 nan = _mm256_cmp_ps(w, w, _CMP_UNORD_Q);
     const __m256 canonical = _mm256_or_ps(_mm256_and_ps(w, _mm256_set1_ps(-0.0f)),
                                           _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)));
@@ -113,20 +117,22 @@ struct Avx2Ops {
   }
 
   // bf16 bits in the low 16 bits of each 32-bit lane: FloatToBf16BitsRne, lane-wise.
+  template <bool kNoNan>
   DEQUANTD_AVX2 static __m256i ToBf16x8Wide(__m256 w) {
     const __m256i u = _mm256_castps_si256(w);
-    const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-    const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     const __m256i rounded = _mm256_srli_epi32(
         _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), odd)), 16);
+    if constexpr (kNoNan) return rounded;
+    const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
     const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x0040));
     return _mm256_blendv_epi8(rounded, quiet, nan);
   }
 
   // Stores the eight columns of one word. kStream: non-temporal stores, which skip the
   // read-for-ownership of the output lines; `out` must then be 16-byte aligned.
-  template <DType kOut, bool kStream>
+  template <DType kOut, bool kStream, bool kNoNan>
   DEQUANTD_AVX2 static void Store8(__m256 w, typename OutTraits<kOut>::T* out) {
     if constexpr (kOut == DType::kF32) {
       if constexpr (kStream) {  // two 16-byte halves: needs only 16-byte alignment
@@ -138,9 +144,9 @@ struct Avx2Ops {
     } else {
       __m128i packed;
       if constexpr (kOut == DType::kF16) {
-        packed = ToHalf8(w);
+        packed = ToHalf8<kNoNan>(w);
       } else {
-        const __m256i wide = ToBf16x8Wide(w);
+        const __m256i wide = ToBf16x8Wide<kNoNan>(w);
         packed = _mm_packus_epi32(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
       }
       if constexpr (kStream) {
@@ -155,12 +161,12 @@ struct Avx2Ops {
 // The AVX2 row kernel; kStream selects non-temporal stores (see Avx2Ops::Store8).
 template <bool kStream>
 struct Avx2Rows {
-  template <DType kOut>
+  template <DType kOut, bool kFiniteScales>
   DEQUANTD_AVX2 static void Row(const int32_t* qrow, int64_t words, const float* zero,
                                 const float* scale, typename OutTraits<kOut>::T* out) {
     for (int64_t c = 0; c < words; ++c) {
       const int64_t base = c * awq::kPackFactor;
-      Avx2Ops::Store8<kOut, kStream>(
+      Avx2Ops::Store8<kOut, kStream, kFiniteScales>(
           Avx2Ops::Dequant8(static_cast<uint32_t>(qrow[c]), zero + base, scale + base), out + base);
     }
   }
