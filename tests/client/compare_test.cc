@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/awq_format.h"
+#include "tests/client/test_dir.h"
 
 namespace dequantd {
 namespace {
@@ -17,12 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace v1 = ::dequant::v1;
 
-std::string TempPath(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("dequantd_compare_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
+using client_test::TempPath;
 
 template <typename T>
 absl::Span<const uint8_t> Bytes(const std::vector<T>& v) {

@@ -14,18 +14,14 @@
 #include "formats/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/client/test_dir.h"
 
 namespace dequantd {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempPath(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("dequantd_files_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
+using client_test::TempPath;
 
 template <typename T>
 absl::Span<const uint8_t> Bytes(const std::vector<T>& v) {

@@ -9,18 +9,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/client/test_dir.h"
 
 namespace dequantd::npy {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string TempPath(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("dequantd_npy_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
+using client_test::TempPath;
 
 std::vector<std::string> FilesIn(const std::string& path) {
   std::vector<std::string> out;
@@ -67,7 +63,7 @@ TEST(NpyPreambleTest, RejectsUnknownDescrAndNegativeDim) {
 }
 
 TEST(NpyWriterTest, StreamedChunksRoundTrip) {
-  const std::string path = TempPath("round_trip.npy");
+  const std::string path = TempPath("npy_round_trip/round_trip.npy");
   std::vector<uint8_t> data(2 * 3 * 8 * 4);  // (6, 8) fp32
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 1);
   absl::StatusOr<std::unique_ptr<NpyWriter>> w = NpyWriter::Create(path, "<f4", {6, 8});
@@ -109,8 +105,7 @@ TEST(NpyWriterTest, TooManyBytesIsOutOfRange) {
 }
 
 TEST(NpyWriterTest, DestroyedBeforeFinishRemovesTemporaryFile) {
-  const std::string path = TempPath("abandoned/x.npy");
-  fs::create_directories(fs::path(path).parent_path());
+  const std::string path = TempPath("npy_abandoned/x.npy");
   {
     absl::StatusOr<std::unique_ptr<NpyWriter>> w = NpyWriter::Create(path, "<u2", {4, 8});
     ASSERT_TRUE(w.ok());

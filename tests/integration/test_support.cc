@@ -106,10 +106,35 @@ absl::Status WriteCheckpoint(const std::string& dir, const std::vector<RandomLay
   return safetensors::WriteFile((fs::path(dir) / "model.safetensors").string(), tensors);
 }
 
+namespace {
+
+// This process's temporary directory, removed when the test program ends.
+const fs::path& ProcessTempDir() {
+  static const fs::path* const dir = [] {
+    const char* base = std::getenv("TEST_TMPDIR");
+    auto* d = new fs::path(fs::path(base != nullptr ? base : fs::temp_directory_path().string()) /
+                           absl::StrCat("dequantd_integration_", ::getpid()));
+    fs::remove_all(*d);
+    fs::create_directories(*d);
+    return d;
+  }();
+  return *dir;
+}
+
+class RemoveTempDir : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(ProcessTempDir(), ignored);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempDir =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempDir);
+
+}  // namespace
+
 std::string MakeTempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  fs::path dir = fs::path(base != nullptr ? base : fs::temp_directory_path().string()) /
-                 absl::StrCat("dequantd_integration_", ::getpid(), "_", name);
+  const fs::path dir = ProcessTempDir() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
