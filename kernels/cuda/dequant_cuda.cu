@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/dequant_kernels.cuh"
+#include "kernels/cuda/layer_size.h"
 
 namespace dequantd::cuda {
 namespace {
@@ -65,6 +66,15 @@ absl::Status Launch(Kernel kernel, int64_t work_items, int block_size, const Deq
   return absl::OkStatus();
 }
 
+// v4 launches as a programmatic dependent launch (the kernel waits for the preceding grid before
+// it touches memory, so stream order holds; the next launch's blocks get resident while this one
+// drains) except on mid-size layers. Measured on the H200, graphs of back-to-back launches,
+// fp16: +0.7 to +1.2 points of the peak copy rate on large layers, +7 on 1536x1536, -1.4 on
+// 1536x8960.
+bool UseProgrammaticLaunch(const AwqShape& shape) {
+  return ClassifyLayer(shape) != LayerSize::kMid;
+}
+
 bool AlignedTo(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -113,7 +123,8 @@ absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
                   return absl::InvalidArgumentError("v4 tile too large");  // CanImplement refuses
                 } else {
                   DEQUANTD_CUDA_RETURN_IF_ERROR((LaunchVec16<kScale, kOut, kWords, kRows>(
-                      p, config.block_size, /*max_blocks=*/0, /*pdl=*/false, stream)));
+                      p, config.block_size, /*max_blocks=*/0, UseProgrammaticLaunch(shape),
+                      stream)));
                   return absl::OkStatus();
                 }
               });

@@ -59,7 +59,9 @@ absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const Awq
 // of these).
 // Calls CanImplement first; INVALID_ARGUMENT for a null or misaligned pointer; INTERNAL with the
 // CUDA error on a launch failure. Asynchronous: errors during execution surface on the stream.
-// Thread-safe (no shared state); launches on one stream are ordered.
+// Thread-safe (no shared state); launches on one stream are ordered. v4 may use programmatic
+// dependent launch: it waits for the preceding kernel before touching memory and lets the next
+// kernel on the stream launch early (that kernel must wait likewise if it reads v4's output).
 absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
                               const PackedTensorView& in, DType out_dtype, void* out,
                               cudaStream_t stream);

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/dequant_cuda.h"
+#include "kernels/cuda/layer_size.h"
 
 namespace dequantd::cuda {
 namespace {
@@ -64,10 +65,9 @@ LaunchConfig DefaultConfig(KernelVariant v, const AwqShape& shape, DType out_dty
   if (v != KernelVariant::kV4Vec16) return c;
   c.block_size = 128;
   c.words_per_thread = 1;
-  const int64_t outputs = shape.output_elements();
   const int64_t G = shape.group_size > 0 ? shape.group_size : 1;
-  const bool large = outputs >= (int64_t{32} << 20);
-  const bool mid = !large && outputs >= (int64_t{4} << 20);
+  const bool large = ClassifyLayer(shape) == LayerSize::kLarge;
+  const bool mid = ClassifyLayer(shape) == LayerSize::kMid;
   if (out_dtype == DType::kF32) {
     if (mid) c.block_size = 256;
     c.rows_per_thread = mid ? LargestDivisor(G, {8, 4, 2, 1}) : LargestDivisor(G, {4, 2, 1});

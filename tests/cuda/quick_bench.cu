@@ -309,6 +309,9 @@ int Main(int argc, char** argv) {
               sets, stream);
           Row(s.name, std::string(VariantName(v)), c.ToString(), t, bytes, peak);
           if (t.throughput_us < best) best = t.throughput_us, best_config = c;
+          if (v == KernelVariant::kV4Vec16 && sweep && out_dtype == DType::kF16)
+            Row(s.name, "v4_pdl", c.ToString(),
+                Time(V4WithPolicy<Vec16DefaultPolicy>(b, c, 0, true), sets, stream), bytes, peak);
         }
         if (v == KernelVariant::kV4Vec16 && out_dtype == DType::kF16) {
           const LaunchConfig c = best_config;
