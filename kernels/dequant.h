@@ -56,9 +56,11 @@ struct PackedTensorView {
 absl::Status DequantizeReference(const PackedTensorView& in, DType out_dtype, int64_t row_begin,
                                  int64_t row_end, void* out);
 
-// Fast CPU path: the same result bit for bit, split across `threads` threads (0 = hardware
-// concurrency), with a word-at-a-time inner loop the compiler vectorizes. Same contract as
-// DequantizeReference.
+// Fast CPU path: the same result bit for bit, split across up to `threads` threads (0 = hardware
+// concurrency; fewer for small requests) over row ranges. Inner loop: one 8-lane AVX2 vector per
+// packed word when the CPU has AVX2 + F16C, else a portable word-at-a-time loop; outputs of
+// 32 MiB or more use non-temporal stores. Same contract as DequantizeReference, plus
+// INVALID_ARGUMENT for threads < 0. Thread-safe; blocks until done (kernels/cpu_dequant.cc).
 absl::Status DequantizeCpu(const PackedTensorView& in, DType out_dtype, int64_t row_begin,
                            int64_t row_end, void* out, int threads = 0);
 
