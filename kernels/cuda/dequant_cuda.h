@@ -19,7 +19,8 @@ enum class KernelVariant : int {
   kV1PerElement = 1,    // one thread per output element (baseline)
   kV2PerWord = 2,       // one thread per packed qweight word, fixed 256-thread blocks
   kV3PerWordBlock = 3,  // v2 with the block size as a run-time parameter
-  kV4Vec16 = 4,         // the fast kernel: 16-byte loads/stores, several words and rows per thread
+  kV4Vec16 = 4,         // the fast kernel: coalesced 16-byte stores (and scale loads), Lop3Unpack +
+                        // packed half math, several words and rows per thread
 };
 
 // "v1_per_element", "v2_per_word", "v3_per_word_block", "v4_vec16".
