@@ -4,6 +4,10 @@
 //                  [--variants v1_per_element,...] [--trials 5] [--runs 20] [--markdown]
 //                  [--backend auto|cpu|cuda] [--device 0] [--seed S] [--commit SHA]
 //                  [--peak-copy-mib MiB] [--tune-cache PATH]
+//   dequantd_bench --grouped MODEL [--dtypes fp16] [--runs R] [--device D] [--seed S]
+//                  [--peak-copy-mib MiB]
+//     (CUDA builds: every layer of MODEL, e.g. qwen2.5-1.5b, in one grouped launch;
+//     bench/grouped.h)
 //
 // Exit status: 0 when every row is correct, 1 when a variant's output differed from the CPU
 // reference, 2 on a usage or run error.
@@ -19,6 +23,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "bench/benchmark.h"
+#if defined(DEQUANTD_HAVE_CUDA)
+#include "bench/grouped.h"
+#endif
 #include "bench/table.h"
 #include "kernels/autotune.h"
 
@@ -32,7 +39,9 @@ constexpr const char* kUsage =
     "usage: dequantd_bench [--shapes KxN,...] [--group-size G] [--dtypes fp16,bf16,fp32]\n"
     "                      [--variants NAME,...] [--trials T] [--runs R] [--markdown]\n"
     "                      [--backend auto|cpu|cuda] [--device D] [--seed S] [--commit SHA]\n"
-    "                      [--peak-copy-mib MiB] [--tune-cache PATH]\n";
+    "                      [--peak-copy-mib MiB] [--tune-cache PATH]\n"
+    "       dequantd_bench --grouped qwen2.5-1.5b [--dtypes fp16] [--runs R] [--device D]\n"
+    "                      [--seed S] [--peak-copy-mib MiB]\n";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "dequantd_bench: %s\n%s", message.c_str(), kUsage);
@@ -60,6 +69,34 @@ std::string UtcNow() {
   return buf;
 }
 
+// --grouped MODEL: the grouped benchmark (CUDA builds only). Uses the request's first output
+// dtype, runs, device, seed and peak copy size.
+int RunGrouped(const std::string& model, const BenchmarkRequest& request) {
+#if defined(DEQUANTD_HAVE_CUDA)
+  dequantd::bench::GroupedBenchRequest g;
+  g.model = model;
+  if (!request.output_dtypes.empty()) g.out_dtype = request.output_dtypes.front();
+  if (request.runs > 0) g.runs = request.runs;
+  g.device = request.device;
+  if (request.seed != 0) g.seed = request.seed;
+  if (request.peak_copy_bytes > 0) g.peak_copy_bytes = request.peak_copy_bytes;
+  absl::StatusOr<dequantd::bench::GroupedBenchResult> result =
+      dequantd::bench::RunGroupedBenchmark(g);
+  if (!result.ok()) {
+    std::fprintf(stderr, "dequantd_bench: %s\n", result.status().ToString().c_str());
+    return 2;
+  }
+  std::fputs(dequantd::bench::FormatGroupedResult(*result).c_str(), stdout);
+  for (const auto& row : result->rows) {
+    if (!row.correct) return 1;
+  }
+  return 0;
+#else
+  (void)request;
+  return Fail("--grouped " + model + " needs a CUDA build");
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +104,7 @@ int main(int argc, char** argv) {
   bool markdown = false;
   std::string commit = DEQUANTD_CONFIGURE_COMMIT;
   std::string tune_cache;
+  std::string grouped_model;
   std::vector<absl::string_view> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     const absl::string_view flag = args[i];
@@ -79,8 +117,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     static constexpr absl::string_view kValued[] = {
-        "--shapes",  "--group-size", "--dtypes", "--variants", "--trials",        "--runs",
-        "--backend", "--device",     "--seed",   "--commit",   "--peak-copy-mib", "--tune-cache"};
+        "--shapes",        "--group-size", "--dtypes", "--variants", "--trials",
+        "--runs",          "--backend",    "--device", "--seed",     "--commit",
+        "--peak-copy-mib", "--tune-cache", "--grouped"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return Fail(std::string("unknown flag ") + std::string(flag));
     }
@@ -128,10 +167,13 @@ int main(int argc, char** argv) {
       request.peak_copy_bytes = mib << 20;
     } else if (flag == "--tune-cache") {
       tune_cache = std::string(value);
+    } else if (flag == "--grouped") {
+      grouped_model = std::string(value);
     }
     if (!ok)
       return Fail(std::string("bad value for ") + std::string(flag) + ": " + std::string(value));
   }
+  if (!grouped_model.empty()) return RunGrouped(grouped_model, request);
   if (request.shapes.empty()) request.shapes = dequantd::bench::DefaultShapes();
 
   dequantd::Autotuner tuner(tune_cache);
