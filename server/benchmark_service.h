@@ -1,0 +1,60 @@
+// The Benchmark RPC's core: dequant.v1.BenchmarkRequest -> bench::BenchmarkRequest (limits,
+// defaults, model layers), the benchmark library (bench/benchmark.h) run one call at a time, and
+// bench::BenchmarkResult -> dequant.v1.BenchmarkResponse. The service's handler stays thin
+// (service.h: BenchmarkRunner).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bench/benchmark.h"
+#include "dequant/v1/dequant.pb.h"
+#include "server/checkpoint.h"
+#include "server/service.h"
+
+namespace dequantd {
+
+// Request limits (INVALID_ARGUMENT naming the field beyond them).
+inline constexpr int kMaxBenchmarkTrials = 100;
+inline constexpr int kMaxBenchmarkRuns = 1000;
+inline constexpr int kMaxBenchmarkShapes = 64;    // shapes + tensors
+inline constexpr int kMaxBenchmarkVariants = 16;  // requested variant names
+
+// Defaults for trials/runs of 0 on the CPU backend (CUDA: the library's, 5 and 20): the CPU paths
+// are slow, and CI benchmarks the CPU backend.
+inline constexpr int kCpuDefaultTrials = 3;
+inline constexpr int kCpuDefaultRuns = 5;
+
+struct BenchmarkServiceOptions {
+  std::string backend = "cpu";  // the server's backend: "cpu" or "cuda" (selects bench::Backend)
+  int cpu_threads = 0;          // the cpu_threads variant's threads; 0 = hardware concurrency
+  int64_t max_output_bytes = int64_t{16} << 30;  // largest K * N * sizeof(dtype) benchmarked
+  const Checkpoint* checkpoint = nullptr;        // for `tensors`; null = no model (not owned)
+  Autotuner* autotuner = nullptr;                // CUDA: the server's tuner (not owned); null = a
+                                                 // memory-only tuner per call
+  // The benchmark itself; null = bench::RunBenchmark. Tests substitute a fake.
+  std::function<absl::StatusOr<bench::BenchmarkResult>(const bench::BenchmarkRequest&)> run;
+};
+
+// Validates `request` and converts it. Shapes come first, then tensors, in request order.
+// Errors: INVALID_ARGUMENT naming the field (shapes[i], group_size, variants, output_dtypes[i],
+// trials, runs, hardware limits above, an output over max_output_bytes), NOT_FOUND (tensors[i]
+// is not a layer of the loaded model).
+absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
+    const dequant::v1::BenchmarkRequest& request, const BenchmarkServiceOptions& options);
+
+// The reply for `result`. `hardware_counters` (as requested) adds the note that they were not
+// collected (nothing collects them yet).
+dequant::v1::BenchmarkResponse BenchmarkResponseToProto(const bench::BenchmarkResult& result,
+                                                        bool hardware_counters);
+
+// The service's BenchmarkRunner: converts, runs, converts back. One benchmark at a time per
+// runner: a call while another runs returns RESOURCE_EXHAUSTED "a benchmark is already running"
+// at once (rather than holding a gRPC thread for the length of someone else's benchmark). The
+// benchmark itself is not cancellable: a client that goes away does not stop it. `options`'
+// pointers must outlive the runner.
+BenchmarkRunner MakeBenchmarkRunner(BenchmarkServiceOptions options);
+
+}  // namespace dequantd
