@@ -216,7 +216,7 @@ absl::StatusOr<bool> CheckVariant(const Variant& v, ModelCopy& model,
 // The sweep's candidates: block sizes x rows x units per thread (PDL on).
 std::vector<GroupedOptions> SweepCandidates() {
   std::vector<GroupedOptions> out;
-  for (int block : {128, 256})
+  for (int block : {64, 128, 256, 512})
     for (int rows : {1, 2, 4, 8, 16})
       for (int units : {1, 2, 4})
         out.push_back({.block_size = block, .rows_per_thread = rows, .units_per_thread = units});
