@@ -10,9 +10,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
     return absl::InvalidArgumentError(
         absl::StrCat("backend must be \"auto\", \"cpu\" or \"cuda\", got \"", kind, "\""));
   }
-  if (kind == "cpu") return MakeCpuBackend(options.cpu_threads);
+  if (kind == "cpu") return MakeCpuBackend(options.cpu_threads, options.observer);
 #if DEQUANTD_HAVE_CUDA
-  if (CudaDeviceCount() > 0) return MakeCudaBackend(options.cuda);
+  if (CudaDeviceCount() > 0) return MakeCudaBackend(options.cuda, options.observer);
   if (kind == "cuda") {
     return absl::FailedPreconditionError(
         "backend \"cuda\" was requested but no CUDA device is available (use --backend=cpu or "
@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
         "or auto)");
   }
 #endif
-  return MakeCpuBackend(options.cpu_threads);
+  return MakeCpuBackend(options.cpu_threads, options.observer);
 }
 
 }  // namespace dequantd

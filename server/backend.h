@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/dequant.h"
+#include "server/backend_observer.h"
 #include "server/checkpoint.h"
 #if DEQUANTD_HAVE_CUDA
 #include "server/cuda_backend.h"
@@ -83,12 +84,13 @@ class Backend {
 };
 
 // The CPU backend: DequantizeCpu with `threads` threads (0 = hardware concurrency), computed in
-// row blocks and streamed as it goes.
-std::unique_ptr<Backend> MakeCpuBackend(int threads);
+// row blocks and streamed as it goes. `observer` (may be null) must outlive the backend's calls.
+std::unique_ptr<Backend> MakeCpuBackend(int threads, BackendObserver* observer = nullptr);
 
 struct BackendOptions {
   std::string kind = "auto";  // "auto" (cuda when built with CUDA and a GPU exists), "cpu", "cuda"
   int cpu_threads = 0;        // CPU backend threads; 0 = hardware concurrency
+  BackendObserver* observer = nullptr;  // stage times, kernel traffic, memory (e.g. Metrics)
 #if DEQUANTD_HAVE_CUDA
   CudaBackendOptions cuda;  // kernel variant, launch-config provider (autotuner seam), buffers
 #endif

@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +19,35 @@
 
 namespace dequantd {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The host's copy rate with `threads` threads, bytes read + written per second: one warm-up, then
+// one timed memcpy of 64 MiB (above the last-level cache of most hosts) cut into `threads` slices.
+double MeasureHostCopyRate(int threads) {
+  constexpr size_t kBytes = size_t{64} << 20;
+  std::vector<uint8_t> src(kBytes, 1);
+  std::vector<uint8_t> dst(kBytes, 0);
+  auto copy = [&] {
+    const size_t slice = (kBytes + threads - 1) / threads;
+    std::vector<std::thread> workers;
+    for (size_t begin = 0; begin < kBytes; begin += slice) {
+      workers.emplace_back([&, begin] {
+        std::memcpy(dst.data() + begin, src.data() + begin, std::min(slice, kBytes - begin));
+      });
+    }
+    for (std::thread& worker : workers) worker.join();
+  };
+  copy();
+  const Clock::time_point start = Clock::now();
+  copy();
+  const double seconds = SecondsSince(start);
+  return seconds > 0 ? 2.0 * static_cast<double>(kBytes) / seconds : 0;
+}
 
 // Rows are computed in blocks of at least this many bytes, so that each threaded DequantizeCpu
 // call has enough work to amortize starting its threads.
@@ -45,12 +77,18 @@ int64_t HostMemoryBytes() {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads)
+  CpuBackend(int threads, BackendObserver* observer)
       : threads_(threads > 0 ? threads
-                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {
+                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+        observer_(observer) {
     device_.index = 0;
     device_.name = CpuModelName();
     device_.memory_bytes = HostMemoryBytes();
+    if (observer_ != nullptr) {
+      observer_->SetDeviceCopyBandwidth(kDevice, MeasureHostCopyRate(threads_));
+      observer_->SetDeviceMemoryUsed(kDevice, DeviceMemoryKind::kResidentWeights, 0);
+      observer_->SetDeviceMemoryUsed(kDevice, DeviceMemoryKind::kBuffers, 0);
+    }
   }
 
   BackendInfo Info() const override {
@@ -77,29 +115,75 @@ class CpuBackend final : public Backend {
 
     if (absl::Status s = sink.Begin(absl::StrCat("cpu threads=", threads_)); !s.ok()) return s;
     std::vector<uint8_t> block(static_cast<size_t>(rows_per_block * row_bytes));
+    BufferUse buffer_use(*this, static_cast<int64_t>(block.size()));
+    double kernel_seconds = 0;
+    double send_seconds = 0;
     ChunkWriter writer(chunk_bytes, sink);
     for (int64_t row = 0; row < K; row += rows_per_block) {
       const int64_t row_end = std::min(K, row + rows_per_block);
+      const Clock::time_point kernel_start = Clock::now();
       if (absl::Status s = DequantizeCpu(view, out_dtype, row, row_end, block.data(), threads_);
           !s.ok()) {
         return s;
       }
+      kernel_seconds += SecondsSince(kernel_start);
       const absl::Span<const uint8_t> bytes(block.data(),
                                             static_cast<size_t>((row_end - row) * row_bytes));
+      const Clock::time_point send_start = Clock::now();
       if (absl::Status s = writer.Append(bytes); !s.ok()) return s;
+      send_seconds += SecondsSince(send_start);
     }
-    return writer.Finish();
+    const Clock::time_point send_start = Clock::now();
+    if (absl::Status s = writer.Finish(); !s.ok()) return s;
+    send_seconds += SecondsSince(send_start);
+    if (observer_ != nullptr) {
+      const AwqShape& shape = view.shape;
+      observer_->ObserveStage(DequantizeStage::kKernel, kernel_seconds);
+      observer_->ObserveStage(DequantizeStage::kSend, send_seconds);
+      observer_->ObserveKernel(kDevice, "cpu", "cpu",
+                               shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes(),
+                               shape.output_bytes(out_dtype), kernel_seconds);
+    }
+    return absl::OkStatus();
   }
 
  private:
+  static constexpr char kDevice[] = "cpu";  // the `device` label (DeviceLabel("cpu", 0))
+
+  // Counts a request's block buffer in the kBuffers memory reported while it lives.
+  class BufferUse {
+   public:
+    BufferUse(CpuBackend& backend, int64_t bytes) : backend_(backend), bytes_(bytes) {
+      backend_.AddBufferBytes(bytes_);
+    }
+    ~BufferUse() { backend_.AddBufferBytes(-bytes_); }
+    BufferUse(const BufferUse&) = delete;
+    BufferUse& operator=(const BufferUse&) = delete;
+
+   private:
+    CpuBackend& backend_;
+    const int64_t bytes_;
+  };
+
+  // Reported under the lock so that the last report is the current total.
+  void AddBufferBytes(int64_t delta) {
+    if (observer_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(buffer_mu_);
+    buffer_bytes_ += delta;
+    observer_->SetDeviceMemoryUsed(kDevice, DeviceMemoryKind::kBuffers, buffer_bytes_);
+  }
+
   const int threads_;
+  BackendObserver* const observer_;
   DeviceDescription device_;
+  std::mutex buffer_mu_;
+  int64_t buffer_bytes_ = 0;  // block buffers of the requests running now; guarded by buffer_mu_
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCpuBackend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> MakeCpuBackend(int threads, BackendObserver* observer) {
+  return std::make_unique<CpuBackend>(threads, observer);
 }
 
 }  // namespace dequantd

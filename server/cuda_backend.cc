@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "server/backend.h"
+#include "server/backend_observer.h"
 #include "server/chunk_writer.h"
 
 namespace dequantd {
@@ -93,10 +95,12 @@ class DeviceBuffer {
 };
 
 // Idle device buffers of one GPU kept for reuse, up to `limit_bytes` in total. Thread-safe.
-// Acquire and Release expect the calling thread's current device to be this GPU.
+// Acquire and Release expect the calling thread's current device to be this GPU. Reports the
+// bytes it holds (live and idle) to `observer` (may be null) as kBuffers of `label`.
 class DeviceBufferCache {
  public:
-  DeviceBufferCache(int device, int64_t limit_bytes) : device_(device), limit_bytes_(limit_bytes) {}
+  DeviceBufferCache(int device, int64_t limit_bytes, BackendObserver* observer, std::string label)
+      : device_(device), limit_bytes_(limit_bytes), observer_(observer), label_(std::move(label)) {}
   ~DeviceBufferCache() {
     cudaSetDevice(device_);
     for (auto& [bytes, ptr] : idle_) cudaFree(ptr);
@@ -122,6 +126,7 @@ class DeviceBufferCache {
       FreeIdle();
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, bytes));
     }
+    AddAllocated(bytes);
     return DeviceBuffer(this, ptr, bytes);
   }
 
@@ -135,6 +140,7 @@ class DeviceBufferCache {
       }
     }
     cudaFree(ptr);
+    AddAllocated(-bytes);
   }
 
  private:
@@ -145,14 +151,28 @@ class DeviceBufferCache {
       idle.swap(idle_);
       idle_bytes_ = 0;
     }
-    for (auto& [bytes, ptr] : idle) cudaFree(ptr);
+    for (auto& [bytes, ptr] : idle) {
+      cudaFree(ptr);
+      AddAllocated(-bytes);
+    }
+  }
+
+  // Reported under the lock so that the last report is the current total.
+  void AddAllocated(int64_t delta) {
+    if (observer_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    allocated_bytes_ += delta;
+    observer_->SetDeviceMemoryUsed(label_, DeviceMemoryKind::kBuffers, allocated_bytes_);
   }
 
   const int device_;
   const int64_t limit_bytes_;
+  BackendObserver* const observer_;
+  const std::string label_;
   std::mutex mu_;
   std::multimap<int64_t, void*> idle_;  // bytes -> buffer
   int64_t idle_bytes_ = 0;
+  int64_t allocated_bytes_ = 0;  // live + idle buffers; guarded by mu_
 };
 
 DeviceBuffer::~DeviceBuffer() {
@@ -160,12 +180,64 @@ DeviceBuffer::~DeviceBuffer() {
 }
 
 // What one request holds on a GPU: its stream, two pinned staging buffers for device -> host
-// copies and an event per buffer marking its copy done.
+// copies and an event per buffer marking its copy done. With an observer, the events time the
+// stages: `copied` then records timing, and `copy_start`, `h2d`, `kernel` exist.
 struct Slot {
   cudaStream_t stream = nullptr;
   std::array<uint8_t*, 2> staging = {nullptr, nullptr};
   std::array<cudaEvent_t, 2> copied = {nullptr, nullptr};
+  std::array<cudaEvent_t, 2> copy_start = {nullptr, nullptr};  // before each staging copy
+  std::array<cudaEvent_t, 2> h2d = {nullptr, nullptr};         // around the inline-input copy
+  std::array<cudaEvent_t, 2> kernel = {nullptr, nullptr};      // around the launch
 };
+
+// Milliseconds between two completed events, in seconds (0 if they cannot be read).
+double ElapsedSeconds(cudaEvent_t start, cudaEvent_t end) {
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, start, end) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<double>(ms) * 1e-3;
+}
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The device-to-device copy rate of the current device, bytes read + written per second: one
+// warm-up, then one event-timed cudaMemcpyAsync of 256 MiB. 0 when the buffers do not fit.
+absl::StatusOr<double> MeasureCopyBandwidth(cudaStream_t stream) {
+  constexpr int64_t kBytes = int64_t{256} << 20;
+  void* src = nullptr;
+  void* dst = nullptr;
+  if (cudaMalloc(&src, kBytes) != cudaSuccess || cudaMalloc(&dst, kBytes) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(src);
+    return 0.0;
+  }
+  std::array<cudaEvent_t, 2> events = {nullptr, nullptr};
+  absl::Cleanup release = [&] {
+    for (cudaEvent_t e : events) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    cudaFree(src);
+    cudaFree(dst);
+  };
+  for (cudaEvent_t& e : events) DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(src, 1, kBytes, stream));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, kBytes, cudaMemcpyDeviceToDevice, stream));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(events[0], stream));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, kBytes, cudaMemcpyDeviceToDevice, stream));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(events[1], stream));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events[1]));
+  const double seconds = ElapsedSeconds(events[0], events[1]);
+  return seconds > 0 ? 2.0 * static_cast<double>(kBytes) / seconds : 0.0;
+}
 
 std::string DriverVersionString() {
   int version = 0;
@@ -177,8 +249,9 @@ std::string DriverVersionString() {
 class DeviceWorker {
  public:
   static absl::StatusOr<std::unique_ptr<DeviceWorker>> Create(int device,
-                                                              const CudaBackendOptions& options) {
-    auto worker = std::unique_ptr<DeviceWorker>(new DeviceWorker(device, options));
+                                                              const CudaBackendOptions& options,
+                                                              BackendObserver* observer) {
+    auto worker = std::unique_ptr<DeviceWorker>(new DeviceWorker(device, options, observer));
     if (absl::Status s = worker->Init(); !s.ok()) return s;
     return worker;
   }
@@ -188,8 +261,10 @@ class DeviceWorker {
     for (auto& [layer, resident] : resident_) cudaFree(resident.base);
     for (Slot& slot : slots_) {
       if (slot.stream != nullptr) cudaStreamSynchronize(slot.stream);
-      for (cudaEvent_t e : slot.copied) {
-        if (e != nullptr) cudaEventDestroy(e);
+      for (const auto* events : {&slot.copied, &slot.copy_start, &slot.h2d, &slot.kernel}) {
+        for (cudaEvent_t e : *events) {
+          if (e != nullptr) cudaEventDestroy(e);
+        }
       }
       for (uint8_t* p : slot.staging) {
         if (p != nullptr) cudaFreeHost(p);
@@ -203,16 +278,21 @@ class DeviceWorker {
   // Uploads every layer of `checkpoint` (synchronously) and keeps it resident.
   absl::Status Upload(const Checkpoint& checkpoint) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    int64_t resident_bytes = 0;
     for (const QuantizedLayer& layer : checkpoint.layers()) {
       const PackedLayout layout(layer.view.shape);
       void* base = nullptr;
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMalloc(&base, layout.total_bytes));
+      resident_bytes += layout.total_bytes;
       resident_[&layer] = ResidentLayer{.base = base, .view = {}};
       absl::StatusOr<PackedTensorView> view =
           CopyPackedToDevice(layer.view, base, slots_.front().stream);
       if (!view.ok()) return view.status();
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(slots_.front().stream));
       resident_[&layer].view = *view;
+    }
+    if (observer_ != nullptr) {
+      observer_->SetDeviceMemoryUsed(label_, DeviceMemoryKind::kResidentWeights, resident_bytes);
     }
     return absl::OkStatus();
   }
@@ -234,7 +314,9 @@ class DeviceWorker {
     }
     // Declaration order matters: on every exit the stream is drained (cleanup below) before the
     // buffers go back to the cache and the slot to the pool.
+    const Clock::time_point queue_start = Clock::now();
     SlotLease slot(*this);
+    const double queue_seconds = SecondsSince(queue_start);
     DeviceBuffer input;
     if (source.layer == nullptr) {
       absl::StatusOr<DeviceBuffer> buffer = cache_.Acquire(PackedLayout(shape).total_bytes);
@@ -247,10 +329,12 @@ class DeviceWorker {
     absl::Cleanup drain = [&slot] { cudaStreamSynchronize(slot->stream); };
 
     if (source.layer == nullptr) {
+      if (absl::Status s = RecordTiming(slot->h2d[0], *slot); !s.ok()) return s;
       absl::StatusOr<PackedTensorView> staged =
           CopyPackedToDevice(source.host, input.get(), slot->stream);
       if (!staged.ok()) return staged.status();
       device_view = *staged;
+      if (absl::Status s = RecordTiming(slot->h2d[1], *slot); !s.ok()) return s;
     }
     cuda::LaunchConfig config = cuda::DefaultConfig(options_.variant, shape, out_dtype);
     if (options_.launch_config) {
@@ -272,13 +356,34 @@ class DeviceWorker {
         !s.ok()) {
       return s;
     }
+    if (absl::Status s = RecordTiming(slot->kernel[0], *slot); !s.ok()) return s;
     if (absl::Status s = cuda::LaunchDequantize(options_.variant, config, device_view, out_dtype,
                                                 output->get(), slot->stream);
         !s.ok()) {
       return s;
     }
-    return StreamToSink(*slot, static_cast<const uint8_t*>(output->get()), total, chunk_bytes,
-                        sink);
+    if (absl::Status s = RecordTiming(slot->kernel[1], *slot); !s.ok()) return s;
+    StreamTimes times;
+    if (absl::Status s = StreamToSink(*slot, static_cast<const uint8_t*>(output->get()), total,
+                                      chunk_bytes, sink, times);
+        !s.ok()) {
+      return s;
+    }
+    if (observer_ != nullptr) {  // every event recorded above has completed
+      const double kernel_seconds = ElapsedSeconds(slot->kernel[0], slot->kernel[1]);
+      observer_->ObserveStage(DequantizeStage::kQueueWait, queue_seconds);
+      if (source.layer == nullptr) {
+        observer_->ObserveStage(DequantizeStage::kHostToDevice,
+                                ElapsedSeconds(slot->h2d[0], slot->h2d[1]));
+      }
+      observer_->ObserveStage(DequantizeStage::kKernel, kernel_seconds);
+      observer_->ObserveStage(DequantizeStage::kDeviceToHost, times.device_to_host_seconds);
+      observer_->ObserveStage(DequantizeStage::kSend, times.send_seconds);
+      observer_->ObserveKernel(label_, "cuda", cuda::VariantName(options_.variant),
+                               shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes(),
+                               total, kernel_seconds);
+    }
+    return absl::OkStatus();
   }
 
  private:
@@ -313,8 +418,25 @@ class DeviceWorker {
     Slot* slot_ = nullptr;
   };
 
-  DeviceWorker(int device, const CudaBackendOptions& options)
-      : device_(device), options_(options), cache_(device, options.buffer_cache_bytes) {}
+  // Seconds StreamToSink spent copying device -> host (events) and in the sink (host clock).
+  struct StreamTimes {
+    double device_to_host_seconds = 0;
+    double send_seconds = 0;
+  };
+
+  DeviceWorker(int device, const CudaBackendOptions& options, BackendObserver* observer)
+      : device_(device),
+        options_(options),
+        observer_(observer),
+        label_(DeviceLabel("cuda", device)),
+        cache_(device, options.buffer_cache_bytes, observer, label_) {}
+
+  // Records timing event `event` on the slot's stream when there is an observer.
+  absl::Status RecordTiming(cudaEvent_t event, const Slot& slot) const {
+    if (observer_ == nullptr) return absl::OkStatus();
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(event, slot.stream));
+    return absl::OkStatus();
+  }
 
   absl::Status Init() {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
@@ -334,10 +456,22 @@ class DeviceWorker {
         DEQUANTD_CUDA_RETURN_IF_ERROR(
             cudaHostAlloc(&pinned, options_.staging_bytes, cudaHostAllocDefault));
         slot.staging[i] = static_cast<uint8_t*>(pinned);
-        DEQUANTD_CUDA_RETURN_IF_ERROR(
-            cudaEventCreateWithFlags(&slot.copied[i], cudaEventDisableTiming));
+        DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(
+            &slot.copied[i], observer_ != nullptr ? cudaEventDefault : cudaEventDisableTiming));
+      }
+      if (observer_ != nullptr) {
+        for (auto* events : {&slot.copy_start, &slot.h2d, &slot.kernel}) {
+          for (cudaEvent_t& e : *events) DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+        }
       }
       free_slots_.push_back(&slot);
+    }
+    if (observer_ != nullptr) {
+      absl::StatusOr<double> copy_rate = MeasureCopyBandwidth(slots_.front().stream);
+      if (!copy_rate.ok()) return copy_rate.status();
+      if (*copy_rate > 0) observer_->SetDeviceCopyBandwidth(label_, *copy_rate);
+      observer_->SetDeviceMemoryUsed(label_, DeviceMemoryKind::kResidentWeights, 0);
+      observer_->SetDeviceMemoryUsed(label_, DeviceMemoryKind::kBuffers, 0);
     }
     return absl::OkStatus();
   }
@@ -345,9 +479,10 @@ class DeviceWorker {
   // Copies `total` bytes at `device_out` to the host in pieces through the slot's two staging
   // buffers (piece i + 1 is copied while piece i is handed to the sink) and cuts them into
   // `chunk_bytes` chunks. Pieces are the largest multiple of chunk_bytes that fits a staging
-  // buffer, so chunks go to the sink straight from pinned memory.
+  // buffer, so chunks go to the sink straight from pinned memory. Adds the stage times to `times`
+  // (the copy time only with an observer).
   absl::Status StreamToSink(Slot& slot, const uint8_t* device_out, int64_t total,
-                            int64_t chunk_bytes, ChunkSink& sink) {
+                            int64_t chunk_bytes, ChunkSink& sink, StreamTimes& times) {
     const int64_t piece = chunk_bytes <= options_.staging_bytes
                               ? options_.staging_bytes / chunk_bytes * chunk_bytes
                               : options_.staging_bytes;
@@ -355,6 +490,7 @@ class DeviceWorker {
     auto enqueue = [&](int64_t i) -> absl::Status {
       const int64_t offset = i * piece;
       const int64_t bytes = std::min(piece, total - offset);
+      if (absl::Status s = RecordTiming(slot.copy_start[i % 2], slot); !s.ok()) return s;
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.staging[i % 2], device_out + offset, bytes,
                                                     cudaMemcpyDeviceToHost, slot.stream));
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.copied[i % 2], slot.stream));
@@ -368,18 +504,28 @@ class DeviceWorker {
         if (absl::Status s = enqueue(i + 1); !s.ok()) return s;
       }
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.copied[i % 2]));
+      if (observer_ != nullptr) {
+        times.device_to_host_seconds += ElapsedSeconds(slot.copy_start[i % 2], slot.copied[i % 2]);
+      }
       const int64_t bytes = std::min(piece, total - i * piece);
+      const Clock::time_point send_start = Clock::now();
       if (absl::Status s =
               writer.Append(absl::MakeConstSpan(slot.staging[i % 2], static_cast<size_t>(bytes)));
           !s.ok()) {
         return s;
       }
+      times.send_seconds += SecondsSince(send_start);
     }
-    return writer.Finish();
+    const Clock::time_point send_start = Clock::now();
+    if (absl::Status s = writer.Finish(); !s.ok()) return s;
+    times.send_seconds += SecondsSince(send_start);
+    return absl::OkStatus();
   }
 
   const int device_;
   const CudaBackendOptions options_;
+  BackendObserver* const observer_;  // may be null
+  const std::string label_;          // "cuda:<device>", the metrics' device label
   DeviceDescription description_;
   std::vector<Slot> slots_;  // sized once in Init; never reallocated
   std::mutex slots_mu_;
@@ -444,7 +590,8 @@ int CudaDeviceCount() {
   return count;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options) {
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options,
+                                                         BackendObserver* observer) {
   if (options.slots_per_device < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("slots_per_device must be >= 1, got ", options.slots_per_device));
@@ -457,7 +604,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOption
   if (count == 0) return absl::FailedPreconditionError("no CUDA device is available");
   std::vector<std::unique_ptr<DeviceWorker>> workers;
   for (int device = 0; device < count; ++device) {
-    absl::StatusOr<std::unique_ptr<DeviceWorker>> worker = DeviceWorker::Create(device, options);
+    absl::StatusOr<std::unique_ptr<DeviceWorker>> worker =
+        DeviceWorker::Create(device, options, observer);
     if (!worker.ok()) return worker.status();
     workers.push_back(std::move(*worker));
   }

@@ -15,6 +15,7 @@
 namespace dequantd {
 
 class Backend;
+class BackendObserver;
 
 // One kernel launch about to happen, as shown to a LaunchConfigProvider. Pointers are device
 // pointers of `device` (the calling thread's current device), valid during the call.
@@ -47,7 +48,10 @@ struct CudaBackendOptions {
 int CudaDeviceCount();
 
 // Creates the backend on every visible GPU. Errors: FAILED_PRECONDITION (no device),
-// INVALID_ARGUMENT (bad options), RESOURCE_EXHAUSTED / INTERNAL from CUDA.
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);
+// INVALID_ARGUMENT (bad options), RESOURCE_EXHAUSTED / INTERNAL from CUDA. `observer` (may be
+// null) receives stage times, kernel traffic, memory use and each GPU's copy rate (measured once
+// here with a 256 MiB device-to-device copy); it must outlive the backend's calls.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options,
+                                                         BackendObserver* observer = nullptr);
 
 }  // namespace dequantd

@@ -1,8 +1,11 @@
 // Metrics (see metrics.h).
 #include "server/metrics.h"
 
+#include <algorithm>
+#include <array>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -13,64 +16,83 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#if DEQUANTD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace dequantd {
 namespace {
 
-// Request latency buckets, seconds: 100 us .. 60 s (a small layer on a GPU to a large one on a
-// CPU through a slow link).
-const prometheus::Histogram::BucketBoundaries& DurationBuckets() {
-  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-      0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
+using prometheus::Histogram;
+
+// The RPCs of dequant.v1.DequantService: their in-flight gauges exist (at 0) from the start.
+constexpr std::array<const char*, 4> kRpcMethods = {"ListTensors", "Dequantize", "GetServerInfo",
+                                                    "Benchmark"};
+
+// Latency buckets, seconds: 10 us (a kernel on a small layer) .. 60 s (a large layer on a CPU
+// through a slow link), about 2.5x apart.
+const Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* buckets = new Histogram::BucketBoundaries{
+      0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+      0.05,    0.1,      0.25,    0.5,    1,       2.5,    5,     10,     30,    60};
   return *buckets;
+}
+
+// Tuning-time buckets, seconds: 1 ms (one candidate on a small layer) .. 60 s.
+const Histogram::BucketBoundaries& TuningBuckets() {
+  static const auto* buckets = new Histogram::BucketBoundaries{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return *buckets;
+}
+
+const char* StageName(DequantizeStage stage) {
+  switch (stage) {
+    case DequantizeStage::kQueueWait:
+      return "queue_wait";
+    case DequantizeStage::kHostToDevice:
+      return "host_to_device";
+    case DequantizeStage::kKernel:
+      return "kernel";
+    case DequantizeStage::kDeviceToHost:
+      return "device_to_host";
+    case DequantizeStage::kSend:
+      return "send";
+  }
+  return "unknown";
+}
+
+const char* MemoryKindName(DeviceMemoryKind kind) {
+  switch (kind) {
+    case DeviceMemoryKind::kResidentWeights:
+      return "resident_weights";
+    case DeviceMemoryKind::kBuffers:
+      return "buffers";
+  }
+  return "unknown";
+}
+
+// "13.0" (the CUDA runtime dequantd was built against) or "none".
+std::string CudaBuildVersion() {
+#if DEQUANTD_HAVE_CUDA
+  return absl::StrCat(CUDART_VERSION / 1000, ".", (CUDART_VERSION % 1000) / 10);
+#else
+  return "none";
+#endif
+}
+
+template <typename Builder>
+auto& Register(Builder builder, const char* name, const char* help,
+               prometheus::Registry& registry) {
+  return builder.Name(name).Help(help).Register(registry);
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& listen,
-                                                         std::string_view version,
-                                                         std::string_view backend) {
+                                                         std::string_view version) {
   auto metrics = std::unique_ptr<Metrics>(new Metrics());
   metrics->registry_ = std::make_shared<prometheus::Registry>();
-  prometheus::Registry& registry = *metrics->registry_;
-
-  metrics->requests_total_ = &prometheus::BuildCounter()
-                                  .Name("dequantd_requests_total")
-                                  .Help("RPCs finished, by method and gRPC status code")
-                                  .Register(registry);
-  metrics->request_duration_seconds_ = &prometheus::BuildHistogram()
-                                            .Name("dequantd_request_duration_seconds")
-                                            .Help(
-                                                "RPC wall time from arrival to the last byte "
-                                                "sent, in seconds")
-                                            .Register(registry);
-  metrics->requests_in_flight_ = &prometheus::BuildGauge()
-                                      .Name("dequantd_requests_in_flight")
-                                      .Help("RPCs being handled now")
-                                      .Register(registry)
-                                      .Add({});
-  metrics->output_bytes_total_ = &prometheus::BuildCounter()
-                                      .Name("dequantd_output_bytes_total")
-                                      .Help("Dequantized result bytes sent to clients, in bytes")
-                                      .Register(registry)
-                                      .Add({});
-  prometheus::BuildGauge()
-      .Name("dequantd_build_info")
-      .Help("Always 1; the labels describe the running build")
-      .Register(registry)
-      .Add({
-        {"version", std::string(version)}, {"backend", std::string(backend)},
-#if DEQUANTD_HAVE_CUDA
-            {"cuda", "true"}
-#else
-        {
-          "cuda", "false"
-        }
-#endif
-      })
-      .Set(1);
-
+  metrics->CreateFamilies(version);
   if (!listen.empty()) {
     try {
       metrics->exposer_ = std::make_unique<prometheus::Exposer>(listen);
@@ -85,20 +107,228 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& list
   return metrics;
 }
 
+void Metrics::CreateFamilies(std::string_view version) {
+  prometheus::Registry& r = *registry_;
+  auto counter = [&r](const char* name, const char* help) -> auto& {
+    return Register(prometheus::BuildCounter(), name, help, r);
+  };
+  auto gauge = [&r](const char* name, const char* help) -> auto& {
+    return Register(prometheus::BuildGauge(), name, help, r);
+  };
+  auto histogram = [&r](const char* name, const char* help) -> auto& {
+    return Register(prometheus::BuildHistogram(), name, help, r);
+  };
+
+  rpc_requests_total_ =
+      &counter("dequantd_rpc_requests_total", "RPCs finished, by method and gRPC status code");
+  rpc_errors_total_ =
+      &counter("dequantd_rpc_errors_total", "RPCs finished with a gRPC status code other than OK");
+  rpc_duration_seconds_ = &histogram(
+      "dequantd_rpc_duration_seconds",
+      "RPC wall time from the handler's start to its status, in seconds (Dequantize: until the "
+      "last chunk was written)");
+  rpc_in_flight_ = &gauge("dequantd_rpc_in_flight", "RPCs being handled now, by method");
+  for (const char* method : kRpcMethods) rpc_in_flight_->Add({{"method", method}});
+  output_bytes_total_ = &counter("dequantd_dequantize_output_bytes_total",
+                                 "Dequantized result bytes sent to clients, in bytes")
+                             .Add({});
+  stage_duration_seconds_ = &histogram(
+      "dequantd_dequantize_stage_duration_seconds",
+      "Time one Dequantize spent in a stage (queue_wait, host_to_device, kernel, device_to_host, "
+      "send), in seconds");
+
+  kernel_read_bytes_total_ =
+      &counter("dequantd_kernel_read_bytes_total",
+               "Bytes read by dequantization kernels (qweight + qzeros + scales), in bytes");
+  kernel_written_bytes_total_ = &counter("dequantd_kernel_written_bytes_total",
+                                         "Bytes written by dequantization kernels, in bytes");
+  kernel_duration_seconds_ =
+      &histogram("dequantd_kernel_duration_seconds", "One dequantization kernel run, in seconds");
+  kernel_bandwidth_fraction_ = &gauge(
+      "dequantd_kernel_bandwidth_fraction",
+      "The last kernel's bytes read + written per second over the device's measured copy rate");
+  device_copy_bandwidth_ =
+      &gauge("dequantd_device_copy_bandwidth_bytes_per_second",
+             "The device's copy rate measured at start (bytes read + written per second)");
+  device_memory_used_bytes_ = &gauge("dequantd_device_memory_used_bytes",
+                                     "Device memory held by dequantd, by kind, in bytes");
+
+  autotune_hits_total_ = &counter("dequantd_autotune_cache_hits_total",
+                                  "Launch-config lookups answered from the autotune cache")
+                              .Add({});
+  autotune_misses_total_ = &counter("dequantd_autotune_cache_misses_total",
+                                    "Launch-config lookups that found no autotune cache entry")
+                                .Add({});
+  autotune_entries_ =
+      &gauge("dequantd_autotune_cache_entries", "Tuned keys held by the autotune cache").Add({});
+  autotune_duration_seconds_ =
+      &histogram("dequantd_autotune_duration_seconds",
+                 "Time one autotuning (a sweep of candidate launch configs) took, in seconds")
+           .Add({}, TuningBuckets());
+
+  benchmark_bandwidth_fraction_ = &gauge(
+      "dequantd_benchmark_bandwidth_fraction",
+      "Last Benchmark RPC: bytes moved per second over the device's peak copy rate, by variant");
+  benchmark_duration_seconds_ = &gauge("dequantd_benchmark_duration_seconds",
+                                       "Last Benchmark RPC: median latency of one call, seconds");
+  benchmark_dram_throughput_ratio_ =
+      &gauge("dequantd_benchmark_dram_throughput_ratio",
+             "Last Benchmark RPC with hardware counters: DRAM throughput over its peak "
+             "(dram__throughput.avg.pct_of_peak_sustained_elapsed / 100)");
+  benchmark_l2_hit_ratio_ = &gauge("dequantd_benchmark_l2_hit_ratio",
+                                   "Last Benchmark RPC with hardware counters: L2 sector hit "
+                                   "rate (lts__t_sector_hit_rate.pct / 100)");
+  benchmark_l1_hit_ratio_ = &gauge("dequantd_benchmark_l1_hit_ratio",
+                                   "Last Benchmark RPC with hardware counters: L1 sector hit "
+                                   "rate (l1tex__t_sector_hit_rate.pct / 100)");
+  benchmark_dram_read_bytes_ = &gauge(
+      "dequantd_benchmark_dram_read_bytes",
+      "Last Benchmark RPC with hardware counters: DRAM bytes read per call (dram__bytes_read.sum)");
+  benchmark_dram_written_bytes_ =
+      &gauge("dequantd_benchmark_dram_written_bytes",
+             "Last Benchmark RPC with hardware counters: DRAM bytes written per call "
+             "(dram__bytes_write.sum)");
+
+  gauge("dequantd_build_info", "Always 1; the labels describe the running build")
+      .Add({{"version", std::string(version)}, {"cuda", CudaBuildVersion()}})
+      .Set(1);
+  device_info_ =
+      &gauge("dequantd_device_info", "Always 1; one series per device the backend computes on");
+  model_layers_ =
+      &gauge("dequantd_model_layers", "Quantized layers of the loaded model (0: none loaded)")
+           .Add({});
+}
+
 Metrics::~Metrics() = default;
 
-void Metrics::RequestStarted() { requests_in_flight_->Increment(); }
+void Metrics::RpcStarted(std::string_view method) {
+  rpc_in_flight_->Add({{"method", std::string(method)}}).Increment();
+}
 
-void Metrics::RequestFinished(std::string_view method, int code, double seconds) {
-  requests_in_flight_->Decrement();
+void Metrics::RpcFinished(std::string_view method, int code, double seconds) {
+  const std::string method_name(method);
+  rpc_in_flight_->Add({{"method", method_name}}).Decrement();
   const std::string code_name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-  requests_total_->Add({{"method", std::string(method)}, {"code", code_name}}).Increment();
-  request_duration_seconds_->Add({{"method", std::string(method)}}, DurationBuckets())
-      .Observe(seconds);
+  const prometheus::Labels labels = {{"method", method_name}, {"code", code_name}};
+  rpc_requests_total_->Add(labels).Increment();
+  if (code != 0) rpc_errors_total_->Add(labels).Increment();
+  rpc_duration_seconds_->Add(labels, LatencyBuckets()).Observe(seconds);
 }
 
 void Metrics::AddOutputBytes(int64_t bytes) {
   output_bytes_total_->Increment(static_cast<double>(bytes));
+}
+
+void Metrics::SetDevices(const BackendInfo& info) {
+  for (const DeviceDescription& device : info.devices) {
+    device_info_
+        ->Add({{"device", DeviceLabel(info.name, device.index)},
+               {"name", device.name},
+               {"compute_capability", device.compute_capability},
+               {"driver", device.driver_version}})
+        .Set(1);
+  }
+}
+
+void Metrics::SetModelLayers(int64_t layers) { model_layers_->Set(static_cast<double>(layers)); }
+
+void Metrics::SetAutotuneTotals(uint64_t hits, uint64_t misses, int64_t entries) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (hits > autotune_hits_seen_) {
+    autotune_hits_total_->Increment(static_cast<double>(hits - autotune_hits_seen_));
+    autotune_hits_seen_ = hits;
+  }
+  if (misses > autotune_misses_seen_) {
+    autotune_misses_total_->Increment(static_cast<double>(misses - autotune_misses_seen_));
+    autotune_misses_seen_ = misses;
+  }
+  autotune_entries_->Set(static_cast<double>(entries));
+}
+
+void Metrics::ObserveAutotuneDuration(double seconds) {
+  autotune_duration_seconds_->Observe(seconds);
+}
+
+void Metrics::RecordBenchmark(const dequant::v1::BenchmarkResponse& response) {
+  std::map<std::string, const dequant::v1::BenchmarkRow*> best;  // by variant
+  for (const dequant::v1::BenchmarkRow& row : response.rows()) {
+    const dequant::v1::BenchmarkRow*& slot = best[row.variant()];
+    if (slot == nullptr || row.bytes_moved() >= slot->bytes_moved()) slot = &row;
+  }
+  struct CounterGauge {
+    const char* key;
+    prometheus::Family<prometheus::Gauge>* family;
+    double scale;
+  };
+  const std::array<CounterGauge, 5> counter_gauges = {{
+      {"dram__throughput.avg.pct_of_peak_sustained_elapsed", benchmark_dram_throughput_ratio_,
+       0.01},
+      {"lts__t_sector_hit_rate.pct", benchmark_l2_hit_ratio_, 0.01},
+      {"l1tex__t_sector_hit_rate.pct", benchmark_l1_hit_ratio_, 0.01},
+      {"dram__bytes_read.sum", benchmark_dram_read_bytes_, 1.0},
+      {"dram__bytes_write.sum", benchmark_dram_written_bytes_, 1.0},
+  }};
+  std::lock_guard<std::mutex> lock(mu_);  // one benchmark's gauges replace the last one's
+  for (prometheus::Family<prometheus::Gauge>* family :
+       {benchmark_bandwidth_fraction_, benchmark_duration_seconds_,
+        benchmark_dram_throughput_ratio_, benchmark_l2_hit_ratio_, benchmark_l1_hit_ratio_,
+        benchmark_dram_read_bytes_, benchmark_dram_written_bytes_}) {
+    for (prometheus::Gauge* gauge : benchmark_gauges_[family]) family->Remove(gauge);
+    benchmark_gauges_[family].clear();
+  }
+  auto set = [this](prometheus::Family<prometheus::Gauge>* family, const std::string& variant,
+                    double value) {
+    prometheus::Gauge& gauge = family->Add({{"variant", variant}});
+    gauge.Set(value);
+    benchmark_gauges_[family].push_back(&gauge);
+  };
+  for (const auto& [variant, row] : best) {
+    set(benchmark_bandwidth_fraction_, variant, row->fraction_of_peak());
+    set(benchmark_duration_seconds_, variant, row->median_seconds());
+    for (const CounterGauge& c : counter_gauges) {
+      auto it = row->counters().find(c.key);
+      if (it != row->counters().end()) set(c.family, variant, it->second * c.scale);
+    }
+  }
+}
+
+void Metrics::ObserveStage(DequantizeStage stage, double seconds) {
+  stage_duration_seconds_->Add({{"stage", StageName(stage)}}, LatencyBuckets()).Observe(seconds);
+}
+
+void Metrics::ObserveKernel(std::string_view device, std::string_view backend,
+                            std::string_view variant, int64_t read_bytes, int64_t written_bytes,
+                            double seconds) {
+  const prometheus::Labels labels = {{"backend", std::string(backend)},
+                                     {"variant", std::string(variant)}};
+  kernel_read_bytes_total_->Add(labels).Increment(static_cast<double>(read_bytes));
+  kernel_written_bytes_total_->Add(labels).Increment(static_cast<double>(written_bytes));
+  kernel_duration_seconds_->Add({{"variant", std::string(variant)}}, LatencyBuckets())
+      .Observe(seconds);
+  if (seconds <= 0) return;
+  double copy_rate = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = copy_bytes_per_second_.find(device);
+    if (it != copy_bytes_per_second_.end()) copy_rate = it->second;
+  }
+  if (copy_rate > 0) {
+    const double rate = static_cast<double>(read_bytes + written_bytes) / seconds;
+    kernel_bandwidth_fraction_->Add({{"device", std::string(device)}}).Set(rate / copy_rate);
+  }
+}
+
+void Metrics::SetDeviceCopyBandwidth(std::string_view device, double bytes_per_second) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    copy_bytes_per_second_[std::string(device)] = bytes_per_second;
+  }
+  device_copy_bandwidth_->Add({{"device", std::string(device)}}).Set(bytes_per_second);
+}
+
+void Metrics::SetDeviceMemoryUsed(std::string_view device, DeviceMemoryKind kind, int64_t bytes) {
+  device_memory_used_bytes_->Add({{"device", std::string(device)}, {"kind", MemoryKindName(kind)}})
+      .Set(static_cast<double>(bytes));
 }
 
 }  // namespace dequantd

@@ -1,19 +1,56 @@
 // The one room for dequantd's Prometheus metrics: every family is defined here, with its unit.
-// Served as text at http://<metrics_listen>/metrics by prometheus-cpp's Exposer.
+// Served as text at http://<metrics_listen>/metrics by prometheus-cpp's Exposer. Names follow the
+// Prometheus conventions (prefix dequantd_, base units, counters end in _total, latencies are
+// histograms); labels have few values (no tensor names). docs/observability.md explains each.
 //
-//   dequantd_requests_total{method,code}          counter: RPCs finished, by gRPC code name
-//   dequantd_request_duration_seconds{method}     histogram: RPC wall time, seconds
-//   dequantd_requests_in_flight                   gauge: RPCs being handled now
-//   dequantd_output_bytes_total                   counter: dequantized result bytes sent, bytes
-//   dequantd_build_info{version,backend,cuda}     gauge: always 1; labels describe the build
+// RPCs
+//   dequantd_rpc_requests_total{method,code}          counter: RPCs finished (code: gRPC name)
+//   dequantd_rpc_errors_total{method,code}            counter: RPCs finished with a code != OK
+//   dequantd_rpc_duration_seconds{method,code}        histogram: RPC wall time, seconds
+//   dequantd_rpc_in_flight{method}                    gauge: RPCs being handled now
+//   dequantd_dequantize_output_bytes_total            counter: result bytes sent, bytes
+//   dequantd_dequantize_stage_duration_seconds{stage} histogram: seconds per stage of a
+//       Dequantize (stage: queue_wait, host_to_device, kernel, device_to_host, send)
+// Kernels
+//   dequantd_kernel_read_bytes_total{backend,variant}     counter: bytes kernels read, bytes
+//   dequantd_kernel_written_bytes_total{backend,variant}  counter: bytes kernels wrote, bytes
+//   dequantd_kernel_duration_seconds{variant}             histogram: one kernel run, seconds
+//   dequantd_kernel_bandwidth_fraction{device}            gauge: last kernel's (read + written)
+//       bytes/s over dequantd_device_copy_bandwidth_bytes_per_second, ratio
+//   dequantd_device_copy_bandwidth_bytes_per_second{device}  gauge: measured copy rate, bytes/s
+//   dequantd_device_memory_used_bytes{device,kind}        gauge: kind resident_weights|buffers
+// Autotuner
+//   dequantd_autotune_cache_hits_total                counter: lookups answered from the cache
+//   dequantd_autotune_cache_misses_total              counter: lookups that found no entry
+//   dequantd_autotune_cache_entries                   gauge: tuned keys held
+//   dequantd_autotune_duration_seconds                histogram: one tuning, seconds
+// Last Benchmark RPC, per variant (the row moving the most bytes; issue 4 part 2 fills the
+// hardware-counter gauges from BenchmarkRow.counters, see RecordBenchmark)
+//   dequantd_benchmark_bandwidth_fraction{variant}     gauge: fraction_of_peak, ratio
+//   dequantd_benchmark_duration_seconds{variant}       gauge: median latency, seconds
+//   dequantd_benchmark_dram_throughput_ratio{variant}  gauge: DRAM throughput / peak, ratio
+//   dequantd_benchmark_l2_hit_ratio{variant}           gauge: L2 (lts) sector hit rate, ratio
+//   dequantd_benchmark_l1_hit_ratio{variant}           gauge: L1 (l1tex) sector hit rate, ratio
+//   dequantd_benchmark_dram_read_bytes{variant}        gauge: DRAM bytes read per call, bytes
+//   dequantd_benchmark_dram_written_bytes{variant}     gauge: DRAM bytes written per call, bytes
+// Process
+//   dequantd_build_info{version,cuda}                 gauge: always 1 (cuda: runtime or "none")
+//   dequantd_device_info{device,name,compute_capability,driver}  gauge: always 1
+//   dequantd_model_layers                             gauge: quantized layers of the model
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "dequant/v1/dequant.pb.h"
+#include "server/backend.h"
+#include "server/backend_observer.h"
 
 namespace prometheus {
 class Counter;
@@ -27,37 +64,103 @@ class Histogram;
 
 namespace dequantd {
 
-// Thread-safe: every method may be called from many RPC threads at once.
-class Metrics {
+// Thread-safe: every method may be called from many threads at once.
+class Metrics final : public BackendObserver {
  public:
   // Creates the families and, unless `listen` is empty, serves them on `listen` (HOST:PORT; port
-  // 0 picks a free port). Errors: UNAVAILABLE (cannot bind `listen`).
+  // 0 picks a free port). `version` labels dequantd_build_info. Errors: UNAVAILABLE (cannot bind
+  // `listen`).
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& listen,
-                                                         std::string_view version,
-                                                         std::string_view backend);
-  ~Metrics();
+                                                         std::string_view version);
+  ~Metrics() override;
 
   int port() const { return port_; }  // bound HTTP port; 0 when not served
   // The registry, for families added elsewhere (prefer adding them here).
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
-  // Marks one RPC of `method` started (in-flight gauge).
-  void RequestStarted();
+  // --- RPCs (server/service.cc) ---
+  // Marks one RPC of `method` (e.g. "Dequantize") started.
+  void RpcStarted(std::string_view method);
   // Marks it finished with gRPC status code `code` (0..16) after `seconds` of wall time.
-  void RequestFinished(std::string_view method, int code, double seconds);
+  void RpcFinished(std::string_view method, int code, double seconds);
   // Adds `bytes` of dequantized output sent to a client.
   void AddOutputBytes(int64_t bytes);
 
+  // --- Process (server/server.cc, once at start) ---
+  // One dequantd_device_info series per device of the backend.
+  void SetDevices(const BackendInfo& info);
+  void SetModelLayers(int64_t layers);
+
+  // --- Autotuner (the CUDA launch-config provider) ---
+  // Brings the hit/miss counters up to the autotuner's monotonic totals (Autotuner::counters()
+  // hits, misses; only increases are applied) and sets the entries gauge (Autotuner::size()).
+  void SetAutotuneTotals(uint64_t hits, uint64_t misses, int64_t entries);
+  // One tuning (a GetOrTune call that ran tune_fn) took `seconds`.
+  void ObserveAutotuneDuration(double seconds);
+
+  // --- Benchmark RPC (server/service.cc) ---
+  // Sets the dequantd_benchmark_* gauges from a Benchmark reply: per variant, the row with the
+  // largest bytes_moved (the last such row on ties). Hardware-counter keys read from
+  // BenchmarkRow.counters (percentages are divided by 100):
+  //   "dram__throughput.avg.pct_of_peak_sustained_elapsed" -> dram_throughput_ratio
+  //   "lts__t_sector_hit_rate.pct"                         -> l2_hit_ratio
+  //   "l1tex__t_sector_hit_rate.pct"                       -> l1_hit_ratio
+  //   "dram__bytes_read.sum"                               -> dram_read_bytes
+  //   "dram__bytes_write.sum"                              -> dram_written_bytes
+  void RecordBenchmark(const dequant::v1::BenchmarkResponse& response);
+
+  // --- BackendObserver (backends) ---
+  void ObserveStage(DequantizeStage stage, double seconds) override;
+  void ObserveKernel(std::string_view device, std::string_view backend, std::string_view variant,
+                     int64_t read_bytes, int64_t written_bytes, double seconds) override;
+  void SetDeviceCopyBandwidth(std::string_view device, double bytes_per_second) override;
+  void SetDeviceMemoryUsed(std::string_view device, DeviceMemoryKind kind, int64_t bytes) override;
+
  private:
   Metrics() = default;
+  void CreateFamilies(std::string_view version);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
-  prometheus::Family<prometheus::Counter>* requests_total_ = nullptr;
-  prometheus::Family<prometheus::Histogram>* request_duration_seconds_ = nullptr;
-  prometheus::Gauge* requests_in_flight_ = nullptr;
+
+  prometheus::Family<prometheus::Counter>* rpc_requests_total_ = nullptr;
+  prometheus::Family<prometheus::Counter>* rpc_errors_total_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* rpc_duration_seconds_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* rpc_in_flight_ = nullptr;
   prometheus::Counter* output_bytes_total_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* stage_duration_seconds_ = nullptr;
+
+  prometheus::Family<prometheus::Counter>* kernel_read_bytes_total_ = nullptr;
+  prometheus::Family<prometheus::Counter>* kernel_written_bytes_total_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* kernel_duration_seconds_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* kernel_bandwidth_fraction_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* device_copy_bandwidth_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* device_memory_used_bytes_ = nullptr;
+
+  prometheus::Counter* autotune_hits_total_ = nullptr;
+  prometheus::Counter* autotune_misses_total_ = nullptr;
+  prometheus::Gauge* autotune_entries_ = nullptr;
+  prometheus::Histogram* autotune_duration_seconds_ = nullptr;
+
+  prometheus::Family<prometheus::Gauge>* benchmark_bandwidth_fraction_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* benchmark_duration_seconds_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* benchmark_dram_throughput_ratio_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* benchmark_l2_hit_ratio_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* benchmark_l1_hit_ratio_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* benchmark_dram_read_bytes_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* benchmark_dram_written_bytes_ = nullptr;
+
+  prometheus::Family<prometheus::Gauge>* device_info_ = nullptr;
+  prometheus::Gauge* model_layers_ = nullptr;
+
+  std::mutex mu_;
+  std::map<std::string, double, std::less<>> copy_bytes_per_second_;  // by device; guarded by mu_
+  uint64_t autotune_hits_seen_ = 0;                                   // guarded by mu_
+  uint64_t autotune_misses_seen_ = 0;                                 // guarded by mu_
+  // The dequantd_benchmark_* series of the last RecordBenchmark, by family; guarded by mu_.
+  std::map<prometheus::Family<prometheus::Gauge>*, std::vector<prometheus::Gauge*>>
+      benchmark_gauges_;
 };
 
 }  // namespace dequantd

@@ -146,19 +146,24 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     server->checkpoint_ = std::move(*checkpoint);
   }
 
-  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(MakeBackendOptions(options));
-  if (!backend.ok()) return backend.status();
-  server->backend_ = std::move(*backend);
-  server->backend_info_ = server->backend_->Info();
-  if (server->checkpoint_ != nullptr) {
-    if (absl::Status s = server->backend_->Prepare(*server->checkpoint_); !s.ok()) return s;
-  }
-
+  // Metrics first: the backend reports its stages, kernels and memory into them.
   absl::StatusOr<std::unique_ptr<Metrics>> metrics =
-      Metrics::Create(options.metrics_listen, kDequantdVersion, server->backend_info_.name);
+      Metrics::Create(options.metrics_listen, kDequantdVersion);
   if (!metrics.ok()) return metrics.status();
   server->metrics_ = std::move(*metrics);
   server->metrics_port_ = server->metrics_->port();
+
+  BackendOptions backend_options = MakeBackendOptions(options);
+  backend_options.observer = server->metrics_.get();
+  absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(backend_options);
+  if (!backend.ok()) return backend.status();
+  server->backend_ = std::move(*backend);
+  server->backend_info_ = server->backend_->Info();
+  server->metrics_->SetDevices(server->backend_info_);
+  if (server->checkpoint_ != nullptr) {
+    if (absl::Status s = server->backend_->Prepare(*server->checkpoint_); !s.ok()) return s;
+  }
+  server->metrics_->SetModelLayers(server->layer_count());
 
   ServiceOptions service_options;
   service_options.version = kDequantdVersion;

@@ -77,11 +77,11 @@ DequantService::DequantService(ServiceOptions options, const Checkpoint* checkpo
 
 template <typename Body>
 grpc::Status DequantService::Handle(const char* method, Body&& body) {
-  metrics_->RequestStarted();
+  metrics_->RpcStarted(method);
   const auto start = std::chrono::steady_clock::now();
   const grpc::Status status = ToGrpcStatus(body());
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  metrics_->RequestFinished(method, status.error_code(), elapsed.count());
+  metrics_->RpcFinished(method, status.error_code(), elapsed.count());
   return status;
 }
 
@@ -185,6 +185,7 @@ grpc::Status DequantService::Benchmark(grpc::ServerContext* context,
     }
     absl::StatusOr<v1::BenchmarkResponse> result = benchmark_(*request, context);
     if (!result.ok()) return result.status();
+    metrics_->RecordBenchmark(*result);
     *response = std::move(*result);
     return absl::OkStatus();
   });

@@ -35,6 +35,7 @@ using ::dequantd::testing::ReferenceBytes;
 using ::dequantd::testing::ToInline;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // GET http://127.0.0.1:port/metrics; the whole response (headers included), or "" on failure.
 std::string HttpGetMetrics(int port) {
@@ -328,8 +329,10 @@ TEST_F(ServiceTest, ClientCancellationEndsTheCall) {
     if (metrics.find("code=\"CANCELLED\",method=\"Dequantize\"} 1") != std::string::npos) break;
     usleep(50 * 1000);
   }
-  EXPECT_THAT(metrics,
-              HasSubstr("dequantd_requests_total{code=\"CANCELLED\",method=\"Dequantize\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_rpc_requests_total{code=\"CANCELLED\",method="
+                                 "\"Dequantize\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_rpc_errors_total{code=\"CANCELLED\",method="
+                                 "\"Dequantize\"} 1"));
   ExpectServing();
 }
 
@@ -347,16 +350,46 @@ TEST_F(ServiceTest, MetricsCountRequestsByMethodAndCode) {
   const std::string metrics = HttpGetMetrics(server_->metrics_port());
   EXPECT_THAT(metrics, HasSubstr("200 OK"));
   EXPECT_THAT(metrics,
-              HasSubstr("dequantd_requests_total{code=\"OK\",method=\"GetServerInfo\"} 1"));
+              HasSubstr("dequantd_rpc_requests_total{code=\"OK\",method=\"GetServerInfo\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_rpc_requests_total{code=\"NOT_FOUND\",method="
+                                 "\"Dequantize\"} 1"));
   EXPECT_THAT(metrics,
-              HasSubstr("dequantd_requests_total{code=\"NOT_FOUND\",method=\"Dequantize\"} 1"));
-  EXPECT_THAT(metrics, HasSubstr("dequantd_requests_total{code=\"OK\",method=\"Dequantize\"} 1"));
+              HasSubstr("dequantd_rpc_requests_total{code=\"OK\",method=\"Dequantize\"} 1"));
+  // Errors: only the NOT_FOUND call.
+  EXPECT_THAT(metrics, HasSubstr("dequantd_rpc_errors_total{code=\"NOT_FOUND\",method="
+                                 "\"Dequantize\"} 1"));
+  EXPECT_THAT(metrics, Not(HasSubstr("dequantd_rpc_errors_total{code=\"OK\"")));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_rpc_duration_seconds_count{code=\"OK\",method="
+                                 "\"Dequantize\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_rpc_duration_seconds_count{code=\"NOT_FOUND\","
+                                 "method=\"Dequantize\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_rpc_in_flight{method=\"Dequantize\"} 0"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_rpc_in_flight{method=\"Benchmark\"} 0"));
+  // 64 * 64 fp16 = 8192 bytes sent and written by the kernel, which read qweight 64 * 8 * 4 =
+  // 2048 + qzeros 1 * 8 * 4 = 32 + scales 1 * 64 * 2 = 128 bytes.
+  EXPECT_THAT(metrics, HasSubstr("dequantd_dequantize_output_bytes_total 8192"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("dequantd_kernel_written_bytes_total{backend=\"cpu\",variant=\"cpu\"} 8192"));
   EXPECT_THAT(metrics,
-              HasSubstr("dequantd_request_duration_seconds_count{method=\"Dequantize\"} 2"));
-  // 64 * 64 fp16 = 8192 bytes sent.
-  EXPECT_THAT(metrics, HasSubstr("dequantd_output_bytes_total 8192"));
-  EXPECT_THAT(metrics, HasSubstr("dequantd_requests_in_flight 0"));
+              HasSubstr("dequantd_kernel_read_bytes_total{backend=\"cpu\",variant=\"cpu\"} 2208"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_kernel_duration_seconds_count{variant=\"cpu\"} 1"));
+  // The CPU backend times the kernel and send stages of the one call that reached it.
+  EXPECT_THAT(metrics,
+              HasSubstr("dequantd_dequantize_stage_duration_seconds_count{stage=\"kernel\"} 1"));
+  EXPECT_THAT(metrics,
+              HasSubstr("dequantd_dequantize_stage_duration_seconds_count{stage=\"send\"} 1"));
+  EXPECT_THAT(metrics, Not(HasSubstr("stage=\"queue_wait\"")));
+  EXPECT_THAT(metrics,
+              HasSubstr("dequantd_device_copy_bandwidth_bytes_per_second{device=\"cpu\"}"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_kernel_bandwidth_fraction{device=\"cpu\"}"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_device_memory_used_bytes{device=\"cpu\",kind="
+                                 "\"buffers\"} 0"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_autotune_cache_hits_total 0"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_autotune_cache_misses_total 0"));
+  EXPECT_THAT(metrics, HasSubstr("dequantd_model_layers 0"));
   EXPECT_THAT(metrics, AllOf(HasSubstr("dequantd_build_info{"), HasSubstr("version=\"0.1.0\"")));
+  EXPECT_THAT(metrics, AllOf(HasSubstr("dequantd_device_info{"), HasSubstr("device=\"cpu\"")));
 }
 
 // The bundled model (scripts/make-model.sh), when DEQUANTD_MODEL_DIR points at it: ListTensors
