@@ -113,13 +113,13 @@ absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
     if (s.group_size == 0) s.group_size = out.group_size;
     const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
     for (DType dtype : out.output_dtypes) {
-      if (absl::Status st = ValidateShape(shape, dtype); !st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            fields[i], " (", s.K, "x", s.N, ", group_size ", s.group_size, "): ", st.message()));
-      }
       if (absl::Status st = CheckOutputBytes(fields[i], s.K, s.N, dtype, options.max_output_bytes);
           !st.ok()) {
         return st;
+      }
+      if (absl::Status st = ValidateShape(shape, dtype); !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            fields[i], " (", s.K, "x", s.N, ", group_size ", s.group_size, "): ", st.message()));
       }
     }
   }

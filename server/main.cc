@@ -27,8 +27,15 @@ ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0 = hardware concurr
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
           "largest inline request accepted (qweight + qzeros + scales), bytes");
 ABSL_FLAG(int64_t, max_output_bytes, int64_t{16} << 30, "largest result served, bytes");
-ABSL_FLAG(std::string, tune_cache, "", "autotune cache file; empty = the default location");
-ABSL_FLAG(bool, pretune, false, "tune every layer of the model at start-up (CUDA backend)");
+ABSL_FLAG(std::string, tune_cache, "",
+          "CUDA backend: the autotuner's cache file (versioned JSON, shared safely between "
+          "servers); empty = $XDG_CACHE_HOME/dequantd/tune_cache.json, else "
+          "$HOME/.cache/dequantd/tune_cache.json. The CPU backend has nothing to tune and does "
+          "not use it");
+ABSL_FLAG(bool, pretune, false,
+          "CUDA backend: before serving, tune the launch configuration of every distinct layer "
+          "shape of the model (fp16 output) that the cache does not hold yet, instead of on the "
+          "first request for it. The CPU backend has nothing to tune");
 ABSL_FLAG(double, shutdown_deadline, 5.0,
           "seconds in-flight calls get to finish on SIGINT/SIGTERM before they are cancelled");
 
@@ -102,12 +109,6 @@ int main(int argc, char** argv) {
         "model, pass --model=DIR, or --model= to start without a model",
         options.model_dir);
     return 1;
-  }
-
-  if (options.pretune || !options.tune_cache.empty()) {
-    spdlog::warn(
-        "--pretune and --tune-cache are accepted but not used yet: the autotuner is not "
-        "wired into the CUDA backend, which runs the default launch configuration");
   }
 
   absl::StatusOr<std::unique_ptr<dequantd::DequantServer>> server =
