@@ -11,12 +11,19 @@
 #include <condition_variable>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/backend.h"
+#include "server/benchmark_service.h"
 #include "server/checkpoint.h"
 #include "server/metrics.h"
+#include "server/server_autotuner.h"
 #include "server/service.h"
+#include "spdlog/spdlog.h"
+#if DEQUANTD_HAVE_CUDA
+#include "server/cuda_autotune.h"
+#endif
 
 namespace dequantd {
 
@@ -31,13 +38,21 @@ int ReceiveLimitBytes(int64_t max_request_bytes) {
   return static_cast<int>(std::min<int64_t>(limit, INT_MAX));
 }
 
-// The backend options for `options`. The seam for the autotuner (issue 3): on CUDA, set
-// `cuda.launch_config` to a provider backed by the tune cache (options.tune_cache).
+// The backend options for `options` (the autotuner's provider is set by Start).
 BackendOptions MakeBackendOptions(const ServerOptions& options) {
   BackendOptions backend;
   backend.kind = options.backend;
   backend.cpu_threads = options.cpu_threads;
   return backend;
+}
+
+// Whether CreateBackend will pick the CUDA backend for `kind` (its errors aside).
+bool WillUseCuda([[maybe_unused]] const std::string& kind) {
+#if DEQUANTD_HAVE_CUDA
+  return kind == "cuda" || (kind == "auto" && CudaDeviceCount() > 0);
+#else
+  return false;
+#endif
 }
 
 std::string DescribeDevices(const BackendInfo& info) {
@@ -76,6 +91,51 @@ absl::Status CheckOptions(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
+// The server's autotuner on its cache file (--tune-cache, else the default location), with the
+// start-up log lines: where the file is, how many entries it held, and why it was ignored.
+std::unique_ptr<ServerAutotuner> StartAutotuner(const ServerOptions& options,
+                                                AutotuneObservers observers) {
+  const std::string path = ResolveTuneCachePath(options.tune_cache);
+  if (absl::Status s = CreateTuneCacheDirectory(path); !s.ok()) {
+    spdlog::warn("autotune: {} (tunings will be kept in memory only)", s.ToString());
+  }
+  auto tuner = std::make_unique<ServerAutotuner>(path, std::move(observers));
+  if (!tuner->load_warning().ok()) {
+    spdlog::warn("autotune: the tune cache was ignored and will be rewritten: {}",
+                 tuner->load_warning().ToString());
+  }
+  spdlog::info("autotune: {} tuned configurations loaded from {}", tuner->counters().entries,
+               path.empty() ? "(no cache file: $XDG_CACHE_HOME and $HOME are unset)" : path);
+  return tuner;
+}
+
+#if DEQUANTD_HAVE_CUDA
+// --pretune: tunes every distinct layer shape of the model for fp16 output before serving.
+void PretuneModel(ServerAutotuner& tuner, cuda::KernelVariant variant,
+                  const std::vector<TuneDevice>& devices, const Checkpoint* checkpoint) {
+  if (checkpoint == nullptr) {
+    spdlog::info("--pretune: no model is loaded, nothing to tune");
+    return;
+  }
+  const std::vector<AwqShape> shapes = DistinctLayerShapes(checkpoint->layers());
+  const DType out_dtypes[] = {DType::kF16};
+  absl::StatusOr<PretuneReport> report = PretuneCuda(tuner, variant, devices, shapes, out_dtypes);
+  if (!report.ok()) {
+    spdlog::warn("--pretune failed (requests will tune on first use): {}",
+                 report.status().ToString());
+    return;
+  }
+  spdlog::info(
+      "--pretune: {} distinct layer shapes x fp16 on {} GPU(s): {} tuned, {} already cached, {} "
+      "with nothing to tune, {} failed, in {:.2f} s",
+      shapes.size(), devices.size(), report->tuned, report->cached, report->untunable,
+      report->failed, report->wall_seconds);
+  if (!report->first_error.ok()) {
+    spdlog::warn("--pretune: first failure: {}", report->first_error.ToString());
+  }
+}
+#endif
+
 class RunningServer final : public DequantServer {
  public:
   ~RunningServer() override { Shutdown(5.0); }
@@ -103,6 +163,12 @@ class RunningServer final : public DequantServer {
       server_->Shutdown(deadline);  // returns when every handler has returned
       server_->Wait();
     }
+    if (autotuner_ != nullptr) {
+      const ServerAutotuneCounters c = autotuner_->counters();
+      spdlog::info("autotune: {} cache hits, {} misses, {} tunings ({} failed), {} entries in {}",
+                   c.hits, c.misses, c.tunings, c.tune_failures, c.entries,
+                   autotuner_->cache_path().empty() ? "memory" : autotuner_->cache_path());
+    }
     metrics_.reset();  // stops the HTTP endpoint; no handler uses it any more
     lock.lock();
     shut_down_ = true;
@@ -118,8 +184,38 @@ class RunningServer final : public DequantServer {
   friend absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(
       const ServerOptions& options);
 
-  // Destroyed in reverse order: gRPC first, the checkpoint last.
+  // Logs every tuning and feeds the autotune metrics (once metrics_ exists).
+  AutotuneObservers MakeAutotuneObservers() {
+    AutotuneObservers observers;
+    observers.on_lookup = [this](bool) { ReportAutotuneTotals(); };
+    observers.on_tuning = [this](const AutotuneTuning& t) {
+      if (t.result.ok()) {
+        spdlog::info("autotune: tuned {} -> {} in {:.1f} ms ({} candidates)", t.key.ToString(),
+                     TunedConfigToString(t.result->config), t.wall_seconds * 1e3, t.candidates);
+      } else {
+        spdlog::warn("autotune: tuning {} failed after {:.1f} ms: {}", t.key.ToString(),
+                     t.wall_seconds * 1e3, t.result.status().ToString());
+      }
+      if (!t.save_status.ok()) {
+        spdlog::warn("autotune: the cache file was not written (the entry is used from memory): {}",
+                     t.save_status.ToString());
+      }
+      if (metrics_ != nullptr) metrics_->ObserveAutotuneDuration(t.wall_seconds);
+      ReportAutotuneTotals();
+    };
+    return observers;
+  }
+
+  void ReportAutotuneTotals() {
+    if (metrics_ == nullptr || autotuner_ == nullptr) return;
+    const ServerAutotuneCounters c = autotuner_->counters();
+    metrics_->SetAutotuneTotals(c.hits, c.misses, static_cast<int64_t>(c.entries));
+  }
+
+  // Destroyed in reverse order: gRPC first, the checkpoint last. The autotuner outlives the
+  // backend, whose launch-config provider refers to it.
   std::unique_ptr<Checkpoint> checkpoint_;
+  std::unique_ptr<ServerAutotuner> autotuner_;
   std::unique_ptr<Backend> backend_;
   BackendInfo backend_info_;
   std::unique_ptr<Metrics> metrics_;
@@ -155,6 +251,17 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
 
   BackendOptions backend_options = MakeBackendOptions(options);
   backend_options.observer = server->metrics_.get();
+#if DEQUANTD_HAVE_CUDA
+  std::vector<TuneDevice> tune_devices;
+  if (WillUseCuda(options.backend)) {
+    absl::StatusOr<std::vector<TuneDevice>> devices = ReadTuneDevices();
+    if (!devices.ok()) return devices.status();
+    tune_devices = *devices;
+    server->autotuner_ = StartAutotuner(options, server->MakeAutotuneObservers());
+    backend_options.cuda.launch_config =
+        MakeAutotuneLaunchConfigProvider(*server->autotuner_, tune_devices);
+  }
+#endif
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(backend_options);
   if (!backend.ok()) return backend.status();
   server->backend_ = std::move(*backend);
@@ -164,15 +271,35 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     if (absl::Status s = server->backend_->Prepare(*server->checkpoint_); !s.ok()) return s;
   }
   server->metrics_->SetModelLayers(server->layer_count());
+  server->ReportAutotuneTotals();
+
+  if (options.pretune) {
+#if DEQUANTD_HAVE_CUDA
+    if (server->autotuner_ != nullptr) {
+      PretuneModel(*server->autotuner_, backend_options.cuda.variant, tune_devices,
+                   server->checkpoint_.get());
+    }
+#endif
+    if (server->autotuner_ == nullptr) {
+      spdlog::info("--pretune: nothing to tune on the {} backend", server->backend_info_.name);
+    }
+  }
 
   ServiceOptions service_options;
   service_options.version = kDequantdVersion;
   service_options.max_request_bytes = options.max_request_bytes;
   service_options.max_output_bytes = options.max_output_bytes;
   service_options.default_chunk_bytes = options.default_chunk_bytes;
-  // The Benchmark seam (issue 3): pass a BenchmarkRunner here.
+  service_options.autotuner = server->autotuner_.get();
+  BenchmarkServiceOptions benchmark_options;
+  benchmark_options.backend = server->backend_info_.name;
+  benchmark_options.cpu_threads = options.cpu_threads;
+  benchmark_options.max_output_bytes = options.max_output_bytes;
+  benchmark_options.checkpoint = server->checkpoint_.get();
+  if (server->autotuner_ != nullptr) benchmark_options.autotuner = &server->autotuner_->autotuner();
   server->service_ = std::make_unique<DequantService>(
-      service_options, server->checkpoint_.get(), server->backend_.get(), server->metrics_.get());
+      service_options, server->checkpoint_.get(), server->backend_.get(), server->metrics_.get(),
+      MakeBenchmarkRunner(std::move(benchmark_options)));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -295,12 +295,15 @@ TEST_F(ServiceTest, RequestAboveMaxRequestBytesIsResourceExhaustedNamingTheLimit
   ExpectServing();
 }
 
-TEST_F(ServiceTest, BenchmarkIsUnimplementedForNow) {
+TEST_F(ServiceTest, BenchmarkIsServedAndValidatesItsRequest) {
   StartServer({});
   grpc::ClientContext context;
+  v1::BenchmarkRequest request;
+  request.set_trials(101);  // refused before any work (the RPC itself: benchmark_service_test.cc)
   v1::BenchmarkResponse response;
-  const grpc::Status status = stub_->Benchmark(&context, {}, &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  const grpc::Status status = stub_->Benchmark(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("trials"));
 }
 
 TEST_F(ServiceTest, ClientCancellationEndsTheCall) {
