@@ -1,16 +1,13 @@
 // The three output file kinds of dequantctl (see output_file.h).
 #include "client/output_file.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "formats/atomic_file.h"
 #include "formats/npy.h"
 #include "formats/safetensors.h"
 
@@ -93,60 +90,38 @@ class SafetensorsOutput : public OutputFile {
 class RawOutput : public OutputFile {
  public:
   explicit RawOutput(std::string path) : path_(std::move(path)) {}
-  ~RawOutput() override {
-    if (file_ != nullptr) {
-      std::fclose(file_);
-      std::remove(tmp_path_.c_str());
-    }
-  }
   absl::Status Begin(const v1::DequantizeHeader& header) override {
     total_bytes_ = header.total_bytes();
-    tmp_path_ = path_ + ".tmp.XXXXXX";
-    const int fd = ::mkstemp(tmp_path_.data());
-    if (fd < 0)
-      return absl::ErrnoToStatus(errno, absl::StrCat("create temporary for '", path_, "'"));
-    ::fchmod(fd, 0644);
-    file_ = ::fdopen(fd, "wb");
-    if (file_ == nullptr) {
-      const int err = errno;
-      ::close(fd);
-      std::remove(tmp_path_.c_str());
-      return absl::ErrnoToStatus(err, absl::StrCat("open '", tmp_path_, "'"));
-    }
+    absl::StatusOr<formats::AtomicFileWriter> file = formats::AtomicFileWriter::Create(path_);
+    if (!file.ok()) return file.status();
+    file_.emplace(*std::move(file));
     return absl::OkStatus();
   }
   absl::Status Write(absl::Span<const uint8_t> data) override {
-    if (file_ == nullptr) return NotStarted();
+    if (!file_) return NotStarted();
     if (static_cast<int64_t>(data.size()) > total_bytes_ - written_) {
       return absl::OutOfRangeError(absl::StrCat(path_, ": more bytes than total_bytes"));
     }
-    if (std::fwrite(data.data(), 1, data.size(), file_) != data.size()) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("write '", tmp_path_, "'"));
-    }
+    absl::Status status = file_->Write(data);
+    if (!status.ok()) return status;
     written_ += static_cast<int64_t>(data.size());
     return absl::OkStatus();
   }
   absl::Status Finish() override {
-    if (file_ == nullptr) return NotStarted();
+    if (!file_) return NotStarted();
     if (written_ != total_bytes_) {
       return absl::DataLossError(
           absl::StrCat(path_, ": ", written_, " of ", total_bytes_, " bytes received"));
     }
-    const bool closed = std::fclose(file_) == 0;
-    file_ = nullptr;
-    if (!closed || std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-      const int err = errno;
-      std::remove(tmp_path_.c_str());
-      return absl::ErrnoToStatus(err, absl::StrCat("close/rename '", tmp_path_, "'"));
-    }
-    return absl::OkStatus();
+    absl::Status status = file_->Commit();
+    file_.reset();
+    return status;
   }
   const char* kind() const override { return "raw"; }
 
  private:
   std::string path_;
-  std::string tmp_path_;
-  std::FILE* file_ = nullptr;
+  std::optional<formats::AtomicFileWriter> file_;  // removes its temporary file unless committed
   int64_t total_bytes_ = 0;
   int64_t written_ = 0;
 };

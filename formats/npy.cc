@@ -1,10 +1,6 @@
 // NumPy .npy v1.0 streamed writer and a minimal reader (see npy.h).
 #include "formats/npy.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -16,32 +12,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "formats/atomic_file.h"
 
 namespace dequantd::npy {
 namespace {
+
+using formats::AtomicFileWriter;
+using formats::ErrnoError;
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicBytes = 6;
 constexpr int64_t kAlignment = 64;  // data starts at a multiple of this (NumPy's ARRAY_ALIGN)
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-
-absl::Status ErrnoError(int err, absl::string_view what, const std::string& path) {
-  return absl::ErrnoToStatus(err, absl::StrCat(what, " '", path, "'"));
-}
-
-// Writes all of `bytes` to `fd`, retrying short writes.
-absl::Status WriteAll(int fd, const uint8_t* bytes, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, bytes, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, "write", path);
-    }
-    bytes += w;
-    n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
-}
 
 // Element count times element size, or INVALID_ARGUMENT on a negative dim or overflow.
 absl::StatusOr<int64_t> DataBytes(const std::vector<int64_t>& shape, int64_t element_bytes) {
@@ -214,38 +196,25 @@ absl::StatusOr<std::unique_ptr<NpyWriter>> NpyWriter::Create(const std::string& 
   std::unique_ptr<NpyWriter> w(new NpyWriter());
   w->path_ = path;
   w->bytes_expected_ = *DataBytes(shape, DescrBytes(descr));  // checked by EncodePreamble
-  // Temporary file in the same directory, so rename() is atomic.
-  w->tmp_path_ = path + ".tmp.XXXXXX";
-  w->fd_ = ::mkstemp(w->tmp_path_.data());
-  if (w->fd_ < 0) return ErrnoError(errno, "create temporary file for", path);
-  absl::Status status = WriteAll(w->fd_, reinterpret_cast<const uint8_t*>(preamble->data()),
-                                 preamble->size(), w->tmp_path_);
+  absl::StatusOr<AtomicFileWriter> file = AtomicFileWriter::Create(path);
+  if (!file.ok()) return file.status();
+  w->file_.emplace(*std::move(file));
+  absl::Status status = w->file_->Write(*preamble);
   if (!status.ok()) return status;  // the destructor removes the temporary file
   return w;
 }
 
-NpyWriter::~NpyWriter() {
-  if (!done_) Abandon();
-}
-
-void NpyWriter::Abandon() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-    ::unlink(tmp_path_.c_str());
-  }
-  done_ = true;
-}
+void NpyWriter::Abandon() { file_.reset(); }
 
 absl::Status NpyWriter::Append(absl::Span<const uint8_t> bytes) {
-  if (done_ || fd_ < 0) return absl::FailedPreconditionError("NpyWriter: already finished");
+  if (!file_) return absl::FailedPreconditionError("NpyWriter: already finished");
   if (static_cast<int64_t>(bytes.size()) > bytes_expected_ - bytes_written_) {
     const int64_t total = bytes_written_ + static_cast<int64_t>(bytes.size());
     Abandon();
     return absl::OutOfRangeError(absl::StrCat("npy data for '", path_, "': ", total,
                                               " bytes appended, shape holds ", bytes_expected_));
   }
-  absl::Status status = WriteAll(fd_, bytes.data(), bytes.size(), tmp_path_);
+  absl::Status status = file_->Write(bytes);
   if (!status.ok()) {
     Abandon();
     return status;
@@ -255,22 +224,14 @@ absl::Status NpyWriter::Append(absl::Span<const uint8_t> bytes) {
 }
 
 absl::Status NpyWriter::Finish() {
-  if (done_ || fd_ < 0) return absl::FailedPreconditionError("NpyWriter: already finished");
+  if (!file_) return absl::FailedPreconditionError("NpyWriter: already finished");
   if (bytes_written_ != bytes_expected_) {
     Abandon();
     return absl::DataLossError(absl::StrCat("npy data for '", path_, "': ", bytes_written_,
                                             " bytes appended, shape holds ", bytes_expected_));
   }
-  absl::Status status;
-  if (::fchmod(fd_, 0644) != 0) status = ErrnoError(errno, "chmod", tmp_path_);
-  if (status.ok() && ::fsync(fd_) != 0) status = ErrnoError(errno, "fsync", tmp_path_);
-  if (::close(fd_) != 0 && status.ok()) status = ErrnoError(errno, "close", tmp_path_);
-  fd_ = -1;
-  if (status.ok() && std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    status = ErrnoError(errno, "rename to", path_);
-  }
-  if (!status.ok()) ::unlink(tmp_path_.c_str());
-  done_ = true;
+  absl::Status status = file_->Commit();
+  file_.reset();
   return status;
 }
 

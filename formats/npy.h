@@ -10,11 +10,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "formats/atomic_file.h"
 
 namespace dequantd::npy {
 
@@ -37,7 +39,7 @@ class NpyWriter {
   static absl::StatusOr<std::unique_ptr<NpyWriter>> Create(const std::string& path,
                                                            const std::string& descr,
                                                            const std::vector<int64_t>& shape);
-  ~NpyWriter();
+  ~NpyWriter() = default;  // removes the temporary file unless finished
   NpyWriter(const NpyWriter&) = delete;
   NpyWriter& operator=(const NpyWriter&) = delete;
 
@@ -56,9 +58,7 @@ class NpyWriter {
   void Abandon();  // closes and removes the temporary file
 
   std::string path_;
-  std::string tmp_path_;
-  int fd_ = -1;
-  bool done_ = false;
+  std::optional<formats::AtomicFileWriter> file_;  // empty once finished or abandoned
   int64_t bytes_expected_ = 0;
   int64_t bytes_written_ = 0;
 };

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -16,11 +15,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "formats/atomic_file.h"
 #include "nlohmann/json.hpp"
 
 namespace dequantd::safetensors {
 namespace {
 
+using formats::ErrnoError;
 using nlohmann::json;
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
@@ -123,24 +124,6 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const json& j, i
                                     " bytes, but shape and dtype ", e.dtype, " need ", *want));
   }
   return e;
-}
-
-absl::Status ErrnoError(int err, absl::string_view what, const std::string& path) {
-  return absl::ErrnoToStatus(err, absl::StrCat(what, " '", path, "'"));
-}
-
-// Writes all of `bytes` to `fd`, retrying short writes.
-absl::Status WriteAll(int fd, const uint8_t* bytes, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, bytes, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, "write", path);
-    }
-    bytes += w;
-    n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -285,27 +268,16 @@ absl::Status WriteFile(const std::string& path, const std::vector<TensorToWrite>
   uint8_t prefix[8];
   WriteLe64(header_json.size(), prefix);
 
-  // Temporary file in the same directory, so rename() is atomic.
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return ErrnoError(errno, "create temporary file for", path);
-  absl::Status status = WriteAll(fd, prefix, sizeof prefix, tmp);
-  if (status.ok()) {
-    status =
-        WriteAll(fd, reinterpret_cast<const uint8_t*>(header_json.data()), header_json.size(), tmp);
-  }
+  absl::StatusOr<formats::AtomicFileWriter> file = formats::AtomicFileWriter::Create(path);
+  if (!file.ok()) return file.status();
+  absl::Status status = file->Write(absl::MakeConstSpan(prefix));
+  if (status.ok()) status = file->Write(header_json);
   for (const TensorToWrite& t : tensors) {
     if (!status.ok()) break;
-    status = WriteAll(fd, t.bytes.data(), t.bytes.size(), tmp);
+    status = file->Write(t.bytes);
   }
-  if (status.ok() && ::fchmod(fd, 0644) != 0) status = ErrnoError(errno, "chmod", tmp);
-  if (status.ok() && ::fsync(fd) != 0) status = ErrnoError(errno, "fsync", tmp);
-  if (::close(fd) != 0 && status.ok()) status = ErrnoError(errno, "close", tmp);
-  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError(errno, "rename to", path);
-  }
-  if (!status.ok()) ::unlink(tmp.c_str());
-  return status;
+  if (!status.ok()) return status;  // the writer's destructor removes the temporary file
+  return file->Commit();
 }
 
 }  // namespace dequantd::safetensors

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "formats/atomic_file.h"
 #include "nlohmann/json.hpp"
 
 namespace dequantd {
@@ -60,20 +60,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
     text.append(buf, static_cast<size_t>(n));
   }
   return text;
-}
-
-// Writes all of `text` to `fd`.
-bool WriteAll(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 DType DTypeField(const json& j, const char* field) {
@@ -247,25 +233,8 @@ absl::Status TuneCache::Save() {
   }
   const std::string text = TuneCacheToJson(std::move(snapshot));
 
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp_path = absl::StrCat(path_, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat("cannot create ", tmp_path, ": ", ErrnoText(errno)));
-  }
-  const bool written = WriteAll(fd, text) && ::fsync(fd) == 0;
-  const int write_errno = errno;
-  const bool closed = ::close(fd) == 0;
-  if (!written || !closed) {
-    ::unlink(tmp_path.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot write ", tmp_path, ": ", ErrnoText(written ? errno : write_errno)));
-  }
-  if (::rename(tmp_path.c_str(), path_.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp_path.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp_path, " to ", path_, ": ", ErrnoText(err)));
+  if (absl::Status status = formats::WriteFileAtomically(path_, text); !status.ok()) {
+    return absl::InternalError(absl::StrCat("cannot write tune cache: ", status.message()));
   }
   return absl::OkStatus();
 }
