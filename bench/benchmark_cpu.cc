@@ -136,12 +136,9 @@ absl::StatusOr<BenchmarkResult> RunCpuBenchmark(const BenchmarkRequest& request)
         }
       }
       owned.push_back(std::make_unique<CpuCopyRunner>(CopyBytesFor(shape.bytes_moved(out))));
-      std::vector<Runner*> runners;
-      for (auto& r : owned) runners.push_back(r.get());
-      absl::StatusOr<std::vector<BenchmarkRow>> rows =
-          RunMethod(runners, shape, out, *checker, options, rng);
-      if (!rows.ok()) return rows.status();
-      for (BenchmarkRow& row : *rows) result.rows.push_back(std::move(row));
+      if (absl::Status s = RunMethodAppend(owned, shape, out, *checker, options, rng, &result.rows);
+          !s.ok())
+        return s;
     }
   }
   return result;

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bench/backends.h"
+#include "bench/cuda_timing.h"
 #include "bench/method.h"
 #include "kernels/autotune.h"
 #include "kernels/cuda/autotune_cuda.h"
@@ -22,100 +22,6 @@ namespace {
 
 using cuda::KernelVariant;
 using cuda::LaunchConfig;
-
-// ---- Owning handles. --------------------------------------------------------------------------
-
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
-
-struct EventDestroy {
-  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
-};
-using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDestroy>;
-
-struct StreamDestroy {
-  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
-};
-using Stream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDestroy>;
-
-struct GraphExecDestroy {
-  void operator()(cudaGraphExec_t g) const { cudaGraphExecDestroy(g); }
-};
-using GraphExec = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDestroy>;
-
-struct GraphDestroy {
-  void operator()(cudaGraph_t g) const { cudaGraphDestroy(g); }
-};
-using Graph = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDestroy>;
-
-absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes) {
-  void* p = nullptr;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
-  return DeviceBuffer(p);
-}
-
-absl::StatusOr<Event> MakeEvent() {
-  cudaEvent_t e = nullptr;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-  return Event(e);
-}
-
-// The stream and the pair of events every measurement of one run uses.
-struct Timing {
-  Stream stream;
-  Event start, stop;
-
-  static absl::StatusOr<Timing> Create() {
-    Timing t;
-    cudaStream_t s = nullptr;
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    t.stream.reset(s);
-    absl::StatusOr<Event> start = MakeEvent();
-    if (!start.ok()) return start.status();
-    absl::StatusOr<Event> stop = MakeEvent();
-    if (!stop.ok()) return stop.status();
-    t.start = std::move(*start);
-    t.stop = std::move(*stop);
-    return t;
-  }
-
-  // Seconds between events recorded around `enqueue` on the stream.
-  template <typename Fn>
-  absl::StatusOr<double> Time(Fn&& enqueue) {
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream.get()));
-    if (absl::Status s = enqueue(); !s.ok()) return s;
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream.get()));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));
-    float ms = 0;
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-    return static_cast<double>(ms) * 1e-3;
-  }
-};
-
-// Peak copy rate: median of 10 event-timed device-to-device copies of `bytes` (after a warm-up),
-// counted as bytes read + written.
-absl::StatusOr<double> MeasurePeakCopy(Timing& timing, int64_t bytes) {
-  absl::StatusOr<DeviceBuffer> src = Allocate(bytes);
-  if (!src.ok()) return src.status();
-  absl::StatusOr<DeviceBuffer> dst = Allocate(bytes);
-  if (!dst.ok()) return dst.status();
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(src->get(), 0x5A, bytes, timing.stream.get()));
-  auto copy = [&]() -> absl::Status {
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst->get(), src->get(), bytes,
-                                                  cudaMemcpyDeviceToDevice, timing.stream.get()));
-    return absl::OkStatus();
-  };
-  if (absl::StatusOr<double> warm = timing.Time(copy); !warm.ok()) return warm.status();
-  std::vector<double> samples;
-  for (int i = 0; i < 10; ++i) {
-    absl::StatusOr<double> t = timing.Time(copy);
-    if (!t.ok()) return t.status();
-    samples.push_back(*t);
-  }
-  return 2.0 * static_cast<double>(bytes) / ComputeStats(samples).median;
-}
 
 // One copy of the packed inputs plus an output buffer, inside a BufferArena.
 struct BufferSet {
@@ -131,8 +37,6 @@ struct BufferArena {
 
 // The most buffer sets one (shape, dtype) uses: tiny layers get fewer than 4x L2 of rotation.
 constexpr int64_t kMaxBufferSets = 1024;
-
-constexpr int64_t AlignUp(int64_t n) { return (n + 255) / 256 * 256; }
 
 // `count` sets holding `host`'s inputs, each with an output of out_bytes.
 absl::StatusOr<BufferArena> MakeBufferArena(const HostPackedTensor& host, int64_t out_bytes,
@@ -179,7 +83,7 @@ constexpr int kMaxGraphLaunches = 2000;
 class CudaRunner : public Runner {
  public:
   CudaRunner(std::string variant, int64_t bytes_moved, std::string launch_config,
-             std::vector<BufferSet>& sets, Timing& timing)
+             std::vector<BufferSet>& sets, EventTimer& timing)
       : Runner(std::move(variant), bytes_moved, std::move(launch_config)),
         sets_(sets),
         timing_(timing) {}
@@ -195,7 +99,7 @@ class CudaRunner : public Runner {
       if (absl::Status s = BuildGraph(); !s.ok()) return s;
     }
     absl::StatusOr<double> t = timing_.Time([&]() -> absl::Status {
-      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_.get(), timing_.stream.get()));
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_.get(), timing_.stream()));
       return absl::OkStatus();
     });
     if (!t.ok()) return t.status();
@@ -207,7 +111,7 @@ class CudaRunner : public Runner {
   virtual absl::Status Enqueue(int set) = 0;
 
   std::vector<BufferSet>& sets_;
-  Timing& timing_;
+  EventTimer& timing_;
 
  private:
   // Captures enough back-to-back calls, rotating over the sets, for about kGraphTargetSeconds,
@@ -225,7 +129,7 @@ class CudaRunner : public Runner {
                                     static_cast<double>(kMaxGraphLaunches)));
     launches = std::max(sets, (launches + sets - 1) / sets * sets);
 
-    cudaStream_t stream = timing_.stream.get();
+    cudaStream_t stream = timing_.stream();
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     absl::Status enqueued = absl::OkStatus();
     for (int i = 0; i < launches && enqueued.ok(); ++i) enqueued.Update(Enqueue(i % sets));
@@ -251,7 +155,7 @@ class CudaRunner : public Runner {
 class KernelRunner : public CudaRunner {
  public:
   KernelRunner(KernelVariant v, const LaunchConfig& config, DType out_dtype,
-               std::vector<BufferSet>& sets, Timing& timing)
+               std::vector<BufferSet>& sets, EventTimer& timing)
       : CudaRunner(std::string(cuda::VariantName(v)),
                    sets.front().view.shape.bytes_moved(out_dtype), config.ToString(), sets, timing),
         v_(v),
@@ -262,7 +166,7 @@ class KernelRunner : public CudaRunner {
                                    const std::vector<RowRange>& rows) override {
     BufferSet& set = sets_.front();
     const AwqShape& shape = set.view.shape;
-    cudaStream_t stream = timing_.stream.get();
+    cudaStream_t stream = timing_.stream();
     // Poison the output first: a kernel that skips elements cannot pass on stale results.
     DEQUANTD_CUDA_RETURN_IF_ERROR(
         cudaMemsetAsync(set.out, 0xFF, shape.output_bytes(out_dtype_), stream));
@@ -284,7 +188,7 @@ class KernelRunner : public CudaRunner {
  protected:
   absl::Status Enqueue(int set) override {
     return cuda::LaunchDequantize(v_, config_, sets_[set].view, out_dtype_, sets_[set].out,
-                                  timing_.stream.get());
+                                  timing_.stream());
   }
 
  private:
@@ -297,7 +201,7 @@ class KernelRunner : public CudaRunner {
 // cudaMemcpyAsync of copy_bytes from set i's output buffer to set i+1's.
 class CopyRunner : public CudaRunner {
  public:
-  CopyRunner(int64_t copy_bytes, std::vector<BufferSet>& sets, Timing& timing)
+  CopyRunner(int64_t copy_bytes, std::vector<BufferSet>& sets, EventTimer& timing)
       : CudaRunner("copy", 2 * copy_bytes, "cudaMemcpyAsync D2D", sets, timing),
         copy_bytes_(copy_bytes) {}
 
@@ -309,7 +213,7 @@ class CopyRunner : public CudaRunner {
   absl::Status Enqueue(int set) override {
     const int dst = (set + 1) % static_cast<int>(sets_.size());
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sets_[dst].out, sets_[set].out, copy_bytes_,
-                                                  cudaMemcpyDeviceToDevice, timing_.stream.get()));
+                                                  cudaMemcpyDeviceToDevice, timing_.stream()));
     return absl::OkStatus();
   }
 
@@ -367,7 +271,7 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
   Autotuner local_tuner("");
   Autotuner& tuner = request.autotuner != nullptr ? *request.autotuner : local_tuner;
 
-  absl::StatusOr<Timing> timing = Timing::Create();
+  absl::StatusOr<EventTimer> timing = EventTimer::Create();
   if (!timing.ok()) return timing.status();
   absl::StatusOr<double> peak = MeasurePeakCopy(*timing, request.peak_copy_bytes);
   if (!peak.ok()) return peak.status();
@@ -398,7 +302,7 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
       for (KernelVariant v : variants) {
         Autotuner::Result tuned;
         absl::StatusOr<LaunchConfig> config = cuda::GetOrTuneLaunchConfig(
-            tuner, v, sets.front().view, out, sets.front().out, timing->stream.get(), &tuned);
+            tuner, v, sets.front().view, out, sets.front().out, timing->stream(), &tuned);
         if (!config.ok()) return config.status();
         if (!tuned.save_status.ok()) {
           absl::StrAppend(&result.note, result.note.empty() ? "" : "; ",
@@ -408,12 +312,9 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
       }
       owned.push_back(
           std::make_unique<CopyRunner>(CopyBytesFor(shape.bytes_moved(out)), sets, *timing));
-      std::vector<Runner*> runners;
-      for (auto& r : owned) runners.push_back(r.get());
-      absl::StatusOr<std::vector<BenchmarkRow>> rows =
-          RunMethod(runners, shape, out, *checker, options, rng);
-      if (!rows.ok()) return rows.status();
-      for (BenchmarkRow& row : *rows) result.rows.push_back(std::move(row));
+      if (absl::Status s = RunMethodAppend(owned, shape, out, *checker, options, rng, &result.rows);
+          !s.ok())
+        return s;
     }
   }
   return result;

@@ -10,12 +10,12 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/cuda_timing.h"
 #include "bench/method.h"
 #include "bench/packed_inputs.h"
 #include "kernels/cuda/cuda_status.h"
@@ -28,69 +28,6 @@ namespace {
 using cuda::GroupedItem;
 using cuda::GroupedOptions;
 using cuda::GroupedPlan;
-
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
-
-struct StreamDestroy {
-  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
-};
-struct EventDestroy {
-  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
-};
-struct GraphExecDestroy {
-  void operator()(cudaGraphExec_t g) const { cudaGraphExecDestroy(g); }
-};
-struct GraphDestroy {
-  void operator()(cudaGraph_t g) const { cudaGraphDestroy(g); }
-};
-using Stream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDestroy>;
-using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDestroy>;
-using GraphExec = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDestroy>;
-using Graph = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDestroy>;
-
-constexpr int64_t AlignUp(int64_t n) { return (n + 255) / 256 * 256; }
-
-absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes) {
-  void* p = nullptr;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
-  return DeviceBuffer(p);
-}
-
-// A stream and two events: seconds between events recorded around an enqueue.
-class EventTimer {
- public:
-  static absl::StatusOr<EventTimer> Create() {
-    EventTimer t;
-    cudaStream_t s = nullptr;
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    t.stream_.reset(s);
-    for (Event* e : {&t.start_, &t.stop_}) {
-      cudaEvent_t raw = nullptr;
-      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&raw));
-      e->reset(raw);
-    }
-    return t;
-  }
-
-  cudaStream_t stream() const { return stream_.get(); }
-
-  absl::StatusOr<double> Time(const std::function<absl::Status()>& enqueue) {
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_.get(), stream_.get()));
-    if (absl::Status s = enqueue(); !s.ok()) return s;
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_.get(), stream_.get()));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_.get()));
-    float ms = 0;
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
-    return static_cast<double>(ms) * 1e-3;
-  }
-
- private:
-  Stream stream_;
-  Event start_, stop_;
-};
 
 // One device copy of the model: all packed inputs first, then all outputs contiguously (so the
 // copy variant can stream a contiguous span of outputs).
@@ -271,26 +208,9 @@ absl::StatusOr<GroupedBenchResult> RunGroupedBenchmark(const GroupedBenchRequest
   std::mt19937_64 rng(request.seed);
 
   // The yardstick: a >= 1 GiB device-to-device copy, median of 10 after a warm-up.
-  {
-    absl::StatusOr<DeviceBuffer> src = Allocate(request.peak_copy_bytes);
-    if (!src.ok()) return src.status();
-    absl::StatusOr<DeviceBuffer> dst = Allocate(request.peak_copy_bytes);
-    if (!dst.ok()) return dst.status();
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemset(src->get(), 0x5A, request.peak_copy_bytes));
-    std::vector<double> samples;
-    for (int i = 0; i < 11; ++i) {
-      absl::StatusOr<double> t = timer->Time([&]() -> absl::Status {
-        DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst->get(), src->get(),
-                                                      request.peak_copy_bytes,
-                                                      cudaMemcpyDeviceToDevice, timer->stream()));
-        return absl::OkStatus();
-      });
-      if (!t.ok()) return t.status();
-      if (i > 0) samples.push_back(*t);
-    }
-    result.peak_copy_bytes_per_second =
-        2.0 * static_cast<double>(request.peak_copy_bytes) / ComputeStats(samples).median;
-  }
+  absl::StatusOr<double> peak_copy = MeasurePeakCopy(*timer, request.peak_copy_bytes);
+  if (!peak_copy.ok()) return peak_copy.status();
+  result.peak_copy_bytes_per_second = *peak_copy;
   const double peak = result.peak_copy_bytes_per_second;
 
   // Random layers, their checkers, and the device copies.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 namespace dequantd::bench {
 
@@ -69,6 +70,19 @@ absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& 
     out.push_back(std::move(row));
   }
   return out;
+}
+
+absl::Status RunMethodAppend(const std::vector<std::unique_ptr<Runner>>& runners,
+                             const AwqShape& shape, DType out_dtype, const OutputChecker& checker,
+                             const MethodOptions& options, std::mt19937_64& rng,
+                             std::vector<BenchmarkRow>* rows) {
+  std::vector<Runner*> raw;
+  for (const std::unique_ptr<Runner>& r : runners) raw.push_back(r.get());
+  absl::StatusOr<std::vector<BenchmarkRow>> out =
+      RunMethod(raw, shape, out_dtype, checker, options, rng);
+  if (!out.ok()) return out.status();
+  for (BenchmarkRow& row : *out) rows->push_back(std::move(row));
+  return absl::OkStatus();
 }
 
 }  // namespace dequantd::bench

@@ -59,6 +59,12 @@ absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& 
                                                     const MethodOptions& options,
                                                     std::mt19937_64& rng);
 
+// RunMethod over owned runners, appending its rows to `*rows`. Errors: as RunMethod.
+absl::Status RunMethodAppend(const std::vector<std::unique_ptr<Runner>>& runners,
+                             const AwqShape& shape, DType out_dtype, const OutputChecker& checker,
+                             const MethodOptions& options, std::mt19937_64& rng,
+                             std::vector<BenchmarkRow>* rows);
+
 // The byte count of the "copy" row for a layer moving `bytes_moved`: half of it (the copy reads
 // and writes), rounded down to a multiple of 16.
 inline int64_t CopyBytesFor(int64_t bytes_moved) { return bytes_moved / 2 / 16 * 16; }

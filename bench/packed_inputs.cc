@@ -37,15 +37,6 @@ uint16_t RandomScaleBits(DType dtype, uint64_t r) {
 
 }  // namespace
 
-PackedTensorView HostPackedTensor::view() const {
-  PackedTensorView v;
-  v.shape = shape;
-  v.qweight = qweight.data();
-  v.qzeros = qzeros.data();
-  v.scales = scales.data();
-  return v;
-}
-
 HostPackedTensor MakeRandomPackedTensor(const AwqShape& shape, uint64_t seed) {
   HostPackedTensor t;
   t.shape = shape;

@@ -20,7 +20,9 @@ struct HostPackedTensor {
   std::vector<int32_t> qzeros;
   std::vector<uint16_t> scales;
 
-  PackedTensorView view() const;
+  PackedTensorView view() const {
+    return PackedTensorView{shape, qweight.data(), qzeros.data(), scales.data()};
+  }
 };
 
 // Fresh random inputs for `shape` (which must pass ValidateShape): every qweight/qzeros word
