@@ -1,0 +1,238 @@
+// Metrics (server/metrics.h): each family's name, labels and values after the calls that feed
+// it, read back from the registry (what /metrics serializes).
+#include "server/metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
+
+namespace dequantd {
+namespace {
+
+using Labels = std::map<std::string, std::string>;
+
+// One collected series: its value (counter, gauge or histogram sample count) and, for histograms,
+// the sum.
+struct Series {
+  prometheus::MetricType type;
+  double value = 0;
+  double sum = 0;
+};
+
+// The series of family `name` whose labels are exactly `labels`, or nullopt.
+std::optional<Series> Find(const Metrics& metrics, const std::string& name,
+                           const Labels& labels = {}) {
+  for (const prometheus::MetricFamily& family : metrics.registry()->Collect()) {
+    if (family.name != name) continue;
+    for (const prometheus::ClientMetric& metric : family.metric) {
+      Labels have;
+      for (const auto& label : metric.label) have[label.name] = label.value;
+      if (have != labels) continue;
+      switch (family.type) {
+        case prometheus::MetricType::Counter:
+          return Series{family.type, metric.counter.value, 0};
+        case prometheus::MetricType::Gauge:
+          return Series{family.type, metric.gauge.value, 0};
+        case prometheus::MetricType::Histogram:
+          return Series{family.type, static_cast<double>(metric.histogram.sample_count),
+                        metric.histogram.sample_sum};
+        default:
+          return Series{family.type, 0, 0};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Number of series of family `name` (0 when it has none or does not exist).
+size_t SeriesCount(const Metrics& metrics, const std::string& name) {
+  for (const prometheus::MetricFamily& family : metrics.registry()->Collect()) {
+    if (family.name == name) return family.metric.size();
+  }
+  return 0;
+}
+
+std::unique_ptr<Metrics> MakeMetrics() {
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create("", "1.2.3");
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  return std::move(*metrics);
+}
+
+TEST(MetricsTest, RpcCountsRequestsErrorsLatencyAndInFlight) {
+  std::unique_ptr<Metrics> metrics = MakeMetrics();
+  // Every method's in-flight gauge exists at 0 before any call.
+  for (const char* method : {"ListTensors", "Dequantize", "GetServerInfo", "Benchmark"}) {
+    ASSERT_TRUE(Find(*metrics, "dequantd_rpc_in_flight", {{"method", method}}).has_value());
+  }
+  metrics->RpcStarted("Dequantize");
+  metrics->RpcStarted("Dequantize");
+  EXPECT_EQ(Find(*metrics, "dequantd_rpc_in_flight", {{"method", "Dequantize"}})->value, 2);
+  metrics->RpcFinished("Dequantize", 0, 0.5);
+  metrics->RpcFinished("Dequantize", 5, 0.25);  // 5 = NOT_FOUND
+  EXPECT_EQ(Find(*metrics, "dequantd_rpc_in_flight", {{"method", "Dequantize"}})->value, 0);
+
+  const Labels ok = {{"method", "Dequantize"}, {"code", "OK"}};
+  const Labels not_found = {{"method", "Dequantize"}, {"code", "NOT_FOUND"}};
+  EXPECT_EQ(Find(*metrics, "dequantd_rpc_requests_total", ok)->value, 1);
+  EXPECT_EQ(Find(*metrics, "dequantd_rpc_requests_total", not_found)->value, 1);
+  EXPECT_EQ(Find(*metrics, "dequantd_rpc_errors_total", not_found)->value, 1);
+  EXPECT_FALSE(Find(*metrics, "dequantd_rpc_errors_total", ok).has_value());
+  const std::optional<Series> latency = Find(*metrics, "dequantd_rpc_duration_seconds", ok);
+  ASSERT_TRUE(latency.has_value());
+  EXPECT_EQ(latency->type, prometheus::MetricType::Histogram);
+  EXPECT_EQ(latency->value, 1);
+  EXPECT_EQ(latency->sum, 0.5);
+}
+
+TEST(MetricsTest, AutotuneTotalsApplyOnlyIncreases) {
+  std::unique_ptr<Metrics> metrics = MakeMetrics();
+  // Present at 0 before any autotuning (the CPU backend never tunes).
+  EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_hits_total")->value, 0);
+  EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_misses_total")->value, 0);
+  metrics->SetAutotuneTotals(/*hits=*/3, /*misses=*/1, /*entries=*/2);
+  metrics->SetAutotuneTotals(5, 1, 4);
+  metrics->SetAutotuneTotals(4, 0, 3);  // a stale report (lower totals) adds nothing
+  EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_hits_total")->value, 5);
+  EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_misses_total")->value, 1);
+  EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_entries")->value, 3);
+  metrics->ObserveAutotuneDuration(0.02);
+  const std::optional<Series> tuning = Find(*metrics, "dequantd_autotune_duration_seconds");
+  ASSERT_TRUE(tuning.has_value());
+  EXPECT_EQ(tuning->value, 1);
+  EXPECT_EQ(tuning->sum, 0.02);
+}
+
+TEST(MetricsTest, KernelTrafficAndBandwidthFractionOfTheCopyRate) {
+  std::unique_ptr<Metrics> metrics = MakeMetrics();
+  // No copy rate for the device yet: bytes are counted, no fraction is set.
+  metrics->ObserveKernel("cuda:0", "cuda", "v4_vec16", 1000, 3000, 1e-5);
+  EXPECT_EQ(SeriesCount(*metrics, "dequantd_kernel_bandwidth_fraction"), 0u);
+
+  metrics->SetDeviceCopyBandwidth("cuda:0", 1e9);
+  // (1000 + 3000) bytes / 1e-5 s = 4e8 bytes/s = 0.4 of 1e9.
+  metrics->ObserveKernel("cuda:0", "cuda", "v4_vec16", 1000, 3000, 1e-5);
+  EXPECT_DOUBLE_EQ(
+      Find(*metrics, "dequantd_kernel_bandwidth_fraction", {{"device", "cuda:0"}})->value, 0.4);
+  EXPECT_EQ(
+      Find(*metrics, "dequantd_device_copy_bandwidth_bytes_per_second", {{"device", "cuda:0"}})
+          ->value,
+      1e9);
+  const Labels kernel = {{"backend", "cuda"}, {"variant", "v4_vec16"}};
+  EXPECT_EQ(Find(*metrics, "dequantd_kernel_read_bytes_total", kernel)->value, 2000);
+  EXPECT_EQ(Find(*metrics, "dequantd_kernel_written_bytes_total", kernel)->value, 6000);
+  EXPECT_EQ(Find(*metrics, "dequantd_kernel_duration_seconds", {{"variant", "v4_vec16"}})->value,
+            2);
+}
+
+TEST(MetricsTest, StagesMemoryAndProcessInfo) {
+  std::unique_ptr<Metrics> metrics = MakeMetrics();
+  metrics->ObserveStage(DequantizeStage::kQueueWait, 0.001);
+  metrics->ObserveStage(DequantizeStage::kHostToDevice, 0.002);
+  metrics->ObserveStage(DequantizeStage::kKernel, 0.003);
+  metrics->ObserveStage(DequantizeStage::kDeviceToHost, 0.004);
+  metrics->ObserveStage(DequantizeStage::kSend, 0.005);
+  double expected_sum = 0.001;
+  for (const char* stage : {"queue_wait", "host_to_device", "kernel", "device_to_host", "send"}) {
+    const std::optional<Series> series =
+        Find(*metrics, "dequantd_dequantize_stage_duration_seconds", {{"stage", stage}});
+    ASSERT_TRUE(series.has_value()) << stage;
+    EXPECT_EQ(series->value, 1) << stage;
+    EXPECT_DOUBLE_EQ(series->sum, expected_sum) << stage;
+    expected_sum += 0.001;
+  }
+
+  metrics->SetDeviceMemoryUsed("cuda:1", DeviceMemoryKind::kResidentWeights, 123456);
+  metrics->SetDeviceMemoryUsed("cuda:1", DeviceMemoryKind::kBuffers, 4096);
+  EXPECT_EQ(Find(*metrics, "dequantd_device_memory_used_bytes",
+                 {{"device", "cuda:1"}, {"kind", "resident_weights"}})
+                ->value,
+            123456);
+  EXPECT_EQ(Find(*metrics, "dequantd_device_memory_used_bytes",
+                 {{"device", "cuda:1"}, {"kind", "buffers"}})
+                ->value,
+            4096);
+
+  BackendInfo info{.name = "cuda", .devices = {}, .cpu_threads = 0};
+  info.devices.push_back({.index = 1,
+                          .name = "NVIDIA H200",
+                          .compute_capability = "9.0",
+                          .memory_bytes = 1,
+                          .driver_version = "13.0"});
+  metrics->SetDevices(info);
+  EXPECT_EQ(Find(*metrics, "dequantd_device_info",
+                 {{"device", "cuda:1"},
+                  {"name", "NVIDIA H200"},
+                  {"compute_capability", "9.0"},
+                  {"driver", "13.0"}})
+                ->value,
+            1);
+  metrics->SetModelLayers(210);
+  EXPECT_EQ(Find(*metrics, "dequantd_model_layers")->value, 210);
+  EXPECT_EQ(SeriesCount(*metrics, "dequantd_build_info"), 1u);
+  for (const prometheus::MetricFamily& family : metrics->registry()->Collect()) {
+    if (family.name != "dequantd_build_info") continue;
+    EXPECT_EQ(family.metric[0].gauge.value, 1);
+    EXPECT_THAT(family.metric[0].label,
+                testing::Contains(prometheus::ClientMetric::Label{"version", "1.2.3"}));
+  }
+}
+
+TEST(MetricsTest, BenchmarkGaugesComeFromTheLargestRowOfTheLastBenchmark) {
+  std::unique_ptr<Metrics> metrics = MakeMetrics();
+  dequant::v1::BenchmarkResponse first;
+  dequant::v1::BenchmarkRow* small = first.add_rows();
+  small->set_variant("v4_vec16");
+  small->set_bytes_moved(100);
+  small->set_fraction_of_peak(0.5);
+  small->set_median_seconds(1e-6);
+  dequant::v1::BenchmarkRow* large = first.add_rows();
+  large->set_variant("v4_vec16");
+  large->set_bytes_moved(200);
+  large->set_fraction_of_peak(0.9);
+  large->set_median_seconds(2e-6);
+  (*large->mutable_counters())["dram__throughput.avg.pct_of_peak_sustained_elapsed"] = 85;
+  (*large->mutable_counters())["lts__t_sector_hit_rate.pct"] = 12.5;
+  (*large->mutable_counters())["dram__bytes_read.sum"] = 4096;
+  dequant::v1::BenchmarkRow* copy = first.add_rows();
+  copy->set_variant("copy");
+  copy->set_bytes_moved(200);
+  copy->set_fraction_of_peak(1.0);
+  metrics->RecordBenchmark(first);
+
+  const Labels v4 = {{"variant", "v4_vec16"}};
+  EXPECT_EQ(Find(*metrics, "dequantd_benchmark_bandwidth_fraction", v4)->value, 0.9);
+  EXPECT_EQ(Find(*metrics, "dequantd_benchmark_duration_seconds", v4)->value, 2e-6);
+  EXPECT_DOUBLE_EQ(Find(*metrics, "dequantd_benchmark_dram_throughput_ratio", v4)->value, 0.85);
+  EXPECT_DOUBLE_EQ(Find(*metrics, "dequantd_benchmark_l2_hit_ratio", v4)->value, 0.125);
+  EXPECT_EQ(Find(*metrics, "dequantd_benchmark_dram_read_bytes", v4)->value, 4096);
+  // Counters the row does not carry are not exported.
+  EXPECT_EQ(SeriesCount(*metrics, "dequantd_benchmark_l1_hit_ratio"), 0u);
+  EXPECT_EQ(SeriesCount(*metrics, "dequantd_benchmark_dram_written_bytes"), 0u);
+  EXPECT_EQ(Find(*metrics, "dequantd_benchmark_bandwidth_fraction", {{"variant", "copy"}})->value,
+            1.0);
+  EXPECT_EQ(SeriesCount(*metrics, "dequantd_benchmark_dram_throughput_ratio"), 1u);
+
+  // The next benchmark replaces the last one's series (v4_vec16 and its counters disappear).
+  dequant::v1::BenchmarkResponse second;
+  dequant::v1::BenchmarkRow* cpu = second.add_rows();
+  cpu->set_variant("cpu_threads");
+  cpu->set_bytes_moved(10);
+  cpu->set_fraction_of_peak(0.25);
+  metrics->RecordBenchmark(second);
+  EXPECT_EQ(SeriesCount(*metrics, "dequantd_benchmark_bandwidth_fraction"), 1u);
+  EXPECT_EQ(
+      Find(*metrics, "dequantd_benchmark_bandwidth_fraction", {{"variant", "cpu_threads"}})->value,
+      0.25);
+  EXPECT_EQ(SeriesCount(*metrics, "dequantd_benchmark_dram_throughput_ratio"), 0u);
+  EXPECT_EQ(SeriesCount(*metrics, "dequantd_benchmark_l2_hit_ratio"), 0u);
+}
+
+}  // namespace
+}  // namespace dequantd
