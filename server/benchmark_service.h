@@ -45,8 +45,9 @@ struct BenchmarkServiceOptions {
 absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
     const dequant::v1::BenchmarkRequest& request, const BenchmarkServiceOptions& options);
 
-// The reply for `result`. `hardware_counters` (as requested) adds the note that they were not
-// collected (nothing collects them yet).
+// The reply for `result` (every row field; note = the library's note, preceded by "hardware
+// counters not collected: ..." when `hardware_counters` was requested and the library's note does
+// not already say why: nothing collects them yet, issue 4).
 dequant::v1::BenchmarkResponse BenchmarkResponseToProto(const bench::BenchmarkResult& result,
                                                         bool hardware_counters);
 

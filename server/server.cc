@@ -46,10 +46,11 @@ BackendOptions MakeBackendOptions(const ServerOptions& options) {
   return backend;
 }
 
-// Whether CreateBackend will pick the CUDA backend for `kind` (its errors aside).
+// Whether CreateBackend will create the CUDA backend for `kind` (with no GPU it refuses "cuda"
+// with FAILED_PRECONDITION and picks the CPU for "auto").
 bool WillUseCuda([[maybe_unused]] const std::string& kind) {
 #if DEQUANTD_HAVE_CUDA
-  return kind == "cuda" || (kind == "auto" && CudaDeviceCount() > 0);
+  return (kind == "cuda" || kind == "auto") && CudaDeviceCount() > 0;
 #else
   return false;
 #endif
