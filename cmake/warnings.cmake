@@ -8,5 +8,6 @@ function(dequantd_warnings target)
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wpedantic
       -Wno-error=restrict -Wno-error=array-bounds -Wno-error=stringop-overflow
       -Wno-error=stringop-overread>
-    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror --Werror=all-warnings>)
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror,-Wno-error=restrict,-Wno-error=array-bounds,-Wno-error=stringop-overflow,-Wno-error=stringop-overread
+      --Werror=all-warnings>)
 endfunction()
