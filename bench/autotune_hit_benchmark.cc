@@ -4,20 +4,12 @@
 
 #include "benchmark/benchmark.h"
 #include "kernels/autotune.h"
+#include "tests/autotune/test_helpers.h"
 
 namespace dequantd {
 namespace {
 
-TuneKey Key(int64_t K, int64_t N) {
-  TuneKey k;
-  k.device = "NVIDIA H200";
-  k.compute_capability = 90;
-  k.variant = "v4_vec16";
-  k.K = K;
-  k.N = N;
-  k.group_size = 128;
-  return k;
-}
+using autotune_testing::Key;
 
 // A tuner holding a model's worth of keys (9 shapes x 3 dtypes x 4 variants would be ~100).
 Autotuner& FilledTuner() {

@@ -1,7 +1,5 @@
 #include "kernels/autotune.h"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,38 +11,17 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/autotune/cache_dir_fixture.h"
+#include "tests/autotune/test_helpers.h"
 
 namespace dequantd {
 namespace {
 
 namespace fs = std::filesystem;
 
-TuneKey Key(int64_t K, int64_t N) {
-  TuneKey k;
-  k.device = "NVIDIA H200";
-  k.compute_capability = 90;
-  k.variant = "v4_vec16";
-  k.K = K;
-  k.N = N;
-  k.group_size = 128;
-  return k;
-}
+using autotune_testing::Key;
 
-class AutotunerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("autotuner_test." + std::to_string(::getpid()) + "." +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    path_ = (dir_ / "cache.json").string();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-  std::string path_;
-};
+class AutotunerTest : public autotune_testing::CacheDirTest {};
 
 TEST_F(AutotunerTest, EightConcurrentCallersTuneOnce) {
   constexpr int kThreads = 8;

@@ -11,42 +11,20 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "tests/autotune/cache_dir_fixture.h"
+#include "tests/autotune/test_helpers.h"
 
 namespace dequantd {
 namespace {
 
 namespace fs = std::filesystem;
 
-TuneKey Key(int64_t K, int64_t N, DType out = DType::kF16) {
-  TuneKey k;
-  k.device = "NVIDIA H200";
-  k.compute_capability = 90;
-  k.variant = "v4_vec16";
-  k.K = K;
-  k.N = N;
-  k.group_size = 128;
-  k.scale_dtype = DType::kF16;
-  k.output_dtype = out;
-  return k;
-}
+using autotune_testing::Entry;
+using autotune_testing::Key;
 
-TuneEntry Entry(int block, int words, int rows, double seconds) {
-  return TuneEntry{TunedConfig{block, words, rows}, seconds};
-}
-
-// A fresh directory per test, removed afterwards.
-class TuneCacheTest : public ::testing::Test {
+// A fresh directory per test (autotune_testing::CacheDirTest) and the cache file's text.
+class TuneCacheTest : public autotune_testing::CacheDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tune_cache_test." + std::to_string(::getpid()) + "." +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    path_ = (dir_ / "cache.json").string();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   void WriteText(const std::string& text) { std::ofstream(path_) << text; }
   std::string ReadText() {
     std::ifstream f(path_);
@@ -54,9 +32,6 @@ class TuneCacheTest : public ::testing::Test {
     ss << f.rdbuf();
     return ss.str();
   }
-
-  fs::path dir_;
-  std::string path_;
 };
 
 TEST_F(TuneCacheTest, MissingFileLoadsEmptyWithoutWarning) {

@@ -12,6 +12,11 @@
 
 namespace dequantd::cuda::testing {
 
+// The host-side layer helpers (tests/kernels/test_util.h), visible to the tests written in this
+// namespace alongside the device helpers below.
+using ::dequantd::testing::HostLayer;
+using ::dequantd::testing::RandomLayer;
+
 // True when the CUDA runtime reports at least one device.
 inline bool HaveCudaDevice() {
   int n = 0;

@@ -16,13 +16,8 @@
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/kernels/test_util.h"
 
-namespace dequantd::cuda {
+namespace dequantd::cuda::testing {
 namespace {
-
-using ::dequantd::cuda::testing::DeviceBuffer;
-using ::dequantd::cuda::testing::DeviceLayer;
-using ::dequantd::testing::HostLayer;
-using ::dequantd::testing::RandomLayer;
 
 std::string DTypeTag(DType t) {
   switch (t) {
@@ -362,4 +357,4 @@ TEST(LaunchDequantizeTest, RefusesNullAndMisalignedPointers) {
 }
 
 }  // namespace
-}  // namespace dequantd::cuda
+}  // namespace dequantd::cuda::testing

@@ -17,13 +17,8 @@
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/kernels/test_util.h"
 
-namespace dequantd::cuda {
+namespace dequantd::cuda::testing {
 namespace {
-
-using ::dequantd::cuda::testing::DeviceBuffer;
-using ::dequantd::cuda::testing::DeviceLayer;
-using ::dequantd::testing::HostLayer;
-using ::dequantd::testing::RandomLayer;
 
 // ---- Layout (CPU only: fake, aligned pointers that are never dereferenced) ---------------------
 
@@ -432,4 +427,4 @@ TEST(GroupedDequantTest, EmptyListOnDevice) {
 }
 
 }  // namespace
-}  // namespace dequantd::cuda
+}  // namespace dequantd::cuda::testing
