@@ -267,6 +267,17 @@ def to_promql(expr, variables):
     return expr
 
 
+def check_counts(base, expected):
+    """Each {expr: value} as scraped by Prometheus equals the count the test made itself."""
+    for expr, want in expected.items():
+        result = query(base, expr)
+        samples = result.get("data", {}).get("result", [])
+        got = float(samples[0]["value"][1]) if len(samples) == 1 else None
+        if got != want:
+            raise Failure(f"{expr}: expected {want}, Prometheus has {got} ({result})")
+        log(f"ok   {expr} = {got:g}")
+
+
 def check_dashboards(base, dashboard_dir, benchmark_implemented):
     variables = dict(GRAFANA_VARIABLES)
     checked, empty_allowed, failures = 0, 0, []
@@ -327,6 +338,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="dequantd-observability-") as work:
         try:
             model_dir = os.environ.get("DEQUANTD_MODEL_DIR", "")
+            shapes = None  # layer name -> (K, N), for the generated model
             if model_dir:
                 layer_names = None
             else:
@@ -337,6 +349,7 @@ def main():
                           ("model.layers.0.mlp.down_proj", 512, 256)]
                 write_checkpoint(model_dir, layers, 128)
                 layer_names = [name for name, _, _ in layers]
+                shapes = {name: (k, n) for name, k, n in layers}
 
             grpc_port, metrics_port = start_dequantd(processes, args.dequantd, model_dir, work)
             log(f"dequantd on 127.0.0.1:{grpc_port}, /metrics on {metrics_port}")
@@ -356,6 +369,25 @@ def main():
             drive_traffic(args.dequantctl, grpc_port, layer_names[:1])
             after = scrape_count(base)
             wait_for(lambda: scrape_count(base) >= after + 2, "two more scrapes", 20)
+
+            # Two rounds: every layer, then the first one, each in fp16 and fp32; one unknown
+            # tensor per round.
+            dequantized = layer_names + layer_names[:1]
+            expected = {
+                'sum(dequantd_rpc_requests_total{method="Dequantize",code="OK"})':
+                    2 * len(dequantized),
+                'sum(dequantd_rpc_errors_total{method="Dequantize",code="NOT_FOUND"})': 2,
+                'sum(dequantd_rpc_errors_total{method="Dequantize",code="OK"}) or vector(0)': 0,
+                'sum(dequantd_dequantize_stage_duration_seconds_count{stage="kernel"})':
+                    2 * len(dequantized),
+            }
+            if shapes is not None:
+                # fp16 + fp32 = 6 bytes per element of each (K, N) result.
+                out_bytes = sum(6 * shapes[n][0] * shapes[n][1] for n in dequantized)
+                expected["sum(dequantd_dequantize_output_bytes_total)"] = out_bytes
+                expected['sum(dequantd_kernel_written_bytes_total{backend="cpu"})'] = out_bytes
+                expected["max(dequantd_model_layers)"] = len(shapes)
+            check_counts(base, expected)
 
             scrape = http_get(f"http://127.0.0.1:{metrics_port}/metrics")
             check = subprocess.run([promtool, "check", "metrics"], input=scrape,
