@@ -30,6 +30,6 @@ echo "== metrics (requests)"
 python3 - "$mport" <<'PY'
 import sys, urllib.request
 text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
-print("\n".join(l for l in text.splitlines() if l.startswith("dequantd_requests_total")))
+print("\n".join(l for l in text.splitlines() if l.startswith("dequantd_rpc_requests_total")))
 PY
 echo "demo: OK"
