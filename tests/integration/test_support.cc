@@ -151,6 +151,9 @@ absl::StatusOr<std::unique_ptr<TestServer>> StartServer(ServerOptions options,
   options.metrics_listen = "";
   options.backend = backend;
   options.cpu_threads = 2;
+  // CUDA: keep the autotuner's cache out of $HOME (shared by this process's servers).
+  if (options.tune_cache.empty())
+    options.tune_cache = (ProcessTempDir() / "tune_cache.json").string();
   absl::StatusOr<std::unique_ptr<DequantServer>> server = DequantServer::Start(options);
   if (!server.ok()) return server.status();
   auto running = std::make_unique<TestServer>();

@@ -52,7 +52,8 @@ struct TestServer {
 };
 
 // Starts dequantd with `options` overridden to listen on 127.0.0.1:0 with `backend` ("cpu" uses
-// 2 threads) and no /metrics endpoint.
+// 2 threads) and no /metrics endpoint; an empty tune_cache becomes a file in this process's
+// temporary directory (not the user's cache).
 absl::StatusOr<std::unique_ptr<TestServer>> StartServer(ServerOptions options,
                                                         const std::string& backend);
 inline absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServer(ServerOptions options) {
