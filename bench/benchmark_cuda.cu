@@ -130,17 +130,13 @@ class CudaRunner : public Runner {
     launches = std::max(sets, (launches + sets - 1) / sets * sets);
 
     cudaStream_t stream = timing_.stream();
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    absl::Status enqueued = absl::OkStatus();
-    for (int i = 0; i < launches && enqueued.ok(); ++i) enqueued.Update(Enqueue(i % sets));
-    cudaGraph_t raw = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(stream, &raw);
-    Graph graph(raw);
-    if (!enqueued.ok()) return enqueued;
-    DEQUANTD_CUDA_RETURN_IF_ERROR(ended);
-    cudaGraphExec_t exec = nullptr;
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph.get(), 0));
-    graph_.reset(exec);
+    absl::StatusOr<GraphExec> graph = CaptureGraph(stream, [&] {
+      absl::Status enqueued = absl::OkStatus();
+      for (int i = 0; i < launches && enqueued.ok(); ++i) enqueued.Update(Enqueue(i % sets));
+      return enqueued;
+    });
+    if (!graph.ok()) return graph.status();
+    graph_ = *std::move(graph);
     graph_launches_ = launches;
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph_.get(), stream));
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));

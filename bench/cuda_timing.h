@@ -17,30 +17,22 @@ namespace dequantd::bench {
 
 // ---- Owning handles. --------------------------------------------------------------------------
 
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
+// A deleter calling the CUDA destroy function `Destroy` (cudaFree, cudaEventDestroy, ...).
+template <auto Destroy>
+struct CudaDeleter {
+  template <typename Handle>
+  void operator()(Handle h) const {
+    Destroy(h);
+  }
 };
-using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
+template <typename Handle, auto Destroy>
+using CudaHandle = std::unique_ptr<std::remove_pointer_t<Handle>, CudaDeleter<Destroy>>;
 
-struct EventDestroy {
-  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
-};
-using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDestroy>;
-
-struct StreamDestroy {
-  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
-};
-using Stream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDestroy>;
-
-struct GraphExecDestroy {
-  void operator()(cudaGraphExec_t g) const { cudaGraphExecDestroy(g); }
-};
-using GraphExec = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDestroy>;
-
-struct GraphDestroy {
-  void operator()(cudaGraph_t g) const { cudaGraphDestroy(g); }
-};
-using Graph = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDestroy>;
+using DeviceBuffer = std::unique_ptr<void, CudaDeleter<cudaFree>>;
+using Event = CudaHandle<cudaEvent_t, cudaEventDestroy>;
+using Stream = CudaHandle<cudaStream_t, cudaStreamDestroy>;
+using GraphExec = CudaHandle<cudaGraphExec_t, cudaGraphExecDestroy>;
+using Graph = CudaHandle<cudaGraph_t, cudaGraphDestroy>;
 
 // `n` bytes rounded up to a multiple of 256 (the alignment of every part of a device arena).
 constexpr int64_t AlignUp(int64_t n) { return (n + 255) / 256 * 256; }
@@ -74,6 +66,22 @@ class EventTimer {
   Stream stream_;
   Event start_, stop_;
 };
+
+// Captures the work `enqueue()` (returning absl::Status) puts on `stream` into a CUDA graph and
+// instantiates it. Errors: the enqueue's Status, or a CUDA error.
+template <typename Fn>
+absl::StatusOr<GraphExec> CaptureGraph(cudaStream_t stream, Fn&& enqueue) {
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const absl::Status enqueued = enqueue();
+  cudaGraph_t raw = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &raw);
+  const Graph graph(raw);
+  if (!enqueued.ok()) return enqueued;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(ended);
+  cudaGraphExec_t exec = nullptr;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph.get(), 0));
+  return GraphExec(exec);
+}
 
 // Peak copy rate in bytes per second: median of 10 event-timed device-to-device cudaMemcpyAsync
 // calls of `bytes` (after one untimed warm-up), counted as bytes read + written (2 * bytes).

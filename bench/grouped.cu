@@ -320,16 +320,9 @@ absl::StatusOr<GroupedBenchResult> RunGroupedBenchmark(const GroupedBenchRequest
     auto graphs = std::make_shared<std::vector<GraphExec>>();
     for (int c = 0; c < request.copies; ++c) {
       cudaStream_t s = timer->stream();
-      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      const absl::Status enqueued = per_layer(c, s);
-      cudaGraph_t raw = nullptr;
-      const cudaError_t ended = cudaStreamEndCapture(s, &raw);
-      Graph graph(raw);
-      if (!enqueued.ok()) return enqueued;
-      DEQUANTD_CUDA_RETURN_IF_ERROR(ended);
-      cudaGraphExec_t exec = nullptr;
-      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph.get(), 0));
-      graphs->emplace_back(exec);
+      absl::StatusOr<GraphExec> graph = CaptureGraph(s, [&] { return per_layer(c, s); });
+      if (!graph.ok()) return graph.status();
+      graphs->push_back(*std::move(graph));
     }
     Variant v;
     v.row = MakeRow("v4_per_layer_graph", "DefaultConfig per layer, CUDA graph", layers, bytes);
