@@ -250,12 +250,10 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
     variants.push_back(v);
   }
 
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(request.device));
-  cudaDeviceProp prop;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, request.device));
-  int l2 = 0;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, request.device));
+  absl::StatusOr<SelectedDevice> selected = SelectDevice(request.device);
+  if (!selected.ok()) return selected.status();
+  const cudaDeviceProp& prop = selected->prop;
+  const int l2 = selected->l2_bytes;
   const int64_t rotation_bytes = 4 * static_cast<int64_t>(l2);
 
   BenchmarkResult result;

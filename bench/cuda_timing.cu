@@ -15,6 +15,15 @@ absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes) {
   return DeviceBuffer(p);
 }
 
+absl::StatusOr<SelectedDevice> SelectDevice(int device) {
+  SelectedDevice d;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&d.prop, device));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, device));
+  return d;
+}
+
 absl::StatusOr<EventTimer> EventTimer::Create() {
   EventTimer t;
   cudaStream_t s = nullptr;

@@ -34,6 +34,15 @@ using Stream = CudaHandle<cudaStream_t, cudaStreamDestroy>;
 using GraphExec = CudaHandle<cudaGraphExec_t, cudaGraphExecDestroy>;
 using Graph = CudaHandle<cudaGraph_t, cudaGraphDestroy>;
 
+// The device a benchmark runs on: its properties and L2 size in bytes.
+struct SelectedDevice {
+  cudaDeviceProp prop;
+  int l2_bytes = 0;
+};
+
+// cudaSetDevice(device), then its properties. Errors: the CUDA error as a Status.
+absl::StatusOr<SelectedDevice> SelectDevice(int device);
+
 // `n` bytes rounded up to a multiple of 256 (the alignment of every part of a device arena).
 constexpr int64_t AlignUp(int64_t n) { return (n + 255) / 256 * 256; }
 

@@ -187,12 +187,10 @@ absl::StatusOr<GroupedBenchResult> RunGroupedBenchmark(const GroupedBenchRequest
     cudaGetLastError();
     return absl::FailedPreconditionError(absl::StrCat("no CUDA device ", request.device));
   }
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(request.device));
-  cudaDeviceProp prop;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, request.device));
-  int l2 = 0;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, request.device));
+  absl::StatusOr<SelectedDevice> selected = SelectDevice(request.device);
+  if (!selected.ok()) return selected.status();
+  const cudaDeviceProp& prop = selected->prop;
+  const int l2 = selected->l2_bytes;
 
   const DType out = request.out_dtype;
   GroupedBenchResult result;
