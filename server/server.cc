@@ -46,16 +46,6 @@ BackendOptions MakeBackendOptions(const ServerOptions& options) {
   return backend;
 }
 
-// Whether CreateBackend will create the CUDA backend for `kind` (with no GPU it refuses "cuda"
-// with FAILED_PRECONDITION and picks the CPU for "auto").
-bool WillUseCuda([[maybe_unused]] const std::string& kind) {
-#if DEQUANTD_HAVE_CUDA
-  return (kind == "cuda" || kind == "auto") && CudaDeviceCount() > 0;
-#else
-  return false;
-#endif
-}
-
 std::string DescribeDevices(const BackendInfo& info) {
   if (info.devices.empty()) return info.name;
   const DeviceDescription& first = info.devices.front();
@@ -92,6 +82,13 @@ absl::Status CheckOptions(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
+#if DEQUANTD_HAVE_CUDA
+// Whether CreateBackend will create the CUDA backend for `kind` (with no GPU it refuses "cuda"
+// with FAILED_PRECONDITION and picks the CPU for "auto").
+bool WillUseCuda(const std::string& kind) {
+  return (kind == "cuda" || kind == "auto") && CudaDeviceCount() > 0;
+}
+
 // The server's autotuner on its cache file (--tune-cache, else the default location), with the
 // start-up log lines: where the file is, how many entries it held, and why it was ignored.
 std::unique_ptr<ServerAutotuner> StartAutotuner(const ServerOptions& options,
@@ -110,7 +107,6 @@ std::unique_ptr<ServerAutotuner> StartAutotuner(const ServerOptions& options,
   return tuner;
 }
 
-#if DEQUANTD_HAVE_CUDA
 // --pretune: tunes every distinct layer shape of the model for fp16 output before serving.
 void PretuneModel(ServerAutotuner& tuner, cuda::KernelVariant variant,
                   const std::vector<TuneDevice>& devices, const Checkpoint* checkpoint) {
