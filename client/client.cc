@@ -163,6 +163,60 @@ absl::StatusOr<v1::BenchmarkResponse> DequantClient::Benchmark(
   return response;
 }
 
+namespace {
+
+// Reads every message of a server stream into `next`. On next's first error, cancels the call,
+// drains the stream and returns that error; otherwise returns the call's status.
+template <typename Response, typename Next>
+absl::Status ReadStream(grpc::ClientContext& context, grpc::ClientReader<Response>& reader,
+                        Next&& next) {
+  absl::Status local;  // first error found on this side (malformed stream or a sink's error)
+  Response response;
+  while (local.ok() && reader.Read(&response)) local = next(response);
+  if (!local.ok()) {
+    context.TryCancel();
+    while (reader.Read(&response)) {
+    }
+    static_cast<void>(reader.Finish());  // cancelled: our own error is the one to report
+    return local;
+  }
+  return FromGrpcStatus(reader.Finish());
+}
+
+// Feeds one response message to `checker` and the sink's callbacks (on_header when the message
+// starts a result).
+absl::Status Deliver(ResponseStreamChecker& checker, const DequantizeSink& sink,
+                     const v1::DequantizeResponse& response) {
+  const bool first = !checker.has_header();
+  absl::Status status = checker.Next(response);
+  if (status.ok() && first && sink.on_header) status = sink.on_header(checker.header());
+  if (status.ok() && !response.data().empty() && sink.on_chunk) {
+    status =
+        sink.on_chunk(response.offset(),
+                      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(response.data().data()),
+                                          response.data().size()));
+  }
+  return status;
+}
+
+// A sink appending each result to `results` in memory.
+DequantizeSink MemorySink(std::vector<DequantizedTensor>& results) {
+  DequantizeSink sink;
+  sink.on_header = [&results](const v1::DequantizeHeader& header) {
+    results.emplace_back();
+    results.back().header = header;
+    results.back().data.reserve(static_cast<size_t>(header.total_bytes()));
+    return absl::OkStatus();
+  };
+  sink.on_chunk = [&results](int64_t, absl::Span<const uint8_t> data) {
+    results.back().data.insert(results.back().data.end(), data.begin(), data.end());
+    return absl::OkStatus();
+  };
+  return sink;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::DequantizeHeader> DequantClient::Dequantize(const v1::DequantizeRequest& request,
                                                                const DequantizeSink& sink) {
   grpc::ClientContext context;
@@ -170,31 +224,51 @@ absl::StatusOr<v1::DequantizeHeader> DequantClient::Dequantize(const v1::Dequant
   std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
       stub_->Dequantize(&context, request);
   ResponseStreamChecker checker;
-  absl::Status local;  // first error found on this side (malformed stream or a sink's error)
-  v1::DequantizeResponse response;
-  while (local.ok() && reader->Read(&response)) {
-    const bool first = !checker.has_header();
-    local = checker.Next(response);
-    if (local.ok() && first && sink.on_header) local = sink.on_header(checker.header());
-    if (local.ok() && !response.data().empty() && sink.on_chunk) {
-      local = sink.on_chunk(
-          response.offset(),
-          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(response.data().data()),
-                              response.data().size()));
-    }
-  }
-  if (!local.ok()) {
-    context.TryCancel();
-    while (reader->Read(&response)) {
-    }
-    static_cast<void>(reader->Finish());  // cancelled: our own error is the one to report
-    return local;
-  }
-  absl::Status status = FromGrpcStatus(reader->Finish());
+  absl::Status status = ReadStream(context, *reader, [&](const v1::DequantizeResponse& response) {
+    return Deliver(checker, sink, response);
+  });
   if (!status.ok()) return status;
   status = checker.Finish();
   if (!status.ok()) return status;
   return checker.header();
+}
+
+absl::StatusOr<std::vector<v1::DequantizeHeader>> DequantClient::DequantizeLayers(
+    const v1::DequantizeLayersRequest& request, const LayersSink& sink) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
+      stub_->DequantizeLayers(&context, request);
+  std::vector<v1::DequantizeHeader> headers;
+  ResponseStreamChecker checker;  // of the current layer
+  absl::Status status = ReadStream(context, *reader, [&](const v1::DequantizeResponse& response) {
+    if (response.has_header() && checker.has_header()) {  // the next layer starts
+      if (absl::Status s = checker.Finish(); !s.ok()) {
+        return DataLoss(absl::StrCat("layer \"", checker.header().tensor(), "\": ", s.message()));
+      }
+      checker = ResponseStreamChecker();
+    }
+    if (response.has_header()) {
+      if (response.header().tensor().empty()) return DataLoss("a layer header has no tensor");
+      headers.push_back(response.header());
+    }
+    return Deliver(checker, sink, response);
+  });
+  if (!status.ok()) return status;
+  if (checker.has_header()) {
+    status = checker.Finish();
+    if (!status.ok()) return status;
+  }
+  return headers;
+}
+
+absl::StatusOr<std::vector<DequantizedTensor>> DequantClient::DequantizeLayersToMemory(
+    const v1::DequantizeLayersRequest& request) {
+  std::vector<DequantizedTensor> results;
+  absl::StatusOr<std::vector<v1::DequantizeHeader>> headers =
+      DequantizeLayers(request, MemorySink(results));
+  if (!headers.ok()) return headers.status();
+  return results;
 }
 
 absl::StatusOr<DequantizedTensor> DequantClient::DequantizeToMemory(

@@ -42,6 +42,11 @@ struct DequantizeSink {
   std::function<absl::Status(int64_t offset, absl::Span<const uint8_t> data)> on_chunk;
 };
 
+// Receives a DequantizeLayers result as it streams in: per layer, `on_header` (header.tensor
+// names it) then `on_chunk` with its consecutive bytes from offset 0. A non-OK status from either
+// callback cancels the call and is returned by DequantizeLayers.
+using LayersSink = DequantizeSink;
+
 // A whole result in memory (for tests and small layers).
 struct DequantizedTensor {
   v1::DequantizeHeader header;
@@ -91,6 +96,15 @@ class DequantClient {
                                                   const DequantizeSink& sink);
   // Dequantize into memory. Same errors.
   absl::StatusOr<DequantizedTensor> DequantizeToMemory(const v1::DequantizeRequest& request);
+
+  // Streams the layers of a DequantizeLayers call into `sink` and returns their headers in
+  // stream order. Errors: as Dequantize, each layer's stream checked as one Dequantize stream
+  // (DATA_LOSS also for a layer cut short by the next header, or a header without tensor).
+  absl::StatusOr<std::vector<v1::DequantizeHeader>> DequantizeLayers(
+      const v1::DequantizeLayersRequest& request, const LayersSink& sink);
+  // DequantizeLayers into memory, one DequantizedTensor per layer. Same errors.
+  absl::StatusOr<std::vector<DequantizedTensor>> DequantizeLayersToMemory(
+      const v1::DequantizeLayersRequest& request);
 
  private:
   void SetDeadline(grpc::ClientContext* context) const;

@@ -41,6 +41,21 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options);
 absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& options,
                            std::ostream& out);
 
+// `dequantize-layers`.
+struct DequantizeLayersOptions {
+  std::string tensors;         // --tensors: comma-separated layers; empty = every layer
+  std::string dtype = "fp16";  // --dtype: fp16, bf16 or fp32
+  int64_t chunk_bytes = 0;     // --chunk-bytes: 0 = server default
+  std::string out_dir;         // --out-dir: one DIR/<layer>.npy per layer (must exist)
+  std::string out;             // --out: one FILE.safetensors holding every layer (once each)
+};
+// Usage checks: at most one of out / out_dir, out ends in .safetensors, dtype, chunk_bytes >= 0.
+absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options);
+// Dequantizes the layers in one DequantizeLayers call, writes the files, then prints one summary
+// line (layers, dtype, bytes, wall time, GB/s, backend and kernel).
+absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOptions& options,
+                                 std::ostream& out);
+
 // `benchmark`.
 struct BenchmarkOptions {
   std::string shapes;              // --shapes: "KxN,KxN,..." (random packed inputs)

@@ -1,5 +1,6 @@
 // dequantctl: the command-line client of dequantd.
-//   dequantctl [--server HOST:PORT] list | info | dequantize ... | benchmark ...
+//   dequantctl [--server HOST:PORT] list | info | dequantize ... | dequantize-layers ... |
+//              benchmark ...
 // Flags may be spelled with '-' or '_' (--group-size == --group_size). Exit status: 0 on
 // success, 2 for a usage error, 1 when the call (or local file I/O) fails. Errors are one line
 // on stderr: "dequantctl: <CODE>: <message>".
@@ -40,7 +41,9 @@ ABSL_FLAG(std::string, compare, "",
 ABSL_FLAG(std::string, compare_layout, "auto",
           "dequantize --compare: reference layout: auto, kn ((K, N)) or nk ((N, K), nn.Linear)");
 ABSL_FLAG(std::string, shapes, "", "benchmark: comma-separated KxN shapes");
-ABSL_FLAG(std::string, tensors, "", "benchmark: comma-separated layers of the loaded model");
+ABSL_FLAG(std::string, tensors, "",
+          "benchmark, dequantize-layers: comma-separated layers of the loaded model");
+ABSL_FLAG(std::string, out_dir, "", "dequantize-layers: directory for one <layer>.npy per layer");
 ABSL_FLAG(std::string, variants, "", "benchmark: comma-separated variants; empty = all");
 ABSL_FLAG(int32_t, trials, 0, "benchmark: trials; 0 = server default");
 ABSL_FLAG(int32_t, runs, 0, "benchmark: runs per trial; 0 = server default");
@@ -61,6 +64,9 @@ usage:
              [--group-size G] [--out FILE] [--dtype ...]
       [--compare REF.safetensors[:TENSOR] [--compare-layout auto|kn|nk]] [--chunk-bytes B]
       FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes
+  dequantctl [--server HOST:PORT] dequantize-layers [--tensors L,...] [--dtype fp16|bf16|fp32]
+             [--out-dir DIR | --out FILE.safetensors] [--chunk-bytes B]
+      no --tensors: every layer of the model, in one call (one grouped launch on CUDA)
   dequantctl [--server HOST:PORT] benchmark [--shapes KxN,...] [--tensors L,...]
              [--group-size G] [--dtype fp16,...] [--variants V,...] [--trials T] [--runs R]
 exit status: 0 ok, 1 the call failed, 2 usage error)";
@@ -126,12 +132,14 @@ int main(int argc, char** argv) {
 
   if (positional.size() != 2) {
     return UsageError(positional.size() < 2
-                          ? "missing subcommand: list, info, dequantize or benchmark"
+                          ? "missing subcommand: list, info, dequantize, dequantize-layers or "
+                            "benchmark"
                           : absl::StrCat("unexpected argument '", positional[2], "'"));
   }
   const std::string command = positional[1];
 
   dequantd::DequantizeOptions dequantize;
+  dequantd::DequantizeLayersOptions dequantize_layers;
   absl::StatusOr<dequantd::v1::BenchmarkRequest> benchmark;
   if (command == "dequantize") {
     dequantize.tensor = absl::GetFlag(FLAGS_tensor);
@@ -144,6 +152,15 @@ int main(int argc, char** argv) {
     dequantize.compare = absl::GetFlag(FLAGS_compare);
     dequantize.compare_layout = absl::GetFlag(FLAGS_compare_layout);
     if (absl::Status s = dequantd::CheckDequantizeOptions(dequantize); !s.ok()) {
+      return UsageError(std::string(s.message()));
+    }
+  } else if (command == "dequantize-layers") {
+    dequantize_layers.tensors = absl::GetFlag(FLAGS_tensors);
+    if (!absl::GetFlag(FLAGS_dtype).empty()) dequantize_layers.dtype = absl::GetFlag(FLAGS_dtype);
+    dequantize_layers.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+    dequantize_layers.out_dir = absl::GetFlag(FLAGS_out_dir);
+    dequantize_layers.out = absl::GetFlag(FLAGS_out);
+    if (absl::Status s = dequantd::CheckDequantizeLayersOptions(dequantize_layers); !s.ok()) {
       return UsageError(std::string(s.message()));
     }
   } else if (command == "benchmark") {
@@ -159,8 +176,9 @@ int main(int argc, char** argv) {
     benchmark = dequantd::MakeBenchmarkRequest(options);
     if (!benchmark.ok()) return UsageError(std::string(benchmark.status().message()));
   } else if (command != "list" && command != "info") {
-    return UsageError(absl::StrCat("unknown subcommand '", command,
-                                   "': expected list, info, dequantize or benchmark"));
+    return UsageError(
+        absl::StrCat("unknown subcommand '", command,
+                     "': expected list, info, dequantize, dequantize-layers or benchmark"));
   }
 
   dequantd::ClientOptions client_options;
@@ -176,6 +194,8 @@ int main(int argc, char** argv) {
     status = dequantd::RunInfo(**client, std::cout);
   } else if (command == "dequantize") {
     status = dequantd::RunDequantize(**client, dequantize, std::cout);
+  } else if (command == "dequantize-layers") {
+    status = dequantd::RunDequantizeLayers(**client, dequantize_layers, std::cout);
   } else {
     status = dequantd::RunBenchmark(**client, *benchmark, std::cout);
   }

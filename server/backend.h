@@ -59,6 +59,17 @@ class ChunkSink {
   virtual absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) = 0;
 };
 
+// Receives the result of one DequantizeLayers call, in order: Begin(kernel) once, then for each
+// layer of the request, BeginLayer(index) followed by that layer's chunks through Write, whose
+// offsets restart at 0 for each layer (the ChunkSink contract, one layer at a time). Called on
+// the thread that called DequantizeLayers.
+class LayersSink : public ChunkSink {
+ public:
+  // Before the chunks of layer `index` (an index into the request's layer list, ascending).
+  // A non-OK return stops the work.
+  virtual absl::Status BeginLayer(int64_t index) = 0;
+};
+
 // Thread-safety: Prepare is called once, before any other call; after it, Info, IsResident and
 // Dequantize may be called from many threads at once.
 class Backend {
@@ -81,6 +92,15 @@ class Backend {
   // error, RESOURCE_EXHAUSTED / INTERNAL from the device.
   virtual absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
                                   ChunkSink& sink) = 0;
+
+  // Dequantizes prepared `layers` (duplicates allowed) into `out_dtype` and streams them to
+  // `sink` in request order, each as Dequantize would, in chunks of `chunk_bytes` (>= 1). The
+  // CUDA backend runs them in one grouped kernel launch into one device buffer; this default
+  // (the CPU backend's) runs Dequantize layer by layer and reports the first layer's kernel.
+  // Errors: Dequantize's; INVALID_ARGUMENT for a null layer; RESOURCE_EXHAUSTED when the
+  // layers' results do not fit the device's memory at once (CUDA).
+  virtual absl::Status DequantizeLayers(absl::Span<const QuantizedLayer* const> layers,
+                                        DType out_dtype, int64_t chunk_bytes, LayersSink& sink);
 };
 
 // The CPU backend: DequantizeCpu with `threads` threads (0 = hardware concurrency), computed in

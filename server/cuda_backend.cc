@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -290,6 +291,7 @@ class DeviceWorker {
       if (!view.ok()) return view.status();
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(slots_.front().stream));
       resident_[&layer].view = *view;
+      model_layers_.push_back(&layer);
     }
     if (observer_ != nullptr) {
       observer_->SetDeviceMemoryUsed(label_, DeviceMemoryKind::kResidentWeights, resident_bytes);
@@ -386,7 +388,136 @@ class DeviceWorker {
     return absl::OkStatus();
   }
 
+  // Runs the resident `layers` (non-empty, duplicates allowed) in one grouped launch into one
+  // output buffer, then streams each listed layer's bytes to `sink` in list order.
+  absl::Status DequantizeLayers(absl::Span<const QuantizedLayer* const> layers, DType out_dtype,
+                                int64_t chunk_bytes, LayersSink& sink) {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    // Each distinct layer is computed once; `which[i]` is layers[i]'s index in `unique`.
+    std::vector<const QuantizedLayer*> unique;
+    std::vector<size_t> which(layers.size());
+    {
+      std::unordered_map<const QuantizedLayer*, size_t> index;
+      for (size_t i = 0; i < layers.size(); ++i) {
+        auto [it, inserted] = index.emplace(layers[i], unique.size());
+        if (inserted) unique.push_back(layers[i]);
+        which[i] = it->second;
+      }
+    }
+    std::vector<cuda::GroupedItem> items(unique.size());
+    std::vector<int64_t> offsets(unique.size());  // of each distinct result in the output buffer
+    int64_t total = 0;
+    int64_t read_bytes = 0;
+    int64_t written_bytes = 0;
+    for (size_t u = 0; u < unique.size(); ++u) {
+      auto it = resident_.find(unique[u]);
+      if (it == resident_.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer \"", unique[u]->name, "\" is not resident on device ", device_));
+      }
+      const AwqShape& shape = it->second.view.shape;
+      items[u].in = it->second.view;
+      offsets[u] = total;
+      total += AlignUp(shape.output_bytes(out_dtype));
+      read_bytes += shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes();
+      written_bytes += shape.output_bytes(out_dtype);
+    }
+    auto acquire_output = [&]() -> absl::StatusOr<DeviceBuffer> {
+      absl::StatusOr<DeviceBuffer> buffer = cache_.Acquire(total);
+      if (!buffer.ok()) {
+        return absl::Status(buffer.status().code(),
+                            absl::StrCat("the results of ", unique.size(), " layers need ", total,
+                                         " bytes of device memory at once on device ", device_,
+                                         ": ", buffer.status().message()));
+      }
+      for (size_t u = 0; u < unique.size(); ++u) {
+        items[u].out = static_cast<uint8_t*>(buffer->get()) + offsets[u];
+      }
+      return buffer;
+    };
+
+    // Declaration order matters: on every exit the stream is drained (cleanup below) before the
+    // output buffer goes back to the cache, the cached plan is unlocked and the slot returned.
+    const Clock::time_point queue_start = Clock::now();
+    SlotLease slot(*this);
+    const double queue_seconds = SecondsSince(queue_start);
+    // The whole model in checkpoint order uses the kept plan, unless another request holds it.
+    FullModelPlan* cached = nullptr;
+    std::unique_lock<std::mutex> cached_lock;
+    if (unique == model_layers_) {
+      FullModelPlan& full = full_plans_[static_cast<size_t>(out_dtype)];
+      cached_lock = std::unique_lock<std::mutex>(full.mu, std::try_to_lock);
+      if (cached_lock.owns_lock()) cached = &full;
+    }
+    DeviceBuffer one_shot_output;
+    const uint8_t* out_base = nullptr;
+    if (cached != nullptr) {
+      if (!cached->plan.has_value()) {
+        absl::StatusOr<DeviceBuffer> output = acquire_output();
+        if (!output.ok()) return output.status();
+        absl::StatusOr<cuda::GroupedPlan> plan =
+            cuda::GroupedPlan::Create(items, out_dtype, options_.grouped);
+        if (!plan.ok()) return plan.status();
+        cached->plan.emplace(std::move(*plan));
+        cached->output = std::move(*output);
+      }
+      out_base = static_cast<const uint8_t*>(cached->output.get());
+    } else {
+      absl::StatusOr<DeviceBuffer> output = acquire_output();
+      if (!output.ok()) return output.status();
+      one_shot_output = std::move(*output);
+      out_base = static_cast<const uint8_t*>(one_shot_output.get());
+    }
+    absl::Cleanup drain = [&slot] { cudaStreamSynchronize(slot->stream); };
+
+    const cuda::GroupedOptions& grouped = options_.grouped;
+    if (absl::Status s = sink.Begin(
+            absl::StrCat("grouped block=", grouped.block_size, ",rows=", grouped.rows_per_thread,
+                         ",units=", grouped.units_per_thread, " layers=", unique.size(),
+                         cached != nullptr ? " plan=model" : " plan=one_shot"));
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = RecordTiming(slot->kernel[0], *slot); !s.ok()) return s;
+    if (absl::Status s = cached != nullptr ? cached->plan->Launch(slot->stream)
+                                           : cuda::LaunchGroupedDequantize(items, out_dtype,
+                                                                           slot->stream, grouped);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = RecordTiming(slot->kernel[1], *slot); !s.ok()) return s;
+    StreamTimes times;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (absl::Status s = sink.BeginLayer(static_cast<int64_t>(i)); !s.ok()) return s;
+      if (absl::Status s =
+              StreamToSink(*slot, out_base + offsets[which[i]],
+                           layers[i]->view.shape.output_bytes(out_dtype), chunk_bytes, sink, times);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (observer_ != nullptr) {  // every event recorded above has completed
+      const double kernel_seconds = ElapsedSeconds(slot->kernel[0], slot->kernel[1]);
+      observer_->ObserveStage(DequantizeStage::kQueueWait, queue_seconds);
+      observer_->ObserveStage(DequantizeStage::kKernel, kernel_seconds);
+      observer_->ObserveStage(DequantizeStage::kDeviceToHost, times.device_to_host_seconds);
+      observer_->ObserveStage(DequantizeStage::kSend, times.send_seconds);
+      observer_->ObserveKernel(label_, "cuda", "grouped", read_bytes, written_bytes,
+                               kernel_seconds);
+    }
+    return absl::OkStatus();
+  }
+
  private:
+  // The kept grouped plan of the whole model for one output dtype, and the output buffer its
+  // descriptors point into. `mu` is held by the request using them, from the launch until its
+  // last byte is streamed.
+  struct FullModelPlan {
+    std::mutex mu;
+    std::optional<cuda::GroupedPlan> plan;  // built on first use
+    DeviceBuffer output;
+  };
+
   struct ResidentLayer {
     void* base = nullptr;  // one allocation: qweight | qzeros | scales (PackedLayout)
     PackedTensorView view;
@@ -533,6 +664,10 @@ class DeviceWorker {
   std::vector<Slot*> free_slots_;  // guarded by slots_mu_
   DeviceBufferCache cache_;
   std::unordered_map<const QuantizedLayer*, ResidentLayer> resident_;  // written only in Upload
+  std::vector<const QuantizedLayer*> model_layers_;  // checkpoint order; written only in Upload
+  // Indexed by DType (kF16, kBF16, kF32). Declared after cache_: destroyed before it, so the
+  // kept output buffers go back to a live cache.
+  std::array<FullModelPlan, 4> full_plans_;
 };
 
 class CudaBackend final : public Backend {
@@ -572,6 +707,23 @@ class CudaBackend final : public Backend {
     // Round robin over the GPUs; each worker queues requests beyond its slots.
     const size_t index = next_.fetch_add(1, std::memory_order_relaxed) % workers_.size();
     return workers_[index]->Dequantize(source, out_dtype, chunk_bytes, sink);
+  }
+
+  absl::Status DequantizeLayers(absl::Span<const QuantizedLayer* const> layers, DType out_dtype,
+                                int64_t chunk_bytes, LayersSink& sink) override {
+    if (chunk_bytes < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk_bytes must be >= 1, got ", chunk_bytes));
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (layers[i] == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("layer ", i, " is null"));
+      }
+      if (absl::Status s = ValidateShape(layers[i]->view.shape, out_dtype); !s.ok()) return s;
+    }
+    if (layers.empty()) return absl::OkStatus();
+    const size_t index = next_.fetch_add(1, std::memory_order_relaxed) % workers_.size();
+    return workers_[index]->DequantizeLayers(layers, out_dtype, chunk_bytes, sink);
   }
 
  private:

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/dequant_cuda.h"
+#include "kernels/cuda/grouped_dequant.h"
 #include "kernels/dequant.h"
 
 namespace dequantd {
@@ -42,6 +43,10 @@ struct CudaBackendOptions {
   int slots_per_device = 4;            // requests in flight per GPU; further ones wait for a slot
   int64_t staging_bytes = int64_t{4} << 20;       // each of a slot's two pinned buffers, bytes
   int64_t buffer_cache_bytes = int64_t{2} << 30;  // idle device buffers kept per GPU, bytes
+  // DequantizeLayers' one grouped launch. The plan for the whole model (every prepared layer, in
+  // checkpoint order) is built on its first use per output dtype and kept, with a device output
+  // buffer holding the whole model's result in that dtype; other layer lists get one-shot plans.
+  cuda::GroupedOptions grouped;
 };
 
 // Number of CUDA devices; 0 when there is no driver or no device.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/request.h"
@@ -14,28 +15,38 @@ namespace {
 
 namespace v1 = ::dequant::v1;
 
-// Streams one Dequantize result to the client: the header message, then the data chunks.
-class GrpcChunkSink final : public ChunkSink {
+// One result a GrpcResultSink streams: its layer name (empty for Dequantize) and shape.
+struct ResultLayer {
+  std::string tensor;
+  AwqShape shape;
+};
+
+// Streams Dequantize or DequantizeLayers results to the client: per result a header message,
+// then its data chunks. For Dequantize (one result, `per_layer` false) the header goes out at
+// Begin; for DequantizeLayers at each BeginLayer, carrying the layer's name.
+class GrpcResultSink final : public LayersSink {
  public:
-  GrpcChunkSink(grpc::ServerContext* context, grpc::ServerWriter<v1::DequantizeResponse>* writer,
-                const AwqShape& shape, DType out_dtype, std::string backend, Metrics* metrics)
+  GrpcResultSink(grpc::ServerContext* context, grpc::ServerWriter<v1::DequantizeResponse>* writer,
+                 std::vector<ResultLayer> results, bool per_layer, DType out_dtype,
+                 std::string backend, Metrics* metrics)
       : context_(context),
         writer_(writer),
-        shape_(shape),
+        results_(std::move(results)),
+        per_layer_(per_layer),
         out_dtype_(out_dtype),
         backend_(std::move(backend)),
         metrics_(metrics) {}
 
   absl::Status Begin(const std::string& kernel) override {
-    v1::DequantizeResponse response;
-    v1::DequantizeHeader* header = response.mutable_header();
-    header->add_shape(shape_.K);
-    header->add_shape(shape_.N);
-    header->set_dtype(DTypeToProto(out_dtype_));
-    header->set_total_bytes(shape_.output_bytes(out_dtype_));
-    header->set_backend(backend_);
-    header->set_kernel(kernel);
-    return Send(response);
+    kernel_ = kernel;
+    return per_layer_ ? absl::OkStatus() : SendHeader(0);
+  }
+
+  absl::Status BeginLayer(int64_t index) override {
+    if (index < 0 || index >= static_cast<int64_t>(results_.size())) {
+      return absl::InternalError(absl::StrCat("BeginLayer(", index, ") of ", results_.size()));
+    }
+    return SendHeader(static_cast<size_t>(index));
   }
 
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
@@ -47,6 +58,20 @@ class GrpcChunkSink final : public ChunkSink {
   }
 
  private:
+  absl::Status SendHeader(size_t index) {
+    const ResultLayer& result = results_[index];
+    v1::DequantizeResponse response;
+    v1::DequantizeHeader* header = response.mutable_header();
+    header->add_shape(result.shape.K);
+    header->add_shape(result.shape.N);
+    header->set_dtype(DTypeToProto(out_dtype_));
+    header->set_total_bytes(result.shape.output_bytes(out_dtype_));
+    header->set_backend(backend_);
+    header->set_kernel(kernel_);
+    header->set_tensor(result.tensor);
+    return Send(response);
+  }
+
   absl::Status Send(const v1::DequantizeResponse& response) {
     if (context_->IsCancelled()) return absl::CancelledError("the client cancelled the call");
     if (!writer_->Write(response)) {
@@ -57,10 +82,12 @@ class GrpcChunkSink final : public ChunkSink {
 
   grpc::ServerContext* const context_;
   grpc::ServerWriter<v1::DequantizeResponse>* const writer_;
-  const AwqShape shape_;
+  const std::vector<ResultLayer> results_;
+  const bool per_layer_;
   const DType out_dtype_;
   const std::string backend_;
   Metrics* const metrics_;
+  std::string kernel_;
   v1::DequantizeResponse chunk_;  // reused: its data string keeps its capacity
 };
 
@@ -150,8 +177,59 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   }
   const int64_t chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
-  GrpcChunkSink sink(context, writer, shape, *out_dtype, backend_info_.name, metrics_);
+  GrpcResultSink sink(context, writer, {ResultLayer{.tensor = "", .shape = shape}},
+                      /*per_layer=*/false, *out_dtype, backend_info_.name, metrics_);
   return backend_->Dequantize(source, *out_dtype, chunk_bytes, sink);
+}
+
+grpc::Status DequantService::DequantizeLayers(grpc::ServerContext* context,
+                                              const v1::DequantizeLayersRequest* request,
+                                              grpc::ServerWriter<v1::DequantizeResponse>* writer) {
+  return Handle("DequantizeLayers", [&] { return DoDequantizeLayers(context, *request, writer); });
+}
+
+absl::Status DequantService::DoDequantizeLayers(
+    grpc::ServerContext* context, const v1::DequantizeLayersRequest& request,
+    grpc::ServerWriter<v1::DequantizeResponse>* writer) {
+  if (request.tensors_size() > kMaxLayersPerRequest) {
+    return absl::InvalidArgumentError(absl::StrCat("tensors has ", request.tensors_size(),
+                                                   " names, more than ", kMaxLayersPerRequest));
+  }
+  absl::StatusOr<DType> out_dtype = OutputDTypeFromProto(request.output_dtype());
+  if (!out_dtype.ok()) return out_dtype.status();
+  std::vector<const QuantizedLayer*> layers;
+  if (request.tensors().empty()) {
+    if (checkpoint_ != nullptr) {
+      for (const QuantizedLayer& layer : checkpoint_->layers()) layers.push_back(&layer);
+    }
+  } else {
+    for (const std::string& name : request.tensors()) {
+      const QuantizedLayer* layer = checkpoint_ != nullptr ? checkpoint_->Find(name) : nullptr;
+      if (layer == nullptr) {
+        return absl::NotFoundError(
+            absl::StrCat("tensor \"", name, "\" is not a layer of the loaded model",
+                         checkpoint_ == nullptr ? " (no model is loaded)" : " (see ListTensors)"));
+      }
+      layers.push_back(layer);
+    }
+  }
+  std::vector<ResultLayer> results;
+  results.reserve(layers.size());
+  int64_t output_bytes = 0;
+  for (const QuantizedLayer* layer : layers) {
+    output_bytes += layer->view.shape.output_bytes(*out_dtype);
+    results.push_back(ResultLayer{.tensor = layer->name, .shape = layer->view.shape});
+  }
+  if (output_bytes > options_.max_output_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the results of the ", layers.size(), " tensors are ", output_bytes,
+        " bytes in all, more than the server's max_output_bytes = ", options_.max_output_bytes));
+  }
+  const int64_t chunk_bytes =
+      EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
+  GrpcResultSink sink(context, writer, std::move(results), /*per_layer=*/true, *out_dtype,
+                      backend_info_.name, metrics_);
+  return backend_->DequantizeLayers(layers, *out_dtype, chunk_bytes, sink);
 }
 
 grpc::Status DequantService::GetServerInfo(grpc::ServerContext*, const v1::GetServerInfoRequest*,

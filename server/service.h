@@ -34,6 +34,9 @@ struct ServiceOptions {
                                                    // autotune_* fields; null: none (not owned)
 };
 
+// Most names one DequantizeLayers request may list.
+inline constexpr int kMaxLayersPerRequest = 10000;
+
 // Thread-safe: gRPC calls the handlers from many threads at once.
 class DequantService final : public dequant::v1::DequantService::Service {
  public:
@@ -51,6 +54,13 @@ class DequantService final : public dequant::v1::DequantService::Service {
   grpc::Status Dequantize(grpc::ServerContext* context,
                           const dequant::v1::DequantizeRequest* request,
                           grpc::ServerWriter<dequant::v1::DequantizeResponse>* writer) override;
+  // Layers of the loaded model (empty list = all, in order), in one backend call. Errors:
+  // INVALID_ARGUMENT (output_dtype; more than kMaxLayersPerRequest "tensors"), NOT_FOUND (a name,
+  // given), RESOURCE_EXHAUSTED (the results add up to more than max_output_bytes; device
+  // memory), CANCELLED, the backend's.
+  grpc::Status DequantizeLayers(
+      grpc::ServerContext* context, const dequant::v1::DequantizeLayersRequest* request,
+      grpc::ServerWriter<dequant::v1::DequantizeResponse>* writer) override;
   grpc::Status GetServerInfo(grpc::ServerContext* context,
                              const dequant::v1::GetServerInfoRequest* request,
                              dequant::v1::GetServerInfoResponse* response) override;
@@ -63,6 +73,9 @@ class DequantService final : public dequant::v1::DequantService::Service {
   template <typename Body>
   grpc::Status Handle(const char* method, Body&& body);
 
+  absl::Status DoDequantizeLayers(grpc::ServerContext* context,
+                                  const dequant::v1::DequantizeLayersRequest& request,
+                                  grpc::ServerWriter<dequant::v1::DequantizeResponse>* writer);
   absl::Status DoDequantize(grpc::ServerContext* context,
                             const dequant::v1::DequantizeRequest& request,
                             grpc::ServerWriter<dequant::v1::DequantizeResponse>* writer);

@@ -175,6 +175,52 @@ TEST_F(DequantctlTest, DequantizeToSafetensorsAndRaw) {
   EXPECT_TRUE(FileBytes(raw) == layer_->Expected(DType::kF32));
 }
 
+TEST_F(DequantctlTest, DequantizeLayersWritesOneNpyPerLayerOrOneSafetensors) {
+  const std::string out_dir = Path("layers_npy");
+  ASSERT_TRUE(fs::create_directory(out_dir));
+  CommandResult run = Ctl({"dequantize-layers", "--tensors", layer_->name + "," + layer_->name,
+                           "--dtype", "bf16", "--out-dir", out_dir});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+  ASSERT_EQ(Lines(run.out).size(), 1u) << run.out;
+  // Two layers of 256 * 192 * 2 bytes.
+  EXPECT_THAT(run.out, StartsWith("2 layers, bf16, 196608 bytes in ")) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("GB/s)")) << run.out;
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(out_dir)) {
+    files.push_back(entry.path().filename().string());
+  }
+  EXPECT_THAT(files, ::testing::ElementsAre(layer_->name + ".npy"));
+  absl::StatusOr<npy::Array> array = npy::ReadFile(out_dir + "/" + layer_->name + ".npy");
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_EQ(array->header.descr, "<u2");
+  EXPECT_THAT(array->header.shape, ::testing::ElementsAre(256, 192));
+  EXPECT_TRUE(array->data == layer_->Expected(DType::kBF16));
+
+  // No --tensors: every layer of the model, into one safetensors file.
+  const std::string st = Path("layers.safetensors");
+  run = Ctl({"dequantize-layers", "--dtype", "fp32", "--out", st});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, StartsWith("1 layers, fp32, 196608 bytes in ")) << run.out;
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file = safetensors::MappedFile::Open(st);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ((*file)->header().tensors.size(), 1u);
+  const safetensors::TensorEntry& entry = (*file)->header().tensors.at(layer_->name);
+  EXPECT_EQ(entry.dtype, "F32");
+  EXPECT_THAT(entry.shape, ::testing::ElementsAre(256, 192));
+  const absl::Span<const uint8_t> bytes = *(*file)->TensorBytes(layer_->name);
+  EXPECT_TRUE(std::vector<uint8_t>(bytes.begin(), bytes.end()) == layer_->Expected(DType::kF32));
+
+  // Usage errors exit 2; an unknown layer is the server's NOT_FOUND, exit 1.
+  run = Ctl({"dequantize-layers", "--out", Path("x.npy")});
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  run = Ctl({"dequantize-layers", "--out", st, "--out-dir", out_dir});
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  run = Ctl({"dequantize-layers", "--tensors", "no.such.layer", "--out-dir", out_dir});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, StartsWith("dequantctl: NOT_FOUND: ")) << run.err;
+}
+
 TEST_F(DequantctlTest, PackedInputWithCompareReportsZeroErrorAgainstExactReference) {
   // Inline input from a safetensors file, and an fp32 reference that is exactly the result.
   const RandomLayer packed = MakeRandomLayer("blk.", 128, 72, 32, DType::kBF16, 32);

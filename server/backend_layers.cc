@@ -1,0 +1,51 @@
+// Backend::DequantizeLayers' default: one Dequantize per layer, the per-layer sink calls mapped
+// onto the LayersSink contract (see backend.h).
+#include "absl/strings/str_cat.h"
+#include "server/backend.h"
+
+namespace dequantd {
+namespace {
+
+// Forwards one layer's Dequantize to the LayersSink: the first layer's Begin becomes the call's
+// Begin, every layer's Begin becomes BeginLayer(index).
+class LayerAdapter final : public ChunkSink {
+ public:
+  LayerAdapter(LayersSink& sink, int64_t index, bool* begun)
+      : sink_(sink), index_(index), begun_(begun) {}
+
+  absl::Status Begin(const std::string& kernel) override {
+    if (!*begun_) {
+      if (absl::Status s = sink_.Begin(kernel); !s.ok()) return s;
+      *begun_ = true;
+    }
+    return sink_.BeginLayer(index_);
+  }
+  absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
+    return sink_.Write(offset, bytes);
+  }
+
+ private:
+  LayersSink& sink_;
+  const int64_t index_;
+  bool* const begun_;
+};
+
+}  // namespace
+
+absl::Status Backend::DequantizeLayers(absl::Span<const QuantizedLayer* const> layers,
+                                       DType out_dtype, int64_t chunk_bytes, LayersSink& sink) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat("layer ", i, " is null"));
+  }
+  bool begun = false;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    LayerAdapter adapter(sink, static_cast<int64_t>(i), &begun);
+    DequantSource source;
+    source.layer = layers[i];
+    if (absl::Status s = Dequantize(source, out_dtype, chunk_bytes, adapter); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dequantd
