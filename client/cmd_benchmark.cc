@@ -65,22 +65,25 @@ absl::Status RunBenchmark(DequantClient& client, const v1::BenchmarkRequest& req
   if (!response.ok()) return response.status();
   out << "device: " << response->device() << ", peak copy "
       << Fixed(response->peak_copy_bytes_per_second() / 1e9, 1) << " GB/s (read + written)\n";
-  Table table({"variant", "K", "N", "G", "dtype", "MB moved", "median us", "mean us", "std us",
-               "min us", "max us", "graph us", "GB/s", "% peak", "correct", "launch", "counters"},
-              {false, true, true, true, false, true, true, true, true, true, true, true, true, true,
-               false, false, false});
+  Table table(
+      {"variant", "K", "N", "G", "dtype", "MB moved", "median us", "mean us", "std us", "min us",
+       "max us", "graph us", "GB/s", "% peak", "graph % peak", "correct", "launch", "counters"},
+      {false, true, true, true, false, true, true, true, true, true, true, true, true, true, true,
+       false, false, false});
   for (const v1::BenchmarkRow& r : response->rows()) {
     std::vector<std::string> counters;
     for (const auto& [name, value] : r.counters())
       counters.push_back(absl::StrCat(name, "=", value));
-    table.AddRow({r.variant(), absl::StrCat(r.in_features()), absl::StrCat(r.out_features()),
-                  absl::StrCat(r.group_size()), OutputDTypeName(r.output_dtype()),
-                  Fixed(static_cast<double>(r.bytes_moved()) / 1e6, 2),
-                  Micros(r.median_seconds()) + (r.divergent() ? "*" : ""), Micros(r.mean_seconds()),
-                  Micros(r.std_seconds()), Micros(r.min_seconds()), Micros(r.max_seconds()),
-                  r.throughput_seconds() > 0 ? Micros(r.throughput_seconds()) : "-",
-                  Fixed(r.bytes_per_second() / 1e9, 1), Fixed(100 * r.fraction_of_peak(), 1),
-                  r.correct() ? "yes" : "NO", r.launch_config(), absl::StrJoin(counters, " ")});
+    table.AddRow(
+        {r.variant(), absl::StrCat(r.in_features()), absl::StrCat(r.out_features()),
+         absl::StrCat(r.group_size()), OutputDTypeName(r.output_dtype()),
+         Fixed(static_cast<double>(r.bytes_moved()) / 1e6, 2),
+         Micros(r.median_seconds()) + (r.divergent() ? "*" : ""), Micros(r.mean_seconds()),
+         Micros(r.std_seconds()), Micros(r.min_seconds()), Micros(r.max_seconds()),
+         r.throughput_seconds() > 0 ? Micros(r.throughput_seconds()) : "-",
+         Fixed(r.bytes_per_second() / 1e9, 1), Fixed(100 * r.fraction_of_peak(), 1),
+         r.throughput_seconds() > 0 ? Fixed(100 * r.throughput_fraction_of_peak(), 1) : "-",
+         r.correct() ? "yes" : "NO", r.launch_config(), absl::StrJoin(counters, " ")});
   }
   table.Print(out);
   out << "* median and mean differ by more than 15%\n";

@@ -19,6 +19,12 @@ absl::Status RunInfo(DequantClient& client, std::ostream& out) {
         << Fixed(static_cast<double>(d.memory_bytes()) / (int64_t{1} << 30), 1) << " GiB, driver "
         << d.driver_version() << '\n';
   }
+  if (info->backend() == "cuda") {
+    out << "autotune:     " << info->autotune_entries() << " entries, " << info->autotune_hits()
+        << " hits, " << info->autotune_misses() << " misses, " << info->autotune_tunings()
+        << " tunings, cache " << (info->tune_cache().empty() ? "(memory only)" : info->tune_cache())
+        << '\n';
+  }
   return absl::OkStatus();
 }
 
