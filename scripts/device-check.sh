@@ -5,14 +5,15 @@
 #       build-X/tests/cuda/cuda_quick_bench [build-X/bench/dequantd_bench] [server tests...]
 # and travels with the call as a carried path). Runs what the bundle holds and writes logs under
 # $OUT (default ./out): device.txt, cuda_test.log/.xml, quick_bench.log, bench.log, server.log.
-# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench server (default: all)
-# Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS (environment).
+# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench grouped server
+#   (default: all). Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS,
+#   GROUPED_ARGS, SERVER_TEST_FILTER (environment).
 # Exit status: non-zero when any step that ran failed.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench server)
+[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench grouped server)
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 have() { command -v "$1" >/dev/null 2>&1; }
 failed=()
@@ -51,11 +52,20 @@ if want bench && have dequantd_bench; then
   [ $rc -eq 0 ] || failed+=("dequantd_bench($rc)")
 fi
 
+if want grouped && have dequantd_bench; then
+  echo "== dequantd_bench --grouped qwen2.5-1.5b ${GROUPED_ARGS:-}"
+  # shellcheck disable=SC2086
+  dequantd_bench --grouped qwen2.5-1.5b ${GROUPED_ARGS:-} >"$OUT/grouped.log" 2>&1
+  rc=$?
+  tail -30 "$OUT/grouped.log"
+  [ $rc -eq 0 ] || failed+=("dequantd_bench --grouped($rc)")
+fi
+
 if want server; then
-  for t in server_test integration_test; do
+  for t in server_test integration_test observability_test autotune_test bench_test; do
     have "$t" || continue
     echo "== $t"
-    "$t" >>"$OUT/server.log" 2>&1
+    "$t" --gtest_filter="${SERVER_TEST_FILTER:-*}" >>"$OUT/server.log" 2>&1
     rc=$?
     grep -E "^\[  (FAILED|PASSED) |^\[==========\]" "$OUT/server.log" | tail -20
     [ $rc -eq 0 ] || failed+=("$t($rc)")
