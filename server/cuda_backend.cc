@@ -296,6 +296,7 @@ class DeviceWorker {
     if (observer_ != nullptr) {
       observer_->SetDeviceMemoryUsed(label_, DeviceMemoryKind::kResidentWeights, resident_bytes);
     }
+    if (options_.build_model_plan) return BuildModelPlan(DType::kF16);
     return absl::OkStatus();
   }
 
@@ -388,53 +389,31 @@ class DeviceWorker {
     return absl::OkStatus();
   }
 
+  // Builds the kept grouped plan of the whole model for `out_dtype` now (--pretune) rather than
+  // on first use. Errors: as DequantizeLayers' device errors (RESOURCE_EXHAUSTED when the whole
+  // model's result does not fit).
+  absl::Status BuildModelPlan(DType out_dtype) {
+    if (model_layers_.empty()) return absl::OkStatus();
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    absl::StatusOr<GroupedWork> work = PlanWork(model_layers_, out_dtype);
+    if (!work.ok()) return work.status();
+    FullModelPlan& full = full_plans_[static_cast<size_t>(out_dtype)];
+    std::lock_guard<std::mutex> lock(full.mu);
+    return EnsureModelPlan(full, *work, out_dtype);
+  }
+
   // Runs the resident `layers` (non-empty, duplicates allowed) in one grouped launch into one
   // output buffer, then streams each listed layer's bytes to `sink` in list order.
   absl::Status DequantizeLayers(absl::Span<const QuantizedLayer* const> layers, DType out_dtype,
                                 int64_t chunk_bytes, LayersSink& sink) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    // Each distinct layer is computed once; `which[i]` is layers[i]'s index in `unique`.
-    std::vector<const QuantizedLayer*> unique;
-    std::vector<size_t> which(layers.size());
-    {
-      std::unordered_map<const QuantizedLayer*, size_t> index;
-      for (size_t i = 0; i < layers.size(); ++i) {
-        auto [it, inserted] = index.emplace(layers[i], unique.size());
-        if (inserted) unique.push_back(layers[i]);
-        which[i] = it->second;
-      }
-    }
-    std::vector<cuda::GroupedItem> items(unique.size());
-    std::vector<int64_t> offsets(unique.size());  // of each distinct result in the output buffer
-    int64_t total = 0;
-    int64_t read_bytes = 0;
-    int64_t written_bytes = 0;
-    for (size_t u = 0; u < unique.size(); ++u) {
-      auto it = resident_.find(unique[u]);
-      if (it == resident_.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("layer \"", unique[u]->name, "\" is not resident on device ", device_));
-      }
-      const AwqShape& shape = it->second.view.shape;
-      items[u].in = it->second.view;
-      offsets[u] = total;
-      total += AlignUp(shape.output_bytes(out_dtype));
-      read_bytes += shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes();
-      written_bytes += shape.output_bytes(out_dtype);
-    }
-    auto acquire_output = [&]() -> absl::StatusOr<DeviceBuffer> {
-      absl::StatusOr<DeviceBuffer> buffer = cache_.Acquire(total);
-      if (!buffer.ok()) {
-        return absl::Status(buffer.status().code(),
-                            absl::StrCat("the results of ", unique.size(), " layers need ", total,
-                                         " bytes of device memory at once on device ", device_,
-                                         ": ", buffer.status().message()));
-      }
-      for (size_t u = 0; u < unique.size(); ++u) {
-        items[u].out = static_cast<uint8_t*>(buffer->get()) + offsets[u];
-      }
-      return buffer;
-    };
+    absl::StatusOr<GroupedWork> planned = PlanWork(layers, out_dtype);
+    if (!planned.ok()) return planned.status();
+    GroupedWork& work = *planned;
+    const std::vector<const QuantizedLayer*>& unique = work.unique;
+    const std::vector<size_t>& which = work.which;
+    const std::vector<int64_t>& offsets = work.offsets;
+    const std::vector<cuda::GroupedItem>& items = work.items;
 
     // Declaration order matters: on every exit the stream is drained (cleanup below) before the
     // output buffer goes back to the cache, the cached plan is unlocked and the slot returned.
@@ -452,18 +431,10 @@ class DeviceWorker {
     DeviceBuffer one_shot_output;
     const uint8_t* out_base = nullptr;
     if (cached != nullptr) {
-      if (!cached->plan.has_value()) {
-        absl::StatusOr<DeviceBuffer> output = acquire_output();
-        if (!output.ok()) return output.status();
-        absl::StatusOr<cuda::GroupedPlan> plan =
-            cuda::GroupedPlan::Create(items, out_dtype, options_.grouped);
-        if (!plan.ok()) return plan.status();
-        cached->plan.emplace(std::move(*plan));
-        cached->output = std::move(*output);
-      }
+      if (absl::Status s = EnsureModelPlan(*cached, work, out_dtype); !s.ok()) return s;
       out_base = static_cast<const uint8_t*>(cached->output.get());
     } else {
-      absl::StatusOr<DeviceBuffer> output = acquire_output();
+      absl::StatusOr<DeviceBuffer> output = AcquireOutput(work);
       if (!output.ok()) return output.status();
       one_shot_output = std::move(*output);
       out_base = static_cast<const uint8_t*>(one_shot_output.get());
@@ -502,13 +473,83 @@ class DeviceWorker {
       observer_->ObserveStage(DequantizeStage::kKernel, kernel_seconds);
       observer_->ObserveStage(DequantizeStage::kDeviceToHost, times.device_to_host_seconds);
       observer_->ObserveStage(DequantizeStage::kSend, times.send_seconds);
-      observer_->ObserveKernel(label_, "cuda", "grouped", read_bytes, written_bytes,
+      observer_->ObserveKernel(label_, "cuda", "grouped", work.read_bytes, work.written_bytes,
                                kernel_seconds);
     }
     return absl::OkStatus();
   }
 
  private:
+  // One grouped call: each distinct layer computed once, laid out in one output buffer.
+  struct GroupedWork {
+    std::vector<const QuantizedLayer*> unique;  // distinct layers, first appearance order
+    std::vector<size_t> which;                  // request entry i -> index in `unique`
+    std::vector<cuda::GroupedItem> items;       // per distinct layer; `out` set by AcquireOutput
+    std::vector<int64_t> offsets;               // of each distinct result in the output buffer
+    int64_t total = 0;                          // output buffer bytes (results 256-aligned)
+    int64_t read_bytes = 0;                     // packed bytes of the distinct layers
+    int64_t written_bytes = 0;                  // result bytes of the distinct layers
+  };
+
+  // INVALID_ARGUMENT for a layer that is not resident here.
+  absl::StatusOr<GroupedWork> PlanWork(absl::Span<const QuantizedLayer* const> layers,
+                                       DType out_dtype) const {
+    GroupedWork work;
+    work.which.resize(layers.size());
+    std::unordered_map<const QuantizedLayer*, size_t> index;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      auto [it, inserted] = index.emplace(layers[i], work.unique.size());
+      if (inserted) work.unique.push_back(layers[i]);
+      work.which[i] = it->second;
+    }
+    work.items.resize(work.unique.size());
+    work.offsets.resize(work.unique.size());
+    for (size_t u = 0; u < work.unique.size(); ++u) {
+      auto it = resident_.find(work.unique[u]);
+      if (it == resident_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("layer \"", work.unique[u]->name,
+                                                       "\" is not resident on device ", device_));
+      }
+      const AwqShape& shape = it->second.view.shape;
+      work.items[u].in = it->second.view;
+      work.offsets[u] = work.total;
+      work.total += AlignUp(shape.output_bytes(out_dtype));
+      work.read_bytes += shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes();
+      work.written_bytes += shape.output_bytes(out_dtype);
+    }
+    return work;
+  }
+
+  // One device buffer for all of `work`'s results; points its items' outputs into it.
+  absl::StatusOr<DeviceBuffer> AcquireOutput(GroupedWork& work) {
+    absl::StatusOr<DeviceBuffer> buffer = cache_.Acquire(work.total);
+    if (!buffer.ok()) {
+      return absl::Status(buffer.status().code(),
+                          absl::StrCat("the results of ", work.unique.size(), " layers need ",
+                                       work.total, " bytes of device memory at once on device ",
+                                       device_, ": ", buffer.status().message()));
+    }
+    for (size_t u = 0; u < work.unique.size(); ++u) {
+      work.items[u].out = static_cast<uint8_t*>(buffer->get()) + work.offsets[u];
+    }
+    return buffer;
+  }
+
+  struct FullModelPlan;
+  // Builds `full`'s plan and output buffer for the whole model's `work` if not built yet. The
+  // caller holds full.mu.
+  absl::Status EnsureModelPlan(FullModelPlan& full, GroupedWork& work, DType out_dtype) {
+    if (full.plan.has_value()) return absl::OkStatus();
+    absl::StatusOr<DeviceBuffer> output = AcquireOutput(work);
+    if (!output.ok()) return output.status();
+    absl::StatusOr<cuda::GroupedPlan> plan =
+        cuda::GroupedPlan::Create(work.items, out_dtype, options_.grouped);
+    if (!plan.ok()) return plan.status();
+    full.plan.emplace(std::move(*plan));
+    full.output = std::move(*output);
+    return absl::OkStatus();
+  }
+
   // The kept grouped plan of the whole model for one output dtype, and the output buffer its
   // descriptors point into. `mu` is held by the request using them, from the launch until its
   // last byte is streamed.

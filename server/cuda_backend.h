@@ -47,6 +47,9 @@ struct CudaBackendOptions {
   // checkpoint order) is built on its first use per output dtype and kept, with a device output
   // buffer holding the whole model's result in that dtype; other layer lists get one-shot plans.
   cuda::GroupedOptions grouped;
+  // Build the whole model's fp16 plan (and its output buffer) in Prepare instead of on first use
+  // (dequantd --pretune). Prepare then also fails with RESOURCE_EXHAUSTED when it does not fit.
+  bool build_model_plan = false;
 };
 
 // Number of CUDA devices; 0 when there is no driver or no device.

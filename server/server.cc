@@ -257,6 +257,8 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     server->autotuner_ = StartAutotuner(options, server->MakeAutotuneObservers());
     backend_options.cuda.launch_config =
         MakeAutotuneLaunchConfigProvider(*server->autotuner_, tune_devices);
+    // --pretune also builds the whole model's grouped fp16 plan (DequantizeLayers) in Prepare.
+    backend_options.cuda.build_model_plan = options.pretune;
   }
 #endif
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(backend_options);

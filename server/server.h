@@ -24,7 +24,8 @@ struct ServerOptions {
   int64_t max_output_bytes = int64_t{16} << 30;    // largest result served (bytes)
   int64_t default_chunk_bytes = int64_t{1} << 20;  // streamed payload per message
   std::string tune_cache;                          // autotune cache file; empty = default location
-  bool pretune = false;                            // tune every layer of the model at start-up
+  bool pretune = false;  // tune every layer of the model at start-up; CUDA: also build the
+                         // whole model's grouped fp16 plan (DequantizeLayers)
 };
 
 class DequantServer {

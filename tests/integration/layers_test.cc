@@ -218,5 +218,31 @@ TEST(CudaLayersTest, WholeCheckpointInOneGroupedLaunchIsBitExact) {
   }
 }
 
+// --pretune builds the whole model's fp16 plan at start-up; requests then use it.
+TEST(CudaLayersTest, PretunedServerServesTheModelPlan) {
+  const std::vector<RandomLayer> layers = {
+      MakeRandomLayer("model.layers.0.mlp.down_proj", 512, 1440, 128, DType::kF16, 61),
+      MakeRandomLayer("model.layers.0.self_attn.q_proj", 256, 256, 128, DType::kBF16, 62),
+  };
+  const std::string dir = MakeTempDir("cuda_layers_pretune");
+  ASSERT_TRUE(WriteCheckpoint(dir, layers, 128).ok());
+  ServerOptions options;
+  options.model_dir = dir;
+  options.pretune = true;
+  absl::StatusOr<std::unique_ptr<TestServer>> server = StartServer(options, "cuda");
+  if (server.status().code() == absl::StatusCode::kFailedPrecondition) {
+    GTEST_SKIP() << "no CUDA device (or built without CUDA)";
+  }
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::vector<DequantizedTensor>> got =
+      (*server)->client->DequantizeLayersToMemory(v1::DequantizeLayersRequest());
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_THAT((*got)[i].header.kernel(), HasSubstr("layers=2 plan=model"));
+    EXPECT_TRUE((*got)[i].data == layers[i].Expected(DType::kF16)) << layers[i].name;
+  }
+}
+
 }  // namespace
 }  // namespace dequantd::testing
