@@ -32,6 +32,11 @@ class ScriptedService final : public v1::DequantService::Service {
     for (const v1::DequantizeResponse& r : script) writer->Write(r);
     return final_status;
   }
+  grpc::Status DequantizeLayers(grpc::ServerContext*, const v1::DequantizeLayersRequest*,
+                                grpc::ServerWriter<v1::DequantizeResponse>* writer) override {
+    for (const v1::DequantizeResponse& r : script) writer->Write(r);
+    return final_status;
+  }
   grpc::Status ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest*,
                            v1::ListTensorsResponse* response) override {
     *response = list;
@@ -84,6 +89,14 @@ class FakeServerTest : public ::testing::Test {
     r.set_data(data);
     return r;
   }
+  static v1::DequantizeResponse LayerHeader(const std::string& tensor, int64_t K, int64_t N) {
+    v1::DequantizeResponse r = Header(K, N, K * N * 2);
+    r.mutable_header()->set_tensor(tensor);
+    return r;
+  }
+  absl::StatusOr<std::vector<DequantizedTensor>> DequantizeLayers() {
+    return client_->DequantizeLayersToMemory(v1::DequantizeLayersRequest());
+  }
   absl::StatusOr<DequantizedTensor> Dequantize() {
     v1::DequantizeRequest request;
     request.set_tensor("x");
@@ -100,6 +113,43 @@ TEST_F(FakeServerTest, ReassemblesContiguousChunks) {
   absl::StatusOr<DequantizedTensor> r = Dequantize();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(std::string(r->data.begin(), r->data.end()), "0123456789abcdef");
+}
+
+TEST_F(FakeServerTest, LayersReassembleEachLayerFromOffsetZero) {
+  service_.script = {LayerHeader("a", 1, 8), Chunk(0, "0123456789"), Chunk(10, "abcdef"),
+                     LayerHeader("b", 1, 8), Chunk(0, "ABCDEFGHIJKLMNOP")};
+  absl::StatusOr<std::vector<DequantizedTensor>> r = DequantizeLayers();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_EQ((*r)[0].header.tensor(), "a");
+  EXPECT_EQ(std::string((*r)[0].data.begin(), (*r)[0].data.end()), "0123456789abcdef");
+  EXPECT_EQ((*r)[1].header.tensor(), "b");
+  EXPECT_EQ(std::string((*r)[1].data.begin(), (*r)[1].data.end()), "ABCDEFGHIJKLMNOP");
+
+  service_.script = {};  // no layers at all (an empty model)
+  r = DequantizeLayers();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->empty());
+}
+
+TEST_F(FakeServerTest, MalformedLayerStreamsAreDataLoss) {
+  // Layer "a" cut short by the next header.
+  service_.script = {LayerHeader("a", 1, 8), Chunk(0, "01234567"), LayerHeader("b", 1, 8),
+                     Chunk(0, "ABCDEFGHIJKLMNOP")};
+  absl::StatusOr<std::vector<DequantizedTensor>> r = DequantizeLayers();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("\"a\""));
+  // The last layer ending short; a header without tensor; chunks before any header.
+  service_.script = {LayerHeader("a", 1, 8), Chunk(0, "01234567")};
+  EXPECT_EQ(DequantizeLayers().status().code(), absl::StatusCode::kDataLoss);
+  service_.script = {Header(1, 8, 16), Chunk(0, "0123456789abcdef")};
+  EXPECT_EQ(DequantizeLayers().status().code(), absl::StatusCode::kDataLoss);
+  service_.script = {Chunk(0, "0123456789abcdef")};
+  EXPECT_EQ(DequantizeLayers().status().code(), absl::StatusCode::kDataLoss);
+  // Offsets restart at 0 per layer: continuing layer a's offsets is a gap.
+  service_.script = {LayerHeader("a", 1, 8), Chunk(0, "0123456789abcdef"), LayerHeader("b", 1, 8),
+                     Chunk(16, "ABCDEFGHIJKLMNOP")};
+  EXPECT_EQ(DequantizeLayers().status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(FakeServerTest, GapInOffsetsIsDataLoss) {
