@@ -26,8 +26,8 @@ namespace {
 using prometheus::Histogram;
 
 // The RPCs of dequant.v1.DequantService: their in-flight gauges exist (at 0) from the start.
-constexpr std::array<const char*, 4> kRpcMethods = {"ListTensors", "Dequantize", "GetServerInfo",
-                                                    "Benchmark"};
+constexpr std::array<const char*, 5> kRpcMethods = {"ListTensors", "Dequantize", "DequantizeLayers",
+                                                    "GetServerInfo", "Benchmark"};
 
 // Latency buckets, seconds: 10 us (a kernel on a small layer) .. 60 s (a large layer on a CPU
 // through a slow link), about 2.5x apart.

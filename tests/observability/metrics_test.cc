@@ -68,7 +68,8 @@ std::unique_ptr<Metrics> MakeMetrics() {
 TEST(MetricsTest, RpcCountsRequestsErrorsLatencyAndInFlight) {
   std::unique_ptr<Metrics> metrics = MakeMetrics();
   // Every method's in-flight gauge exists at 0 before any call.
-  for (const char* method : {"ListTensors", "Dequantize", "GetServerInfo", "Benchmark"}) {
+  for (const char* method :
+       {"ListTensors", "Dequantize", "DequantizeLayers", "GetServerInfo", "Benchmark"}) {
     ASSERT_TRUE(Find(*metrics, "dequantd_rpc_in_flight", {{"method", method}}).has_value());
   }
   metrics->RpcStarted("Dequantize");
