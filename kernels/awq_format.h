@@ -52,21 +52,26 @@ inline constexpr std::array<int, kPackFactor> kNibbleOfColumn = {0, 4, 1, 5, 2, 
 inline constexpr std::array<int, kPackFactor> kColumnOfNibble = {0, 2, 4, 6, 1, 3, 5, 7};
 
 static_assert(kPackFactor == 8, "AWQ GEMM packs eight 4-bit values per int32");
-static_assert([] {
-  for (int i = 0; i < kPackFactor; ++i)
-    if (kColumnOfNibble[kNibbleOfColumn[i]] != i) return false;
-  return true;
-}(), "kNibbleOfColumn and kColumnOfNibble must be inverse permutations");
+static_assert(
+    [] {
+      for (int i = 0; i < kPackFactor; ++i)
+        if (kColumnOfNibble[kNibbleOfColumn[i]] != i) return false;
+      return true;
+    }(),
+    "kNibbleOfColumn and kColumnOfNibble must be inverse permutations");
 
 // kNibbleOfColumn as one word: nibble i of this constant is kNibbleOfColumn[i]. (Checked here,
 // outside any __host__ __device__ function, so nvcc needs no relaxed constexpr for it.)
 inline constexpr uint32_t kNibbleOfColumnPacked = 0x73625140u;
-static_assert([] {
-  for (int i = 0; i < kPackFactor; ++i)
-    if (((kNibbleOfColumnPacked >> (4 * i)) & 0xFu) != static_cast<uint32_t>(kNibbleOfColumn[i]))
-      return false;
-  return true;
-}(), "kNibbleOfColumnPacked must spell kNibbleOfColumn");
+static_assert(
+    [] {
+      for (int i = 0; i < kPackFactor; ++i)
+        if (((kNibbleOfColumnPacked >> (4 * i)) & 0xFu) !=
+            static_cast<uint32_t>(kNibbleOfColumn[i]))
+          return false;
+      return true;
+    }(),
+    "kNibbleOfColumnPacked must spell kNibbleOfColumn");
 
 // The 4-bit field of `word` that holds output column 8c + i (i in [0, 8)).
 DEQUANTD_HD uint32_t NibbleForColumn(uint32_t word, int i) {
@@ -127,7 +132,9 @@ DEQUANTD_HD uint16_t FloatToHalfBitsRne(float f) {
 }
 
 // bfloat16 bits -> float (exact).
-DEQUANTD_HD float Bf16BitsToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
+DEQUANTD_HD float Bf16BitsToFloat(uint16_t b) {
+  return BitsToFloat(static_cast<uint32_t>(b) << 16);
+}
 
 // float -> bfloat16 bits, round to nearest even; NaN -> a quiet NaN.
 DEQUANTD_HD uint16_t FloatToBf16BitsRne(float f) {

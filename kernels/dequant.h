@@ -18,7 +18,7 @@ struct AwqShape {
   DType scale_dtype = DType::kF16;  // fp16 or bf16
 
   int64_t groups() const { return group_size > 0 ? K / group_size : 0; }
-  int64_t qweight_elements() const { return K * (N / awq::kPackFactor); }  // int32
+  int64_t qweight_elements() const { return K * (N / awq::kPackFactor); }        // int32
   int64_t qzeros_elements() const { return groups() * (N / awq::kPackFactor); }  // int32
   int64_t scales_elements() const { return groups() * N; }
   int64_t qweight_bytes() const { return qweight_elements() * 4; }

@@ -17,12 +17,15 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/awq_format.h"
+#include "kernels/dequant.h"
 
 namespace dequantd {
 
@@ -36,6 +39,13 @@ struct TuneKey {
   int64_t group_size = 0;            // G
   DType scale_dtype = DType::kF16;   // fp16 or bf16
   DType output_dtype = DType::kF16;  // fp16, bf16 or fp32
+
+  // The key of (device, kernel variant, layer shape, output dtype).
+  static TuneKey For(std::string device, int compute_capability, std::string_view variant,
+                     const AwqShape& shape, DType output_dtype) {
+    return TuneKey{std::move(device), compute_capability, std::string(variant), shape.K,
+                   shape.N,           shape.group_size,   shape.scale_dtype,    output_dtype};
+  }
 
   bool operator==(const TuneKey&) const = default;
   template <typename H>

@@ -21,16 +21,7 @@ double SecondsSince(Clock::time_point start) {
 
 TuneKey MakeServerTuneKey(const TuneDevice& device, std::string_view variant, const AwqShape& shape,
                           DType out_dtype) {
-  TuneKey key;
-  key.device = device.name;
-  key.compute_capability = device.compute_capability;
-  key.variant = std::string(variant);
-  key.K = shape.K;
-  key.N = shape.N;
-  key.group_size = shape.group_size;
-  key.scale_dtype = shape.scale_dtype;
-  key.output_dtype = out_dtype;
-  return key;
+  return TuneKey::For(device.name, device.compute_capability, variant, shape, out_dtype);
 }
 
 std::string TunedConfigToString(const TunedConfig& config) {

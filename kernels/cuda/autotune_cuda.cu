@@ -68,16 +68,7 @@ absl::StatusOr<TuneKey> MakeTuneKey(int device, KernelVariant v, const AwqShape&
                                     DType out_dtype) {
   cudaDeviceProp prop;
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
-  TuneKey key;
-  key.device = prop.name;
-  key.compute_capability = prop.major * 10 + prop.minor;
-  key.variant = std::string(VariantName(v));
-  key.K = shape.K;
-  key.N = shape.N;
-  key.group_size = shape.group_size;
-  key.scale_dtype = shape.scale_dtype;
-  key.output_dtype = out_dtype;
-  return key;
+  return TuneKey::For(prop.name, prop.major * 10 + prop.minor, VariantName(v), shape, out_dtype);
 }
 
 absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const PackedTensorView& in,
