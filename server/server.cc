@@ -61,6 +61,35 @@ std::string DescribeDevices(const BackendInfo& info) {
   return text;
 }
 
+// Largest --cpu-threads accepted: far above any host's cores, far below the thread limit.
+constexpr int kMaxCpuThreads = 1024;
+
+// OK when `address` is HOST:PORT (IPv6 hosts in brackets: [::1]:PORT) with PORT an integer in
+// 0..65535; otherwise INVALID_ARGUMENT naming `option`.
+absl::Status CheckHostPort(const char* option, const std::string& address) {
+  const auto invalid = [&](const char* why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(option, " must be HOST:PORT with PORT in 0..65535 (IPv6: [ADDR]:PORT), got \"",
+                     address, "\": ", why));
+  };
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return invalid("no port");
+  const std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (host.empty()) return invalid("no host");
+  const bool bracketed = host.front() == '[';
+  if (bracketed && (host.size() < 3 || host.back() != ']')) return invalid("bad IPv6 host");
+  if (!bracketed && host.find(':') != std::string::npos) {
+    return invalid("an IPv6 host must be in brackets");
+  }
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      std::stoi(port) > 65535) {
+    return invalid("bad port");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOptions(const ServerOptions& options) {
   if (options.max_request_bytes <= 0) {
     return absl::InvalidArgumentError(
@@ -74,11 +103,17 @@ absl::Status CheckOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("default_chunk_bytes must be positive, got ", options.default_chunk_bytes));
   }
-  if (options.cpu_threads < 0) {
+  if (options.cpu_threads < 0 || options.cpu_threads > kMaxCpuThreads) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cpu_threads must be >= 0, got ", options.cpu_threads));
+        absl::StrCat("cpu_threads must be in 0..", kMaxCpuThreads, ", got ", options.cpu_threads));
   }
   if (options.listen.empty()) return absl::InvalidArgumentError("listen must not be empty");
+  if (absl::Status s = CheckHostPort("listen", options.listen); !s.ok()) return s;
+  if (!options.metrics_listen.empty()) {
+    if (absl::Status s = CheckHostPort("metrics_listen", options.metrics_listen); !s.ok()) {
+      return s;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -303,6 +338,9 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC enables SO_REUSEPORT by default on Linux: a second server on the same port would start
+  // and split the traffic. A port in use must be an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.SetMaxReceiveMessageSize(ReceiveLimitBytes(options.max_request_bytes));
   builder.RegisterService(server->service_.get());

@@ -469,6 +469,69 @@ TEST_F(ServiceTest, MissingOrCorruptModelRefusesToStart) {
   EXPECT_THAT(std::string(corrupt.status().message()), HasSubstr("model.safetensors"));
 }
 
+// Start with `options` on no model and the CPU backend (1 thread unless set).
+absl::Status StartStatus(ServerOptions options) {
+  options.backend = "cpu";
+  absl::StatusOr<std::unique_ptr<DequantServer>> server = DequantServer::Start(options);
+  return server.status();
+}
+
+TEST(ServerOptionsTest, ListenMustBeHostAndPortInRange) {
+  for (const char* listen :
+       {"127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1", "127.0.0.1:", ":50051", "::1:0", "[::1",
+        "127.0.0.1:-1", "127.0.0.1:http", "127.0.0.1:000000"}) {
+    ServerOptions options;
+    options.listen = listen;
+    options.metrics_listen = "";
+    options.cpu_threads = 1;
+    const absl::Status status = StartStatus(options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << listen;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("listen")) << listen;
+  }
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "127.0.0.1:70000";
+  options.cpu_threads = 1;
+  const absl::Status status = StartStatus(options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("metrics_listen"));
+}
+
+TEST(ServerOptionsTest, ListenAcceptsPortZeroAndBracketedIpv6) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "";
+  options.cpu_threads = 1;
+  EXPECT_TRUE(StartStatus(options).ok()) << StartStatus(options);
+  options.listen = "[::1]:0";  // no IPv6 on the host is UNAVAILABLE, not INVALID_ARGUMENT
+  EXPECT_NE(StartStatus(options).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ServerOptionsTest, CpuThreadsIsBounded) {
+  for (int threads : {-1, 1025, 100000}) {
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "";
+    options.cpu_threads = threads;
+    const absl::Status status = StartStatus(options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << threads;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("cpu_threads")) << threads;
+  }
+}
+
+TEST_F(ServiceTest, SecondServerOnAPortInUseRefusesToStart) {
+  StartServer({});
+  ServerOptions second;
+  second.listen = "127.0.0.1:" + std::to_string(server_->port());
+  second.metrics_listen = "";
+  second.backend = "cpu";
+  second.cpu_threads = 1;
+  // Without SO_REUSEPORT off, gRPC would bind too and the two servers would split the traffic.
+  absl::StatusOr<std::unique_ptr<DequantServer>> started = DequantServer::Start(second);
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.status().code(), absl::StatusCode::kUnavailable) << started.status();
+}
+
 TEST_F(ServiceTest, ShutdownIsIdempotentAndWaitReturns) {
   StartServer({}, /*with_metrics=*/true);
   server_->Shutdown(1.0);
