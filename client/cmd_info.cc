@@ -14,10 +14,11 @@ absl::Status RunInfo(DequantClient& client, std::ostream& out) {
       << "cpu threads:  " << info->cpu_threads() << '\n'
       << "devices:      " << info->devices_size() << '\n';
   for (const v1::DeviceInfo& d : info->devices()) {
-    out << "  [" << d.index() << "] " << d.name() << ", compute capability "
-        << d.compute_capability() << ", "
-        << Fixed(static_cast<double>(d.memory_bytes()) / (int64_t{1} << 30), 1) << " GiB, driver "
-        << d.driver_version() << '\n';
+    out << "  [" << d.index() << "] " << d.name();
+    if (!d.compute_capability().empty()) out << ", compute capability " << d.compute_capability();
+    out << ", " << Fixed(static_cast<double>(d.memory_bytes()) / (int64_t{1} << 30), 1) << " GiB";
+    if (!d.driver_version().empty()) out << ", driver " << d.driver_version();
+    out << '\n';
   }
   if (info->backend() == "cuda") {
     out << "autotune:     " << info->autotune_entries() << " entries, " << info->autotune_hits()
