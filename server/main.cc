@@ -11,7 +11,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -23,7 +25,7 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address HOST:PORT (port 0:
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "/metrics address HOST:PORT (port 0: pick a free one; empty: no metrics endpoint)");
 ABSL_FLAG(std::string, backend, "auto", "auto (cuda when a GPU is present, else cpu), cpu or cuda");
-ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0 = hardware concurrency");
+ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend, 0..1024; 0 = hardware concurrency");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
           "largest inline request accepted (qweight + qzeros + scales), bytes");
 ABSL_FLAG(int64_t, max_output_bytes, int64_t{16} << 30, "largest result served, bytes");
@@ -72,10 +74,17 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "dequantd: a gRPC service that dequantizes AWQ 4-bit checkpoints on the GPU (or the CPU).\n"
-      "  dequantd [--model DIR] [--listen HOST:PORT] [--metrics-listen HOST:PORT] "
+      "serves dequantization of AWQ 4-bit checkpoints over gRPC, on the GPU (or the CPU).\n"
+      "usage: dequantd [--model DIR] [--listen HOST:PORT] [--metrics-listen HOST:PORT] "
       "[--backend auto|cpu|cuda]");
   absl::FlagsUsageConfig usage_config;
+  // absl's --help lists only flags of files named like the program (dequantd.cc, main.cc is
+  // not): list this file's flags.
+  const auto is_this_file = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  usage_config.contains_help_flags = is_this_file;
+  usage_config.contains_helpshort_flags = is_this_file;
   usage_config.version_string = [] {
     return absl::StrCat("dequantd ", dequantd::kDequantdVersion, "\n");
   };
