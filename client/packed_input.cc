@@ -33,6 +33,15 @@ absl::Status CopyBytes(const safetensors::MappedFile& file, const std::string& n
   return absl::OkStatus();
 }
 
+// OK when the packed tensor `entry` (qweight or qzeros: eight 4-bit values per 32-bit word) is
+// I32 or U32; otherwise INVALID_ARGUMENT naming the tensor and its dtype.
+absl::Status CheckPackedDType(const std::string& path, const std::string& name,
+                              const safetensors::TensorEntry& entry) {
+  if (entry.dtype == "I32" || entry.dtype == "U32") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' has dtype ",
+                                                 entry.dtype, ", expected I32 (or U32)"));
+}
+
 }  // namespace
 
 absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
@@ -50,6 +59,8 @@ absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
   if (!qzeros_entry.ok()) return qzeros_entry.status();
   absl::StatusOr<const safetensors::TensorEntry*> scales_entry = Find2D(**file, scales);
   if (!scales_entry.ok()) return scales_entry.status();
+  if (absl::Status s = CheckPackedDType(path, qweight, **qweight_entry); !s.ok()) return s;
+  if (absl::Status s = CheckPackedDType(path, qzeros, **qzeros_entry); !s.ok()) return s;
 
   v1::InlinePackedTensor out;
   const std::string& scale_dtype = (*scales_entry)->dtype;

@@ -118,15 +118,18 @@ TEST(OutputFileTest, Int32OutputIsRefusedForNpyAndSafetensors) {
 class PackedInputTest : public ::testing::Test {
  protected:
   // K=128, N=16, G=32: qweight (128, 2), qzeros (4, 2), scales (4, 16).
-  void Write(const std::string& path, const std::string& scale_dtype, int64_t scale_rows) {
+  // `packed_dtype`: the dtype written for qweight and qzeros (the bytes are the same).
+  void Write(const std::string& path, const std::string& scale_dtype, int64_t scale_rows,
+             const std::string& packed_dtype = "I32") {
     qweight_.assign(128 * 2, 0);
     for (size_t i = 0; i < qweight_.size(); ++i)
       qweight_[i] = static_cast<int32_t>(i * 2654435761u);
     qzeros_.assign(4 * 2, 0x12345678);
     scales_.assign(scale_rows * 16 * safetensors::DTypeBytes(scale_dtype), 0x3C);
+    const int64_t packed_cols = 8 / safetensors::DTypeBytes(packed_dtype);  // 2 words a row
     ASSERT_TRUE(safetensors::WriteFile(
-                    path, {{"m.l.qweight", "I32", {128, 2}, Bytes(qweight_)},
-                           {"m.l.qzeros", "I32", {4, 2}, Bytes(qzeros_)},
+                    path, {{"m.l.qweight", packed_dtype, {128, packed_cols}, Bytes(qweight_)},
+                           {"m.l.qzeros", packed_dtype, {4, packed_cols}, Bytes(qzeros_)},
                            {"m.l.scales", scale_dtype, {scale_rows, 16}, Bytes(scales_)}})
                     .ok());
   }
@@ -163,6 +166,19 @@ TEST_F(PackedInputTest, Errors) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("group_size"));
   EXPECT_EQ(LoadInlinePacked(uneven, "m.l.", 32)->group_size(), 32);
+}
+
+TEST_F(PackedInputTest, PackedTensorsMustBe32BitIntegers) {
+  const std::string path = TempPath("packed_dtype.safetensors");
+  Write(path, "F16", 4, "U32");
+  EXPECT_TRUE(LoadInlinePacked(path, "m.l.").ok());
+  for (const char* dtype : {"F32", "I16", "F16"}) {
+    Write(path, "F16", 4, dtype);  // the same bytes: (128, 2) F32, (128, 4) I16 or F16
+    absl::Status s = LoadInlinePacked(path, "m.l.").status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << dtype;
+    EXPECT_THAT(std::string(s.message()),
+                ::testing::HasSubstr("'m.l.qweight' has dtype " + std::string(dtype)));
+  }
 }
 
 TEST(BenchmarkRequestTest, ParsesShapesDTypesAndCounts) {
