@@ -1,4 +1,5 @@
 // `dequantctl benchmark` (see commands.h).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -86,7 +87,11 @@ absl::Status RunBenchmark(DequantClient& client, const v1::BenchmarkRequest& req
          r.correct() ? "yes" : "NO", r.launch_config(), absl::StrJoin(counters, " ")});
   }
   table.Print(out);
-  out << "* median and mean differ by more than 15%\n";
+  const auto& rows = response->rows();
+  if (std::any_of(rows.begin(), rows.end(),
+                  [](const v1::BenchmarkRow& r) { return r.divergent(); })) {
+    out << "* median and mean differ by more than 15%\n";
+  }
   if (!response->note().empty()) out << "note: " << response->note() << '\n';
   return absl::OkStatus();
 }

@@ -17,6 +17,7 @@ namespace dequantd {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Answers Dequantize with `script` (then `final_status`), the other calls with canned protos.
 class ScriptedService final : public v1::DequantService::Service {
@@ -233,6 +234,15 @@ TEST_F(FakeServerTest, BenchmarkSendsRequestAndRendersRows) {
   EXPECT_THAT(out.str(), HasSubstr("3376.4"));  // GB/s
   EXPECT_THAT(out.str(), HasSubstr("82.3"));    // % of peak
   EXPECT_THAT(out.str(), HasSubstr("block=256"));
+  EXPECT_THAT(out.str(), HasSubstr("* median and mean differ by more than 15%"));
+
+  // No divergent row: no star, no footnote.
+  service_.benchmark.mutable_rows(0)->set_divergent(false);
+  std::ostringstream calm;
+  ASSERT_TRUE(RunBenchmark(*client_, *request, calm).ok());
+  EXPECT_THAT(calm.str(), HasSubstr("12.5"));
+  EXPECT_THAT(calm.str(), Not(HasSubstr("12.5*")));
+  EXPECT_THAT(calm.str(), Not(HasSubstr("differ by more than 15%")));
 }
 
 }  // namespace
