@@ -1,8 +1,10 @@
 // `dequantctl dequantize-layers` (see commands.h).
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -77,6 +79,14 @@ absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options
 absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOptions& options,
                                  std::ostream& out) {
   if (absl::Status s = CheckDequantizeLayersOptions(options); !s.ok()) return s;
+  if (!options.out_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(options.out_dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create --out-dir \"", options.out_dir, "\": ", error.message()));
+    }
+  }
   v1::DequantizeLayersRequest request;
   for (absl::string_view name : absl::StrSplit(options.tensors, ',', absl::SkipEmpty())) {
     request.add_tensors(std::string(name));

@@ -46,7 +46,7 @@ struct DequantizeLayersOptions {
   std::string tensors;         // --tensors: comma-separated layers; empty = every layer
   std::string dtype = "fp16";  // --dtype: fp16, bf16 or fp32
   int64_t chunk_bytes = 0;     // --chunk-bytes: 0 = server default
-  std::string out_dir;         // --out-dir: one DIR/<layer>.npy per layer (must exist)
+  std::string out_dir;         // --out-dir: one DIR/<layer>.npy per layer (DIR is created)
   std::string out;             // --out: one FILE.safetensors holding every layer (once each)
 };
 // Usage checks: at most one of out / out_dir, out ends in .safetensors, dtype, chunk_bytes >= 0.

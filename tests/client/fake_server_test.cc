@@ -3,6 +3,8 @@
 // list/info/benchmark output is rendered from the protos.
 #include <grpcpp/grpcpp.h>
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -12,6 +14,7 @@
 #include "client/commands.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/client/test_dir.h"
 
 namespace dequantd {
 namespace {
@@ -243,6 +246,24 @@ TEST_F(FakeServerTest, BenchmarkSendsRequestAndRendersRows) {
   EXPECT_THAT(calm.str(), HasSubstr("12.5"));
   EXPECT_THAT(calm.str(), Not(HasSubstr("12.5*")));
   EXPECT_THAT(calm.str(), Not(HasSubstr("differ by more than 15%")));
+}
+
+TEST_F(FakeServerTest, DequantizeLayersCreatesTheOutDir) {
+  service_.script = {LayerHeader("m.a", 1, 8), Chunk(0, std::string(16, 'x'))};
+  DequantizeLayersOptions options;
+  options.out_dir = client_test::TempPath("layers_out") + "/new/nested";
+  std::ostringstream out;
+  absl::Status status = RunDequantizeLayers(*client_, options, out);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(std::filesystem::is_regular_file(options.out_dir + "/m.a.npy"));
+
+  // A file where a directory must be.
+  const std::string file = client_test::TempPath("layers_out_file");
+  std::ofstream(file) << "x";
+  options.out_dir = file + "/sub";
+  status = RunDequantizeLayers(*client_, options, out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("--out-dir"));
 }
 
 }  // namespace
