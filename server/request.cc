@@ -28,7 +28,11 @@ absl::Status CheckLength(const char* field, std::string_view bytes, int64_t expe
 
 }  // namespace
 
-int64_t EffectiveChunkBytes(int64_t requested, int64_t default_bytes) {
+absl::StatusOr<int64_t> EffectiveChunkBytes(int64_t requested, int64_t default_bytes) {
+  if (requested < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_bytes must be >= 0 (0 = server default), got ", requested));
+  }
   const int64_t bytes = requested == 0 ? default_bytes : requested;
   return std::clamp(bytes, kMinChunkBytes, kMaxChunkBytes);
 }

@@ -13,11 +13,12 @@
 
 namespace dequantd {
 
-// Payload bytes per response message: requested 0 -> `default_bytes`; otherwise clamped to
-// [kMinChunkBytes, kMaxChunkBytes].
+// Payload bytes per response message: requested 0 -> `default_bytes`; a positive request is
+// clamped to [kMinChunkBytes, kMaxChunkBytes]; a negative one is INVALID_ARGUMENT naming
+// "chunk_bytes".
 inline constexpr int64_t kMinChunkBytes = int64_t{64} << 10;
 inline constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
-int64_t EffectiveChunkBytes(int64_t requested, int64_t default_bytes);
+absl::StatusOr<int64_t> EffectiveChunkBytes(int64_t requested, int64_t default_bytes);
 
 // output_dtype: UNSPECIFIED -> fp16; FP16, BF16, FP32 accepted; anything else (INT32, unknown
 // numbers) -> INVALID_ARGUMENT naming "output_dtype".

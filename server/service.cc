@@ -175,11 +175,12 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
                      " = ", shape.K, " * ", shape.N, " * ", DTypeSize(*out_dtype),
                      "), more than the server's max_output_bytes = ", options_.max_output_bytes));
   }
-  const int64_t chunk_bytes =
+  absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
+  if (!chunk_bytes.ok()) return chunk_bytes.status();
   GrpcResultSink sink(context, writer, {ResultLayer{.tensor = "", .shape = shape}},
                       /*per_layer=*/false, *out_dtype, backend_info_.name, metrics_);
-  return backend_->Dequantize(source, *out_dtype, chunk_bytes, sink);
+  return backend_->Dequantize(source, *out_dtype, *chunk_bytes, sink);
 }
 
 grpc::Status DequantService::DequantizeLayers(grpc::ServerContext* context,
@@ -225,11 +226,12 @@ absl::Status DequantService::DoDequantizeLayers(
         "the results of the ", layers.size(), " tensors are ", output_bytes,
         " bytes in all, more than the server's max_output_bytes = ", options_.max_output_bytes));
   }
-  const int64_t chunk_bytes =
+  absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
+  if (!chunk_bytes.ok()) return chunk_bytes.status();
   GrpcResultSink sink(context, writer, std::move(results), /*per_layer=*/true, *out_dtype,
                       backend_info_.name, metrics_);
-  return backend_->DequantizeLayers(layers, *out_dtype, chunk_bytes, sink);
+  return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, sink);
 }
 
 grpc::Status DequantService::GetServerInfo(grpc::ServerContext*, const v1::GetServerInfoRequest*,

@@ -2,6 +2,7 @@
 // each bad field is refused with its exact status code and a message naming the field.
 #include "server/request.h"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -197,12 +198,16 @@ TEST(OutputDTypeTest, RoundTripsToProto) {
   EXPECT_EQ(DTypeToProto(DType::kI32), v1::DTYPE_INT32);
 }
 
-TEST(EffectiveChunkBytesTest, DefaultsAndClamps) {
-  EXPECT_EQ(EffectiveChunkBytes(0, 1 << 20), 1 << 20);
-  EXPECT_EQ(EffectiveChunkBytes(1, 1 << 20), 64 << 10);
-  EXPECT_EQ(EffectiveChunkBytes(-5, 1 << 20), 64 << 10);
-  EXPECT_EQ(EffectiveChunkBytes(100000, 1 << 20), 100000);
-  EXPECT_EQ(EffectiveChunkBytes(64 << 20, 1 << 20), 4 << 20);
+TEST(EffectiveChunkBytesTest, DefaultsClampsAndRefusesNegative) {
+  EXPECT_EQ(*EffectiveChunkBytes(0, 1 << 20), 1 << 20);
+  EXPECT_EQ(*EffectiveChunkBytes(1, 1 << 20), 64 << 10);
+  EXPECT_EQ(*EffectiveChunkBytes(100000, 1 << 20), 100000);
+  EXPECT_EQ(*EffectiveChunkBytes(64 << 20, 1 << 20), 4 << 20);
+  for (int64_t negative : {int64_t{-1}, int64_t{-5}, INT64_MIN}) {
+    absl::StatusOr<int64_t> bytes = EffectiveChunkBytes(negative, 1 << 20);
+    EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument) << negative;
+    EXPECT_THAT(std::string(bytes.status().message()), HasSubstr("chunk_bytes")) << negative;
+  }
 }
 
 }  // namespace
