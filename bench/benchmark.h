@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,9 @@ struct BenchmarkRequest {
   std::vector<DType> output_dtypes;   // empty = {fp16}
   int trials = 0;                     // 0 = 5; at most 1000
   int runs = 0;                       // runs per trial; 0 = 20; at most 10000
-  bool hardware_counters = false;     // not collected by this library (see the note)
+  bool hardware_counters = false;     // CUDA with CUPTI: BenchmarkRow::counters of each kernel
+                                      // variant (one extra, replayed launch after timing); else
+                                      // or on failure, the note says why they are missing
 
   // Not on the wire:
   Backend backend = Backend::kAuto;
@@ -90,6 +93,9 @@ struct BenchmarkRow {
   double throughput_fraction_of_peak = 0;  // throughput_bytes_per_second / peak
   bool correct = false;  // every trial matched the CPU reference (copy rows: true, not checked)
   std::string launch_config;  // e.g. "block=256,words=4,rows=2"; "" when not applicable
+  // Hardware counters of one launch (bench/hw_counters.h names: percentages 0..100, bytes), when
+  // requested and available; empty for copy rows and on the CPU.
+  std::map<std::string, double> counters;
 };
 
 struct BenchmarkResult {

@@ -3,7 +3,7 @@
 //   dequantd_bench [--shapes KxN,...] [--group-size 128] [--dtypes fp16,bf16,fp32]
 //                  [--variants v1_per_element,...] [--trials 5] [--runs 20] [--markdown]
 //                  [--backend auto|cpu|cuda] [--device 0] [--seed S] [--commit SHA]
-//                  [--peak-copy-mib MiB] [--tune-cache PATH]
+//                  [--peak-copy-mib MiB] [--tune-cache PATH] [--hardware-counters]
 //   dequantd_bench --grouped MODEL [--dtypes fp16] [--runs R] [--device D] [--seed S]
 //                  [--peak-copy-mib MiB]
 //     (CUDA builds: every layer of MODEL, e.g. qwen2.5-1.5b, in one grouped launch;
@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "bench/benchmark.h"
@@ -39,7 +41,7 @@ constexpr const char* kUsage =
     "usage: dequantd_bench [--shapes KxN,...] [--group-size G] [--dtypes fp16,bf16,fp32]\n"
     "                      [--variants NAME,...] [--trials T] [--runs R] [--markdown]\n"
     "                      [--backend auto|cpu|cuda] [--device D] [--seed S] [--commit SHA]\n"
-    "                      [--peak-copy-mib MiB] [--tune-cache PATH]\n"
+    "                      [--peak-copy-mib MiB] [--tune-cache PATH] [--hardware-counters]\n"
     "       dequantd_bench --grouped qwen2.5-1.5b [--dtypes fp16] [--runs R] [--device D]\n"
     "                      [--seed S] [--peak-copy-mib MiB]\n";
 
@@ -97,6 +99,20 @@ int RunGrouped(const std::string& model, const BenchmarkRequest& request) {
 #endif
 }
 
+// --hardware-counters: one line per row that has them (after the table).
+void PrintCounters(const dequantd::bench::BenchmarkResult& result, bool markdown) {
+  for (const dequantd::bench::BenchmarkRow& row : result.rows) {
+    if (row.counters.empty()) continue;
+    std::string line =
+        absl::StrCat(markdown ? "- " : "", "counters ", row.variant, " ", row.K, "x", row.N, " ",
+                     std::string(dequantd::DTypeName(row.output_dtype)), ":");
+    for (const auto& [name, value] : row.counters) {
+      absl::StrAppend(&line, " ", name, "=", absl::StrFormat("%.6g", value));
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,6 +126,10 @@ int main(int argc, char** argv) {
     const absl::string_view flag = args[i];
     if (flag == "--markdown") {
       markdown = true;
+      continue;
+    }
+    if (flag == "--hardware-counters") {
+      request.hardware_counters = true;
       continue;
     }
     if (flag == "--help" || flag == "-h") {
@@ -189,6 +209,7 @@ int main(int argc, char** argv) {
   }
   const std::string table = dequantd::bench::FormatTable(*result, {UtcNow(), commit}, markdown);
   std::fputs(table.c_str(), stdout);
+  PrintCounters(*result, markdown);
   for (const auto& row : result->rows) {
     if (!row.correct) return 1;
   }

@@ -153,6 +153,7 @@ v1::BenchmarkResponse BenchmarkResponseToProto(const bench::BenchmarkResult& res
     row->set_throughput_fraction_of_peak(r.throughput_fraction_of_peak);
     row->set_correct(r.correct);
     row->set_launch_config(r.launch_config);
+    row->mutable_counters()->insert(r.counters.begin(), r.counters.end());
   }
   // The library notes what it could not do (e.g. counters on the CPU); say it when it did not.
   std::string note = result.note;

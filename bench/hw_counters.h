@@ -1,0 +1,45 @@
+// Hardware counters of one kernel launch, read in process with CUPTI's Range Profiler (CUDA 13:
+// cupti_range_profiler.h, cupti_profiler_host.h, cupti_profiler_target.h). Used by the CUDA
+// benchmark when BenchmarkRequest::hardware_counters is set (issue 4, part 2); never by Dequantize.
+//
+// Builds without CUPTI (CMake option DEQUANTD_CUPTI=OFF, or libcupti not found) compile a stub
+// whose MeasureCounters returns UNAVAILABLE.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace dequantd::bench {
+
+// The metrics MeasureCounters returns, in Nsight Compute's names and units:
+//   dram__throughput.avg.pct_of_peak_sustained_elapsed  percent, 0..100
+//   lts__t_sector_hit_rate.pct                          percent (L2), 0..100
+//   l1tex__t_sector_hit_rate.pct                        percent (L1/tex), 0..100
+//   dram__bytes_read.sum                                bytes
+//   dram__bytes_write.sum                               bytes
+const std::vector<std::string>& HardwareCounterNames();
+
+// Profiles the kernels that `launch` enqueues on `stream` (the current device's primary context)
+// as one range: CUPTI replays each kernel as often as the metrics need (kernel replay, memory
+// saved and restored between passes), so `launch` runs once but its kernels several times. The
+// first kernel's values are returned (the benchmark's launches are single kernels); percentages
+// are clamped to [0, 100]. Blocking (synchronizes `stream`).
+//
+// Errors: UNAVAILABLE when profiling cannot run here (no CUPTI in this build, driver refuses:
+// CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, unsupported device, another profiler attached); INTERNAL
+// for other CUPTI failures; whatever `launch` returns. The message names the CUPTI call and its
+// result string.
+//
+// Thread-safety: serialized internally (one profiling session per process at a time); must not
+// run concurrently with other work on the same device if the numbers are to mean anything.
+absl::StatusOr<std::map<std::string, double>> MeasureCounters(
+    const std::function<absl::Status(cudaStream_t)>& launch, cudaStream_t stream);
+
+}  // namespace dequantd::bench
