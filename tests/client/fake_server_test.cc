@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -33,13 +34,18 @@ class ScriptedService final : public v1::DequantService::Service {
 
   grpc::Status Dequantize(grpc::ServerContext*, const v1::DequantizeRequest*,
                           grpc::ServerWriter<v1::DequantizeResponse>* writer) override {
-    for (const v1::DequantizeResponse& r : script) writer->Write(r);
-    return final_status;
+    return Play(*writer);
   }
   grpc::Status DequantizeLayers(grpc::ServerContext*, const v1::DequantizeLayersRequest*,
                                 grpc::ServerWriter<v1::DequantizeResponse>* writer) override {
-    for (const v1::DequantizeResponse& r : script) writer->Write(r);
-    return final_status;
+    return Play(*writer);
+  }
+  // Tests set `script` between calls; a handler whose client cancelled may still be running on a
+  // gRPC thread then, so it plays a copy taken at its start (under the lock) and stops at the
+  // first failed write.
+  void SetScript(std::vector<v1::DequantizeResponse> s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    script = std::move(s);
   }
   grpc::Status ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest*,
                            v1::ListTensorsResponse* response) override {
@@ -64,6 +70,22 @@ class ScriptedService final : public v1::DequantService::Service {
     *response = benchmark;
     return grpc::Status::OK;
   }
+
+ private:
+  grpc::Status Play(grpc::ServerWriter<v1::DequantizeResponse>& writer) {
+    std::vector<v1::DequantizeResponse> copy;
+    grpc::Status status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      copy = script;
+      status = final_status;
+    }
+    for (const v1::DequantizeResponse& r : copy) {
+      if (!writer.Write(r)) break;
+    }
+    return status;
+  }
+  std::mutex mu_;
 };
 
 class FakeServerTest : public ::testing::Test {
@@ -113,15 +135,15 @@ class FakeServerTest : public ::testing::Test {
 };
 
 TEST_F(FakeServerTest, ReassemblesContiguousChunks) {
-  service_.script = {Header(1, 8, 16), Chunk(0, "0123456789"), Chunk(10, "abcdef")};
+  service_.SetScript({Header(1, 8, 16), Chunk(0, "0123456789"), Chunk(10, "abcdef")});
   absl::StatusOr<DequantizedTensor> r = Dequantize();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(std::string(r->data.begin(), r->data.end()), "0123456789abcdef");
 }
 
 TEST_F(FakeServerTest, LayersReassembleEachLayerFromOffsetZero) {
-  service_.script = {LayerHeader("a", 1, 8), Chunk(0, "0123456789"), Chunk(10, "abcdef"),
-                     LayerHeader("b", 1, 8), Chunk(0, "ABCDEFGHIJKLMNOP")};
+  service_.SetScript({LayerHeader("a", 1, 8), Chunk(0, "0123456789"), Chunk(10, "abcdef"),
+                      LayerHeader("b", 1, 8), Chunk(0, "ABCDEFGHIJKLMNOP")});
   absl::StatusOr<std::vector<DequantizedTensor>> r = DequantizeLayers();
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->size(), 2u);
@@ -130,7 +152,7 @@ TEST_F(FakeServerTest, LayersReassembleEachLayerFromOffsetZero) {
   EXPECT_EQ((*r)[1].header.tensor(), "b");
   EXPECT_EQ(std::string((*r)[1].data.begin(), (*r)[1].data.end()), "ABCDEFGHIJKLMNOP");
 
-  service_.script = {};  // no layers at all (an empty model)
+  service_.SetScript({});  // no layers at all (an empty model)
   r = DequantizeLayers();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->empty());
@@ -138,43 +160,43 @@ TEST_F(FakeServerTest, LayersReassembleEachLayerFromOffsetZero) {
 
 TEST_F(FakeServerTest, MalformedLayerStreamsAreDataLoss) {
   // Layer "a" cut short by the next header.
-  service_.script = {LayerHeader("a", 1, 8), Chunk(0, "01234567"), LayerHeader("b", 1, 8),
-                     Chunk(0, "ABCDEFGHIJKLMNOP")};
+  service_.SetScript({LayerHeader("a", 1, 8), Chunk(0, "01234567"), LayerHeader("b", 1, 8),
+                      Chunk(0, "ABCDEFGHIJKLMNOP")});
   absl::StatusOr<std::vector<DequantizedTensor>> r = DequantizeLayers();
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("\"a\""));
   // The last layer ending short; a header without tensor; chunks before any header.
-  service_.script = {LayerHeader("a", 1, 8), Chunk(0, "01234567")};
+  service_.SetScript({LayerHeader("a", 1, 8), Chunk(0, "01234567")});
   EXPECT_EQ(DequantizeLayers().status().code(), absl::StatusCode::kDataLoss);
-  service_.script = {Header(1, 8, 16), Chunk(0, "0123456789abcdef")};
+  service_.SetScript({Header(1, 8, 16), Chunk(0, "0123456789abcdef")});
   EXPECT_EQ(DequantizeLayers().status().code(), absl::StatusCode::kDataLoss);
-  service_.script = {Chunk(0, "0123456789abcdef")};
+  service_.SetScript({Chunk(0, "0123456789abcdef")});
   EXPECT_EQ(DequantizeLayers().status().code(), absl::StatusCode::kDataLoss);
   // Offsets restart at 0 per layer: continuing layer a's offsets is a gap.
-  service_.script = {LayerHeader("a", 1, 8), Chunk(0, "0123456789abcdef"), LayerHeader("b", 1, 8),
-                     Chunk(16, "ABCDEFGHIJKLMNOP")};
+  service_.SetScript({LayerHeader("a", 1, 8), Chunk(0, "0123456789abcdef"), LayerHeader("b", 1, 8),
+                      Chunk(16, "ABCDEFGHIJKLMNOP")});
   EXPECT_EQ(DequantizeLayers().status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(FakeServerTest, GapInOffsetsIsDataLoss) {
-  service_.script = {Header(1, 8, 16), Chunk(0, "01234567"), Chunk(9, "abcdefg")};
+  service_.SetScript({Header(1, 8, 16), Chunk(0, "01234567"), Chunk(9, "abcdefg")});
   EXPECT_EQ(Dequantize().status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(FakeServerTest, StreamEndingShortIsDataLoss) {
-  service_.script = {Header(1, 8, 16), Chunk(0, "01234567")};
+  service_.SetScript({Header(1, 8, 16), Chunk(0, "01234567")});
   absl::Status s = Dequantize().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(s.message()), HasSubstr("8 of 16 bytes"));
 }
 
 TEST_F(FakeServerTest, MissingHeaderIsDataLoss) {
-  service_.script = {Chunk(0, "01234567")};
+  service_.SetScript({Chunk(0, "01234567")});
   EXPECT_EQ(Dequantize().status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(FakeServerTest, ServerErrorMidStreamKeepsItsCode) {
-  service_.script = {Header(1, 8, 16), Chunk(0, "01234567")};
+  service_.SetScript({Header(1, 8, 16), Chunk(0, "01234567")});
   service_.final_status = grpc::Status(grpc::StatusCode::INTERNAL, "device lost");
   EXPECT_EQ(Dequantize().status(), absl::InternalError("device lost"));
 }
@@ -249,7 +271,7 @@ TEST_F(FakeServerTest, BenchmarkSendsRequestAndRendersRows) {
 }
 
 TEST_F(FakeServerTest, DequantizeLayersCreatesTheOutDir) {
-  service_.script = {LayerHeader("m.a", 1, 8), Chunk(0, std::string(16, 'x'))};
+  service_.SetScript({LayerHeader("m.a", 1, 8), Chunk(0, std::string(16, 'x'))});
   DequantizeLayersOptions options;
   options.out_dir = client_test::TempPath("layers_out") + "/new/nested";
   std::ostringstream out;
