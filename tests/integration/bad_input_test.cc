@@ -27,12 +27,10 @@ class BadInputTest : public ::testing::TestWithParam<BadInput> {
     checkpoint_layer_ = new RandomLayer(
         MakeRandomLayer("model.layers.0.self_attn.o_proj", 64, 32, 32, DType::kF16, 22));
     const std::string dir = MakeTempDir("bad_input");
-    const absl::Status written = WriteCheckpoint(dir, {*checkpoint_layer_}, 32);
-    ASSERT_TRUE(written.ok()) << written;
     ServerOptions options;
-    options.model_dir = dir;
     options.max_request_bytes = kMaxRequestBytes;
-    absl::StatusOr<std::unique_ptr<TestServer>> server = StartCpuServer(options);
+    absl::StatusOr<std::unique_ptr<TestServer>> server =
+        StartCpuServerOnCheckpoint(dir, {*checkpoint_layer_}, 32, options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }

@@ -25,11 +25,8 @@ class BenchmarkTest : public ::testing::Test {
     layer_ = new RandomLayer(
         MakeRandomLayer("model.layers.0.mlp.up_proj", 256, 512, 64, DType::kBF16, 61));
     dir_ = new std::string(MakeTempDir("benchmark"));
-    const absl::Status written = WriteCheckpoint(*dir_, {*layer_}, 64);
-    ASSERT_TRUE(written.ok()) << written;
-    ServerOptions options;
-    options.model_dir = *dir_;
-    absl::StatusOr<std::unique_ptr<TestServer>> server = StartCpuServer(options);
+    absl::StatusOr<std::unique_ptr<TestServer>> server =
+        StartCpuServerOnCheckpoint(*dir_, {*layer_}, 64);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }

@@ -82,11 +82,8 @@ class DequantctlTest : public ::testing::Test {
     layer_ = new RandomLayer(
         MakeRandomLayer("model.layers.0.self_attn.v_proj", 256, 192, 64, DType::kF16, 31));
     dir_ = new std::string(MakeTempDir("dequantctl"));
-    const absl::Status written = WriteCheckpoint(*dir_ + "/model", {*layer_}, 64);
-    ASSERT_TRUE(written.ok()) << written;
-    ServerOptions options;
-    options.model_dir = *dir_ + "/model";
-    absl::StatusOr<std::unique_ptr<TestServer>> server = StartCpuServer(options);
+    absl::StatusOr<std::unique_ptr<TestServer>> server =
+        StartCpuServerOnCheckpoint(*dir_ + "/model", {*layer_}, 64);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }

@@ -26,13 +26,11 @@ class LayersTest : public ::testing::Test {
         MakeRandomLayer("model.layers.1.mlp.up_proj", 128, 4672, 64, DType::kBF16, 13),
     };
     dir_ = new std::string(MakeTempDir("layers"));
-    const absl::Status written = WriteCheckpoint(*dir_, *layers_, 64);
-    ASSERT_TRUE(written.ok()) << written;
     ServerOptions options;
-    options.model_dir = *dir_;
     // Results in fp16: 512*1440*2 = 1,474,560; 256*256*2 = 131,072; 128*4672*2 = 1,196,032.
     options.max_output_bytes = 4'000'000;
-    absl::StatusOr<std::unique_ptr<TestServer>> server = StartCpuServer(options);
+    absl::StatusOr<std::unique_ptr<TestServer>> server =
+        StartCpuServerOnCheckpoint(*dir_, *layers_, 64, options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }

@@ -24,11 +24,8 @@ class TestCheckpointTest : public ::testing::Test {
         MakeRandomLayer("model.layers.1.mlp.up_proj", 128, 4672, 64, DType::kBF16, 3),
     };
     dir_ = new std::string(MakeTempDir("test_checkpoint"));
-    const absl::Status written = WriteCheckpoint(*dir_, *layers_, 64);
-    ASSERT_TRUE(written.ok()) << written;
-    ServerOptions options;
-    options.model_dir = *dir_;
-    absl::StatusOr<std::unique_ptr<TestServer>> server = StartCpuServer(options);
+    absl::StatusOr<std::unique_ptr<TestServer>> server =
+        StartCpuServerOnCheckpoint(*dir_, *layers_, 64);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }

@@ -133,6 +133,16 @@ class RemoveTempDir : public ::testing::Environment {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServerOnCheckpoint(
+    const std::string& dir, const std::vector<RandomLayer>& layers, int64_t group_size,
+    ServerOptions options) {
+  if (absl::Status written = WriteCheckpoint(dir, layers, group_size); !written.ok()) {
+    return written;
+  }
+  options.model_dir = dir;
+  return StartCpuServer(std::move(options));
+}
+
 std::string MakeTempDir(const std::string& name) {
   const fs::path dir = ProcessTempDir() / name;
   fs::remove_all(dir);

@@ -60,6 +60,11 @@ inline absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServer(ServerOptions 
   return StartServer(std::move(options), "cpu");
 }
 
+// WriteCheckpoint(dir, layers, group_size), then StartCpuServer with options.model_dir = dir.
+absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServerOnCheckpoint(
+    const std::string& dir, const std::vector<RandomLayer>& layers, int64_t group_size,
+    ServerOptions options = {});
+
 // The bundled model directory: $DEQUANTD_MODEL_DIR, else <source>/models/smollm2-135m-awq if
 // it holds a config.json; empty if neither exists.
 std::string BundledModelDir();
