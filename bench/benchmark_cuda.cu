@@ -342,7 +342,8 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
   if (request.hardware_counters) {
     const std::string counters_note =
         counters_status.ok()
-            ? "hardware counters: CUPTI range profiler, one kernel-replayed launch per kernel row"
+            ? "hardware counters: CUPTI range profiler, one launch per kernel row, L2 flushed "
+              "before each replay pass"
             : absl::StrCat("hardware counters unavailable: ", counters_status.message());
     result.note =
         result.note.empty() ? counters_note : absl::StrCat(counters_note, "; ", result.note);

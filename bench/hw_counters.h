@@ -26,15 +26,21 @@ namespace dequantd::bench {
 //   dram__bytes_write.sum                               bytes
 const std::vector<std::string>& HardwareCounterNames();
 
-// Profiles the kernels that `launch` enqueues on `stream` (the current device's primary context)
-// as one range: CUPTI replays each kernel as often as the metrics need (kernel replay, memory
-// saved and restored between passes), so `launch` runs once but its kernels several times. The
-// first kernel's values are returned (the benchmark's launches are single kernels); percentages
-// are clamped to [0, 100]. Blocking (synchronizes `stream`).
+// Profiles the first kernel that `launch` enqueues on `stream` (the current device's primary
+// context), measured from that kernel's start to its end, the boundary Nsight Compute uses.
+// `launch` is called once per replay pass (a handful; user replay, no memory is saved or restored)
+// and must enqueue the same kernels each time with results that do not depend on earlier passes:
+// true of the dequantize kernels, whose outputs are a function of inputs they never write. Before
+// every pass the L2 is flushed (bench/l2_flush.h: 4 x L2 read, allocated per call) so each pass
+// starts as Nsight Compute's default --cache-control all starts it: nothing left dirty by earlier
+// work, nothing of the inputs cached. The first kernel's values are returned (the benchmark's
+// launches are single kernels); percentages are clamped to [0, 100]. Blocking (synchronizes
+// `stream`).
 //
 // Errors: UNAVAILABLE when profiling cannot run here (no CUPTI in this build, driver refuses:
 // CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, unsupported device, another profiler attached); INTERNAL
-// for other CUPTI failures; whatever `launch` returns. The message names the CUPTI call and its
+// for other CUPTI failures; RESOURCE_EXHAUSTED when the flush buffer does not fit in device
+// memory; whatever `launch` returns. The message names the CUPTI call and its
 // result string.
 //
 // Thread-safety: serialized internally (one profiling session per process at a time); must not
