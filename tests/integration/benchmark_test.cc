@@ -190,7 +190,7 @@ std::pair<int, std::string> Shell(const std::string& command) {
 
 TEST_F(BenchmarkTest, DequantctlBenchmarkPrintsTheTable) {
   const auto [code, output] =
-      Shell(absl::StrCat(DEQUANTCTL_PATH, " --server ", server_->address,
+      Shell(absl::StrCat(DequantctlPath(), " --server ", server_->address,
                          " benchmark --shapes 128x256 --trials 2 --runs 3"));
   ASSERT_EQ(code, 0) << output;
   EXPECT_THAT(output, HasSubstr("device: CPU"));
@@ -202,7 +202,7 @@ TEST_F(BenchmarkTest, DequantctlBenchmarkPrintsTheTable) {
 }
 
 TEST_F(BenchmarkTest, DequantctlBenchmarkErrorExitsNonZeroWithTheStatus) {
-  const auto [code, output] = Shell(absl::StrCat(DEQUANTCTL_PATH, " --server ", server_->address,
+  const auto [code, output] = Shell(absl::StrCat(DequantctlPath(), " --server ", server_->address,
                                                  " benchmark --shapes 128x256 --trials 101"));
   EXPECT_NE(code, 0);
   EXPECT_THAT(output, HasSubstr("INVALID_ARGUMENT"));

@@ -1,6 +1,6 @@
-// Runs the real dequantctl binary (DEQUANTCTL_PATH) against an in-process server: exit codes,
-// the files it writes (.npy, .safetensors, raw) byte for byte, --packed input, --compare, and
-// one-line errors.
+// Runs the real dequantctl binary (DequantctlPath(): $DEQUANTCTL or the build's) against an
+// in-process server: exit codes, the files it writes (.npy, .safetensors, raw) byte for byte,
+// --packed input, --compare, and one-line errors.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,7 +43,7 @@ std::string ReadAll(const std::string& path) {
 // Runs dequantctl with `args`, capturing stdout and stderr through files in `dir`.
 CommandResult RunDequantctl(const std::string& dir, const std::vector<std::string>& args) {
   const std::string out_path = dir + "/stdout.txt", err_path = dir + "/stderr.txt";
-  std::vector<std::string> argv_strings = {DEQUANTCTL_PATH};
+  std::vector<std::string> argv_strings = {DequantctlPath()};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_strings) argv.push_back(a.data());

@@ -186,6 +186,11 @@ std::string BundledModelDir() {
   return fs::exists(dir / "config.json") ? dir.string() : std::string();
 }
 
+std::string DequantctlPath() {
+  if (const char* env = std::getenv("DEQUANTCTL"); env != nullptr && *env != '\0') return env;
+  return DEQUANTCTL_PATH;
+}
+
 bool NamesField(const std::string& message, const std::string& field) {
   auto is_ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   for (size_t pos = message.find(field); pos != std::string::npos;

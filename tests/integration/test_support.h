@@ -69,6 +69,10 @@ absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServerOnCheckpoint(
 // it holds a config.json; empty if neither exists.
 std::string BundledModelDir();
 
+// The dequantctl binary the tests run: $DEQUANTCTL (e.g. a copy on the GPU machine, where the
+// build tree's path does not exist), else the build's own (DEQUANTCTL_PATH).
+std::string DequantctlPath();
+
 // Whether `message` contains `field` as a whole word (not inside a longer identifier).
 bool NamesField(const std::string& message, const std::string& field);
 
