@@ -7,7 +7,8 @@
 # $OUT (default ./out): device.txt, cuda_test.log/.xml, quick_bench.log, bench.log, server.log.
 # Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench grouped server
 #   (default: all). Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS,
-#   GROUPED_ARGS, SERVER_TEST_FILTER (environment).
+#   GROUPED_ARGS, SERVER_TEST_FILTER (environment). The integration tests run dequantctl: set
+#   DEQUANTCTL to the bundle's copy (the build tree's path does not exist there).
 # Exit status: non-zero when any step that ran failed.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
@@ -65,9 +66,12 @@ if want server; then
   for t in server_test integration_test observability_test autotune_test bench_test; do
     have "$t" || continue
     echo "== $t"
-    "$t" --gtest_filter="${SERVER_TEST_FILTER:-*}" >>"$OUT/server.log" 2>&1
+    log=$(mktemp)
+    "$t" --gtest_filter="${SERVER_TEST_FILTER:-*}" >"$log" 2>&1
     rc=$?
-    grep -E "^\[  (FAILED|PASSED) |^\[==========\]" "$OUT/server.log" | tail -20
+    grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]" "$log" | tail -20
+    cat "$log" >>"$OUT/server.log"
+    rm -f "$log"
     [ $rc -eq 0 ] || failed+=("$t($rc)")
   done
 fi
