@@ -26,25 +26,28 @@ namespace dequantd::bench {
 //   dram__bytes_write.sum                               bytes
 const std::vector<std::string>& HardwareCounterNames();
 
-// Profiles the first kernel that `launch` enqueues on `stream` (the current device's primary
+// Profiles the one kernel that `launch` enqueues on `stream` (the current device's primary
 // context), measured from that kernel's start to its end, the boundary Nsight Compute uses.
 // `launch` is called once per replay pass (a handful; user replay, no memory is saved or restored)
-// and must enqueue the same kernels each time with results that do not depend on earlier passes:
-// true of the dequantize kernels, whose outputs are a function of inputs they never write. Before
-// every pass the L2 is flushed (bench/l2_flush.h: 4 x L2 read, allocated per call) so each pass
-// starts as Nsight Compute's default --cache-control all starts it: nothing left dirty by earlier
-// work, nothing of the inputs cached. The first kernel's values are returned (the benchmark's
-// launches are single kernels); percentages are clamped to [0, 100]. Blocking (synchronizes
-// `stream`).
+// and must enqueue the same single kernel each time with results that do not depend on earlier
+// passes: true of the dequantize kernels, whose outputs are a function of inputs they never
+// write. Before every pass the L2 is flushed (bench/l2_flush.h: 4 x L2 read, allocated per call)
+// so each pass starts as Nsight Compute's default --cache-control all starts it: nothing left dirty
+// by earlier work, nothing of the inputs cached. Percentages are clamped to [0, 100]. Blocking
+// (synchronizes `stream`).
+//
+// Profiling covers every kernel of the context, so kernels other threads launch meanwhile (a
+// server's Dequantize calls) are seen: they run normally, once, with correct results, but the
+// session is discarded and tried again, up to 3 times. While a session runs, other threads' kernels
+// may be serialized with ours and wait behind the flushes (milliseconds).
 //
 // Errors: UNAVAILABLE when profiling cannot run here (no CUPTI in this build, driver refuses:
-// CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, unsupported device, another profiler attached); INTERNAL
-// for other CUPTI failures; RESOURCE_EXHAUSTED when the flush buffer does not fit in device
-// memory; whatever `launch` returns. The message names the CUPTI call and its
-// result string.
+// CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, unsupported device, another profiler attached) or when
+// other kernels ran during all 3 sessions ("the device was busy"); INTERNAL for other CUPTI
+// failures; RESOURCE_EXHAUSTED when the flush buffer does not fit in device memory; whatever
+// `launch` returns. The message names the CUPTI call and its result string.
 //
-// Thread-safety: serialized internally (one profiling session per process at a time); must not
-// run concurrently with other work on the same device if the numbers are to mean anything.
+// Thread-safety: serialized internally (one profiling session per process at a time).
 absl::StatusOr<std::map<std::string, double>> MeasureCounters(
     const std::function<absl::Status(cudaStream_t)>& launch, cudaStream_t stream);
 

@@ -30,9 +30,12 @@
 namespace dequantd::bench {
 namespace {
 
-// Kernels profiled per session: the benchmark's launches are one kernel each; a few spare ranges
-// keep a multi-kernel launch from dropping data.
+// Ranges per session: the launch is one kernel; the spare ranges let CUPTI record kernels that
+// other threads ran meanwhile, so that they are detected (and the session retried).
 constexpr size_t kMaxRanges = 4;
+
+// Sessions tried before giving up when other kernels keep running during profiling.
+constexpr int kBusyAttempts = 3;
 
 // A bound on the replay loop: the five metrics take a handful of passes on Hopper.
 constexpr int kMaxPasses = 64;
@@ -179,8 +182,10 @@ absl::Status InitializeProfilerOnce() {
   return status;
 }
 
+// One profiling session. Sets *busy when other kernels ran during it (the result is then an
+// error and a later try may succeed).
 absl::StatusOr<std::map<std::string, double>> Measure(
-    const std::function<absl::Status(cudaStream_t)>& launch, cudaStream_t stream) {
+    const std::function<absl::Status(cudaStream_t)>& launch, cudaStream_t stream, bool* busy) {
   absl::StatusOr<CUcontext> ctx = CurrentContext();
   if (!ctx.ok()) return ctx.status();
   if (absl::Status s = InitializeProfilerOnce(); !s.ok()) return s;
@@ -282,6 +287,14 @@ absl::StatusOr<std::map<std::string, double>> Measure(
   if (info.numTotalRanges == 0) {
     return absl::InternalError("the range profiler recorded no kernel (did the launch run one?)");
   }
+  if (info.numTotalRanges > 1) {
+    // Auto ranges cover every kernel of the context: another thread's kernel (a Dequantize call
+    // in the server) ran between Start and Stop, so range 0 may not be ours.
+    *busy = true;
+    return absl::UnavailableError(absl::StrCat("the device was busy: ", info.numTotalRanges,
+                                               " kernels ran while profiling a launch of one "
+                                               "(other work on the device); retry when idle"));
+  }
 
   std::vector<double> values(metrics.size());
   auto eval = DEQUANTD_CUPTI_PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params);
@@ -308,7 +321,13 @@ absl::StatusOr<std::map<std::string, double>> MeasureCounters(
     const std::function<absl::Status(cudaStream_t)>& launch, cudaStream_t stream) {
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  return Measure(launch, stream);
+  absl::StatusOr<std::map<std::string, double>> result;
+  for (int attempt = 0; attempt < kBusyAttempts; ++attempt) {
+    bool busy = false;
+    result = Measure(launch, stream, &busy);
+    if (!busy) break;
+  }
+  return result;
 }
 
 }  // namespace dequantd::bench

@@ -1,11 +1,14 @@
 // The same end-to-end path on the CUDA backend: a server started with backend "cuda" serves the
 // test checkpoint (resident on the GPU) and inline input bit-identical to DequantizeReference,
-// and the bundled model's real layers too when it is present. Skipped without a GPU (or in a
-// build without CUDA): the server then refuses backend "cuda" with FAILED_PRECONDITION.
+// and the bundled model's real layers too when it is present, also while a Benchmark call
+// collects hardware counters. Skipped without a GPU (or in a build without CUDA): the server then
+// refuses backend "cuda" with FAILED_PRECONDITION.
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -86,6 +89,55 @@ TEST(CudaBackendTest, TestCheckpointAndInlineAreBitExact) {
   absl::StatusOr<DequantizedTensor> again = server->client->DequantizeToMemory(good);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->data == layers[0].Expected(DType::kF16));
+}
+
+// Hardware-counter collection profiles every kernel of the context; Dequantize calls running
+// meanwhile must still be bit-exact, and the benchmark must either carry counters or say why not
+// (the device was busy every time, or the driver forbids profiling).
+TEST(CudaBackendTest, DequantizeStaysExactWhileBenchmarkCollectsCounters) {
+  const RandomLayer layer =
+      MakeRandomLayer("model.layers.0.mlp.down_proj", 4096, 4096, 128, DType::kF16, 44);
+  const std::string dir = MakeTempDir("cuda_counters");
+  ASSERT_TRUE(WriteCheckpoint(dir, {layer}, 128).ok());
+  bool skip = false;
+  std::unique_ptr<TestServer> server = StartCuda(dir, &skip);
+  if (skip) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
+  ASSERT_NE(server, nullptr);
+  const std::vector<uint8_t> expected = layer.Expected(DType::kF16);
+
+  std::atomic<bool> done{false};
+  std::atomic<int> exact{0}, wrong{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 3; ++t) {
+    clients.emplace_back([&] {
+      v1::DequantizeRequest request;
+      request.set_tensor(layer.name);
+      while (!done.load()) {
+        absl::StatusOr<DequantizedTensor> r = server->client->DequantizeToMemory(request);
+        (r.ok() && r->data == expected ? exact : wrong).fetch_add(1);
+      }
+    });
+  }
+  v1::BenchmarkRequest request;
+  request.add_tensors(layer.name);
+  request.add_variants("v4_vec16");
+  request.set_trials(1);
+  request.set_runs(2);
+  request.set_hardware_counters(true);
+  absl::StatusOr<v1::BenchmarkResponse> response = server->client->Benchmark(request);
+  done.store(true);
+  for (std::thread& t : clients) t.join();
+
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_GE(response->rows_size(), 1);
+  EXPECT_TRUE(response->rows(0).correct());
+  if (response->rows(0).counters().empty()) {
+    EXPECT_THAT(response->note(), ::testing::HasSubstr("hardware counters unavailable"));
+  } else {
+    EXPECT_EQ(response->rows(0).counters().size(), 5);
+  }
+  EXPECT_GT(exact.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(CudaBackendTest, BundledModelEveryLayerMatchesReference) {
