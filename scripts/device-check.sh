@@ -5,16 +5,16 @@
 #       build-X/tests/cuda/cuda_quick_bench [build-X/bench/dequantd_bench] [server tests...]
 # and travels with the call as a carried path). Runs what the bundle holds and writes logs under
 # $OUT (default ./out): device.txt, cuda_test.log/.xml, quick_bench.log, bench.log, server.log.
-# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench grouped server
+# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench grouped server counters
 #   (default: all). Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS,
-#   GROUPED_ARGS, SERVER_TEST_FILTER (environment). The integration tests run dequantctl: set
+#   GROUPED_ARGS, SERVER_TEST_FILTER, COUNTER_SHAPES (environment). The integration tests run dequantctl: set
 #   DEQUANTCTL to the bundle's copy (the build tree's path does not exist there).
 # Exit status: non-zero when any step that ran failed.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench grouped server)
+[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench grouped server counters)
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 have() { command -v "$1" >/dev/null 2>&1; }
 failed=()
@@ -74,6 +74,12 @@ if want server; then
     rm -f "$log"
     [ $rc -eq 0 ] || failed+=("$t($rc)")
   done
+fi
+
+if want counters && have dequantd_bench && have ncu; then
+  echo "== hardware counters vs Nsight Compute"
+  OUT="$OUT" bash "$(dirname "$0")/counters-vs-ncu.sh" ${COUNTER_SHAPES:-} | tee "$OUT/counters_table.md"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("counters-vs-ncu")
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then
