@@ -23,6 +23,7 @@
 #include "absl/strings/str_replace.h"
 #include "client/client.h"
 #include "client/commands.h"
+#include "client/temp_file_guard.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "dequantd address, HOST:PORT");
 ABSL_FLAG(double, deadline, 0, "per-call deadline in seconds; 0 = none");
@@ -113,6 +114,7 @@ absl::Status NormalizeFlags(std::vector<std::string>* args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dequantd::InstallTempFileSignalHandlers();  // SIGINT/SIGTERM remove a half-written --out
   absl::SetProgramUsageMessage(kUsage);
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {

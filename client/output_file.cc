@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/temp_file_guard.h"
 #include "formats/atomic_file.h"
 #include "formats/npy.h"
 #include "formats/safetensors.h"
@@ -17,31 +18,6 @@ namespace {
 namespace v1 = ::dequant::v1;
 
 absl::Status NotStarted() { return absl::FailedPreconditionError("output file: Begin not called"); }
-
-// .npy, streamed through npy::NpyWriter.
-class NpyOutput : public OutputFile {
- public:
-  explicit NpyOutput(std::string path) : path_(std::move(path)) {}
-  absl::Status Begin(const v1::DequantizeHeader& header) override {
-    absl::StatusOr<std::string> descr = NpyDescrFor(header.dtype());
-    if (!descr.ok()) return descr.status();
-    std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
-    absl::StatusOr<std::unique_ptr<npy::NpyWriter>> writer =
-        npy::NpyWriter::Create(path_, *descr, shape);
-    if (!writer.ok()) return writer.status();
-    writer_ = *std::move(writer);
-    return absl::OkStatus();
-  }
-  absl::Status Write(absl::Span<const uint8_t> data) override {
-    return writer_ ? writer_->Append(data) : NotStarted();
-  }
-  absl::Status Finish() override { return writer_ ? writer_->Finish() : NotStarted(); }
-  const char* kind() const override { return "npy"; }
-
- private:
-  std::string path_;
-  std::unique_ptr<npy::NpyWriter> writer_;
-};
 
 // .safetensors: the result is collected in memory, then written with safetensors::WriteFile.
 class SafetensorsOutput : public OutputFile {
@@ -72,6 +48,9 @@ class SafetensorsOutput : public OutputFile {
       return absl::DataLossError(
           absl::StrCat(path_, ": ", data_.size(), " of ", total_bytes_, " bytes received"));
     }
+    // WriteFile names its own temporary file: hold SIGINT/SIGTERM back until it is renamed or
+    // removed.
+    ScopedSignalDeferral defer;
     return safetensors::WriteFile(path_, {{tensor_name_, dtype_, shape_, data_}});
   }
   const char* kind() const override { return "safetensors"; }
@@ -86,16 +65,33 @@ class SafetensorsOutput : public OutputFile {
   bool started_ = false;
 };
 
-// Raw bytes, streamed to a temporary file in the same directory and renamed into place.
-class RawOutput : public OutputFile {
+// .npy and raw bytes: streamed to a temporary file in the same directory (registered with
+// TempFileGuard, so SIGINT/SIGTERM remove it) and renamed into place by Finish. A .npy file
+// starts with the preamble of npy::EncodePreamble.
+class StreamedOutput : public OutputFile {
  public:
-  explicit RawOutput(std::string path) : path_(std::move(path)) {}
+  StreamedOutput(std::string path, bool npy) : path_(std::move(path)), npy_(npy) {}
   absl::Status Begin(const v1::DequantizeHeader& header) override {
+    std::string preamble;
     total_bytes_ = header.total_bytes();
-    absl::StatusOr<formats::AtomicFileWriter> file = formats::AtomicFileWriter::Create(path_);
-    if (!file.ok()) return file.status();
-    file_.emplace(*std::move(file));
-    return absl::OkStatus();
+    if (npy_) {
+      absl::StatusOr<std::string> descr = NpyDescrFor(header.dtype());
+      if (!descr.ok()) return descr.status();
+      const std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
+      absl::StatusOr<std::string> encoded = npy::EncodePreamble(*descr, shape);
+      if (!encoded.ok()) return encoded.status();
+      preamble = *std::move(encoded);
+      total_bytes_ = npy::DescrBytes(*descr);  // the data bytes the shape holds
+      for (int64_t dim : shape) total_bytes_ *= dim;
+    }
+    {
+      ScopedSignalDeferral defer;  // no signal between creating the file and registering it
+      absl::StatusOr<formats::AtomicFileWriter> file = formats::AtomicFileWriter::Create(path_);
+      if (!file.ok()) return file.status();
+      file_.emplace(*std::move(file));
+      guard_ = TempFileGuard(file_->temporary_path());
+    }
+    return file_->Write(preamble);
   }
   absl::Status Write(absl::Span<const uint8_t> data) override {
     if (!file_) return NotStarted();
@@ -115,12 +111,15 @@ class RawOutput : public OutputFile {
     }
     absl::Status status = file_->Commit();
     file_.reset();
+    guard_ = TempFileGuard();
     return status;
   }
-  const char* kind() const override { return "raw"; }
+  const char* kind() const override { return npy_ ? "npy" : "raw"; }
 
  private:
   std::string path_;
+  bool npy_;
+  TempFileGuard guard_;  // declared before file_: unregistered after the file is removed
   std::optional<formats::AtomicFileWriter> file_;  // removes its temporary file unless committed
   int64_t total_bytes_ = 0;
   int64_t written_ = 0;
@@ -158,11 +157,11 @@ absl::StatusOr<std::string> SafetensorsDTypeFor(v1::DType dtype) {
 
 std::unique_ptr<OutputFile> OutputFile::ForPath(const std::string& path,
                                                 const std::string& tensor_name) {
-  if (absl::EndsWith(path, ".npy")) return std::make_unique<NpyOutput>(path);
+  if (absl::EndsWith(path, ".npy")) return std::make_unique<StreamedOutput>(path, /*npy=*/true);
   if (absl::EndsWith(path, ".safetensors")) {
     return std::make_unique<SafetensorsOutput>(path, tensor_name);
   }
-  return std::make_unique<RawOutput>(path);
+  return std::make_unique<StreamedOutput>(path, /*npy=*/false);
 }
 
 }  // namespace dequantd
