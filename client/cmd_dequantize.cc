@@ -111,10 +111,9 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
   if (comparer) {
     const ErrorStats e = comparer->Stats();
     out << absl::StrFormat(
-        "error vs %s:%s%s: max_abs %.6g, rms %.6g, relative_rms %.6g over %d elements",
-        comparer->path(), comparer->tensor_name(),
-        comparer->transposed() ? " (N, K) transposed" : "", e.max_abs_error, e.rms_error,
-        e.relative_rms_error, e.count);
+        "error vs %s%s: max_abs %.6g, rms %.6g, relative_rms %.6g over %d elements",
+        comparer->reference(), comparer->transposed() ? " (N, K) transposed" : "", e.max_abs_error,
+        e.rms_error, e.relative_rms_error, e.count);
     if (e.nonfinite > 0) out << " (" << e.nonfinite << " non-finite skipped)";
     out << '\n';
   }

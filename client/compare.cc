@@ -6,8 +6,10 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "formats/npy.h"
 #include "kernels/awq_format.h"
 
 namespace dequantd {
@@ -19,6 +21,15 @@ uint16_t Load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] <<
 uint32_t Load32(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+uint64_t Load64(const uint8_t* p) {
+  return static_cast<uint64_t>(Load32(p)) | (static_cast<uint64_t>(Load32(p + 4)) << 32);
+}
+double BitsToDouble(uint64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -38,6 +49,16 @@ absl::StatusOr<ReferenceLayout> ParseReferenceLayout(const std::string& text) {
 absl::StatusOr<std::unique_ptr<ReferenceComparer>> ReferenceComparer::Open(
     const std::string& spec, const std::vector<std::string>& default_names,
     ReferenceLayout layout) {
+  absl::StatusOr<std::unique_ptr<ReferenceComparer>> c =
+      absl::EndsWith(spec, ".npy") || absl::StrContains(spec, ".npy:")
+          ? OpenNpy(spec)
+          : OpenSafetensors(spec, default_names);
+  if (c.ok()) (*c)->layout_ = layout;
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<ReferenceComparer>> ReferenceComparer::OpenSafetensors(
+    const std::string& spec, const std::vector<std::string>& default_names) {
   std::string path = spec, name;
   // "FILE.safetensors:TENSOR": split at the first ':' after the extension.
   const size_t ext = spec.find(".safetensors:");
@@ -71,9 +92,9 @@ absl::StatusOr<std::unique_ptr<ReferenceComparer>> ReferenceComparer::Open(
     return absl::NotFoundError(absl::StrCat(path, ": no tensor '", name, "'"));
   }
   const std::string& dtype = it->second.dtype;
-  if (dtype != "F16" && dtype != "BF16" && dtype != "F32") {
+  if (dtype != "F16" && dtype != "BF16" && dtype != "F32" && dtype != "F64") {
     return absl::InvalidArgumentError(absl::StrCat(path, ": reference '", name, "' has dtype ",
-                                                   dtype, ", expected F16, BF16 or F32"));
+                                                   dtype, ", expected F16, BF16, F32 or F64"));
   }
   std::unique_ptr<ReferenceComparer> c(new ReferenceComparer());
   absl::StatusOr<absl::Span<const uint8_t>> bytes = (*file)->TensorBytes(name);
@@ -82,9 +103,44 @@ absl::StatusOr<std::unique_ptr<ReferenceComparer>> ReferenceComparer::Open(
   c->ref_dtype_ = dtype;
   c->ref_shape_ = it->second.shape;
   c->tensor_name_ = name;
-  c->layout_ = layout;
-  c->file_ = *std::move(file);
+  c->path_ = path;
+  c->mapped_ = *std::move(file);
   return c;
+}
+
+absl::StatusOr<std::unique_ptr<ReferenceComparer>> ReferenceComparer::OpenNpy(
+    const std::string& spec) {
+  if (!absl::EndsWith(spec, ".npy")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compare reference '", spec, "': a .npy file holds one array, no :TENSOR"));
+  }
+  absl::StatusOr<npy::Array> array = npy::ReadFile(spec);
+  if (!array.ok()) return array.status();
+  // The .npy descrs of the reference dtypes (formats/npy.h), as safetensors dtype strings.
+  const std::string& descr = array->header.descr;
+  const char* dtype = descr == "<f2"   ? "F16"
+                      : descr == "<f4" ? "F32"
+                      : descr == "<f8" ? "F64"
+                                       : nullptr;
+  if (dtype == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec, ": reference has descr '", descr, "', expected '<f2', '<f4' or '<f8'"));
+  }
+  if (array->header.fortran_order) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec, ": reference is a Fortran-order array; save it in C order"));
+  }
+  std::unique_ptr<ReferenceComparer> c(new ReferenceComparer());
+  c->path_ = spec;
+  c->ref_dtype_ = dtype;
+  c->ref_shape_ = array->header.shape;
+  c->npy_data_ = std::move(array->data);
+  c->ref_bytes_ = c->npy_data_;
+  return c;
+}
+
+std::string ReferenceComparer::reference() const {
+  return tensor_name_.empty() ? path_ : absl::StrCat(path_, ":", tensor_name_);
 }
 
 absl::Status ReferenceComparer::Begin(const v1::DequantizeHeader& header) {
@@ -109,7 +165,7 @@ absl::Status ReferenceComparer::Begin(const v1::DequantizeHeader& header) {
     transposed_ = !is_kn;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "reference '", tensor_name_, "' has shape ", ShapeString(ref_shape_),
+        "reference '", reference(), "' has shape ", ShapeString(ref_shape_),
         "; the result is (K, N) = ", ShapeString(kn),
         layout_ == ReferenceLayout::kAuto ? " (and not (N, K) either)" : " in the given layout"));
   }
@@ -129,6 +185,7 @@ double ReferenceComparer::OutputAt(const uint8_t* p) const {
 
 double ReferenceComparer::ReferenceAt(int64_t index) const {
   if (transposed_) index = (index % N_) * K_ + index / N_;
+  if (ref_dtype_ == "F64") return BitsToDouble(Load64(ref_bytes_.data() + 8 * index));
   if (ref_dtype_ == "F32") return BitsToFloat(Load32(ref_bytes_.data() + 4 * index));
   const uint16_t bits = Load16(ref_bytes_.data() + 2 * index);
   return ref_dtype_ == "F16" ? HalfBitsToFloat(bits) : Bf16BitsToFloat(bits);

@@ -1,11 +1,13 @@
-// Compares a streamed Dequantize result with a reference tensor from a safetensors file (for
-// example the original, unquantized weights) and reports the error:
+// Compares a streamed Dequantize result with a reference tensor from a safetensors or NumPy .npy
+// file (for example the original, unquantized weights) and reports the error:
 //   max_abs_error       max |out - ref|
 //   rms_error           sqrt(mean((out - ref)^2))
 //   relative_rms_error  rms_error / sqrt(mean(ref^2))
 // over the elements where both values are finite (others are counted in `nonfinite`). Sums are
 // in double. The reference is (K, N) row-major like the result, or (N, K) (PyTorch's
-// nn.Linear.weight layout, out_features x in_features), compared transposed. Not thread-safe.
+// nn.Linear.weight layout, out_features x in_features), compared transposed. Reference dtypes:
+// safetensors F16, BF16, F32, F64; .npy '<f2', '<f4', '<f8' (C order). A safetensors reference is
+// memory-mapped; a .npy reference is read into memory. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -41,9 +43,11 @@ absl::StatusOr<ReferenceLayout> ParseReferenceLayout(const std::string& text);
 
 class ReferenceComparer {
  public:
-  // `spec` is "FILE.safetensors" or "FILE.safetensors:TENSOR". Without TENSOR, the file's only
-  // tensor is used, else the first of `default_names` present. Errors: NOT_FOUND (file, tensor),
-  // INVALID_ARGUMENT (reference dtype not F16/BF16/F32, or no tensor name can be chosen).
+  // `spec` is "FILE.safetensors", "FILE.safetensors:TENSOR" or "FILE.npy". Without TENSOR, the
+  // safetensors file's only tensor is used, else the first of `default_names` present (a .npy
+  // file holds one array). Errors: NOT_FOUND (file, tensor), INVALID_ARGUMENT (reference dtype
+  // not one of those above, naming it; a Fortran-order .npy array; "FILE.npy:TENSOR"; no tensor
+  // name can be chosen), DATA_LOSS (a truncated .npy file).
   static absl::StatusOr<std::unique_ptr<ReferenceComparer>> Open(
       const std::string& spec, const std::vector<std::string>& default_names,
       ReferenceLayout layout);
@@ -55,8 +59,10 @@ class ReferenceComparer {
   absl::Status Add(absl::Span<const uint8_t> data);
   ErrorStats Stats() const;
 
-  const std::string& tensor_name() const { return tensor_name_; }
-  const std::string& path() const { return file_->path(); }
+  const std::string& tensor_name() const { return tensor_name_; }  // empty for a .npy file
+  const std::string& path() const { return path_; }
+  // "FILE.safetensors:TENSOR" or "FILE.npy", for messages.
+  std::string reference() const;
   bool transposed() const { return transposed_; }
 
  private:
@@ -65,11 +71,17 @@ class ReferenceComparer {
   double ReferenceAt(int64_t index) const;  // index in the row-major (K, N) result
   void Accumulate(double out, double ref);
 
-  std::unique_ptr<safetensors::MappedFile> file_;
+  static absl::StatusOr<std::unique_ptr<ReferenceComparer>> OpenSafetensors(
+      const std::string& spec, const std::vector<std::string>& default_names);
+  static absl::StatusOr<std::unique_ptr<ReferenceComparer>> OpenNpy(const std::string& spec);
+
+  std::string path_;
+  std::unique_ptr<safetensors::MappedFile> mapped_;  // a safetensors reference
+  std::vector<uint8_t> npy_data_;                    // a .npy reference's data
   std::string tensor_name_;
-  std::string ref_dtype_;
+  std::string ref_dtype_;  // safetensors dtype string: F16, BF16, F32 or F64
   std::vector<int64_t> ref_shape_;
-  absl::Span<const uint8_t> ref_bytes_;
+  absl::Span<const uint8_t> ref_bytes_;  // into mapped_ or npy_data_
   ReferenceLayout layout_ = ReferenceLayout::kAuto;
   bool transposed_ = false;
   int64_t K_ = 0, N_ = 0;

@@ -38,7 +38,8 @@ ABSL_FLAG(std::string, dtype, "",
           "output dtype: fp16 (default), bf16 or fp32; benchmark: comma-separated list");
 ABSL_FLAG(int64_t, chunk_bytes, 0, "dequantize: bytes per response message; 0 = server default");
 ABSL_FLAG(std::string, compare, "",
-          "dequantize: REF.safetensors[:TENSOR] to compare the result with (error stats)");
+          "dequantize: REF.safetensors[:TENSOR] or REF.npy to compare the result with (error "
+          "stats)");
 ABSL_FLAG(std::string, compare_layout, "auto",
           "dequantize --compare: reference layout: auto, kn ((K, N)) or nk ((N, K), nn.Linear)");
 ABSL_FLAG(std::string, shapes, "", "benchmark: comma-separated KxN shapes");
@@ -63,7 +64,8 @@ usage:
   dequantctl [--server HOST:PORT] dequantize --tensor LAYER [--out FILE] [--dtype fp16|bf16|fp32]
   dequantctl [--server HOST:PORT] dequantize --packed FILE.safetensors --prefix PREFIX
              [--group-size G] [--out FILE] [--dtype ...]
-      [--compare REF.safetensors[:TENSOR] [--compare-layout auto|kn|nk]] [--chunk-bytes B]
+      [--compare REF.safetensors[:TENSOR]|REF.npy [--compare-layout auto|kn|nk]]
+      [--chunk-bytes B]
       FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes
   dequantctl [--server HOST:PORT] dequantize-layers [--tensors L,...] [--dtype fp16|bf16|fp32]
              [--out-dir DIR | --out FILE.safetensors] [--chunk-bytes B]

@@ -159,6 +159,7 @@ class DictParser {
 int64_t DescrBytes(const std::string& descr) {
   if (descr == "<f2" || descr == "<u2") return 2;
   if (descr == "<f4" || descr == "<i4") return 4;
+  if (descr == "<f8") return 8;
   if (descr == "|u1") return 1;
   return 0;
 }

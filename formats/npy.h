@@ -20,7 +20,8 @@
 
 namespace dequantd::npy {
 
-// Bytes per element of a descr this module supports ("<f2", "<f4", "<u2", "<i4", "|u1"), or 0.
+// Bytes per element of a descr this module supports ("<f2", "<f4", "<f8", "<u2", "<i4", "|u1"),
+// or 0.
 int64_t DescrBytes(const std::string& descr);
 
 // The preamble (magic, version, header length, header dict, padding) for a C-order array.

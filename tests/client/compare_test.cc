@@ -1,13 +1,16 @@
 // ReferenceComparer: error statistics worked out by hand, the (N, K) transposed layout, elements
-// split across chunks, and reference selection.
+// split across chunks, reference selection, and .npy references.
 #include "client/compare.h"
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "formats/npy.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/awq_format.h"
 #include "tests/client/test_dir.h"
@@ -140,6 +143,102 @@ TEST(ReferenceComparerTest, NonFiniteValuesAreCountedNotAveraged) {
   EXPECT_DOUBLE_EQ(s.max_abs_error, 1.0);
   EXPECT_DOUBLE_EQ(s.rms_error, std::sqrt(1.0 / 7));
   EXPECT_EQ((*c)->Add(Bytes(out)).code(), absl::StatusCode::kOutOfRange);  // more than (K, N)
+}
+
+// Writes a C-order .npy file through npy::NpyWriter.
+void WriteNpy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
+              absl::Span<const uint8_t> data) {
+  absl::StatusOr<std::unique_ptr<npy::NpyWriter>> w = npy::NpyWriter::Create(path, descr, shape);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE((*w)->Append(data).ok());
+  ASSERT_TRUE((*w)->Finish().ok());
+}
+
+TEST(ReferenceComparerTest, NpyFp64ReferenceKNFp32Result) {
+  const std::string path = TempPath("ref_kn_f8.npy");
+  std::vector<double> ref(16);
+  for (int i = 0; i < 16; ++i) ref[i] = i + 1;  // the same values as Reference()
+  WriteNpy(path, "<f8", {2, 8}, Bytes(ref));
+  absl::StatusOr<std::unique_ptr<ReferenceComparer>> c =
+      ReferenceComparer::Open(path, {"ignored"}, ReferenceLayout::kAuto);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->tensor_name(), "");
+  EXPECT_EQ((*c)->reference(), path);
+  ASSERT_TRUE((*c)->Begin(Header(2, 8, v1::DTYPE_FP32)).ok());
+  EXPECT_FALSE((*c)->transposed());
+  ASSERT_TRUE((*c)->Add(Bytes(Result())).ok());
+  ExpectHandWorkedStats((*c)->Stats());
+}
+
+TEST(ReferenceComparerTest, NpyFp16ReferenceNKBf16Result) {
+  // (N=8, K=2) '<f2': refT[n][k] = ref[k][n]. The result in bf16 (1..16 and the errors are exact).
+  const std::vector<float> ref = Reference();
+  std::vector<uint16_t> ref_t(16);
+  for (int k = 0; k < 2; ++k) {
+    for (int n = 0; n < 8; ++n) ref_t[n * 2 + k] = FloatToHalfBitsRne(ref[k * 8 + n]);
+  }
+  const std::string path = TempPath("ref_nk_f2.npy");
+  WriteNpy(path, "<f2", {8, 2}, Bytes(ref_t));
+  absl::StatusOr<std::unique_ptr<ReferenceComparer>> c =
+      ReferenceComparer::Open(path, {}, ReferenceLayout::kNK);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE((*c)->Begin(Header(2, 8, v1::DTYPE_BF16)).ok());
+  EXPECT_TRUE((*c)->transposed());
+  std::vector<uint16_t> out(16);
+  const std::vector<float> result = Result();
+  for (int i = 0; i < 16; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &result[i], 4);
+    out[i] = static_cast<uint16_t>(bits >> 16);  // exact: every value has <= 8 significant bits
+  }
+  ASSERT_TRUE((*c)->Add(Bytes(out)).ok());
+  ExpectHandWorkedStats((*c)->Stats());
+}
+
+TEST(ReferenceComparerTest, NpyFp32ReferenceInTheWrongLayoutIsRefused) {
+  const std::string path = TempPath("ref_kn_f4.npy");
+  WriteNpy(path, "<f4", {2, 8}, Bytes(Reference()));
+  absl::StatusOr<std::unique_ptr<ReferenceComparer>> c =
+      ReferenceComparer::Open(path, {}, ReferenceLayout::kNK);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const absl::Status s = (*c)->Begin(Header(2, 8, v1::DTYPE_FP32));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("(2, 8)"));
+}
+
+TEST(ReferenceComparerTest, NpyRefusesOtherDescrsFortranOrderAndTensorNames) {
+  const std::string i4 = TempPath("ref_i4.npy");
+  WriteNpy(i4, "<i4", {2, 8}, Bytes(std::vector<int32_t>(16, 1)));
+  absl::Status s = ReferenceComparer::Open(i4, {}, ReferenceLayout::kAuto).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("'<i4'"));
+  const std::string u2 = TempPath("ref_u2.npy");  // bf16 bits as dequantctl writes them
+  WriteNpy(u2, "<u2", {2, 8}, Bytes(std::vector<uint16_t>(16, 0x3F80)));
+  s = ReferenceComparer::Open(u2, {}, ReferenceLayout::kAuto).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("'<u2'"));
+
+  // The same (2, 8) '<f4' array marked Fortran order.
+  absl::StatusOr<std::string> preamble = npy::EncodePreamble("<f4", {2, 8});
+  ASSERT_TRUE(preamble.ok());
+  const size_t at = preamble->find("False");
+  ASSERT_NE(at, std::string::npos);
+  preamble->replace(at, 5, "True ");
+  const std::vector<float> ref = Reference();
+  const std::string fortran = TempPath("ref_fortran.npy");
+  std::ofstream(fortran, std::ios::binary)
+      << *preamble << std::string(reinterpret_cast<const char*>(ref.data()), 64);
+  s = ReferenceComparer::Open(fortran, {}, ReferenceLayout::kAuto).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("Fortran"));
+
+  const std::string f4 = TempPath("ref_named.npy");
+  WriteNpy(f4, "<f4", {2, 8}, Bytes(ref));
+  EXPECT_EQ(ReferenceComparer::Open(f4 + ":w", {}, ReferenceLayout::kAuto).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ReferenceComparer::Open(TempPath("absent.npy"), {}, ReferenceLayout::kAuto).status().code(),
+      absl::StatusCode::kNotFound);
 }
 
 TEST(ReferenceLayoutTest, Parses) {

@@ -58,7 +58,7 @@ TEST(NpyPreambleTest, DataStartsAtMultipleOf64ForLongShapes) {
 }
 
 TEST(NpyPreambleTest, RejectsUnknownDescrAndNegativeDim) {
-  EXPECT_EQ(EncodePreamble("<f8", {2}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodePreamble("<c8", {2}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(EncodePreamble("<f2", {2, -1}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
