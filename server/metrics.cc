@@ -1,8 +1,14 @@
 // Metrics (see metrics.h).
 #include "server/metrics.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <utility>
@@ -86,6 +92,40 @@ auto& Register(Builder builder, const char* name, const char* help,
   return builder.Name(name).Help(help).Register(registry);
 }
 
+// Why `listen` (HOST:PORT, IPv6 as [ADDR]:PORT) cannot be bound, found by binding a TCP socket
+// to it the way civetweb does (SO_REUSEADDR): strerror of bind's errno ("Address already in
+// use"), of a failed socket(2), or getaddrinfo's text. Empty when the probe binds (the failure
+// was something else).
+std::string ProbeBindError(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return "";
+  std::string host = listen.substr(0, colon);
+  const std::string port = listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* addresses = nullptr;
+  if (const int err = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &addresses); err != 0) {
+    return ::gai_strerror(err);
+  }
+  std::string error;
+  const int fd = ::socket(addresses->ai_family, addresses->ai_socktype, addresses->ai_protocol);
+  if (fd < 0) {
+    error = std::strerror(errno);
+  } else {
+    const int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    if (::bind(fd, addresses->ai_addr, addresses->ai_addrlen) != 0) error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(addresses);
+  return error;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& listen,
@@ -97,8 +137,11 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& list
     try {
       metrics->exposer_ = std::make_unique<prometheus::Exposer>(listen);
     } catch (const std::exception& e) {
+      // civetweb's own text ("null context when constructing CivetServer...") gives no reason.
+      const std::string reason = ProbeBindError(listen);
       return absl::UnavailableError(
-          absl::StrCat("cannot serve metrics on \"", listen, "\": ", e.what()));
+          absl::StrCat("--metrics-listen \"", listen,
+                       "\": cannot serve metrics: ", reason.empty() ? e.what() : reason));
     }
     metrics->exposer_->RegisterCollectable(metrics->registry_);
     const std::vector<int> ports = metrics->exposer_->GetListeningPorts();

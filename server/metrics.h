@@ -68,8 +68,10 @@ namespace dequantd {
 class Metrics final : public BackendObserver {
  public:
   // Creates the families and, unless `listen` is empty, serves them on `listen` (HOST:PORT; port
-  // 0 picks a free port). `version` labels dequantd_build_info. Errors: UNAVAILABLE (cannot bind
-  // `listen`).
+  // 0 picks a free port). `version` labels dequantd_build_info. Errors: UNAVAILABLE when `listen`
+  // cannot be served; the message names --metrics-listen and the address, and gives bind(2)'s
+  // reason (e.g. "Address already in use", "Permission denied", "Cannot assign requested
+  // address") or getaddrinfo's for a host that does not resolve.
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(const std::string& listen,
                                                          std::string_view version);
   ~Metrics() override;

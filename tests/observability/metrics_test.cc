@@ -2,8 +2,12 @@
 // it, read back from the registry (what /metrics serializes).
 #include "server/metrics.h"
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <map>
 #include <optional>
@@ -233,6 +237,30 @@ TEST(MetricsTest, BenchmarkGaugesComeFromTheLargestRowOfTheLastBenchmark) {
       0.25);
   EXPECT_EQ(SeriesCount(*metrics, "dequantd_benchmark_dram_throughput_ratio"), 0u);
   EXPECT_EQ(SeriesCount(*metrics, "dequantd_benchmark_l2_hit_ratio"), 0u);
+}
+
+TEST(MetricsTest, PortInUseIsUnavailableNamingTheAddressAndReason) {
+  // Hold a listening socket on a free port of 127.0.0.1.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string listen = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(listen, "1.2.3");
+  ::close(fd);
+  ASSERT_FALSE(metrics.ok());
+  EXPECT_EQ(metrics.status().code(), absl::StatusCode::kUnavailable);
+  const std::string message(metrics.status().message());
+  EXPECT_THAT(message, ::testing::HasSubstr("--metrics-listen \"" + listen + "\""));
+  EXPECT_THAT(message, ::testing::HasSubstr("in use"));
+  EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr("null context")));
 }
 
 }  // namespace
