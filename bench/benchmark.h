@@ -12,7 +12,7 @@
 //   - latency: one launch between two events (CPU: std::chrono::steady_clock around one call);
 //   - throughput (GPU only): a CUDA graph of back-to-back launches over the rotating buffer sets,
 //     one graph launch per trial, time per launch;
-//   - a "copy" row: a device-to-device cudaMemcpyAsync (CPU: memcpy) moving the same byte count
+//   - a "copy" row: a device-to-device cudaMemcpyAsync (CPU: threaded memcpy) of the same bytes
 //     (bytes read + written), timed both ways;
 //   - after every trial each variant's output is compared bit for bit with DequantizeReference
 //     (all rows for small outputs, else the first, the last and random rows);
@@ -101,7 +101,8 @@ struct BenchmarkRow {
 struct BenchmarkResult {
   std::string backend;                    // "cuda" or "cpu"
   std::string device;                     // e.g. "NVIDIA H200 (sm_90, 132 SMs, L2 60 MiB)"
-  double peak_copy_bytes_per_second = 0;  // measured copy, bytes read + written per second
+  double peak_copy_bytes_per_second = 0;  // measured copy, bytes read + written per second;
+                                          // CPU: memcpy split over the cpu_threads threads
   std::vector<BenchmarkRow> rows;         // shapes x dtypes x (variants..., copy), in that order
   std::string note;  // e.g. why hardware counters are missing, autotuner warnings
 };

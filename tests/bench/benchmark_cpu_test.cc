@@ -76,10 +76,32 @@ TEST(CpuBenchmarkTest, SampledRowChecksAndVariantSelection) {
   EXPECT_EQ(result->rows[0].variant, "cpu_threads");
   EXPECT_EQ(result->rows[0].launch_config, "threads=2");
   EXPECT_EQ(result->rows[1].variant, "copy");
+  EXPECT_EQ(result->rows[1].launch_config, "threads=2");  // the copy uses cpu_threads' threads
   for (const BenchmarkRow& row : result->rows) {
     EXPECT_TRUE(row.correct);
     EXPECT_EQ(row.output_dtype, DType::kF16);
   }
+}
+
+TEST(CpuBenchmarkTest, PeakAndCopyRowUseTheThreadsOfCpuThreads) {
+  // Only cpu_reference is run; the yardstick still copies with cpu_threads' 3 threads. Copy rows:
+  // 256x512 fp16 moves 330240 bytes, so 165120 are copied (>= 3 x 16 KiB).
+  BenchmarkRequest request = SmallCpuRequest();
+  request.cpu_threads = 3;
+  request.variants = {"cpu_reference"};
+  request.output_dtypes = {DType::kF16};
+  absl::StatusOr<BenchmarkResult> result = RunBenchmark(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->peak_copy_bytes_per_second, 0);
+  ASSERT_EQ(result->rows.size(), 4u);  // 2 shapes x (cpu_reference, copy)
+  for (const BenchmarkRow& row : result->rows) {
+    SCOPED_TRACE(row.variant);
+    EXPECT_EQ(row.launch_config, row.variant == "copy" ? "threads=3" : "threads=1");
+    EXPECT_GT(row.fraction_of_peak, 0);
+    EXPECT_DOUBLE_EQ(row.fraction_of_peak,
+                     row.bytes_per_second / result->peak_copy_bytes_per_second);
+  }
+  EXPECT_EQ(result->rows[1].bytes_moved, 2 * 165120);
 }
 
 TEST(CpuBenchmarkTest, BadRequestsAreInvalidArgument) {
