@@ -170,6 +170,20 @@ TEST(ReferenceComparerTest, NpyFp64ReferenceKNFp32Result) {
   ExpectHandWorkedStats((*c)->Stats());
 }
 
+TEST(ReferenceComparerTest, SafetensorsF64ReferenceKNFp32Result) {
+  const std::string path = TempPath("ref_kn_f64.safetensors");
+  std::vector<double> ref(16);
+  for (int i = 0; i < 16; ++i) ref[i] = i + 1;
+  ASSERT_TRUE(safetensors::WriteFile(path, {{"w", "F64", {2, 8}, Bytes(ref)}}).ok());
+  absl::StatusOr<std::unique_ptr<ReferenceComparer>> c =
+      ReferenceComparer::Open(path, {}, ReferenceLayout::kKN);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->reference(), path + ":w");
+  ASSERT_TRUE((*c)->Begin(Header(2, 8, v1::DTYPE_FP32)).ok());
+  ASSERT_TRUE((*c)->Add(Bytes(Result())).ok());
+  ExpectHandWorkedStats((*c)->Stats());
+}
+
 TEST(ReferenceComparerTest, NpyFp16ReferenceNKBf16Result) {
   // (N=8, K=2) '<f2': refT[n][k] = ref[k][n]. The result in bf16 (1..16 and the errors are exact).
   const std::vector<float> ref = Reference();
