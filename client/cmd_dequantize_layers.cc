@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/output_file.h"
+#include "client/temp_file_guard.h"
 #include "formats/safetensors.h"
 
 namespace dequantd {
@@ -49,6 +50,7 @@ class SafetensorsCollector {
       const Tensor& t = tensors_.at(name);
       tensors.push_back({.name = name, .dtype = t.dtype, .shape = t.shape, .bytes = t.data});
     }
+    const ScopedSignalDeferral defer;  // WriteFile's temporary file is not registered
     return safetensors::WriteFile(path, tensors);
   }
 
