@@ -2,8 +2,11 @@
 #include "client/packed_input.h"
 
 #include <memory>
+#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "formats/awq_tensors.h"
 #include "formats/safetensors.h"
 
 namespace dequantd {
@@ -11,18 +14,14 @@ namespace {
 
 namespace v1 = ::dequant::v1;
 
-// The entry and bytes of a 2-D tensor `name` in `file`.
-absl::StatusOr<const safetensors::TensorEntry*> Find2D(const safetensors::MappedFile& file,
-                                                       const std::string& name) {
+// The header entry of tensor `name` in `file`, or NOT_FOUND.
+absl::StatusOr<formats::AwqTensorRef> Find(const safetensors::MappedFile& file,
+                                           const std::string& name) {
   const auto it = file.header().tensors.find(name);
   if (it == file.header().tensors.end()) {
     return absl::NotFoundError(absl::StrCat(file.path(), ": no tensor '", name, "'"));
   }
-  if (it->second.shape.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": tensor '", name, "' has ",
-                                                   it->second.shape.size(), " dims, expected 2"));
-  }
-  return &it->second;
+  return formats::AwqTensorRef{.file = file.path(), .entry = &it->second};
 }
 
 absl::Status CopyBytes(const safetensors::MappedFile& file, const std::string& name,
@@ -31,15 +30,6 @@ absl::Status CopyBytes(const safetensors::MappedFile& file, const std::string& n
   if (!bytes.ok()) return bytes.status();
   out->assign(reinterpret_cast<const char*>(bytes->data()), bytes->size());
   return absl::OkStatus();
-}
-
-// OK when the packed tensor `entry` (qweight or qzeros: eight 4-bit values per 32-bit word) is
-// I32 or U32; otherwise INVALID_ARGUMENT naming the tensor and its dtype.
-absl::Status CheckPackedDType(const std::string& path, const std::string& name,
-                              const safetensors::TensorEntry& entry) {
-  if (entry.dtype == "I32" || entry.dtype == "U32") return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' has dtype ",
-                                                 entry.dtype, ", expected I32 (or U32)"));
 }
 
 }  // namespace
@@ -53,39 +43,22 @@ absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
   const std::string qweight = prefix + "qweight";
   const std::string qzeros = prefix + "qzeros";
   const std::string scales = prefix + "scales";
-  absl::StatusOr<const safetensors::TensorEntry*> qweight_entry = Find2D(**file, qweight);
-  if (!qweight_entry.ok()) return qweight_entry.status();
-  absl::StatusOr<const safetensors::TensorEntry*> qzeros_entry = Find2D(**file, qzeros);
-  if (!qzeros_entry.ok()) return qzeros_entry.status();
-  absl::StatusOr<const safetensors::TensorEntry*> scales_entry = Find2D(**file, scales);
-  if (!scales_entry.ok()) return scales_entry.status();
-  if (absl::Status s = CheckPackedDType(path, qweight, **qweight_entry); !s.ok()) return s;
-  if (absl::Status s = CheckPackedDType(path, qzeros, **qzeros_entry); !s.ok()) return s;
+  absl::StatusOr<formats::AwqTensorRef> qweight_ref = Find(**file, qweight);
+  if (!qweight_ref.ok()) return qweight_ref.status();
+  absl::StatusOr<formats::AwqTensorRef> qzeros_ref = Find(**file, qzeros);
+  if (!qzeros_ref.ok()) return qzeros_ref.status();
+  absl::StatusOr<formats::AwqTensorRef> scales_ref = Find(**file, scales);
+  if (!scales_ref.ok()) return scales_ref.status();
+  const absl::string_view layer = absl::StripSuffix(prefix, ".");
+  absl::StatusOr<AwqShape> shape = formats::AwqShapeFromTensors(layer, *qweight_ref, *qzeros_ref,
+                                                                *scales_ref, {.packed_u32 = true});
+  if (!shape.ok()) return shape.status();
 
   v1::InlinePackedTensor out;
-  const std::string& scale_dtype = (*scales_entry)->dtype;
-  if (scale_dtype == "F16") {
-    out.set_scale_dtype(v1::DTYPE_FP16);
-  } else if (scale_dtype == "BF16") {
-    out.set_scale_dtype(v1::DTYPE_BF16);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", scales, "' has dtype ",
-                                                   scale_dtype, ", expected F16 or BF16"));
-  }
-  const int64_t K = (*qweight_entry)->shape[0];
-  const int64_t N = (*scales_entry)->shape[1];
-  const int64_t groups = (*scales_entry)->shape[0];
-  if (group_size == 0) {
-    if (groups <= 0 || K % groups != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": cannot derive group_size: '", scales, "' has ", groups,
-                       " rows, which do not divide K = ", K, "; pass --group-size"));
-    }
-    group_size = K / groups;
-  }
-  out.set_in_features(K);
-  out.set_out_features(N);
-  out.set_group_size(group_size);
+  out.set_scale_dtype(shape->scale_dtype == DType::kBF16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
+  out.set_in_features(shape->K);
+  out.set_out_features(shape->N);
+  out.set_group_size(group_size == 0 ? shape->group_size : group_size);
   absl::Status status = CopyBytes(**file, qweight, out.mutable_qweight());
   if (status.ok()) status = CopyBytes(**file, qzeros, out.mutable_qzeros());
   if (status.ok()) status = CopyBytes(**file, scales, out.mutable_scales());

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "formats/awq_tensors.h"
 #include "nlohmann/json.hpp"
 
 namespace dequantd {
@@ -238,11 +239,6 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   for (const auto& [tensor, qweight_ref] : tensors) {
     if (!absl::EndsWith(tensor, kQweight)) continue;
     const std::string prefix = tensor.substr(0, tensor.size() - kQweight.size());
-    auto error = [&prefix](const TensorRef& ref, absl::string_view field, absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat(ref.file->path(), ": tensor '",
-                                                     ref.entry->name, "' (layer '", prefix,
-                                                     "'): field '", field, "' ", what));
-    };
     TensorRef refs[3] = {qweight_ref, {}, {}};  // qweight, qzeros, scales
     for (int i : {1, 2}) {
       const std::string name = prefix + (i == 1 ? ".qzeros" : ".scales");
@@ -255,43 +251,13 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       refs[i] = it->second;
     }
     const auto& [qw, qz, sc] = refs;
-    for (const TensorRef& r : refs) {
-      if (r.entry->shape.size() != 2) {
-        return error(r, "shape", absl::StrCat("has ", r.entry->shape.size(), " dims, want 2"));
-      }
-    }
-    for (const TensorRef& r : {qw, qz}) {
-      if (r.entry->dtype != "I32") {
-        return error(r, "dtype", absl::StrCat("is ", r.entry->dtype, ", want I32"));
-      }
-    }
-    AwqShape shape;
-    if (sc.entry->dtype == "F16") {
-      shape.scale_dtype = DType::kF16;
-    } else if (sc.entry->dtype == "BF16") {
-      shape.scale_dtype = DType::kBF16;
-    } else {
-      return error(sc, "dtype", absl::StrCat("is ", sc.entry->dtype, ", want F16 or BF16"));
-    }
-    shape.K = qw.entry->shape[0];
-    shape.N = qw.entry->shape[1] * awq::kPackFactor;
-    const int64_t groups = sc.entry->shape[0];
-    if (sc.entry->shape[1] != shape.N) {
-      return error(sc, "shape",
-                   absl::StrCat("is (", groups, ", ", sc.entry->shape[1],
-                                "), want N = 8 * qweight columns = ", shape.N, " columns"));
-    }
-    if (groups <= 0 || shape.K % groups != 0) {
-      return error(sc, "shape",
-                   absl::StrCat("has ", groups, " rows, which do not divide K = ", shape.K,
-                                " into whole groups (G = K / scales rows)"));
-    }
-    shape.group_size = shape.K / groups;
-    if (qz.entry->shape[0] != groups || qz.entry->shape[1] != qw.entry->shape[1]) {
-      return error(qz, "shape",
-                   absl::StrCat("is (", qz.entry->shape[0], ", ", qz.entry->shape[1], "), want (",
-                                groups, ", ", qw.entry->shape[1], ") = (K/G, N/8)"));
-    }
+    auto awq_ref = [](const TensorRef& r) {
+      return formats::AwqTensorRef{.file = r.file->path(), .entry = r.entry};
+    };
+    absl::StatusOr<AwqShape> awq_shape =
+        formats::AwqShapeFromTensors(prefix, awq_ref(qw), awq_ref(qz), awq_ref(sc));
+    if (!awq_shape.ok()) return awq_shape.status();
+    const AwqShape& shape = *awq_shape;
     if (absl::Status s = ValidateShape(shape, DType::kF16); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(qw.file->path(), ": layer '", prefix, "': ", s.message()));

@@ -11,7 +11,9 @@
 // A quantized layer is a prefix P with a tensor P.qweight; P.qzeros and P.scales may be in any
 // shard:
 //   P.qweight: (K, N/8) I32;  P.qzeros: (K/G, N/8) I32;  P.scales: (K/G, N) F16 or BF16.
-// G is derived per layer from the shapes, G = K / scales rows, and must divide K; it is NOT
+// Those dtypes and shapes are checked by formats::AwqShapeFromTensors (formats/awq_tensors.h,
+// shared with dequantctl). G is derived per layer from the shapes, G = K / scales rows, and must
+// divide K; it is NOT
 // required to equal the config's group_size. Real AutoAWQ checkpoints use one group size, but
 // our bundled model (tools/make_default_model.py) uses 128 where K % 128 == 0 and 64 elsewhere,
 // as its config.json notes. Each layer then passes ValidateShape (kernels/dequant.h). Tensors

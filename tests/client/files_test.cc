@@ -121,16 +121,25 @@ class PackedInputTest : public ::testing::Test {
   // `packed_dtype`: the dtype written for qweight and qzeros (the bytes are the same).
   void Write(const std::string& path, const std::string& scale_dtype, int64_t scale_rows,
              const std::string& packed_dtype = "I32") {
+    const int64_t packed_cols = 8 / safetensors::DTypeBytes(packed_dtype);  // 2 words a row
+    WriteShapes(path, packed_dtype, {128, packed_cols}, {4, packed_cols}, scale_dtype,
+                {scale_rows, 16});
+  }
+  // The same bytes under any shapes and dtypes (the element counts must fit the bytes).
+  void WriteShapes(const std::string& path, const std::string& packed_dtype,
+                   std::vector<int64_t> qweight_shape, std::vector<int64_t> qzeros_shape,
+                   const std::string& scale_dtype, std::vector<int64_t> scales_shape,
+                   const std::string& qzeros_dtype = "") {
     qweight_.assign(128 * 2, 0);
     for (size_t i = 0; i < qweight_.size(); ++i)
       qweight_[i] = static_cast<int32_t>(i * 2654435761u);
     qzeros_.assign(4 * 2, 0x12345678);
-    scales_.assign(scale_rows * 16 * safetensors::DTypeBytes(scale_dtype), 0x3C);
-    const int64_t packed_cols = 8 / safetensors::DTypeBytes(packed_dtype);  // 2 words a row
+    scales_.assign(scales_shape[0] * scales_shape[1] * safetensors::DTypeBytes(scale_dtype), 0x3C);
     ASSERT_TRUE(safetensors::WriteFile(
-                    path, {{"m.l.qweight", packed_dtype, {128, packed_cols}, Bytes(qweight_)},
-                           {"m.l.qzeros", packed_dtype, {4, packed_cols}, Bytes(qzeros_)},
-                           {"m.l.scales", scale_dtype, {scale_rows, 16}, Bytes(scales_)}})
+                    path, {{"m.l.qweight", packed_dtype, qweight_shape, Bytes(qweight_)},
+                           {"m.l.qzeros", qzeros_dtype.empty() ? packed_dtype : qzeros_dtype,
+                            qzeros_shape, Bytes(qzeros_)},
+                           {"m.l.scales", scale_dtype, scales_shape, Bytes(scales_)}})
                     .ok());
   }
   std::vector<int32_t> qweight_, qzeros_;
@@ -161,11 +170,48 @@ TEST_F(PackedInputTest, Errors) {
   EXPECT_EQ(LoadInlinePacked(TempPath("none.safetensors"), "m.l.").status().code(),
             absl::StatusCode::kNotFound);
   const std::string uneven = TempPath("packed_uneven.safetensors");
-  Write(uneven, "F16", 3);  // 3 scale rows do not divide K = 128
-  absl::Status s = LoadInlinePacked(uneven, "m.l.").status();
+  Write(uneven, "F16", 3);              // 3 scale rows do not divide K = 128
+  for (int64_t group_size : {0, 32}) {  // an explicit group size does not mend the file
+    absl::Status s = LoadInlinePacked(uneven, "m.l.", group_size).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(std::string(s.message()),
+              uneven +
+                  ": tensor 'm.l.scales' (layer 'm.l'): field 'shape' has 3 rows, "
+                  "which do not divide K = 128 into whole groups (G = K / scales "
+                  "rows)");
+  }
+}
+
+// K=128, N=16, G=32 stored transposed: the byte counts still match, the shapes do not.
+TEST_F(PackedInputTest, TransposedQzerosIsInvalidArgumentNamingQzerosShape) {
+  const std::string path = TempPath("packed_qzeros_t.safetensors");
+  WriteShapes(path, "I32", {128, 2}, {2, 4}, "F16", {4, 16});  // qzeros (N/8, K/G)
+  absl::Status s = LoadInlinePacked(path, "m.l.").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("group_size"));
-  EXPECT_EQ(LoadInlinePacked(uneven, "m.l.", 32)->group_size(), 32);
+  EXPECT_EQ(std::string(s.message()),
+            path +
+                ": tensor 'm.l.qzeros' (layer 'm.l'): field 'shape' is (2, 4), want "
+                "(4, 2) = (K/G, N/8)");
+}
+
+TEST_F(PackedInputTest, TransposedScalesIsInvalidArgumentNamingScalesShape) {
+  const std::string path = TempPath("packed_scales_t.safetensors");
+  WriteShapes(path, "I32", {128, 2}, {4, 2}, "F16", {16, 4});  // scales (N, K/G)
+  absl::Status s = LoadInlinePacked(path, "m.l.").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(s.message()),
+            path +
+                ": tensor 'm.l.scales' (layer 'm.l'): field 'shape' is (16, 4), want "
+                "N = 8 * qweight columns = 16 columns");
+}
+
+TEST_F(PackedInputTest, F32QzerosIsInvalidArgumentNamingQzerosDType) {
+  const std::string path = TempPath("packed_qzeros_f32.safetensors");
+  WriteShapes(path, "I32", {128, 2}, {4, 2}, "F16", {4, 16}, "F32");
+  absl::Status s = LoadInlinePacked(path, "m.l.").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            path + ": tensor 'm.l.qzeros' (layer 'm.l'): field 'dtype' is F32, want I32 or U32");
 }
 
 TEST_F(PackedInputTest, PackedTensorsMustBe32BitIntegers) {
@@ -177,7 +223,8 @@ TEST_F(PackedInputTest, PackedTensorsMustBe32BitIntegers) {
     absl::Status s = LoadInlinePacked(path, "m.l.").status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << dtype;
     EXPECT_THAT(std::string(s.message()),
-                ::testing::HasSubstr("'m.l.qweight' has dtype " + std::string(dtype)));
+                ::testing::HasSubstr("tensor 'm.l.qweight' (layer 'm.l'): field 'dtype' is " +
+                                     std::string(dtype) + ", want I32 or U32"));
   }
 }
 
