@@ -7,7 +7,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update && apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config ca-certificates python3 python3-venv python3-pip \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
-      prometheus-cpp-dev nlohmann-json3-dev libspdlog-dev \
+      prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libspdlog-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -9,5 +9,6 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake ninja-build pkg-config git ca-certificates python3 python3-venv python3-pip \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
-  prometheus-cpp-dev nlohmann-json3-dev libspdlog-dev libgtest-dev libgmock-dev prometheus >/dev/null
+  prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libspdlog-dev libgtest-dev libgmock-dev \
+  prometheus >/dev/null
 echo "install-deps: done"

@@ -1,27 +1,18 @@
 // Metrics (see metrics.h).
 #include "server/metrics.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstring>
-#include <exception>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/metrics_http.h"
 #if DEQUANTD_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -92,40 +83,6 @@ auto& Register(Builder builder, const char* name, const char* help,
   return builder.Name(name).Help(help).Register(registry);
 }
 
-// Why `listen` (HOST:PORT, IPv6 as [ADDR]:PORT) cannot be bound, found by binding a TCP socket
-// to it the way civetweb does (SO_REUSEADDR): strerror of bind's errno ("Address already in
-// use"), of a failed socket(2), or getaddrinfo's text. Empty when the probe binds (the failure
-// was something else).
-std::string ProbeBindError(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) return "";
-  std::string host = listen.substr(0, colon);
-  const std::string port = listen.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* addresses = nullptr;
-  if (const int err = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &addresses); err != 0) {
-    return ::gai_strerror(err);
-  }
-  std::string error;
-  const int fd = ::socket(addresses->ai_family, addresses->ai_socktype, addresses->ai_protocol);
-  if (fd < 0) {
-    error = std::strerror(errno);
-  } else {
-    const int on = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    if (::bind(fd, addresses->ai_addr, addresses->ai_addrlen) != 0) error = std::strerror(errno);
-    ::close(fd);
-  }
-  ::freeaddrinfo(addresses);
-  return error;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& listen,
@@ -134,18 +91,14 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const std::string& list
   metrics->registry_ = std::make_shared<prometheus::Registry>();
   metrics->CreateFamilies(version);
   if (!listen.empty()) {
-    try {
-      metrics->exposer_ = std::make_unique<prometheus::Exposer>(listen);
-    } catch (const std::exception& e) {
-      // civetweb's own text ("null context when constructing CivetServer...") gives no reason.
-      const std::string reason = ProbeBindError(listen);
-      return absl::UnavailableError(
-          absl::StrCat("--metrics-listen \"", listen,
-                       "\": cannot serve metrics: ", reason.empty() ? e.what() : reason));
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+        MetricsHttpServer::Start(listen, metrics->registry_);
+    if (!http.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "--metrics-listen \"", listen, "\": cannot serve metrics: ", http.status().message()));
     }
-    metrics->exposer_->RegisterCollectable(metrics->registry_);
-    const std::vector<int> ports = metrics->exposer_->GetListeningPorts();
-    metrics->port_ = ports.empty() ? 0 : ports.front();
+    metrics->http_ = std::move(*http);
+    metrics->port_ = metrics->http_->port();
   }
   return metrics;
 }

@@ -1,5 +1,6 @@
 // The one room for dequantd's Prometheus metrics: every family is defined here, with its unit.
-// Served as text at http://<metrics_listen>/metrics by prometheus-cpp's Exposer. Names follow the
+// Served as text at http://<metrics_listen>/metrics by MetricsHttpServer (server/metrics_http.h:
+// these families only, none of prometheus-cpp Exposer's own). Names follow the
 // Prometheus conventions (prefix dequantd_, base units, counters end in _total, latencies are
 // histograms); labels have few values (no tensor names). docs/observability.md explains each.
 //
@@ -54,7 +55,6 @@
 
 namespace prometheus {
 class Counter;
-class Exposer;
 class Gauge;
 class Registry;
 template <typename T>
@@ -63,6 +63,8 @@ class Histogram;
 }  // namespace prometheus
 
 namespace dequantd {
+
+class MetricsHttpServer;
 
 // Thread-safe: every method may be called from many threads at once.
 class Metrics final : public BackendObserver {
@@ -123,7 +125,7 @@ class Metrics final : public BackendObserver {
   void CreateFamilies(std::string_view version);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsHttpServer> http_;  // null when not served
   int port_ = 0;
 
   prometheus::Family<prometheus::Counter>* rpc_requests_total_ = nullptr;

@@ -1,5 +1,6 @@
 // Metrics (server/metrics.h): each family's name, labels and values after the calls that feed
-// it, read back from the registry (what /metrics serializes).
+// it, read back from the registry (what /metrics serializes); and /metrics as served over HTTP
+// (server/metrics_http.h), fetched with civetweb's client.
 #include "server/metrics.h"
 
 #include <arpa/inet.h>
@@ -9,13 +10,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <civetweb.h>
+
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
+#include "server/metrics_http.h"
 
 namespace dequantd {
 namespace {
@@ -61,6 +66,27 @@ size_t SeriesCount(const Metrics& metrics, const std::string& name) {
     if (family.name == name) return family.metric.size();
   }
   return 0;
+}
+
+// One HTTP response: status code and body.
+struct Response {
+  int status = 0;
+  std::string body;
+};
+
+// GET http://127.0.0.1:`port``path` (civetweb's client); status 0 with the error in the body
+// when the request could not be made.
+Response HttpGet(int port, const std::string& path) {
+  char error[256] = "";
+  mg_connection* conn = mg_download("127.0.0.1", port, /*use_ssl=*/0, error, sizeof(error),
+                                    "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path.c_str());
+  if (conn == nullptr) return {0, error};
+  Response response;
+  response.status = mg_get_response_info(conn)->status_code;
+  char buffer[4096];
+  for (int n; (n = mg_read(conn, buffer, sizeof(buffer))) > 0;) response.body.append(buffer, n);
+  mg_close_connection(conn);
+  return response;
 }
 
 std::unique_ptr<Metrics> MakeMetrics() {
@@ -261,6 +287,50 @@ TEST(MetricsTest, PortInUseIsUnavailableNamingTheAddressAndReason) {
   EXPECT_THAT(message, ::testing::HasSubstr("--metrics-listen \"" + listen + "\""));
   EXPECT_THAT(message, ::testing::HasSubstr("in use"));
   EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr("null context")));
+}
+
+TEST(MetricsTest, ScrapeServesOnlyDequantdFamiliesOverHttp) {
+  absl::StatusOr<std::unique_ptr<Metrics>> created = Metrics::Create("127.0.0.1:0", "1.2.3");
+  ASSERT_TRUE(created.ok()) << created.status();
+  Metrics& metrics = **created;
+  ASSERT_GT(metrics.port(), 0);
+  metrics.RpcStarted("Dequantize");
+  metrics.RpcFinished("Dequantize", 0, 0.5);
+
+  // Scrape twice: the first scrape is what prometheus-cpp's Exposer would count in its own
+  // exposer_* families on the second.
+  ASSERT_EQ(HttpGet(metrics.port(), "/metrics").status, 200);
+  const Response scrape = HttpGet(metrics.port(), "/metrics");
+  ASSERT_EQ(scrape.status, 200) << scrape.body;
+  // Labels are serialized in name order (prometheus::Labels is a std::map).
+  EXPECT_THAT(
+      scrape.body,
+      ::testing::HasSubstr("\ndequantd_rpc_requests_total{code=\"OK\",method=\"Dequantize\"} 1\n"));
+  EXPECT_THAT(scrape.body, ::testing::HasSubstr(
+                               "\ndequantd_build_info{cuda=\""));  // the value depends on the build
+  int families = 0;
+  std::istringstream lines(scrape.body);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_NE(line.rfind("exposer_", 0), 0u) << line;
+    if (line.rfind("# TYPE ", 0) == 0) {
+      ++families;
+      std::istringstream fields(line.substr(7));
+      std::string name, type;
+      fields >> name >> type;
+      EXPECT_EQ(name.rfind("dequantd_", 0), 0u) << line;
+      EXPECT_NE(type, "summary") << line;
+    } else if (!line.empty() && line[0] != '#') {
+      EXPECT_EQ(line.rfind("dequantd_", 0), 0u) << line;
+    }
+  }
+  // As many families on the page as in the registry (the exposer_* ones would add 3).
+  EXPECT_EQ(families, static_cast<int>(metrics.registry()->Collect().size()));
+
+  const Response index = HttpGet(metrics.port(), "/");
+  EXPECT_EQ(index.status, 200);
+  EXPECT_THAT(index.body, ::testing::HasSubstr("/metrics"));
+  EXPECT_EQ(HttpGet(metrics.port(), "/metrics/extra").status, 404);
+  EXPECT_EQ(HttpGet(metrics.port(), "/nothing").status, 404);
 }
 
 }  // namespace

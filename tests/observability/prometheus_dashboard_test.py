@@ -4,7 +4,8 @@
 Starts dequantd (CPU backend, a small generated checkpoint or $DEQUANTD_MODEL_DIR) and Debian's
 Prometheus on 127.0.0.1, drives traffic with dequantctl (including failing calls), then:
   * `promtool check config` on deploy/prometheus/prometheus.yml;
-  * `promtool check metrics` on a scrape of the server after it served traffic;
+  * `promtool check metrics` on a scrape of the server after it served traffic, and every sample
+    on it a dequantd_ family (no exposer_* series of prometheus-cpp's Exposer);
   * every PromQL expression of deploy/grafana/dashboards/*.json (panel targets and templating
     queries) evaluated through Prometheus' /api/v1/query: status "success" and a non-empty
     result. Panels whose description starts with "[hardware-counters]" may return no data (the
@@ -395,6 +396,11 @@ def main():
             if check.returncode != 0:
                 raise Failure(f"promtool check metrics:\n{check.stdout}{check.stderr}")
             log(f"promtool check metrics: OK ({len(scrape.splitlines())} lines)")
+            foreign = [line for line in scrape.splitlines()
+                       if line and not line.startswith(("#", "dequantd_"))]
+            if foreign:
+                raise Failure("samples outside the dequantd_ prefix on /metrics:\n  " +
+                              "\n  ".join(foreign[:10]))
 
             checked, empty_allowed, failures = check_dashboards(
                 base, os.path.join(args.source_dir, "deploy/grafana/dashboards"),
