@@ -9,8 +9,9 @@ Prometheus on 127.0.0.1, drives traffic with dequantctl (including failing calls
   * every PromQL expression of deploy/grafana/dashboards/*.json (panel targets and templating
     queries) evaluated through Prometheus' /api/v1/query: status "success" and a non-empty
     result. Panels whose description starts with "[hardware-counters]" may return no data (the
-    Benchmark RPC does not collect hardware counters yet, issue 4 part 2); "[benchmark]" panels
-    may return no data only when the Benchmark RPC answered UNIMPLEMENTED.
+    Benchmark RPC collects hardware counters only on a GPU, with CUPTI; this test runs the CPU
+    backend); "[benchmark]" panels may return no data only when the Benchmark RPC answered
+    UNIMPLEMENTED.
 
 Exit status: 0 pass, 1 fail, 77 skipped (prometheus or promtool not installed; CI installs them
 with scripts/install-deps.sh). Stdlib only. Every process started is stopped on exit.
@@ -164,7 +165,9 @@ def run_ctl(dequantctl, grpc_port, *args, expect_ok=True):
 
 
 def drive_traffic(dequantctl, grpc_port, layer_names):
-    """Successful and failing calls of every RPC. Returns whether Benchmark is implemented."""
+    """Successful GetServerInfo, ListTensors, Dequantize and Benchmark calls and a failing
+    Dequantize (NOT_FOUND); DequantizeLayers is not called. Returns whether Benchmark is
+    implemented."""
     run_ctl(dequantctl, grpc_port, "info")
     run_ctl(dequantctl, grpc_port, "list")
     for name in layer_names:
