@@ -81,8 +81,9 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
 
   DequantizeSink sink;
   sink.on_header = [&](const v1::DequantizeHeader& header) {
-    absl::Status s = file ? file->Begin(header) : absl::OkStatus();
-    if (s.ok() && comparer) s = comparer->Begin(header);
+    // The comparison first: a reference it refuses leaves no temporary output file behind.
+    absl::Status s = comparer ? comparer->Begin(header) : absl::OkStatus();
+    if (s.ok() && file) s = file->Begin(header);
     return s;
   };
   sink.on_chunk = [&](int64_t, absl::Span<const uint8_t> data) {

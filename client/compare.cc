@@ -157,6 +157,11 @@ absl::Status ReferenceComparer::Begin(const v1::DequantizeHeader& header) {
   }
   const std::vector<int64_t> kn = {K_, N_}, nk = {N_, K_};
   const bool is_kn = ref_shape_ == kn, is_nk = ref_shape_ == nk;
+  if (layout_ == ReferenceLayout::kAuto && is_kn && is_nk) {  // K == N: (K, N) or (N, K)?
+    return absl::InvalidArgumentError(
+        absl::StrCat("reference '", reference(), "' is square (K = N = ", K_,
+                     "): its layout is ambiguous; pass --compare-layout kn or nk"));
+  }
   if (layout_ == ReferenceLayout::kKN && is_kn) {
     transposed_ = false;
   } else if (layout_ == ReferenceLayout::kNK && is_nk) {

@@ -33,7 +33,7 @@ struct ErrorStats {
 
 // How the reference is laid out relative to the (K, N) result.
 enum class ReferenceLayout {
-  kAuto,  // (K, N) if its shape is (K, N), else (N, K) if that matches
+  kAuto,  // (K, N) if its shape is (K, N), else (N, K) if that matches; refused when K == N
   kKN,    // same layout as the result
   kNK,    // transposed (nn.Linear.weight)
 };
@@ -53,7 +53,8 @@ class ReferenceComparer {
       ReferenceLayout layout);
 
   // Checks the reference against the result's header. INVALID_ARGUMENT when the shapes do not
-  // match in the requested layout or the output dtype is not fp16/bf16/fp32.
+  // match in the requested layout, when the layout is kAuto and the result is square (K == N:
+  // (K, N) and (N, K) cannot be told apart), or the output dtype is not fp16/bf16/fp32.
   absl::Status Begin(const ::dequant::v1::DequantizeHeader& header);
   // Consecutive bytes of the result (elements may be split across calls).
   absl::Status Add(absl::Span<const uint8_t> data);

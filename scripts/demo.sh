@@ -27,7 +27,8 @@ echo "== dequantctl list (first 8 layers; last line: the total)"
 sed -n '1,9p;$p' <<<"$layers"
 out=$(mktemp -d)/"$layer".npy
 echo "== dequantctl dequantize --tensor $layer"
-ctl dequantize --tensor "$layer" --dtype fp16 --out "$out" --compare "$ref:$layer.weight"
+ctl dequantize --tensor "$layer" --dtype fp16 --out "$out" \
+  --compare "$ref:$layer.weight" --compare-layout kn  # the reference is (K, N): docs/model.md
 echo "(error: the served AWQ 4-bit weights against the original fp32 weights of that layer;"
 echo " about 10% relative RMS is what 4-bit min-max quantization gives, see docs/model.md)"
 echo "== metrics (requests)"

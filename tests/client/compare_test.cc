@@ -125,6 +125,42 @@ TEST(ReferenceComparerTest, ExplicitTensorAndLayoutMismatch) {
             absl::StatusCode::kNotFound);
 }
 
+// A square (K = N = 4) F32 reference ref[r][c] = 4r + c + 1 and a result equal to it. With auto
+// the layout is ambiguous; kn compares it as is (error 0), nk transposed: the error at [k][n] is
+// ref[k][n] - ref[n][k] = 3 (k - n), so max_abs = 9 and the squared errors add up to
+// 9 * sum((k - n)^2) = 9 * 40 = 360 over 16 elements.
+TEST(ReferenceComparerTest, SquareReferenceNeedsAnExplicitLayout) {
+  const std::string path = TempPath("ref_square.safetensors");
+  std::vector<float> ref(16);
+  for (int i = 0; i < 16; ++i) ref[i] = static_cast<float>(i + 1);
+  ASSERT_TRUE(safetensors::WriteFile(path, {{"q.weight", "F32", {4, 4}, Bytes(ref)}}).ok());
+
+  absl::StatusOr<std::unique_ptr<ReferenceComparer>> c =
+      ReferenceComparer::Open(path, {}, ReferenceLayout::kAuto);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const absl::Status s = (*c)->Begin(Header(4, 4, v1::DTYPE_FP32));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "reference '" + path +
+                             ":q.weight' is square (K = N = 4): its layout is ambiguous; pass "
+                             "--compare-layout kn or nk");
+
+  c = ReferenceComparer::Open(path, {}, ReferenceLayout::kKN);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE((*c)->Begin(Header(4, 4, v1::DTYPE_FP32)).ok());
+  EXPECT_FALSE((*c)->transposed());
+  ASSERT_TRUE((*c)->Add(Bytes(ref)).ok());
+  EXPECT_EQ((*c)->Stats().count, 16);
+  EXPECT_EQ((*c)->Stats().max_abs_error, 0);
+
+  c = ReferenceComparer::Open(path, {}, ReferenceLayout::kNK);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE((*c)->Begin(Header(4, 4, v1::DTYPE_FP32)).ok());
+  EXPECT_TRUE((*c)->transposed());
+  ASSERT_TRUE((*c)->Add(Bytes(ref)).ok());
+  EXPECT_DOUBLE_EQ((*c)->Stats().max_abs_error, 9);
+  EXPECT_DOUBLE_EQ((*c)->Stats().rms_error, std::sqrt(360.0 / 16));
+}
+
 TEST(ReferenceComparerTest, NonFiniteValuesAreCountedNotAveraged) {
   const std::string path = TempPath("ref_inf.safetensors");
   std::vector<float> ref(8, 1.0f);

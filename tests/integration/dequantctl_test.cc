@@ -218,19 +218,27 @@ TEST_F(DequantctlTest, DequantizeLayersWritesOneNpyPerLayerOrOneSafetensors) {
   EXPECT_THAT(run.err, StartsWith("dequantctl: NOT_FOUND: ")) << run.err;
 }
 
+template <typename T>
+absl::Span<const uint8_t> Bytes(const std::vector<T>& v) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T));
+}
+
+// Writes `layer` as <name>qweight/qzeros/scales (layer.name is the prefix, e.g. "blk.").
+absl::Status WritePacked(const std::string& path, const RandomLayer& layer,
+                         const std::string& scale_dtype) {
+  const int64_t K = layer.shape.K, N = layer.shape.N, groups = K / layer.shape.group_size;
+  return safetensors::WriteFile(
+      path, {{layer.name + "qweight", "I32", {K, N / 8}, Bytes(layer.qweight)},
+             {layer.name + "qzeros", "I32", {groups, N / 8}, Bytes(layer.qzeros)},
+             {layer.name + "scales", scale_dtype, {groups, N}, Bytes(layer.scales)}});
+}
+
 TEST_F(DequantctlTest, PackedInputWithCompareReportsZeroErrorAgainstExactReference) {
   // Inline input from a safetensors file, and an fp32 reference that is exactly the result.
   const RandomLayer packed = MakeRandomLayer("blk.", 128, 72, 32, DType::kBF16, 32);
   const std::string input = Path("packed.safetensors");
   const std::vector<uint8_t> expected = packed.Expected(DType::kF32);
-  auto bytes = [](const auto& v) {
-    return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(v[0]));
-  };
-  ASSERT_TRUE(
-      safetensors::WriteFile(input, {{"blk.qweight", "I32", {128, 9}, bytes(packed.qweight)},
-                                     {"blk.qzeros", "I32", {4, 9}, bytes(packed.qzeros)},
-                                     {"blk.scales", "BF16", {4, 72}, bytes(packed.scales)}})
-          .ok());
+  ASSERT_TRUE(WritePacked(input, packed, "BF16").ok());
   const std::string reference = Path("reference.safetensors");
   ASSERT_TRUE(safetensors::WriteFile(reference, {{"blk.weight", "F32", {128, 72}, expected}}).ok());
 
@@ -246,6 +254,33 @@ TEST_F(DequantctlTest, PackedInputWithCompareReportsZeroErrorAgainstExactReferen
   absl::StatusOr<npy::Array> array = npy::ReadFile(out);
   ASSERT_TRUE(array.ok()) << array.status();
   EXPECT_TRUE(array->data == expected);
+}
+
+// K = N = 64: a (K, N) reference cannot be told from an (N, K) one, so the default
+// --compare-layout auto refuses it (exit 1, nothing written); kn compares it as is.
+TEST_F(DequantctlTest, CompareSquareReferenceNeedsCompareLayout) {
+  const RandomLayer packed = MakeRandomLayer("sq.", 64, 64, 32, DType::kF16, 33);
+  const std::string input = Path("square_packed.safetensors");
+  ASSERT_TRUE(WritePacked(input, packed, "F16").ok());
+  const std::string reference = Path("square_reference.safetensors");
+  ASSERT_TRUE(safetensors::WriteFile(reference,
+                                     {{"sq.weight", "F32", {64, 64}, packed.Expected(DType::kF32)}})
+                  .ok());
+  const std::string out = Path("square_out.npy");
+  CommandResult run = Ctl({"dequantize", "--packed", input, "--prefix", "sq.", "--out", out,
+                           "--dtype", "fp32", "--compare", reference});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err, "dequantctl: INVALID_ARGUMENT: reference '" + reference +
+                         ":sq.weight' is square (K = N = 64): its layout is ambiguous; pass "
+                         "--compare-layout kn or nk\n");
+  EXPECT_FALSE(fs::exists(out));
+
+  run = Ctl({"dequantize", "--packed", input, "--prefix", "sq.", "--dtype", "fp32", "--compare",
+             reference, "--compare-layout", "kn"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out,
+              HasSubstr(":sq.weight: max_abs 0, rms 0, relative_rms 0 over 4096 elements"));
 }
 
 TEST_F(DequantctlTest, UnknownLayerExitsOneWithOneLineErrorAndWritesNothing) {
