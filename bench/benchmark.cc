@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/backends.h"
+#include "bench/method.h"
 #include "kernels/dequant.h"
 
 namespace dequantd::bench {
@@ -60,6 +61,7 @@ absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request) {
       }
     }
   }
+  if (absl::Status c = CheckCancelled(r.cancelled); !c.ok()) return c;
   Backend backend = r.backend;
   if (backend == Backend::kAuto) {
     backend = CudaDeviceAvailable(r.device) ? Backend::kCuda : Backend::kCpu;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -74,6 +75,10 @@ struct BenchmarkRequest {
   int cpu_threads = 0;             // cpu_threads variant: 0 = hardware concurrency
   Autotuner* autotuner = nullptr;  // CUDA: source of tuned launch configs (not owned);
                                    // null = a memory-only tuner for this call
+  // Polled between timed calls, output checks, shapes and dtypes (so within one call of the
+  // slowest variant); when it returns true the benchmark stops and returns CANCELLED "benchmark
+  // cancelled". Called on the benchmarking thread; must be cheap. Empty = never cancelled.
+  std::function<bool()> cancelled;
 };
 
 // One (variant, shape, output dtype) result. Times in seconds.
@@ -110,7 +115,8 @@ struct BenchmarkResult {
 // Runs the method on the requested backend. Errors: INVALID_ARGUMENT for a bad request (no
 // shapes, a shape ValidateShape refuses, unknown variant or dtype, trials/runs out of range);
 // FAILED_PRECONDITION for Backend::kCuda without a device or CUDA build; INTERNAL or
-// RESOURCE_EXHAUSTED for CUDA errors. Blocking; not to be called concurrently on one GPU if the
+// RESOURCE_EXHAUSTED for CUDA errors; CANCELLED "benchmark cancelled" once request.cancelled
+// returns true. Blocking; not to be called concurrently on one GPU if the
 // numbers are to mean anything (thread-safe otherwise).
 absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request);
 

@@ -152,11 +152,14 @@ absl::StatusOr<BenchmarkResult> RunCpuBenchmark(const BenchmarkRequest& request)
   options.trials = request.trials;
   options.runs = request.runs;
   options.sampled_rows = request.sampled_rows;
+  options.cancelled = request.cancelled;
   options.peak_copy_bytes_per_second = result.peak_copy_bytes_per_second;
   for (const BenchmarkShape& s : request.shapes) {
+    if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
     const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
     const HostPackedTensor host = MakeRandomPackedTensor(shape, rng());
     for (DType out : request.output_dtypes) {
+      if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
       absl::StatusOr<OutputChecker> checker =
           OutputChecker::Create(host.view(), out, request.full_check_max_elements);
       if (!checker.ok()) return checker.status();

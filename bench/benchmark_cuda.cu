@@ -296,11 +296,14 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
   options.trials = request.trials;
   options.runs = request.runs;
   options.sampled_rows = request.sampled_rows;
+  options.cancelled = request.cancelled;
   options.peak_copy_bytes_per_second = *peak;
   for (const BenchmarkShape& s : request.shapes) {
+    if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
     const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
     const HostPackedTensor host = MakeRandomPackedTensor(shape, rng());
     for (DType out : request.output_dtypes) {
+      if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
       const int64_t set_bytes = shape.qweight_bytes() + shape.qzeros_bytes() +
                                 shape.scales_bytes() + shape.output_bytes(out);
       const int64_t count =
@@ -315,6 +318,7 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
       std::vector<std::unique_ptr<Runner>> owned;
       std::vector<KernelRunner*> kernels;
       for (KernelVariant v : variants) {
+        if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
         Autotuner::Result tuned;
         absl::StatusOr<LaunchConfig> config = cuda::GetOrTuneLaunchConfig(
             tuner, v, sets.front().view, out, sets.front().out, timing->stream(), &tuned);
@@ -333,6 +337,7 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
       if (absl::Status s = RunMethodAppend(owned, shape, out, *checker, options, rng, &result.rows);
           !s.ok())
         return s;
+      if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
       if (request.hardware_counters && counters_status.ok()) {
         counters_status.Update(
             MeasureRowCounters(kernels, timing->stream(), first_row, result.rows));

@@ -6,6 +6,11 @@
 
 namespace dequantd::bench {
 
+absl::Status CheckCancelled(const std::function<bool()>& cancelled) {
+  if (cancelled && cancelled()) return absl::CancelledError("benchmark cancelled");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& runners,
                                                     const AwqShape& shape, DType out_dtype,
                                                     const OutputChecker& checker,
@@ -14,6 +19,7 @@ absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& 
   const size_t n = runners.size();
   for (Runner* r : runners) {
     for (int i = 0; i < options.warmup_runs; ++i) {
+      if (absl::Status s = CheckCancelled(options.cancelled); !s.ok()) return s;
       if (absl::StatusOr<double> t = r->LatencySeconds(); !t.ok()) return t.status();
     }
   }
@@ -25,6 +31,7 @@ absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& 
     for (int run = 0; run < options.runs; ++run) {
       std::shuffle(order.begin(), order.end(), rng);
       for (size_t i : order) {
+        if (absl::Status s = CheckCancelled(options.cancelled); !s.ok()) return s;
         absl::StatusOr<double> t = runners[i]->LatencySeconds();
         if (!t.ok()) return t.status();
         latency[i].push_back(*t);
@@ -32,12 +39,14 @@ absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& 
     }
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t i : order) {
+      if (absl::Status s = CheckCancelled(options.cancelled); !s.ok()) return s;
       absl::StatusOr<double> t = runners[i]->ThroughputSeconds();
       if (!t.ok()) return t.status();
       if (*t > 0) throughput[i].push_back(*t);
     }
     const std::vector<RowRange> rows = checker.PickRows(rng, options.sampled_rows);
     for (size_t i = 0; i < n; ++i) {
+      if (absl::Status s = CheckCancelled(options.cancelled); !s.ok()) return s;
       absl::StatusOr<bool> ok = runners[i]->CheckOutput(checker, rows);
       if (!ok.ok()) return ok.status();
       correct[i] = correct[i] && *ok;

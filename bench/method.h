@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,10 +50,15 @@ struct MethodOptions {
   int warmup_runs = 3;   // untimed latency calls per runner before the trials
   int sampled_rows = 8;  // see OutputChecker::PickRows
   double peak_copy_bytes_per_second = 0;
+  std::function<bool()> cancelled;  // BenchmarkRequest::cancelled; empty = never
 };
 
+// CANCELLED "benchmark cancelled" when `cancelled` is set and returns true, else OK.
+absl::Status CheckCancelled(const std::function<bool()>& cancelled);
+
 // Runs the trials over `runners` and returns one row per runner (in the runners' order), with
-// K, N, group_size, output_dtype taken from `shape` and `out_dtype`.
+// K, N, group_size, output_dtype taken from `shape` and `out_dtype`. options.cancelled is polled
+// before every runner call: CANCELLED (CheckCancelled) as soon as it fires.
 absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& runners,
                                                     const AwqShape& shape, DType out_dtype,
                                                     const OutputChecker& checker,

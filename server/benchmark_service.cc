@@ -171,9 +171,12 @@ BenchmarkRunner MakeBenchmarkRunner(BenchmarkServiceOptions options) {
   auto running = std::make_shared<std::atomic<bool>>(false);
   return [options = std::move(options), running](
              const v1::BenchmarkRequest& request,
-             grpc::ServerContext*) -> absl::StatusOr<v1::BenchmarkResponse> {
+             grpc::ServerContext* context) -> absl::StatusOr<v1::BenchmarkResponse> {
     absl::StatusOr<bench::BenchmarkRequest> converted = BenchmarkRequestFromProto(request, options);
     if (!converted.ok()) return converted.status();
+    // A client that goes away (deadline, cancel, disconnect) stops the benchmark, freeing the
+    // server for the next one.
+    if (context != nullptr) converted->cancelled = [context] { return context->IsCancelled(); };
     if (running->exchange(true)) {
       return absl::ResourceExhaustedError(
           "a benchmark is already running on this server; retry when it has finished");

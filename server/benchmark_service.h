@@ -53,8 +53,10 @@ dequant::v1::BenchmarkResponse BenchmarkResponseToProto(const bench::BenchmarkRe
 
 // The service's BenchmarkRunner: converts, runs, converts back. One benchmark at a time per
 // runner: a call while another runs returns RESOURCE_EXHAUSTED "a benchmark is already running"
-// at once (rather than holding a gRPC thread for the length of someone else's benchmark). The
-// benchmark itself is not cancellable: a client that goes away does not stop it. `options`'
+// at once (rather than holding a gRPC thread for the length of someone else's benchmark). A
+// call whose client goes away (deadline exceeded, cancelled, disconnected) stops within one timed
+// call (grpc::ServerContext::IsCancelled is passed as bench::BenchmarkRequest::cancelled) and
+// returns CANCELLED "benchmark cancelled", releasing the runner for the next call. `options`'
 // pointers must outlive the runner.
 BenchmarkRunner MakeBenchmarkRunner(BenchmarkServiceOptions options);
 

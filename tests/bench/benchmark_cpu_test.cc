@@ -133,6 +133,26 @@ TEST(CpuBenchmarkTest, BadRequestsAreInvalidArgument) {
   EXPECT_EQ(RunBenchmark(r).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(CpuBenchmarkTest, CancelledIsPolledAndStopsTheBenchmark) {
+  BenchmarkRequest r = SmallCpuRequest();
+  int polls = 0;
+  r.cancelled = [&polls] { return ++polls == 20; };  // fires inside the first (shape, dtype)
+  const absl::StatusOr<BenchmarkResult> result = RunBenchmark(r);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(result.status().message(), "benchmark cancelled");
+  EXPECT_EQ(polls, 20);  // not polled again once it fired
+  // Cancelled before it starts: no work at all.
+  polls = 0;
+  r.cancelled = [&polls] { return ++polls > 0; };
+  EXPECT_EQ(RunBenchmark(r).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(polls, 1);
+  // Never firing: the full result.
+  r.cancelled = [] { return false; };
+  const absl::StatusOr<BenchmarkResult> full = RunBenchmark(r);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->rows.size(), 2u * 3 * 3);  // shapes x dtypes x (2 variants + copy)
+}
+
 TEST(CpuBenchmarkTest, HardwareCountersAreExplainedInTheNote) {
   BenchmarkRequest r = SmallCpuRequest();
   r.shapes = {{128, 64}};

@@ -118,6 +118,30 @@ TEST(RunMethodTest, RunnerErrorsPropagate) {
   EXPECT_EQ(rows.status().code(), absl::StatusCode::kInternal);
 }
 
+TEST(RunMethodTest, CancelledStopsBeforeTheNextCall) {
+  const AwqShape shape{128, 8, 128, DType::kF16};
+  std::vector<int32_t> qweight(128), qzeros(1);
+  std::vector<uint16_t> scales(8, 0x3C00);
+  const PackedTensorView view{shape, qweight.data(), qzeros.data(), scales.data()};
+  absl::StatusOr<OutputChecker> checker = OutputChecker::Create(view, DType::kF16, 1 << 20);
+  ASSERT_TRUE(checker.ok());
+  FakeRunner a("a", 1, {1e-6}, 1e-6, true), b("b", 1, {1e-6}, 1e-6, true);
+  MethodOptions options;
+  options.trials = 5;
+  options.runs = 10;
+  options.warmup_runs = 3;
+  // Fires once 8 latency calls were made: the 6 warm-up calls and 2 timed ones (the first run).
+  options.cancelled = [&] { return a.latency_calls_ + b.latency_calls_ >= 8; };
+  std::mt19937_64 rng(1);
+  absl::StatusOr<std::vector<BenchmarkRow>> rows =
+      RunMethod({&a, &b}, shape, DType::kF16, *checker, options, rng);
+  EXPECT_EQ(rows.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(rows.status().message(), "benchmark cancelled");
+  EXPECT_EQ(a.latency_calls_ + b.latency_calls_, 8u);
+  EXPECT_EQ(a.throughput_calls_ + b.throughput_calls_, 0);
+  EXPECT_EQ(a.check_calls_ + b.check_calls_, 0);
+}
+
 TEST(CopyBytesForTest, HalfRoundedDownToSixteen) {
   EXPECT_EQ(CopyBytesFor(330240), 165120);
   EXPECT_EQ(CopyBytesFor(100), 48);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -304,6 +305,46 @@ TEST_F(ServiceTest, BenchmarkIsServedAndValidatesItsRequest) {
   const grpc::Status status = stub_->Benchmark(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("trials"));
+}
+
+TEST_F(ServiceTest, BenchmarkPastTheClientDeadlineStopsAndFreesTheServer) {
+  StartServer({});
+  // 100 trials x 1000 runs of 4096 x 4096 on one thread: hours of work if it ran to the end.
+  v1::BenchmarkRequest big;
+  v1::BenchmarkShape* shape = big.add_shapes();
+  shape->set_in_features(4096);
+  shape->set_out_features(4096);
+  big.set_trials(100);
+  big.set_runs(1000);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    v1::BenchmarkResponse response;
+    EXPECT_EQ(stub_->Benchmark(&context, big, &response).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // The abandoned benchmark stops within one timed call and frees the server for the next one:
+  // a small benchmark is refused (RESOURCE_EXHAUSTED "already running") only until then.
+  v1::BenchmarkRequest small;
+  shape = small.add_shapes();
+  shape->set_in_features(128);
+  shape->set_out_features(256);
+  small.set_trials(1);
+  small.set_runs(1);
+  grpc::Status status;
+  v1::BenchmarkResponse response;
+  for (int attempt = 0; attempt < 300; ++attempt) {
+    grpc::ClientContext context;
+    response.Clear();
+    status = stub_->Benchmark(&context, small, &response);
+    if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    EXPECT_THAT(status.error_message(), HasSubstr("a benchmark is already running"));
+    usleep(100 * 1000);
+  }
+  ASSERT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+  ASSERT_GT(response.rows_size(), 0);
+  EXPECT_EQ(response.rows(0).in_features(), 128);
+  EXPECT_EQ(response.rows(0).out_features(), 256);
 }
 
 TEST_F(ServiceTest, ClientCancellationEndsTheCall) {
