@@ -2,6 +2,8 @@
 #include "server/service.h"
 
 #include <chrono>
+#include <exception>
+#include <new>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/request.h"
 #include "server/status.h"
+#include "spdlog/spdlog.h"
 
 namespace dequantd {
 namespace {
@@ -102,13 +105,60 @@ DequantService::DequantService(ServiceOptions options, const Checkpoint* checkpo
       benchmark_(std::move(benchmark)),
       backend_info_(backend->Info()) {}
 
+namespace {
+
+// One call of `method` in the metrics for its whole life: in flight from construction, finished
+// with the code given to Finish (UNKNOWN if the scope is left without it) at destruction.
+class RpcScope {
+ public:
+  RpcScope(Metrics* metrics, const char* method)
+      : metrics_(metrics), method_(method), start_(std::chrono::steady_clock::now()) {
+    metrics_->RpcStarted(method_);
+  }
+  RpcScope(const RpcScope&) = delete;
+  RpcScope& operator=(const RpcScope&) = delete;
+  ~RpcScope() {
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start_;
+    metrics_->RpcFinished(method_, code_, elapsed.count());
+  }
+
+  void Finish(grpc::StatusCode code) { code_ = code; }
+
+ private:
+  Metrics* const metrics_;
+  const char* const method_;
+  const std::chrono::steady_clock::time_point start_;
+  grpc::StatusCode code_ = grpc::StatusCode::UNKNOWN;
+};
+
+// body()'s status, or the exception escaping it as a status (logged: it is a server bug or an
+// allocation failure): std::bad_alloc -> RESOURCE_EXHAUSTED, anything else -> INTERNAL.
+template <typename Body>
+absl::Status RunCatching(const char* method, Body& body) {
+  absl::Status status;
+  try {
+    return body();
+  } catch (const std::bad_alloc& e) {
+    status = absl::ResourceExhaustedError(
+        absl::StrCat("out of memory while serving ", method, ": ", e.what()));
+  } catch (const std::exception& e) {
+    status = absl::InternalError(
+        absl::StrCat("unexpected error while serving ", method, ": ", e.what()));
+  } catch (...) {
+    status = absl::InternalError(
+        absl::StrCat("unexpected error while serving ", method, ": a non-std exception"));
+  }
+  spdlog::error("{}: {}", method, status.ToString());
+  return status;
+}
+
+}  // namespace
+
 template <typename Body>
 grpc::Status DequantService::Handle(const char* method, Body&& body) {
-  metrics_->RpcStarted(method);
-  const auto start = std::chrono::steady_clock::now();
-  const grpc::Status status = ToGrpcStatus(body());
-  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  metrics_->RpcFinished(method, status.error_code(), elapsed.count());
+  RpcScope scope(metrics_, method);
+  const grpc::Status status = ToGrpcStatus(RunCatching(method, body));
+  scope.Finish(status.error_code());
   return status;
 }
 

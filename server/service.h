@@ -70,6 +70,9 @@ class DequantService final : public dequant::v1::DequantService::Service {
 
  private:
   // Runs `body` (returning absl::Status), times and counts it under `method`, maps the status.
+  // The call is in flight until it returns, whatever happens; an exception escaping `body` is
+  // logged and answered: std::bad_alloc as RESOURCE_EXHAUSTED "out of memory while serving
+  // <method>: <what>", any other as INTERNAL "unexpected error while serving <method>: <what>".
   template <typename Body>
   grpc::Status Handle(const char* method, Body&& body);
 
