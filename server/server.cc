@@ -30,13 +30,21 @@ namespace dequantd {
 const char kDequantdVersion[] = DEQUANTD_VERSION;
 
 namespace {
+constexpr int64_t kReceiveHeadroomBytes = int64_t{1} << 20;
+}  // namespace
 
-// gRPC's receive limit: above max_request_bytes (plus the request's other fields and framing) so
-// that an oversized inline request reaches our own check and gets its precise message.
-int ReceiveLimitBytes(int64_t max_request_bytes) {
-  const int64_t limit = max_request_bytes + max_request_bytes / 16 + (int64_t{1} << 20);
-  return static_cast<int>(std::min<int64_t>(limit, INT_MAX));
+// The largest max_request_bytes is the one whose receive limit is exactly INT_MAX.
+static_assert(kMaxRequestBytesLimit + kMaxRequestBytesLimit / 16 + kReceiveHeadroomBytes ==
+              INT_MAX);
+
+int GrpcReceiveLimitBytes(int64_t max_request_bytes) {
+  // Saturating: values beyond INT_MAX give INT_MAX before any sum can overflow.
+  if (max_request_bytes > INT_MAX) return INT_MAX;
+  const int64_t bytes = std::max<int64_t>(0, max_request_bytes);
+  return static_cast<int>(std::min<int64_t>(bytes + bytes / 16 + kReceiveHeadroomBytes, INT_MAX));
 }
+
+namespace {
 
 // The backend options for `options` (the autotuner's provider is set by Start).
 BackendOptions MakeBackendOptions(const ServerOptions& options) {
@@ -91,9 +99,11 @@ absl::Status CheckHostPort(const char* option, const std::string& address) {
 }
 
 absl::Status CheckOptions(const ServerOptions& options) {
-  if (options.max_request_bytes <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_request_bytes must be positive, got ", options.max_request_bytes));
+  if (options.max_request_bytes <= 0 || options.max_request_bytes > kMaxRequestBytesLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_request_bytes (--max-request-bytes) must be in 1..", kMaxRequestBytesLimit,
+        " (gRPC's largest message is ", INT_MAX,
+        " bytes, less room for the request's other fields), got ", options.max_request_bytes));
   }
   if (options.max_output_bytes <= 0) {
     return absl::InvalidArgumentError(
@@ -342,7 +352,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   // and split the traffic. A port in use must be an error.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
-  builder.SetMaxReceiveMessageSize(ReceiveLimitBytes(options.max_request_bytes));
+  builder.SetMaxReceiveMessageSize(GrpcReceiveLimitBytes(options.max_request_bytes));
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

@@ -14,13 +14,24 @@ namespace dequantd {
 // The dequantd version, e.g. "0.1.0" (CMake's PROJECT_VERSION).
 extern const char kDequantdVersion[];
 
+// The largest max_request_bytes accepted: gRPC's message size limit is an int, and the receive
+// limit (GrpcReceiveLimitBytes) adds room for the request's other fields. 2020174185 bytes is
+// about 1.88 GiB; Start refuses more with INVALID_ARGUMENT naming max_request_bytes.
+inline constexpr int64_t kMaxRequestBytesLimit = 2020174185;
+
+// The gRPC receive limit set for `max_request_bytes`: max_request_bytes + max_request_bytes / 16
+// + 1 MiB, so that an oversized inline request reaches the service's own check and gets its
+// precise RESOURCE_EXHAUSTED message; saturates at INT_MAX (negative input counts as 0).
+int GrpcReceiveLimitBytes(int64_t max_request_bytes);
+
 struct ServerOptions {
   std::string model_dir;                          // checkpoint directory; empty = no model loaded
   std::string listen = "127.0.0.1:50051";         // gRPC address; port 0 picks a free port
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics address; empty disables it
   std::string backend = "auto";  // "auto" (cuda if a GPU is present), "cpu", "cuda"
   int cpu_threads = 0;           // CPU backend threads; 0 = hardware concurrency
-  int64_t max_request_bytes = int64_t{256} << 20;  // inline packed bytes accepted per request
+  int64_t max_request_bytes = int64_t{256} << 20;  // inline packed bytes accepted per request;
+                                                   // 1..kMaxRequestBytesLimit
   int64_t max_output_bytes = int64_t{16} << 30;    // largest result served (bytes)
   int64_t default_chunk_bytes = int64_t{1} << 20;  // streamed payload per message
   std::string tune_cache;                          // autotune cache file; empty = default location
@@ -32,8 +43,8 @@ class DequantServer {
  public:
   // Loads the model, initializes the backend (uploads the model to the GPUs), starts gRPC (with
   // health checking and reflection) and metrics. Errors: the checkpoint's (NOT_FOUND,
-  // INVALID_ARGUMENT, DATA_LOSS), INVALID_ARGUMENT (bad option, e.g. backend "gpu"),
-  // FAILED_PRECONDITION (backend "cuda" without a GPU), UNAVAILABLE (cannot bind), the backend's.
+  // INVALID_ARGUMENT, DATA_LOSS), INVALID_ARGUMENT naming the option (bad option, e.g. backend
+  // "gpu", max_request_bytes above kMaxRequestBytesLimit), FAILED_PRECONDITION (backend "cuda" without a GPU), UNAVAILABLE (cannot bind), the backend's.
   static absl::StatusOr<std::unique_ptr<DequantServer>> Start(const ServerOptions& options);
   virtual ~DequantServer() = default;
 

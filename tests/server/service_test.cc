@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -558,6 +560,41 @@ TEST(ServerOptionsTest, CpuThreadsIsBounded) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << threads;
     EXPECT_THAT(std::string(status.message()), HasSubstr("cpu_threads")) << threads;
   }
+}
+
+TEST(ServerOptionsTest, GrpcReceiveLimitSaturatesAtIntMax) {
+  // 256 MiB + 256 MiB / 16 + 1 MiB = 268435456 + 16777216 + 1048576.
+  EXPECT_EQ(GrpcReceiveLimitBytes(int64_t{256} << 20), 286261248);
+  EXPECT_EQ(GrpcReceiveLimitBytes(kMaxRequestBytesLimit), INT_MAX);
+  EXPECT_EQ(GrpcReceiveLimitBytes(kMaxRequestBytesLimit + 1), INT_MAX);
+  EXPECT_EQ(GrpcReceiveLimitBytes(int64_t{INT_MAX}), INT_MAX);
+  EXPECT_EQ(GrpcReceiveLimitBytes(int64_t{INT_MAX} + 1), INT_MAX);
+  // max + max / 16 would overflow int64: still INT_MAX, not a wrapped-around small limit.
+  EXPECT_EQ(GrpcReceiveLimitBytes(std::numeric_limits<int64_t>::max()), INT_MAX);
+}
+
+TEST(ServerOptionsTest, MaxRequestBytesBeyondGrpcsLimitIsRefused) {
+  for (int64_t bytes : {int64_t{0}, int64_t{-1}, kMaxRequestBytesLimit + 1, int64_t{INT_MAX},
+                        std::numeric_limits<int64_t>::max()}) {
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "";
+    options.cpu_threads = 1;
+    options.max_request_bytes = bytes;
+    const absl::Status status = StartStatus(options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bytes;
+    EXPECT_THAT(std::string(status.message()),
+                AllOf(HasSubstr("max_request_bytes (--max-request-bytes) must be in "
+                                "1..2020174185"),
+                      HasSubstr("got " + std::to_string(bytes))))
+        << bytes;
+  }
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "";
+  options.cpu_threads = 1;
+  options.max_request_bytes = kMaxRequestBytesLimit;  // the largest is served
+  EXPECT_TRUE(StartStatus(options).ok()) << StartStatus(options);
 }
 
 TEST_F(ServiceTest, SecondServerOnAPortInUseRefusesToStart) {
