@@ -17,12 +17,13 @@ namespace {
 
 namespace v1 = ::dequant::v1;
 
-// INVALID_ARGUMENT unless K * N * sizeof(out_dtype) (overflow-safe) is within max_output_bytes.
+// RESOURCE_EXHAUSTED (as Dequantize answers a result over the limit) unless
+// K * N * sizeof(out_dtype) (overflow-safe) is within max_output_bytes.
 absl::Status CheckOutputBytes(const std::string& field, int64_t K, int64_t N, DType out_dtype,
                               int64_t max_output_bytes) {
   const int64_t elements_limit = max_output_bytes / DTypeSize(out_dtype);
   if (K > 0 && N > 0 && K > elements_limit / N) {
-    return absl::InvalidArgumentError(
+    return absl::ResourceExhaustedError(
         absl::StrCat(field, ": the ", std::string(DTypeName(out_dtype)), " output of ", K, "x", N,
                      " is more than the server's max_output_bytes = ", max_output_bytes, " bytes"));
   }
@@ -113,13 +114,14 @@ absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
     if (s.group_size == 0) s.group_size = out.group_size;
     const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
     for (DType dtype : out.output_dtypes) {
-      if (absl::Status st = CheckOutputBytes(fields[i], s.K, s.N, dtype, options.max_output_bytes);
-          !st.ok()) {
-        return st;
-      }
+      // A malformed shape first (INVALID_ARGUMENT), then the server's limit (RESOURCE_EXHAUSTED).
       if (absl::Status st = ValidateShape(shape, dtype); !st.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
             fields[i], " (", s.K, "x", s.N, ", group_size ", s.group_size, "): ", st.message()));
+      }
+      if (absl::Status st = CheckOutputBytes(fields[i], s.K, s.N, dtype, options.max_output_bytes);
+          !st.ok()) {
+        return st;
       }
     }
   }

@@ -40,8 +40,9 @@ struct BenchmarkServiceOptions {
 
 // Validates `request` and converts it. Shapes come first, then tensors, in request order.
 // Errors: INVALID_ARGUMENT naming the field (shapes[i], group_size, variants, output_dtypes[i],
-// trials, runs, hardware limits above, an output over max_output_bytes), NOT_FOUND (tensors[i]
-// is not a layer of the loaded model).
+// trials, runs, hardware limits above, a malformed shape), RESOURCE_EXHAUSTED naming the field
+// and max_output_bytes (a valid shape whose output is over the server's limit, as Dequantize),
+// NOT_FOUND (tensors[i] is not a layer of the loaded model).
 absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
     const dequant::v1::BenchmarkRequest& request, const BenchmarkServiceOptions& options);
 

@@ -147,16 +147,36 @@ TEST(BenchmarkRequestFromProtoTest, BadShapesNameTheirIndex) {
   ExpectInvalid(ShapesRequest({{100, 256}}), "shapes[0]");           // G = 128 does not divide K
 }
 
-TEST(BenchmarkRequestFromProtoTest, OutputsOverMaxOutputBytesAreRefused) {
+// Over the server's limit is RESOURCE_EXHAUSTED, as Dequantize answers it.
+void ExpectOverLimit(const v1::BenchmarkRequest& request, const std::string& message,
+                     const BenchmarkServiceOptions& options = Cpu()) {
+  const absl::Status s = Convert(request, options);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(s.message(), message);
+}
+
+TEST(BenchmarkRequestFromProtoTest, OutputsOverMaxOutputBytesAreResourceExhausted) {
   BenchmarkServiceOptions options = Cpu();
   options.max_output_bytes = 128 * 256 * 2;  // exactly one fp16 128x256
   EXPECT_TRUE(Convert(ShapesRequest({{128, 256}}), options).ok());
   v1::BenchmarkRequest fp32 = ShapesRequest({{128, 256}});
   fp32.add_output_dtypes(v1::DTYPE_FP32);
-  ExpectInvalid(fp32, "max_output_bytes = 65536", options);
-  ExpectInvalid(ShapesRequest({{256, 256}}), "shapes[0]: the fp16 output of 256x256", options);
-  // K * N overflows int64: still refused, not wrapped around.
-  ExpectInvalid(ShapesRequest({{int64_t{1} << 40, int64_t{1} << 40}}), "max_output_bytes");
+  ExpectOverLimit(fp32,
+                  "shapes[0]: the fp32 output of 128x256 is more than the server's "
+                  "max_output_bytes = 65536 bytes",
+                  options);
+  ExpectOverLimit(ShapesRequest({{256, 256}}),
+                  "shapes[0]: the fp16 output of 256x256 is more than the server's "
+                  "max_output_bytes = 65536 bytes",
+                  options);
+  // 2^20 x 2^20 is a valid shape (2^40 elements, the format's limit) over the default 16 GiB.
+  ExpectOverLimit(ShapesRequest({{int64_t{1} << 20, int64_t{1} << 20}}),
+                  "shapes[0]: the fp16 output of 1048576x1048576 is more than the server's "
+                  "max_output_bytes = 17179869184 bytes");
+  // A malformed shape stays INVALID_ARGUMENT even when it is also over the limit: N not a
+  // multiple of 8, K * N beyond the format's 2^40 elements (not wrapped around).
+  ExpectInvalid(ShapesRequest({{256, 260}}), "shapes[0] (256x260", options);
+  ExpectInvalid(ShapesRequest({{int64_t{1} << 40, int64_t{1} << 40}}), "output elements");
 }
 
 TEST(BenchmarkRequestFromProtoTest, UnknownTensorIsNotFound) {
