@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -41,7 +42,8 @@ ABSL_FLAG(bool, pretune, false,
           "DequantizeLayers (holding a device buffer for the whole model's result). The CPU "
           "backend has nothing to tune");
 ABSL_FLAG(double, shutdown_deadline, 5.0,
-          "seconds in-flight calls get to finish on SIGINT/SIGTERM before they are cancelled");
+          "seconds (0..86400) in-flight calls get to finish on SIGINT/SIGTERM before they "
+          "are cancelled");
 
 namespace {
 
@@ -91,7 +93,18 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   std::vector<std::string> arg_storage;
   std::vector<char*> args = NormalizeFlagNames(argc, argv, arg_storage);
-  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  const std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  if (positional.size() > 1) {  // positional[0] is the program name
+    const std::string arg = positional[1];
+    const bool looks_like_path =
+        arg.find('/') != std::string::npos || std::filesystem::is_directory(arg);
+    std::fprintf(stderr, "dequantd: unexpected argument '%s' (%s)\n%s\n", arg.c_str(),
+                 looks_like_path ? absl::StrCat("did you mean --model=", arg, "?").c_str()
+                                 : "dequantd takes only flags; see --help",
+                 std::string(absl::ProgramUsageMessage()).c_str());
+    return 2;
+  }
 
   // Block the shutdown signals before any thread starts, so that every gRPC and HTTP thread
   // inherits the mask and only sigwait below receives them.
@@ -111,6 +124,7 @@ int main(int argc, char** argv) {
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   options.tune_cache = absl::GetFlag(FLAGS_tune_cache);
   options.pretune = absl::GetFlag(FLAGS_pretune);
+  options.shutdown_deadline_seconds = absl::GetFlag(FLAGS_shutdown_deadline);
 
   if (options.model_dir.empty()) {
     spdlog::warn("no model loaded (--model is empty): only inline Dequantize requests are served");
@@ -140,8 +154,8 @@ int main(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("signal {} received: shutting down (in-flight calls get {} s)", signal_number,
-               absl::GetFlag(FLAGS_shutdown_deadline));
-  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_deadline));
+               options.shutdown_deadline_seconds);
+  (*server)->Shutdown(options.shutdown_deadline_seconds);
   spdlog::info("dequantd stopped");
   return 0;
 }

@@ -69,6 +69,9 @@ std::string DescribeDevices(const BackendInfo& info) {
   return text;
 }
 
+// Largest --shutdown-deadline accepted (a day): far beyond any drain, far below overflow.
+constexpr double kMaxShutdownDeadlineSeconds = 86400;
+
 // Largest --cpu-threads accepted: far above any host's cores, far below the thread limit.
 constexpr int kMaxCpuThreads = 1024;
 
@@ -116,6 +119,14 @@ absl::Status CheckOptions(const ServerOptions& options) {
   if (options.cpu_threads < 0 || options.cpu_threads > kMaxCpuThreads) {
     return absl::InvalidArgumentError(
         absl::StrCat("cpu_threads must be in 0..", kMaxCpuThreads, ", got ", options.cpu_threads));
+  }
+  // NaN fails both comparisons; infinity and values whose deadline would overflow the clock
+  // fail the upper bound.
+  if (!(options.shutdown_deadline_seconds >= 0 &&
+        options.shutdown_deadline_seconds <= kMaxShutdownDeadlineSeconds)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shutdown_deadline (--shutdown-deadline) must be a number of seconds in 0..",
+                     kMaxShutdownDeadlineSeconds, ", got ", options.shutdown_deadline_seconds));
   }
   if (options.listen.empty()) return absl::InvalidArgumentError("listen must not be empty");
   if (absl::Status s = CheckHostPort("listen", options.listen); !s.ok()) return s;

@@ -37,6 +37,8 @@ struct ServerOptions {
   std::string tune_cache;                          // autotune cache file; empty = default location
   bool pretune = false;  // tune every layer of the model at start-up; CUDA: also build the
                          // whole model's grouped fp16 plan (DequantizeLayers)
+  double shutdown_deadline_seconds = 5.0;  // what main passes to Shutdown on SIGINT/SIGTERM;
+                                           // 0..86400 (NaN refused)
 };
 
 class DequantServer {
@@ -44,7 +46,9 @@ class DequantServer {
   // Loads the model, initializes the backend (uploads the model to the GPUs), starts gRPC (with
   // health checking and reflection) and metrics. Errors: the checkpoint's (NOT_FOUND,
   // INVALID_ARGUMENT, DATA_LOSS), INVALID_ARGUMENT naming the option (bad option, e.g. backend
-  // "gpu", max_request_bytes above kMaxRequestBytesLimit), FAILED_PRECONDITION (backend "cuda" without a GPU), UNAVAILABLE (cannot bind), the backend's.
+  // "gpu", max_request_bytes above kMaxRequestBytesLimit, shutdown_deadline_seconds NaN or out of
+  // 0..86400),
+  // FAILED_PRECONDITION (backend "cuda" without a GPU), UNAVAILABLE (cannot bind), the backend's.
   static absl::StatusOr<std::unique_ptr<DequantServer>> Start(const ServerOptions& options);
   virtual ~DequantServer() = default;
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -595,6 +596,38 @@ TEST(ServerOptionsTest, MaxRequestBytesBeyondGrpcsLimitIsRefused) {
   options.cpu_threads = 1;
   options.max_request_bytes = kMaxRequestBytesLimit;  // the largest is served
   EXPECT_TRUE(StartStatus(options).ok()) << StartStatus(options);
+}
+
+TEST(ServerOptionsTest, ShutdownDeadlineMustBeANumberOfSecondsInRange) {
+  const struct {
+    double seconds;
+    const char* shown;
+  } kRefused[] = {{std::nan(""), "nan"},
+                  {-1, "-1"},
+                  {-0.5, "-0.5"},
+                  {std::numeric_limits<double>::infinity(), "inf"},
+                  {1e300, "1e+300"}};
+  for (const auto& c : kRefused) {
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "";
+    options.cpu_threads = 1;
+    options.shutdown_deadline_seconds = c.seconds;
+    const absl::Status status = StartStatus(options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.shown;
+    EXPECT_EQ(status.message(),
+              std::string("shutdown_deadline (--shutdown-deadline) must be a number of seconds in "
+                          "0..86400, got ") +
+                  c.shown);
+  }
+  for (double seconds : {0.0, 86400.0}) {
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "";
+    options.cpu_threads = 1;
+    options.shutdown_deadline_seconds = seconds;
+    EXPECT_TRUE(StartStatus(options).ok()) << seconds;
+  }
 }
 
 TEST_F(ServiceTest, SecondServerOnAPortInUseRefusesToStart) {

@@ -1,0 +1,74 @@
+// Tests for the dequantd executable's command line (server/main.cc), run as a child process:
+// positional arguments are refused with exit code 2 before anything starts, and an option that
+// CheckOptions refuses ends it with exit code 1 and the status naming the flag.
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dequantd {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct ProcessResult {
+  int exit_code = -1;  // -1: did not exit normally
+  std::string output;  // stdout and stderr
+};
+
+// Runs the dequantd binary with `args` (shell words) and waits for it.
+ProcessResult RunDequantd(const std::string& args) {
+  ProcessResult run;
+  const std::string command = std::string(DEQUANTD_PATH) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) run.output.append(buf, n);
+  const int status = ::pclose(pipe);
+  if (status != -1 && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  return run;
+}
+
+TEST(DequantdMainTest, PositionalPathIsRefusedNamingItAndSuggestingModel) {
+  // Without the check it would start serving the bundled model on the default ports.
+  const ProcessResult run = RunDequantd("/path/to/model --listen=127.0.0.1:0 --metrics-listen=");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("dequantd: unexpected argument '/path/to/model' (did you mean "
+                                    "--model=/path/to/model?)"));
+  EXPECT_THAT(run.output, HasSubstr("usage: dequantd [--model DIR]"));
+}
+
+TEST(DequantdMainTest, PositionalWordAndArgumentsAfterDoubleDashAreRefused) {
+  ProcessResult run = RunDequantd("--model= serve");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("unexpected argument 'serve' (dequantd takes only flags; see --help)"));
+  run = RunDequantd("--model= -- --listen=127.0.0.1:0");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("unexpected argument '--listen=127.0.0.1:0'"));
+}
+
+TEST(DequantdMainTest, NanShutdownDeadlineIsRefusedNamingTheFlag) {
+  const ProcessResult run = RunDequantd(
+      "--model= --listen=127.0.0.1:0 --metrics-listen= --backend=cpu --shutdown-deadline=nan");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("INVALID_ARGUMENT: shutdown_deadline (--shutdown-deadline) must be a "
+                        "number of seconds in 0..86400, got nan"));
+}
+
+TEST(DequantdMainTest, HugeMaxRequestBytesIsRefusedNamingTheFlag) {
+  const ProcessResult run = RunDequantd(
+      "--model= --listen=127.0.0.1:0 --metrics-listen= --backend=cpu "
+      "--max-request-bytes=9223372036854775807");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: max_request_bytes (--max-request-bytes) "
+                                    "must be in 1..2020174185"));
+}
+
+}  // namespace
+}  // namespace dequantd
