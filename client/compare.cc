@@ -169,10 +169,14 @@ absl::Status ReferenceComparer::Begin(const v1::DequantizeHeader& header) {
   } else if (layout_ == ReferenceLayout::kAuto && (is_kn || is_nk)) {
     transposed_ = !is_kn;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reference '", reference(), "' has shape ", ShapeString(ref_shape_),
-        "; the result is (K, N) = ", ShapeString(kn),
-        layout_ == ReferenceLayout::kAuto ? " (and not (N, K) either)" : " in the given layout"));
+    const std::string expected =
+        layout_ == ReferenceLayout::kKN   ? absl::StrCat("kn expects (K, N) = ", ShapeString(kn))
+        : layout_ == ReferenceLayout::kNK ? absl::StrCat("nk expects (N, K) = ", ShapeString(nk))
+                                          : absl::StrCat("auto expects (K, N) = ", ShapeString(kn),
+                                                         " or (N, K) = ", ShapeString(nk));
+    return absl::InvalidArgumentError(absl::StrCat("reference '", reference(), "' has shape ",
+                                                   ShapeString(ref_shape_), "; --compare-layout ",
+                                                   expected));
   }
   return absl::OkStatus();
 }

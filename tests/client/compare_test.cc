@@ -253,7 +253,26 @@ TEST(ReferenceComparerTest, NpyFp32ReferenceInTheWrongLayoutIsRefused) {
   ASSERT_TRUE(c.ok()) << c.status();
   const absl::Status s = (*c)->Begin(Header(2, 8, v1::DTYPE_FP32));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("(2, 8)"));
+  EXPECT_EQ(s.message(), "reference '" + path +
+                             "' has shape (2, 8); --compare-layout nk expects (N, K) = (8, 2)");
+}
+
+// Each layout's message says what that layout expects (K = 2, N = 8).
+TEST(ReferenceComparerTest, ShapeMismatchSaysWhatTheLayoutExpects) {
+  const std::string path = TempPath("ref_3x8.npy");
+  WriteNpy(path, "<f4", {3, 8}, Bytes(std::vector<float>(24, 1.0f)));
+  for (const auto& [layout, expected] :
+       {std::pair{ReferenceLayout::kKN, "kn expects (K, N) = (2, 8)"},
+        std::pair{ReferenceLayout::kNK, "nk expects (N, K) = (8, 2)"},
+        std::pair{ReferenceLayout::kAuto, "auto expects (K, N) = (2, 8) or (N, K) = (8, 2)"}}) {
+    absl::StatusOr<std::unique_ptr<ReferenceComparer>> c =
+        ReferenceComparer::Open(path, {}, layout);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const absl::Status s = (*c)->Begin(Header(2, 8, v1::DTYPE_FP32));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(),
+              "reference '" + path + "' has shape (3, 8); --compare-layout " + expected);
+  }
 }
 
 TEST(ReferenceComparerTest, NpyRefusesOtherDescrsFortranOrderAndTensorNames) {

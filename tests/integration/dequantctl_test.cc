@@ -283,6 +283,24 @@ TEST_F(DequantctlTest, CompareSquareReferenceNeedsCompareLayout) {
               HasSubstr(":sq.weight: max_abs 0, rms 0, relative_rms 0 over 4096 elements"));
 }
 
+// A (K, N) = (128, 72) reference with --compare-layout nk: exit 1 saying what nk expects.
+TEST_F(DequantctlTest, CompareLayoutMismatchSaysWhatTheLayoutExpects) {
+  const RandomLayer packed = MakeRandomLayer("mm.", 128, 72, 32, DType::kF16, 34);
+  const std::string input = Path("mismatch_packed.safetensors");
+  ASSERT_TRUE(WritePacked(input, packed, "F16").ok());
+  const std::string reference = Path("mismatch_reference.safetensors");
+  ASSERT_TRUE(safetensors::WriteFile(
+                  reference, {{"mm.weight", "F32", {128, 72}, packed.Expected(DType::kF32)}})
+                  .ok());
+  const CommandResult run = Ctl({"dequantize", "--packed", input, "--prefix", "mm.", "--compare",
+                                 reference, "--compare-layout", "nk"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err, "dequantctl: INVALID_ARGUMENT: reference '" + reference +
+                         ":mm.weight' has shape (128, 72); --compare-layout nk expects (N, K) = "
+                         "(72, 128)\n");
+}
+
 TEST_F(DequantctlTest, UnknownLayerExitsOneWithOneLineErrorAndWritesNothing) {
   const std::string out = Path("missing.npy");
   const CommandResult run =
