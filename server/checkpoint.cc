@@ -1,13 +1,18 @@
-// The checkpoint store: reads config.json, maps the safetensors shards and validates every AWQ
-// layer (see checkpoint.h for the policy).
+// The checkpoint store: reads config.json, parses the safetensors shard headers, validates every
+// AWQ layer and reads its tensors into owned memory (see checkpoint.h for the policy).
 #include "server/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <new>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -160,13 +165,84 @@ absl::StatusOr<ShardList> ListShards(const fs::path& dir) {
   return out;
 }
 
-// Where a tensor lives.
-struct TensorRef {
-  const safetensors::MappedFile* file = nullptr;
-  const safetensors::TensorEntry* entry = nullptr;
+// Alignment of each tensor copy (a cache line; the fast CPU path needs 4).
+constexpr size_t kCopyAlignment = 64;
+
+int64_t RoundUpToAlignment(int64_t bytes) {
+  constexpr int64_t a = static_cast<int64_t>(kCopyAlignment);
+  return (bytes + a - 1) / a * a;
+}
+
+// An open shard: its header, parsed through a memory map (only the header's pages are read that
+// way, and the map is dropped once Open returns), and a descriptor the tensor bytes are pread
+// from into owned memory.
+struct Shard {
+  std::unique_ptr<safetensors::MappedFile> map;
+  int fd = -1;
+  Shard() = default;
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+  ~Shard() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
+// Opens `path` for pread, then parses its header. ABORTED if the path names another file by the
+// time the header is parsed (replaced in the meantime), so header and bytes always agree.
+absl::StatusOr<std::unique_ptr<Shard>> OpenShard(const fs::path& path) {
+  auto shard = std::make_unique<Shard>();
+  shard->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (shard->fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("open ", path.string()));
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> map =
+      safetensors::MappedFile::Open(path.string());
+  if (!map.ok()) return map.status();
+  shard->map = *std::move(map);
+  struct stat by_fd, by_path;
+  if (::fstat(shard->fd, &by_fd) != 0 || ::stat(path.c_str(), &by_path) != 0 ||
+      by_fd.st_dev != by_path.st_dev || by_fd.st_ino != by_path.st_ino) {
+    return absl::AbortedError(
+        absl::StrCat("shard '", path.string(), "' was replaced while being opened; try again"));
+  }
+  return shard;
+}
+
+// Where a tensor lives.
+struct TensorRef {
+  const Shard* shard = nullptr;
+  const safetensors::TensorEntry* entry = nullptr;
+  const std::string& path() const { return shard->map->path(); }
+  int64_t bytes() const { return entry->data_end - entry->data_begin; }
+};
+
+// Reads the bytes of `ref` into `dst` with pread. DATA_LOSS naming the file and tensor if the
+// file is now shorter than its header says (truncated since the header was parsed).
+absl::Status ReadTensor(const TensorRef& ref, uint8_t* dst) {
+  const int64_t begin = ref.shard->map->header().data_start + ref.entry->data_begin;
+  const int64_t size = ref.bytes();
+  int64_t done = 0;
+  while (done < size) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(size - done, int64_t{1} << 30));
+    const ssize_t got = ::pread(ref.shard->fd, dst + done, want, begin + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      return absl::ErrnoToStatus(errno,
+                                 absl::StrCat(ref.path(), ": read tensor '", ref.entry->name, "'"));
+    }
+    if (got == 0) {
+      return absl::DataLossError(
+          absl::StrCat(ref.path(), ": tensor '", ref.entry->name, "' ends at byte ", begin + size,
+                       " but the file ends at byte ", begin + done, ": truncated while loading?"));
+    }
+    done += got;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+void Checkpoint::AlignedFree::operator()(uint8_t* p) const {
+  ::operator delete[](p, std::align_val_t{kCopyAlignment});
+}
 
 Checkpoint::~Checkpoint() = default;
 
@@ -196,45 +272,36 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   absl::StatusOr<ShardList> shards = ListShards(root);
   if (!shards.ok()) return shards.status();
 
-  // Map every shard; index every tensor by name.
+  // Open every shard; index every tensor by name. The shards are closed when Open returns.
+  std::vector<std::unique_ptr<Shard>> open_shards;
   std::map<std::string, TensorRef> tensors;
-  std::map<std::string, const safetensors::MappedFile*> by_file;
+  std::map<std::string, const Shard*> by_file;
   for (const std::string& name : shards->files) {
     const fs::path path = root / name;
     if (!IsRegularFile(path)) {
       return absl::NotFoundError(absl::StrCat("shard '", path.string(), "' not found"));
     }
-    absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file =
-        safetensors::MappedFile::Open(path.string());
-    if (!file.ok()) return file.status();
-    const safetensors::MappedFile* f = file->get();
+    absl::StatusOr<std::unique_ptr<Shard>> shard = OpenShard(path);
+    if (!shard.ok()) return shard.status();
+    const Shard* f = shard->get();
     by_file[name] = f;
-    for (const auto& [tensor, entry] : f->header().tensors) {
+    for (const auto& [tensor, entry] : f->map->header().tensors) {
       const auto [it, inserted] = tensors.emplace(tensor, TensorRef{f, &entry});
       if (!inserted) {
         return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor, "' appears in both '",
-                                                       it->second.file->path(), "' and '",
-                                                       f->path(), "'"));
+                                                       it->second.path(), "' and '", f->map->path(),
+                                                       "'"));
       }
     }
-    ckpt->files_.push_back(*std::move(file));
+    open_shards.push_back(*std::move(shard));
   }
   for (const auto& [tensor, file] : shards->weight_map) {
     const auto it = tensors.find(tensor);
-    if (it == tensors.end() || it->second.file != by_file.at(file)) {
+    if (it == tensors.end() || it->second.shard != by_file.at(file)) {
       return absl::InvalidArgumentError(absl::StrCat(kIndexFile, " puts tensor '", tensor, "' in '",
                                                      file, "', which does not hold it"));
     }
   }
-
-  // Pointer to a tensor's bytes, copied into 4-byte-aligned storage if the map's is not.
-  auto aligned = [&ckpt](const TensorRef& ref) -> const void* {
-    absl::Span<const uint8_t> bytes = *ref.file->TensorBytes(ref.entry->name);
-    if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(int32_t) == 0) return bytes.data();
-    std::vector<int32_t>& copy = ckpt->aligned_copies_.emplace_back((bytes.size() + 3) / 4);
-    if (!bytes.empty()) std::memcpy(copy.data(), bytes.data(), bytes.size());
-    return copy.data();
-  };
 
   for (const auto& [tensor, qweight_ref] : tensors) {
     if (!absl::EndsWith(tensor, kQweight)) continue;
@@ -246,13 +313,13 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       if (it == tensors.end()) {
         return absl::InvalidArgumentError(absl::StrCat("layer '", prefix, "': tensor '", name,
                                                        "' is missing (qweight is in '",
-                                                       qweight_ref.file->path(), "')"));
+                                                       qweight_ref.path(), "')"));
       }
       refs[i] = it->second;
     }
     const auto& [qw, qz, sc] = refs;
     auto awq_ref = [](const TensorRef& r) {
-      return formats::AwqTensorRef{.file = r.file->path(), .entry = r.entry};
+      return formats::AwqTensorRef{.file = r.path(), .entry = r.entry};
     };
     absl::StatusOr<AwqShape> awq_shape =
         formats::AwqShapeFromTensors(prefix, awq_ref(qw), awq_ref(qz), awq_ref(sc));
@@ -260,15 +327,33 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     const AwqShape& shape = *awq_shape;
     if (absl::Status s = ValidateShape(shape, DType::kF16); !s.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(qw.file->path(), ": layer '", prefix, "': ", s.message()));
+          absl::StrCat(qw.path(), ": layer '", prefix, "': ", s.message()));
+    }
+    // One owned buffer per layer: qweight | qzeros | scales, each 64-byte aligned.
+    int64_t offsets[3];
+    int64_t total = 0;
+    for (int i = 0; i < 3; ++i) {
+      offsets[i] = total;
+      total += RoundUpToAlignment(refs[i].bytes());
+    }
+    std::unique_ptr<uint8_t[], AlignedFree> copy(
+        static_cast<uint8_t*>(::operator new[](static_cast<size_t>(std::max<int64_t>(total, 1)),
+                                               std::align_val_t{kCopyAlignment}, std::nothrow)));
+    if (copy == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("layer '", prefix, "': cannot allocate ", total, " bytes for its copy"));
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (absl::Status s = ReadTensor(refs[i], copy.get() + offsets[i]); !s.ok()) return s;
     }
     QuantizedLayer layer;
     layer.name = prefix;
-    layer.file = qw.file->path();
+    layer.file = qw.path();
     layer.view.shape = shape;
-    layer.view.qweight = static_cast<const int32_t*>(aligned(qw));
-    layer.view.qzeros = static_cast<const int32_t*>(aligned(qz));
-    layer.view.scales = aligned(sc);
+    layer.view.qweight = reinterpret_cast<const int32_t*>(copy.get() + offsets[0]);
+    layer.view.qzeros = reinterpret_cast<const int32_t*>(copy.get() + offsets[1]);
+    layer.view.scales = copy.get() + offsets[2];
+    ckpt->copies_.push_back(std::move(copy));
     ckpt->layers_.push_back(std::move(layer));
   }
   if (ckpt->layers_.empty()) {

@@ -18,7 +18,12 @@
 // our bundled model (tools/make_default_model.py) uses 128 where K % 128 == 0 and 64 elsewhere,
 // as its config.json notes. Each layer then passes ValidateShape (kernels/dequant.h). Tensors
 // without the .qweight suffix (embeddings, norms, lm_head in fp16) are ignored.
-// Tensor bytes that are not 4-byte aligned in the map are copied into aligned storage.
+// Memory: each layer's qweight, qzeros and scales are read (pread) into one buffer the Checkpoint
+// owns, 64-byte aligned, and every shard is closed before Open returns. The server thus holds the
+// packed model in host memory (its packed size), and truncating, rewriting or deleting the files
+// later cannot affect it (a memory map would SIGBUS on a truncated file). The shard headers are
+// parsed through a memory map that reads only the header pages, so loading never holds the whole
+// file mapped and copied at once; a file truncated during Open is DATA_LOSS, not a crash.
 #pragma once
 
 #include <memory>
@@ -42,7 +47,7 @@ struct QuantizationConfig {
 
 struct QuantizedLayer {
   std::string name;       // prefix, e.g. "model.layers.0.mlp.down_proj"
-  PackedTensorView view;  // host pointers into the mapped files (or aligned copies); 4-byte aligned
+  PackedTensorView view;  // host pointers into the Checkpoint's own copies; 64-byte aligned
   std::string file;       // the safetensors file holding qweight
 };
 
@@ -52,8 +57,10 @@ class Checkpoint {
   // the end, a layer whose tensors disagree on shape or dtype): the checkpoint is refused and
   // the server does not start; the error names the file, tensor and field.
   // Errors: NOT_FOUND (dir, config.json or a shard missing, no *.safetensors), INVALID_ARGUMENT
-  // (not AWQ gemm 4-bit with zero points, a layer tensor missing, wrong dtype or shape, G not
-  // dividing K, no quantized layer at all, a corrupt header), DATA_LOSS (truncated file).
+  // (dir not a directory; not AWQ gemm 4-bit with zero points, a layer tensor missing, wrong dtype
+  // or shape, G not dividing K, no quantized layer at all, a corrupt header), DATA_LOSS
+  // (truncated file, also while being read), ABORTED (a shard replaced while being opened),
+  // RESOURCE_EXHAUSTED (no memory for a layer's copy).
   // Thread-safety: the returned object is immutable and safe to read from any thread.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
   ~Checkpoint();
@@ -69,8 +76,10 @@ class Checkpoint {
   Checkpoint() = default;
   std::string dir_;
   QuantizationConfig config_;
-  std::vector<std::unique_ptr<safetensors::MappedFile>> files_;
-  std::vector<std::vector<int32_t>> aligned_copies_;  // for tensors not 4-byte aligned in a map
+  struct AlignedFree {  // frees a 64-byte-aligned operator new[] block
+    void operator()(uint8_t* p) const;
+  };
+  std::vector<std::unique_ptr<uint8_t[], AlignedFree>> copies_;  // one per layer
   std::vector<QuantizedLayer> layers_;
 };
 

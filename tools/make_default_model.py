@@ -189,9 +189,25 @@ def llama_config(reader):
 
 
 def save(save_file, tensors, path, metadata=None):
-    """safetensors.numpy.save_file, readable by all (the server may run as another user)."""
-    save_file(tensors, path, metadata=metadata)
-    os.chmod(path, 0o644)
+    """safetensors.numpy.save_file, readable by all (the server may run as another user).
+
+    Atomic: written to a temporary file in the same directory, flushed to disk, then renamed
+    over `path`, so a file a running server or reader has open is never rewritten in place.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=metadata)
+        os.chmod(tmp, 0o644)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def self_test():

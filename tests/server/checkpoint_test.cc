@@ -4,6 +4,7 @@
 #include "server/checkpoint.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -97,10 +98,10 @@ const OwnedTensor& Named(const std::vector<OwnedTensor>& tensors, const std::str
   return kNone;
 }
 
-// The view's bytes equal what was written.
+// The view's bytes equal what was written, in the Checkpoint's 64-byte-aligned copy.
 void ExpectSameBytes(const void* view, const OwnedTensor& t) {
   ASSERT_NE(view, nullptr);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(view) % 4, 0u) << t.name;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(view) % 64, 0u) << t.name;
   EXPECT_EQ(std::memcmp(view, t.bytes.data(), t.bytes.size()), 0) << t.name;
 }
 
@@ -232,6 +233,55 @@ TEST_F(CheckpointTest, MisalignedTensorsAreCopiedToAlignedStorage) {
   ExpectSameBytes(l->view.qweight, t[1]);
   ExpectSameBytes(l->view.qzeros, t[2]);
   ExpectSameBytes(l->view.scales, t[3]);
+}
+
+// Every layer of `ckpt` holds the bytes in `t` and dequantizes (fp16, reference path) to the same
+// bits as a view over `t` itself.
+void ExpectLayersMatch(const Checkpoint& ckpt, const std::vector<OwnedTensor>& t,
+                       const std::vector<std::string>& prefixes) {
+  ASSERT_EQ(ckpt.layers().size(), prefixes.size());
+  for (const std::string& prefix : prefixes) {
+    const QuantizedLayer* l = ckpt.Find(prefix);
+    ASSERT_NE(l, nullptr) << prefix;
+    const OwnedTensor& qweight = Named(t, prefix + ".qweight");
+    const OwnedTensor& qzeros = Named(t, prefix + ".qzeros");
+    const OwnedTensor& scales = Named(t, prefix + ".scales");
+    ExpectSameBytes(l->view.qweight, qweight);
+    ExpectSameBytes(l->view.qzeros, qzeros);
+    ExpectSameBytes(l->view.scales, scales);
+    PackedTensorView written = l->view;
+    written.qweight = reinterpret_cast<const int32_t*>(qweight.bytes.data());
+    written.qzeros = reinterpret_cast<const int32_t*>(qzeros.bytes.data());
+    written.scales = scales.bytes.data();
+    const size_t out_bytes = static_cast<size_t>(l->view.shape.output_bytes(DType::kF16));
+    std::vector<uint8_t> got(out_bytes), want(out_bytes, 0xAB);
+    const int64_t K = l->view.shape.K;
+    ASSERT_TRUE(DequantizeReference(l->view, DType::kF16, 0, K, got.data()).ok()) << prefix;
+    ASSERT_TRUE(DequantizeReference(written, DType::kF16, 0, K, want.data()).ok()) << prefix;
+    EXPECT_EQ(got, want) << prefix;
+  }
+}
+
+// The store owns its copies: truncating the file (a memory map would SIGBUS), rewriting it in
+// place or deleting it after Open changes nothing a reader sees.
+TEST_F(CheckpointTest, LayersSurviveTruncateRewriteAndDeleteOfTheFile) {
+  const std::vector<std::string> prefixes = {"model.layers.0.mlp.down_proj",
+                                             "model.layers.0.self_attn.q_proj"};
+  std::vector<OwnedTensor> t = Layer(prefixes[0], 576, 64, 9);  // 4-byte aligned in the file
+  Append(&t, Layer(prefixes[1], 256, 128, 2, "BF16"));
+  const std::string path = dir_ + "/model.safetensors";
+  ASSERT_TRUE(Write(path, t).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+
+  ASSERT_EQ(::truncate(path.c_str(), 1000), 0);
+  ExpectLayersMatch(**ckpt, t, prefixes);
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+  ExpectLayersMatch(**ckpt, t, prefixes);
+  WriteText(path, std::string(100000, '\xEE'));  // the same inode, other bytes
+  ExpectLayersMatch(**ckpt, t, prefixes);
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  ExpectLayersMatch(**ckpt, t, prefixes);
 }
 
 TEST_F(CheckpointTest, GroupSizeMinusOneMeansOneGroup) {
