@@ -25,6 +25,17 @@ std::string NpyPathFor(const std::string& dir, const std::string& tensor) {
   return absl::StrCat(dir, "/", absl::StrReplaceAll(tensor, {{"/", "_"}}), ".npy");
 }
 
+// --out-dir: created (with its parents) when the first result arrives.
+absl::Status CreateOutDir(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create --out-dir \"", dir, "\": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
 // --out FILE.safetensors: every distinct layer collected in memory, written at the end.
 class SafetensorsCollector {
  public:
@@ -81,14 +92,6 @@ absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options
 absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOptions& options,
                                  std::ostream& out) {
   if (absl::Status s = CheckDequantizeLayersOptions(options); !s.ok()) return s;
-  if (!options.out_dir.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(options.out_dir, error);
-    if (error) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot create --out-dir \"", options.out_dir, "\": ", error.message()));
-    }
-  }
   v1::DequantizeLayersRequest request;
   for (absl::string_view name : absl::StrSplit(options.tensors, ',', absl::SkipEmpty())) {
     request.add_tensors(std::string(name));
@@ -105,6 +108,8 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
     if (options.out_dir.empty()) return absl::OkStatus();
     if (file) {
       if (absl::Status s = file->Finish(); !s.ok()) return s;
+    } else if (absl::Status s = CreateOutDir(options.out_dir); !s.ok()) {
+      return s;  // the first result: a call that fails before it leaves no directory behind
     }
     file = OutputFile::ForPath(NpyPathFor(options.out_dir, header.tensor()), header.tensor());
     return file->Begin(header);

@@ -1,11 +1,13 @@
 // dequantctl: the command-line client of dequantd.
 //   dequantctl [--server HOST:PORT] list | info | dequantize ... | dequantize-layers ... |
 //              benchmark ...
-// Flags may be spelled with '-' or '_' (--group-size == --group_size). Exit status: 0 on
+// Flags may be spelled with '-' or '_' (--group-size == --group_size); a flag that does not apply
+// to the subcommand (client/flag_scope.h) is a usage error. Exit status: 0 on
 // success, 2 for a usage error, 1 when the call (or local file I/O) fails. Errors are one line
 // on stderr: "dequantctl: <CODE>: <message>".
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
@@ -23,10 +25,11 @@
 #include "absl/strings/str_replace.h"
 #include "client/client.h"
 #include "client/commands.h"
+#include "client/flag_scope.h"
 #include "client/temp_file_guard.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "dequantd address, HOST:PORT");
-ABSL_FLAG(double, deadline, 0, "per-call deadline in seconds; 0 = none");
+ABSL_FLAG(double, deadline, 0, "per-call deadline in seconds, > 0; not given = none");
 ABSL_FLAG(std::string, tensor, "", "dequantize: a layer of the loaded model (see `list`)");
 ABSL_FLAG(std::string, packed, "", "dequantize: safetensors file with PREFIXqweight/qzeros/scales");
 ABSL_FLAG(std::string, prefix, "", "dequantize --packed: tensor name prefix, e.g. 'layer.'");
@@ -55,6 +58,8 @@ namespace {
 
 constexpr int kExitCallFailed = 1;
 constexpr int kExitUsage = 2;
+// The longest --deadline (about 11.6 days): keeps now() + deadline far from overflowing.
+constexpr int kMaxDeadlineSeconds = 1000000;
 
 constexpr char kUsage[] = R"(dequantctl: client of the dequantd AWQ dequantization service.
 
@@ -91,8 +96,9 @@ int UsageError(const std::string& message) {
 }
 
 // Rewrites "--group-size=4" as "--group_size=4" and checks that every flag exists, so an unknown
-// flag is a one-line usage error. Arguments after a bare "--" are left alone.
-absl::Status NormalizeFlags(std::vector<std::string>* args) {
+// flag is a one-line usage error; appends each flag's name ("group_size", "hardware_counters" for
+// --nohardware-counters) to `specified`. Arguments after a bare "--" are left alone.
+absl::Status NormalizeFlags(std::vector<std::string>* args, std::vector<std::string>* specified) {
   for (size_t i = 1; i < args->size(); ++i) {
     std::string& arg = (*args)[i];
     if (arg == "--") break;
@@ -104,10 +110,14 @@ absl::Status NormalizeFlags(std::vector<std::string>* args) {
     std::string name =
         arg.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
     name = absl::StrReplaceAll(name, {{"-", "_"}});
-    const bool known =
-        absl::FindCommandLineFlag(name) != nullptr ||
-        (absl::StartsWith(name, "no") && absl::FindCommandLineFlag(name.substr(2)) != nullptr);
-    if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "'"));
+    if (absl::FindCommandLineFlag(name) != nullptr) {
+      specified->push_back(name);
+    } else if (absl::StartsWith(name, "no") &&
+               absl::FindCommandLineFlag(name.substr(2)) != nullptr) {
+      specified->push_back(name.substr(2));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "'"));
+    }
     arg = absl::StrCat("--", name, eq == std::string::npos ? "" : arg.substr(eq));
   }
   return absl::OkStatus();
@@ -125,7 +135,10 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  if (absl::Status s = NormalizeFlags(&args); !s.ok()) return UsageError(std::string(s.message()));
+  std::vector<std::string> specified;  // the flags given on the command line
+  if (absl::Status s = NormalizeFlags(&args, &specified); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
   std::vector<char*> cargs;
   for (std::string& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
@@ -141,6 +154,15 @@ int main(int argc, char** argv) {
                           : absl::StrCat("unexpected argument '", positional[2], "'"));
   }
   const std::string command = positional[1];
+  if (absl::Status s = dequantd::CheckFlagsApply(command, specified); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+  const double deadline = absl::GetFlag(FLAGS_deadline);
+  if (std::find(specified.begin(), specified.end(), "deadline") != specified.end() &&
+      !(deadline > 0 && deadline <= kMaxDeadlineSeconds)) {
+    return UsageError(absl::StrCat("--deadline must be > 0 and <= ", kMaxDeadlineSeconds,
+                                   " seconds, got ", deadline));
+  }
 
   dequantd::DequantizeOptions dequantize;
   dequantd::DequantizeLayersOptions dequantize_layers;
@@ -186,7 +208,7 @@ int main(int argc, char** argv) {
   }
 
   dequantd::ClientOptions client_options;
-  client_options.deadline_seconds = absl::GetFlag(FLAGS_deadline);
+  client_options.deadline_seconds = deadline;
   absl::StatusOr<std::unique_ptr<dequantd::DequantClient>> client =
       dequantd::DequantClient::Connect(absl::GetFlag(FLAGS_server), client_options);
   if (!client.ok()) return UsageError(std::string(client.status().message()));

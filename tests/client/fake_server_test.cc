@@ -288,5 +288,17 @@ TEST_F(FakeServerTest, DequantizeLayersCreatesTheOutDir) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("--out-dir"));
 }
 
+TEST_F(FakeServerTest, DequantizeLayersFailingBeforeAnyResultCreatesNoOutDir) {
+  service_.SetScript({});
+  service_.final_status = grpc::Status(grpc::StatusCode::NOT_FOUND, "no tensor 'm.z'");
+  DequantizeLayersOptions options;
+  options.out_dir = client_test::TempPath("layers_never") + "/new";
+  std::ostringstream out;
+  const absl::Status status = RunDequantizeLayers(*client_, options, out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(options.out_dir));
+  EXPECT_EQ(out.str(), "");
+}
+
 }  // namespace
 }  // namespace dequantd

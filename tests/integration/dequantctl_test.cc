@@ -331,6 +331,64 @@ TEST_F(DequantctlTest, UsageErrorsExitTwo) {
   }
 }
 
+// A flag the subcommand would ignore is a usage error (exit 2) naming where it belongs, and
+// nothing is written or created.
+TEST_F(DequantctlTest, FlagsThatDoNotApplyToTheSubcommandExitTwo) {
+  const std::string out_dir = Path("not_for_dequantize");
+  CommandResult run = Ctl({"dequantize", "--tensor", layer_->name, "--out-dir", out_dir});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err,
+            "dequantctl: INVALID_ARGUMENT: --out-dir does not apply to 'dequantize' (it is for "
+            "dequantize-layers) (see dequantctl --help)\n");
+  EXPECT_FALSE(fs::exists(out_dir));
+
+  run = Ctl({"dequantize-layers", "--tensor", layer_->name, "--out-dir", out_dir});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "dequantctl: INVALID_ARGUMENT: --tensor does not apply to 'dequantize-layers' (it is "
+            "for dequantize; did you mean --tensors?) (see dequantctl --help)\n");
+  EXPECT_FALSE(fs::exists(out_dir));
+
+  const std::string npy = Path("benchmark_out.npy");
+  run = Ctl({"benchmark", "--shapes", "128x256", "--out=" + npy});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "dequantctl: INVALID_ARGUMENT: --out does not apply to 'benchmark' (it is for "
+            "dequantize and dequantize-layers) (see dequantctl --help)\n");
+  EXPECT_FALSE(fs::exists(npy));
+
+  // --nohardware-counters is --hardware-counters too.
+  run = Ctl({"list", "--nohardware-counters"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "dequantctl: INVALID_ARGUMENT: --hardware-counters does not apply to 'list' (it is for "
+            "benchmark) (see dequantctl --help)\n");
+}
+
+TEST_F(DequantctlTest, DeadlineMustBePositive) {
+  for (const char* value : {"0", "-1", "nan", "1e7"}) {
+    SCOPED_TRACE(value);
+    const CommandResult run = Ctl({"--deadline", value, "list"});
+    EXPECT_EQ(run.exit_code, 2);
+    EXPECT_EQ(run.out, "");
+    ASSERT_EQ(Lines(run.err).size(), 1u) << run.err;
+    EXPECT_THAT(run.err, StartsWith("dequantctl: INVALID_ARGUMENT: --deadline must be > 0 and <= "
+                                    "1000000 seconds, got "));
+  }
+  const CommandResult run = Ctl({"--deadline=30", "list"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+}
+
+TEST_F(DequantctlTest, DequantizeLayersFailingCallCreatesNoOutDir) {
+  const std::string out_dir = Path("never_created/layers");
+  const CommandResult run =
+      Ctl({"dequantize-layers", "--tensors", "no.such.layer", "--out-dir", out_dir});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, StartsWith("dequantctl: NOT_FOUND: ")) << run.err;
+  EXPECT_FALSE(fs::exists(Path("never_created")));
+}
+
 TEST(DequantctlNoServerTest, UnreachableServerExitsOneWithUnavailable) {
   const std::string dir = MakeTempDir("dequantctl_no_server");
   // Port 1 on loopback: nothing listens there.
