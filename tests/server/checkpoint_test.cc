@@ -387,6 +387,12 @@ TEST_F(CheckpointTest, NonAwqConfigsAreInvalidArgument) {
   EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CheckpointTest, RegularFileIsInvalidArgumentNotADirectory) {
+  absl::Status s = Checkpoint::Open(dir_ + "/config.json").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "checkpoint '" + dir_ + "/config.json' is not a directory");
+}
+
 TEST_F(CheckpointTest, MissingDirConfigOrShardsIsNotFound) {
   EXPECT_EQ(Checkpoint::Open(dir_ + "/nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(OpenCode(), absl::StatusCode::kNotFound);  // config.json but no *.safetensors
