@@ -71,12 +71,18 @@ usage:
              [--group-size G] [--out FILE] [--dtype ...]
       [--compare REF.safetensors[:TENSOR]|REF.npy [--compare-layout auto|kn|nk]]
       [--chunk-bytes B]
+      --compare-layout: kn = (K, N) like the result, nk = (N, K) (nn.Linear.weight); auto
+        tells them apart by shape and refuses a square reference (K == N)
       FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes
   dequantctl [--server HOST:PORT] dequantize-layers [--tensors L,...] [--dtype fp16|bf16|fp32]
              [--out-dir DIR | --out FILE.safetensors] [--chunk-bytes B]
       no --tensors: every layer of the model, in one call (one grouped launch on CUDA)
   dequantctl [--server HOST:PORT] benchmark [--shapes KxN,...] [--tensors L,...]
              [--group-size G] [--dtype fp16,...] [--variants V,...] [--trials T] [--runs R]
+             [--hardware-counters]
+      --hardware-counters: DRAM/cache counters per kernel row (CUDA build with CUPTI; replays)
+every subcommand: --server HOST:PORT (default 127.0.0.1:50051), --deadline SECONDS (per call,
+  > 0; default none). A flag that does not apply to the subcommand is a usage error.
 exit status: 0 ok, 1 the call failed, 2 usage error)";
 
 // While absl parses flags it may exit(1) on a bad value; make that a usage exit.

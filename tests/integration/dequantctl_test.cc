@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "formats/npy.h"
 #include "formats/safetensors.h"
@@ -387,6 +389,34 @@ TEST_F(DequantctlTest, DequantizeLayersFailingCallCreatesNoOutDir) {
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_THAT(run.err, StartsWith("dequantctl: NOT_FOUND: ")) << run.err;
   EXPECT_FALSE(fs::exists(Path("never_created")));
+}
+
+// Every ABSL_FLAG of client/main.cc (read from the source) appears in `dequantctl --help`.
+TEST(DequantctlHelpTest, HelpListsEveryFlag) {
+  const std::string source = ReadAll(std::string(DEQUANTD_SOURCE_DIR) + "/client/main.cc");
+  std::vector<std::string> flags;
+  for (size_t at = source.find("\nABSL_FLAG("); at != std::string::npos;
+       at = source.find("\nABSL_FLAG(", at + 1)) {
+    const size_t name = source.find(", ", at) + 2;
+    flags.push_back(
+        absl::StrReplaceAll(source.substr(name, source.find(',', name) - name), {{"_", "-"}}));
+  }
+  ASSERT_GE(flags.size(), 18u) << source.substr(0, 2000);
+  const std::string dir = MakeTempDir("dequantctl_help");
+  const CommandResult run = RunDequantctl(dir, {"--help"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // "--FLAG" as a whole word ("--compare" does not count inside "--compare-layout").
+  auto mentions = [&](const std::string& flag) {
+    const std::string word = "--" + flag;
+    for (size_t at = run.out.find(word); at != std::string::npos; at = run.out.find(word, at + 1)) {
+      const char next = at + word.size() < run.out.size() ? run.out[at + word.size()] : ' ';
+      if (!std::isalnum(static_cast<unsigned char>(next)) && next != '-' && next != '_') {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (const std::string& flag : flags) EXPECT_TRUE(mentions(flag)) << flag << "\n" << run.out;
 }
 
 TEST(DequantctlNoServerTest, UnreachableServerExitsOneWithUnavailable) {
