@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <grpc/grpc.h>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -113,6 +115,15 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // The process holds its own gRPC library reference, never released. Otherwise the server's
+  // destructor runs the last grpc_shutdown, which joins gRPC's executor threads; after a write to
+  // a client that stopped reading had blocked, one of them sits in tcp_posix's backup poller
+  // (grpc_pollset_work with a 10 s deadline), and the process lingered up to 10 s after
+  // "dequantd stopped". With this reference the destructor only drops its own, our state is
+  // still stopped and destroyed in order, and exit ends gRPC's threads (docs/architecture.md).
+  // After the signal mask: the threads gRPC starts here inherit it.
+  grpc_init();
 
   dequantd::ServerOptions options;
   options.model_dir = absl::GetFlag(FLAGS_model);
