@@ -76,7 +76,9 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
   }
   std::unique_ptr<OutputFile> file;
   if (!options.out.empty()) {
-    file = OutputFile::ForPath(options.out, options.tensor.empty() ? "weight" : options.tensor);
+    // The tensor's name in a .safetensors file: the layer, or "weight" for an empty --prefix.
+    std::string name = options.tensor.empty() ? LayerOfPrefix(options.prefix) : options.tensor;
+    file = OutputFile::ForPath(options.out, name.empty() ? "weight" : name);
   }
 
   DequantizeSink sink;

@@ -14,15 +14,19 @@
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/output_file.h"
+#include "client/table.h"
 #include "client/temp_file_guard.h"
 #include "formats/safetensors.h"
 
 namespace dequantd {
 namespace {
 
-// Where --out-dir puts a layer: DIR/<name>.npy, with any '/' in the name made '_'.
+// Where --out-dir puts a layer: DIR/<name>.npy, with any '/' in the name made '_' (one '/' after
+// DIR, also when DIR ends with '/').
 std::string NpyPathFor(const std::string& dir, const std::string& tensor) {
-  return absl::StrCat(dir, "/", absl::StrReplaceAll(tensor, {{"/", "_"}}), ".npy");
+  return (std::filesystem::path(dir) /
+          absl::StrCat(absl::StrReplaceAll(tensor, {{"/", "_"}}), ".npy"))
+      .string();
 }
 
 // --out-dir: created (with its parents) when the first result arrives.
@@ -133,14 +137,14 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   out << absl::StrFormat(
-      "%d layers, %s, %d bytes in %.3f ms (%.3f GB/s)", headers->size(),
+      "%s, %s, %d bytes in %.3f ms (%.3f GB/s)", Count(headers->size(), "layer"),
       OutputDTypeName(request.output_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP16
                                                                       : request.output_dtype()),
       bytes, seconds * 1e3, seconds > 0 ? bytes / seconds / 1e9 : 0.0);
   if (!headers->empty()) {
     out << ", backend " << headers->front().backend() << ", kernel " << headers->front().kernel();
   }
-  if (!options.out_dir.empty()) out << " -> " << options.out_dir << "/*.npy";
+  if (!options.out_dir.empty()) out << " -> " << NpyPathFor(options.out_dir, "*");
   if (!options.out.empty()) out << " -> " << options.out << " (safetensors)";
   out << '\n';
   return absl::OkStatus();

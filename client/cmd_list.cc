@@ -19,7 +19,7 @@ absl::Status RunList(DequantClient& client, std::ostream& out) {
     total_bytes += t.packed_bytes();
   }
   table.Print(out);
-  out << response->tensors_size() << " tensors, "
+  out << Count(response->tensors_size(), "tensor") << ", "
       << Fixed(static_cast<double>(total_bytes) / (1 << 20), 2) << " MiB packed, model '"
       << response->model() << "'\n";
   return absl::OkStatus();

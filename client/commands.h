@@ -38,6 +38,8 @@ struct DequantizeOptions {
 absl::Status CheckDequantizeOptions(const DequantizeOptions& options);
 // Dequantizes, streams the result into the output file (and the comparison), then prints one
 // summary line (tensor, shape, dtype, bytes, wall time, MB/s) and, with --compare, one error line.
+// A .safetensors --out holds one tensor named `tensor`, or `prefix` without its trailing '.'
+// ("weight" when the prefix is empty).
 absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& options,
                            std::ostream& out);
 

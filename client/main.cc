@@ -73,7 +73,8 @@ usage:
       [--chunk-bytes B]
       --compare-layout: kn = (K, N) like the result, nk = (N, K) (nn.Linear.weight); auto
         tells them apart by shape and refuses a square reference (K == N)
-      FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes
+      FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes; the
+        .safetensors tensor is named LAYER, or PREFIX without its trailing '.' ("weight" if empty)
   dequantctl [--server HOST:PORT] dequantize-layers [--tensors L,...] [--dtype fp16|bf16|fp32]
              [--out-dir DIR | --out FILE.safetensors] [--chunk-bytes B]
       no --tensors: every layer of the model, in one call (one grouped launch on CUDA)

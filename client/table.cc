@@ -40,4 +40,8 @@ void Table::Print(std::ostream& out) const {
 
 std::string Fixed(double value, int digits) { return absl::StrFormat("%.*f", digits, value); }
 
+std::string Count(int64_t n, const std::string& noun) {
+  return absl::StrFormat("%d %s%s", n, noun, n == 1 ? "" : "s");
+}
+
 }  // namespace dequantd

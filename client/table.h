@@ -2,6 +2,7 @@
 // Numbers are right-aligned, text left-aligned. Not thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -24,5 +25,8 @@ class Table {
 
 // "%.*f" of `value`, e.g. Fixed(1.23456, 2) == "1.23".
 std::string Fixed(double value, int digits);
+
+// `n` and `noun`, plural unless n == 1: Count(1, "layer") == "1 layer", Count(2, ...) "2 layers".
+std::string Count(int64_t n, const std::string& noun);
 
 }  // namespace dequantd

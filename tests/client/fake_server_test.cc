@@ -216,7 +216,7 @@ TEST_F(FakeServerTest, ListRendersTable) {
   EXPECT_EQ(out.str(),
             "name                          K     N  group_size  scale dtype   MiB  resident\n"
             "model.layers.0.mlp.up_proj  576  1536          64  fp16         1.50  gpu\n"
-            "1 tensors, 1.50 MiB packed, model '/models/m'\n");
+            "1 tensor, 1.50 MiB packed, model '/models/m'\n");
 }
 
 TEST_F(FakeServerTest, InfoListsDevices) {

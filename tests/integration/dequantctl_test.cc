@@ -123,7 +123,7 @@ TEST_F(DequantctlTest, ListPrintsTheLayerRow) {
   std::vector<std::string> cells = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
   EXPECT_THAT(cells, ::testing::ElementsAre("model.layers.0.self_attn.v_proj", "256", "192", "64",
                                             "fp16", "0.03", "host"));
-  EXPECT_THAT(lines[2], StartsWith("1 tensors"));
+  EXPECT_THAT(lines[2], StartsWith("1 tensor, 0.03 MiB packed, model '"));
 }
 
 TEST_F(DequantctlTest, InfoPrintsBackend) {
@@ -200,7 +200,7 @@ TEST_F(DequantctlTest, DequantizeLayersWritesOneNpyPerLayerOrOneSafetensors) {
   const std::string st = Path("layers.safetensors");
   run = Ctl({"dequantize-layers", "--dtype", "fp32", "--out", st});
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_THAT(run.out, StartsWith("1 layers, fp32, 196608 bytes in ")) << run.out;
+  EXPECT_THAT(run.out, StartsWith("1 layer, fp32, 196608 bytes in ")) << run.out;
   absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file = safetensors::MappedFile::Open(st);
   ASSERT_TRUE(file.ok()) << file.status();
   ASSERT_EQ((*file)->header().tensors.size(), 1u);
@@ -233,6 +233,39 @@ absl::Status WritePacked(const std::string& path, const RandomLayer& layer,
       path, {{layer.name + "qweight", "I32", {K, N / 8}, Bytes(layer.qweight)},
              {layer.name + "qzeros", "I32", {groups, N / 8}, Bytes(layer.qzeros)},
              {layer.name + "scales", scale_dtype, {groups, N}, Bytes(layer.scales)}});
+}
+
+// --out-dir DIR/ (as in the README): the summary names DIR/*.npy, not DIR//*.npy.
+TEST_F(DequantctlTest, DequantizeLayersOutDirWithTrailingSlash) {
+  const std::string out_dir = Path("slash_npy");
+  const CommandResult run =
+      Ctl({"dequantize-layers", "--tensors", layer_->name, "--out-dir", out_dir + "/"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, StartsWith("1 layer, fp16, 98304 bytes in ")) << run.out;
+  EXPECT_THAT(run.out, ::testing::EndsWith(" -> " + out_dir + "/*.npy\n")) << run.out;
+  EXPECT_TRUE(fs::is_regular_file(out_dir + "/" + layer_->name + ".npy"));
+}
+
+// dequantize --packed --out FILE.safetensors names the tensor after the prefix without its
+// trailing '.' ("blk." -> "blk"), or "weight" when the prefix is empty.
+TEST_F(DequantctlTest, PackedToSafetensorsNamesTheTensorAfterThePrefix) {
+  for (const auto& [prefix, name] : {std::pair{"blk.", "blk"}, std::pair{"", "weight"}}) {
+    SCOPED_TRACE(prefix);
+    const RandomLayer packed = MakeRandomLayer(prefix, 64, 16, 32, DType::kF16, 35);
+    const std::string input = Path(absl::StrCat("named_", name, ".safetensors"));
+    ASSERT_TRUE(WritePacked(input, packed, "F16").ok());
+    const std::string out = Path(absl::StrCat("named_", name, "_out.safetensors"));
+    const CommandResult run =
+        Ctl({"dequantize", "--packed", input, "--prefix", prefix, "--out", out});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file =
+        safetensors::MappedFile::Open(out);
+    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_EQ((*file)->header().tensors.size(), 1u);
+    EXPECT_EQ((*file)->header().tensors.begin()->first, name);
+    const absl::Span<const uint8_t> bytes = *(*file)->TensorBytes(name);
+    EXPECT_TRUE(std::vector<uint8_t>(bytes.begin(), bytes.end()) == packed.Expected(DType::kF16));
+  }
 }
 
 TEST_F(DequantctlTest, PackedInputWithCompareReportsZeroErrorAgainstExactReference) {
