@@ -19,10 +19,12 @@ struct ProcessResult {
   std::string output;  // stdout and stderr
 };
 
-// Runs the dequantd binary with `args` (shell words) and waits for it.
+// Runs the dequantd binary with `args` (shell words) and waits for it. A dequantd that starts
+// serving instead of refusing its command line is killed after 30 s (exit code 124), so a
+// regression fails rather than hangs.
 ProcessResult RunDequantd(const std::string& args) {
   ProcessResult run;
-  const std::string command = std::string(DEQUANTD_PATH) + " " + args + " 2>&1";
+  const std::string command = "timeout 30 " + std::string(DEQUANTD_PATH) + " " + args + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
   char buf[4096];
