@@ -139,7 +139,9 @@ int main(int argc, char** argv) {
 
   if (options.model_dir.empty()) {
     spdlog::warn("no model loaded (--model is empty): only inline Dequantize requests are served");
-  } else if (!std::filesystem::is_directory(options.model_dir)) {
+  } else if (std::error_code ec; !std::filesystem::exists(options.model_dir, ec)) {
+    // Only a missing path gets this hint; a path that is not a directory reaches
+    // Checkpoint::Open, which says so (INVALID_ARGUMENT "checkpoint 'X' is not a directory").
     spdlog::error(
         "model directory \"{}\" does not exist. Run scripts/make-model.sh to make the bundled "
         "model, pass --model=DIR, or --model= to start without a model",

@@ -72,5 +72,24 @@ TEST(DequantdMainTest, HugeMaxRequestBytesIsRefusedNamingTheFlag) {
                                     "must be in 1..2020174185"));
 }
 
+TEST(DequantdMainTest, RegularFileAsModelIsNotADirectoryAndMissingDirDoesNotExist) {
+  const std::string file = ::testing::TempDir() + "/main_test_model_file.md";
+  {
+    FILE* f = fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs("# readme\n", f);
+    fclose(f);
+  }
+  ProcessResult run =
+      RunDequantd("--model=" + file + " --listen=127.0.0.1:0 --metrics-listen= --backend=cpu");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("INVALID_ARGUMENT: checkpoint '" + file + "' is not a directory"));
+  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("does not exist")));
+  run = RunDequantd("--model=" + file + ".missing --listen=127.0.0.1:0 --metrics-listen=");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("does not exist"));
+}
+
 }  // namespace
 }  // namespace dequantd
