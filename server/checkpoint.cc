@@ -246,6 +246,20 @@ void Checkpoint::AlignedFree::operator()(uint8_t* p) const {
 
 Checkpoint::~Checkpoint() = default;
 
+int64_t Checkpoint::ReleaseHostCopies() {
+  if (copies_.empty()) return 0;
+  int64_t freed = 0;
+  for (QuantizedLayer& layer : layers_) {
+    const AwqShape& s = layer.view.shape;
+    freed += s.qweight_bytes() + s.qzeros_bytes() + s.scales_bytes();
+    layer.view.qweight = nullptr;
+    layer.view.qzeros = nullptr;
+    layer.view.scales = nullptr;
+  }
+  copies_.clear();
+  return freed;
+}
+
 const QuantizedLayer* Checkpoint::Find(std::string_view name) const {
   const auto it =
       std::lower_bound(layers_.begin(), layers_.end(), name,

@@ -21,9 +21,10 @@
 // Memory: each layer's qweight, qzeros and scales are read (pread) into one buffer the Checkpoint
 // owns, 64-byte aligned, and every shard is closed before Open returns. The server thus holds the
 // packed model in host memory (its packed size), and truncating, rewriting or deleting the files
-// later cannot affect it (a memory map would SIGBUS on a truncated file). The shard headers are
-// parsed through a memory map that reads only the header pages, so loading never holds the whole
-// file mapped and copied at once; a file truncated during Open is DATA_LOSS, not a crash.
+// later cannot affect it (a memory map would SIGBUS on a truncated file). A server whose backend
+// keeps every layer on its GPUs frees these copies after the upload (ReleaseHostCopies). The shard
+// headers are parsed through a memory map that reads only the header pages, so loading never holds
+// the whole file mapped and copied at once; a file truncated during Open is DATA_LOSS, not a crash.
 #pragma once
 
 #include <memory>
@@ -67,10 +68,19 @@ class Checkpoint {
 
   const std::string& dir() const { return dir_; }
   const QuantizationConfig& config() const { return config_; }
-  // Layers sorted by name. Views stay valid for the Checkpoint's lifetime.
+  // Layers sorted by name. Views stay valid for the Checkpoint's lifetime, or until
+  // ReleaseHostCopies.
   const std::vector<QuantizedLayer>& layers() const { return layers_; }
   // nullptr if there is no such layer.
   const QuantizedLayer* Find(std::string_view name) const;
+
+  // Frees the host copies of every layer and sets their view pointers to null (shapes, names and
+  // files stay): for a server whose backend holds every layer resident on its devices (the CUDA
+  // backend after Prepare), so that host memory does not keep a second copy of the packed model.
+  // Afterwards a view's data must not be used (kernels refuse null pointers: INVALID_ARGUMENT).
+  // Call before the Checkpoint is shared with other threads. Returns the bytes freed (0 when
+  // already released).
+  int64_t ReleaseHostCopies();
 
  private:
   Checkpoint() = default;

@@ -324,6 +324,13 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   server->metrics_->SetDevices(server->backend_info_);
   if (server->checkpoint_ != nullptr) {
     if (absl::Status s = server->backend_->Prepare(*server->checkpoint_); !s.ok()) return s;
+    const std::vector<QuantizedLayer>& layers = server->checkpoint_->layers();
+    if (std::all_of(layers.begin(), layers.end(),
+                    [&](const QuantizedLayer& l) { return server->backend_->IsResident(l); })) {
+      const int64_t freed = server->checkpoint_->ReleaseHostCopies();
+      spdlog::info("every layer is resident on the device: freed the host copies ({} MB)",
+                   freed >> 20);
+    }
   }
   server->metrics_->SetModelLayers(server->layer_count());
   server->ReportAutotuneTotals();

@@ -284,6 +284,32 @@ TEST_F(CheckpointTest, LayersSurviveTruncateRewriteAndDeleteOfTheFile) {
   ExpectLayersMatch(**ckpt, t, prefixes);
 }
 
+// After the CUDA backend's upload the server frees the host copies: names and shapes stay, the
+// data pointers become null, and the freed bytes are the packed sizes (hand-computed).
+TEST_F(CheckpointTest, ReleaseHostCopiesKeepsShapesAndNullsTheData) {
+  std::vector<OwnedTensor> t = Layer("a", 576, 64, 9);
+  Append(&t, Layer("b", 256, 128, 2, "BF16"));
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", t).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  // a: qweight 576 x 8 x 4 = 18432, qzeros 9 x 8 x 4 = 288, scales 9 x 64 x 2 = 1152;
+  // b: qweight 256 x 16 x 4 = 16384, qzeros 2 x 16 x 4 = 128, scales 2 x 128 x 2 = 512.
+  EXPECT_EQ((*ckpt)->ReleaseHostCopies(), 18432 + 288 + 1152 + 16384 + 128 + 512);
+  ASSERT_EQ((*ckpt)->layers().size(), 2u);
+  const QuantizedLayer* b = (*ckpt)->Find("b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->view.shape.K, 256);
+  EXPECT_EQ(b->view.shape.N, 128);
+  EXPECT_EQ(b->view.shape.group_size, 128);
+  EXPECT_EQ(b->view.shape.scale_dtype, DType::kBF16);
+  for (const QuantizedLayer& l : (*ckpt)->layers()) {
+    EXPECT_EQ(l.view.qweight, nullptr);
+    EXPECT_EQ(l.view.qzeros, nullptr);
+    EXPECT_EQ(l.view.scales, nullptr);
+  }
+  EXPECT_EQ((*ckpt)->ReleaseHostCopies(), 0);  // already released
+}
+
 TEST_F(CheckpointTest, GroupSizeMinusOneMeansOneGroup) {
   WriteText(dir_ + "/config.json",
             R"({"quantization_config":{"quant_method":"AWQ","bits":4,"group_size":-1,)"
