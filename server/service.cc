@@ -272,9 +272,12 @@ absl::Status DequantService::DoDequantizeLayers(
     results.push_back(ResultLayer{.tensor = layer->name, .shape = layer->view.shape});
   }
   if (output_bytes > options_.max_output_bytes) {
+    const std::string results =
+        layers.size() == 1 ? "the result of the 1 tensor is"
+                           : absl::StrCat("the results of the ", layers.size(), " tensors are");
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the results of the ", layers.size(), " tensors are ", output_bytes,
-        " bytes in all, more than the server's max_output_bytes = ", options_.max_output_bytes));
+        results, " ", output_bytes,
+        " bytes, more than the server's max_output_bytes = ", options_.max_output_bytes));
   }
   absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
