@@ -48,13 +48,31 @@ class FailingRunner : public FakeRunner {
   }
 };
 
+// A (K, N) layer, G = 128, fp16 scales of 1 and zero weights, and its output checker. Not
+// movable: the view and the checker point into the vectors.
+struct TestLayer {
+  TestLayer(int64_t K, int64_t N)
+      : shape{K, N, 128, DType::kF16},
+        qweight(K * N / 8),
+        qzeros(K / 128 * N / 8),
+        scales(K / 128 * N, 0x3C00),
+        view{shape, qweight.data(), qzeros.data(), scales.data()},
+        checker(OutputChecker::Create(view, DType::kF16, 1 << 20)) {}
+  TestLayer(const TestLayer&) = delete;
+  TestLayer& operator=(const TestLayer&) = delete;
+
+  AwqShape shape;
+  std::vector<int32_t> qweight, qzeros;
+  std::vector<uint16_t> scales;
+  PackedTensorView view;
+  absl::StatusOr<OutputChecker> checker;
+};
+
 TEST(RunMethodTest, RowsCarryStatsRatesAndChecks) {
-  const AwqShape shape{256, 64, 128, DType::kF16};
-  std::vector<int32_t> qweight(256 * 8), qzeros(2 * 8);
-  std::vector<uint16_t> scales(2 * 64, 0x3C00);
-  const PackedTensorView view{shape, qweight.data(), qzeros.data(), scales.data()};
-  absl::StatusOr<OutputChecker> checker = OutputChecker::Create(view, DType::kF16, 1 << 20);
-  ASSERT_TRUE(checker.ok());
+  const TestLayer layer(256, 64);
+  ASSERT_TRUE(layer.checker.ok());
+  const AwqShape& shape = layer.shape;
+  const OutputChecker& checker = *layer.checker;
 
   // Warm-up takes the first 3 values of the cycle; the 2 x 3 timed runs then see
   // {4, 5, 1, 2, 3, 4} x 1e-6: median 3.5e-6, mean 3.1667e-6.
@@ -67,7 +85,7 @@ TEST(RunMethodTest, RowsCarryStatsRatesAndChecks) {
   options.peak_copy_bytes_per_second = 1e9;
   std::mt19937_64 rng(1);
   absl::StatusOr<std::vector<BenchmarkRow>> rows =
-      RunMethod({&good, &bad}, shape, DType::kBF16, *checker, options, rng);
+      RunMethod({&good, &bad}, shape, DType::kBF16, checker, options, rng);
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 2u);
 
@@ -105,26 +123,22 @@ TEST(RunMethodTest, RowsCarryStatsRatesAndChecks) {
 }
 
 TEST(RunMethodTest, RunnerErrorsPropagate) {
-  const AwqShape shape{128, 8, 128, DType::kF16};
-  std::vector<int32_t> qweight(128), qzeros(1);
-  std::vector<uint16_t> scales(8, 0x3C00);
-  const PackedTensorView view{shape, qweight.data(), qzeros.data(), scales.data()};
-  absl::StatusOr<OutputChecker> checker = OutputChecker::Create(view, DType::kF16, 1 << 20);
-  ASSERT_TRUE(checker.ok());
+  const TestLayer layer(128, 8);
+  ASSERT_TRUE(layer.checker.ok());
+  const AwqShape& shape = layer.shape;
+  const OutputChecker& checker = *layer.checker;
   FailingRunner failing;
   std::mt19937_64 rng(1);
   absl::StatusOr<std::vector<BenchmarkRow>> rows =
-      RunMethod({&failing}, shape, DType::kF16, *checker, MethodOptions{}, rng);
+      RunMethod({&failing}, shape, DType::kF16, checker, MethodOptions{}, rng);
   EXPECT_EQ(rows.status().code(), absl::StatusCode::kInternal);
 }
 
 TEST(RunMethodTest, CancelledStopsBeforeTheNextCall) {
-  const AwqShape shape{128, 8, 128, DType::kF16};
-  std::vector<int32_t> qweight(128), qzeros(1);
-  std::vector<uint16_t> scales(8, 0x3C00);
-  const PackedTensorView view{shape, qweight.data(), qzeros.data(), scales.data()};
-  absl::StatusOr<OutputChecker> checker = OutputChecker::Create(view, DType::kF16, 1 << 20);
-  ASSERT_TRUE(checker.ok());
+  const TestLayer layer(128, 8);
+  ASSERT_TRUE(layer.checker.ok());
+  const AwqShape& shape = layer.shape;
+  const OutputChecker& checker = *layer.checker;
   FakeRunner a("a", 1, {1e-6}, 1e-6, true), b("b", 1, {1e-6}, 1e-6, true);
   MethodOptions options;
   options.trials = 5;
@@ -134,7 +148,7 @@ TEST(RunMethodTest, CancelledStopsBeforeTheNextCall) {
   options.cancelled = [&] { return a.latency_calls_ + b.latency_calls_ >= 8; };
   std::mt19937_64 rng(1);
   absl::StatusOr<std::vector<BenchmarkRow>> rows =
-      RunMethod({&a, &b}, shape, DType::kF16, *checker, options, rng);
+      RunMethod({&a, &b}, shape, DType::kF16, checker, options, rng);
   EXPECT_EQ(rows.status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(rows.status().message(), "benchmark cancelled");
   EXPECT_EQ(a.latency_calls_ + b.latency_calls_, 8u);

@@ -24,19 +24,10 @@
 
 #include "bench/l2_flush.h"
 #include "kernels/cuda/dequant_kernels.cuh"
+#include "tests/cuda/check_cuda.h"
 
 namespace dequantd::cuda {
 namespace {
-
-#define CHECK_CUDA(expr)                                                          \
-  do {                                                                            \
-    cudaError_t e_ = (expr);                                                      \
-    if (e_ != cudaSuccess) {                                                      \
-      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #expr, __FILE__, __LINE__, \
-                   cudaGetErrorString(e_));                                       \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
 
 constexpr int kSets = 3;
 constexpr int kSamples = 30;

@@ -19,19 +19,10 @@
 
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/dequant_kernels.cuh"
+#include "tests/cuda/check_cuda.h"
 
 namespace dequantd::cuda {
 namespace {
-
-#define CHECK_CUDA(expr)                                                          \
-  do {                                                                            \
-    cudaError_t e_ = (expr);                                                      \
-    if (e_ != cudaSuccess) {                                                      \
-      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #expr, __FILE__, __LINE__, \
-                   cudaGetErrorString(e_));                                       \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
 
 __global__ void FillHash(uint32_t* p, int64_t n, uint32_t seed) {
   for (int64_t i = GlobalThreadIndex(); i < n; i += GridThreads()) {

@@ -21,43 +21,17 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "server/metrics_http.h"
+#include "tests/observability/metrics_series.h"
 
 namespace dequantd {
 namespace {
 
-using Labels = std::map<std::string, std::string>;
+using ::dequantd::testing::Labels;
+using ::dequantd::testing::Series;
 
-// One collected series: its value (counter, gauge or histogram sample count) and, for histograms,
-// the sum.
-struct Series {
-  prometheus::MetricType type;
-  double value = 0;
-  double sum = 0;
-};
-
-// The series of family `name` whose labels are exactly `labels`, or nullopt.
 std::optional<Series> Find(const Metrics& metrics, const std::string& name,
                            const Labels& labels = {}) {
-  for (const prometheus::MetricFamily& family : metrics.registry()->Collect()) {
-    if (family.name != name) continue;
-    for (const prometheus::ClientMetric& metric : family.metric) {
-      Labels have;
-      for (const auto& label : metric.label) have[label.name] = label.value;
-      if (have != labels) continue;
-      switch (family.type) {
-        case prometheus::MetricType::Counter:
-          return Series{family.type, metric.counter.value, 0};
-        case prometheus::MetricType::Gauge:
-          return Series{family.type, metric.gauge.value, 0};
-        case prometheus::MetricType::Histogram:
-          return Series{family.type, static_cast<double>(metric.histogram.sample_count),
-                        metric.histogram.sample_sum};
-        default:
-          return Series{family.type, 0, 0};
-      }
-    }
-  }
-  return std::nullopt;
+  return ::dequantd::testing::FindSeries(metrics, name, labels);
 }
 
 // Number of series of family `name` (0 when it has none or does not exist).
@@ -211,7 +185,7 @@ TEST(MetricsTest, StagesMemoryAndProcessInfo) {
     if (family.name != "dequantd_build_info") continue;
     EXPECT_EQ(family.metric[0].gauge.value, 1);
     EXPECT_THAT(family.metric[0].label,
-                testing::Contains(prometheus::ClientMetric::Label{"version", "1.2.3"}));
+                ::testing::Contains(prometheus::ClientMetric::Label{"version", "1.2.3"}));
   }
 }
 

@@ -16,37 +16,14 @@
 #include "server/backend.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "tests/observability/metrics_series.h"
 
 namespace dequantd {
 namespace {
 
 namespace v1 = ::dequant::v1;
-using Labels = std::map<std::string, std::string>;
 
-// The value of the series of family `name` with exactly `labels` (counter, gauge; histograms: the
-// sample count), or nullopt when there is no such series.
-std::optional<double> SeriesValue(const Metrics& metrics, const std::string& name,
-                                  const Labels& labels) {
-  for (const prometheus::MetricFamily& family : metrics.registry()->Collect()) {
-    if (family.name != name) continue;
-    for (const prometheus::ClientMetric& metric : family.metric) {
-      Labels have;
-      for (const auto& label : metric.label) have[label.name] = label.value;
-      if (have != labels) continue;
-      switch (family.type) {
-        case prometheus::MetricType::Counter:
-          return metric.counter.value;
-        case prometheus::MetricType::Gauge:
-          return metric.gauge.value;
-        case prometheus::MetricType::Histogram:
-          return static_cast<double>(metric.histogram.sample_count);
-        default:
-          return std::nullopt;
-      }
-    }
-  }
-  return std::nullopt;
-}
+using ::dequantd::testing::SeriesValue;
 
 class ServiceHandlerTest : public ::testing::Test {
  protected:
