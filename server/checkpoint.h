@@ -1,4 +1,4 @@
-// The checkpoint store: an AWQ GEMM checkpoint directory, memory-mapped and validated.
+// The checkpoint store: an AWQ GEMM checkpoint directory, validated and read into memory.
 //
 // config.json must hold a quantization_config object (the Hugging Face transformers AwqConfig
 // layout; AutoAWQ's quant_config.json names w_bit / q_group_size are accepted too):
