@@ -66,7 +66,8 @@ class SafetensorsOutput : public OutputFile {
 };
 
 // .npy and raw bytes: streamed to a temporary file in the same directory (registered with
-// TempFileGuard, so SIGINT/SIGTERM remove it) and renamed into place by Finish. A .npy file
+// TempFileGuard, so SIGINT/SIGTERM remove it) and renamed into place by Finish; or, for a path
+// that is not a regular file, straight into it (AtomicFileWriter's direct mode). A .npy file
 // starts with the preamble of npy::EncodePreamble.
 class StreamedOutput : public OutputFile {
  public:
@@ -89,7 +90,9 @@ class StreamedOutput : public OutputFile {
       absl::StatusOr<formats::AtomicFileWriter> file = formats::AtomicFileWriter::Create(path_);
       if (!file.ok()) return file.status();
       file_.emplace(*std::move(file));
-      guard_ = TempFileGuard(file_->temporary_path());
+      // Direct mode (a device, FIFO or /dev/stdout: formats/atomic_file.h) has no temporary
+      // file to remove on a signal.
+      if (!file_->direct()) guard_ = TempFileGuard(file_->temporary_path());
     }
     return file_->Write(preamble);
   }

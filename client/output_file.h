@@ -2,7 +2,10 @@
 //   *.npy          NumPy v1.0 (formats/npy.h), streamed: fp16 '<f2', fp32 '<f4', bf16 raw '<u2'
 //   *.safetensors  one tensor (formats/safetensors.h), dtype F16 / BF16 / F32; held in memory
 //   anything else  the raw row-major (K, N) little-endian bytes, streamed
-// Every kind appears at its path only on a successful Finish (temporary file + rename). With
+// Every kind appears at its path only on a successful Finish (temporary file + rename; a symlink
+// is kept and the file it points to replaced). A path that exists and is not a regular file
+// (/dev/null, a FIFO, /dev/stdout) is written in place instead, so a failed stream may leave part
+// of the bytes there (formats/atomic_file.h, direct mode). With
 // InstallTempFileSignalHandlers (temp_file_guard.h), SIGINT/SIGTERM remove the temporary file
 // of a streamed kind, and are held back while a .safetensors file is written by Finish.
 // Not thread-safe.

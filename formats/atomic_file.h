@@ -1,8 +1,19 @@
 // Atomic file creation for every writer in dequantd (.npy, .safetensors, raw dequantctl output,
-// the autotuner's cache): bytes go to a temporary file "<path>.tmp.XXXXXX" in the same directory
-// (mkstemp, so rename() is atomic), which on Commit is given mode 0644, fsync'd, closed and
-// renamed over `path`. A reader of `path` sees the old file or the whole new one, never a part.
-// A writer destroyed (or abandoned) before Commit removes its temporary file. No network code.
+// the autotuner's cache). Where the bytes go depends on what `path` is:
+//   - a regular file, or nothing (atomic mode): bytes go to a temporary file
+//     "<target>.tmp.XXXXXX" in the target's directory (mkstemp, so rename() is atomic), which on
+//     Commit is given mode 0644, fsync'd, closed and renamed over the target. A reader of the
+//     target sees the old file or the whole new one, never a part. A writer destroyed (or
+//     abandoned) before Commit removes its temporary file. The target is `path` with symlinks
+//     resolved: a symlink `path` is kept and the file it points to (which may not exist yet) is
+//     replaced.
+//   - anything else that exists (character or block device, FIFO, socket, directory), or a path
+//     that reaches a file through /proc (/dev/stdout, /dev/fd/N, /proc/self/fd/N): direct mode.
+//     `path` is opened O_WRONLY | O_APPEND (no O_CREAT, no O_TRUNC) and written in place; no
+//     temporary file, Commit only closes it, Abandon leaves what was written. So
+//     `--out /dev/null` and `--out /dev/stdout` (a pipe, a terminal, or a file the shell
+//     opened, `>` or `>>`) work and the device or link is never replaced.
+// No network code.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +33,10 @@ absl::Status ErrnoError(int err, absl::string_view what, const std::string& path
 // One file being written. Move-only; not thread-safe.
 class AtomicFileWriter {
  public:
-  // Creates the temporary file next to `path`. Errors: errno-derived codes ("create temporary
-  // file for '<path>'"), e.g. NOT_FOUND when the directory does not exist.
+  // Creates the temporary file next to the target (atomic mode) or opens `path` (direct mode, see
+  // above). Errors: errno-derived codes ("create temporary file for '<path>'", "open '<path>'",
+  // "stat" / "read link" '<path>'), e.g. NOT_FOUND when the directory does not exist,
+  // FAILED_PRECONDITION for a directory (EISDIR), FAILED_PRECONDITION for over 40 links (a loop).
   static absl::StatusOr<AtomicFileWriter> Create(const std::string& path);
 
   AtomicFileWriter(AtomicFileWriter&& other) noexcept;
@@ -33,28 +46,36 @@ class AtomicFileWriter {
   ~AtomicFileWriter();  // Abandon() unless committed
 
   // Appends bytes (short writes and EINTR are retried). Errors: FAILED_PRECONDITION after Commit
-  // or Abandon, errno-derived codes ("write '<temporary path>'"). A failed write leaves the
-  // temporary file in place until Abandon or destruction.
+  // or Abandon, errno-derived codes ("write '<temporary path>'", or '<path>' in direct mode). A
+  // failed write leaves the temporary file in place until Abandon or destruction.
   absl::Status Write(absl::Span<const uint8_t> bytes);
   absl::Status Write(absl::string_view text);
 
-  // chmod 0644, fsync, close, rename to `path`. On any error the temporary file is removed and
-  // nothing appears at `path`. Errors: FAILED_PRECONDITION when called twice or after Abandon,
-  // errno-derived codes ("chmod" / "fsync" / "close" '<temporary path>', "rename to '<path>'").
+  // Atomic mode: chmod 0644, fsync, close, rename to the target. On any error the temporary
+  // file is removed and nothing appears at the target. Direct mode: close. Errors:
+  // FAILED_PRECONDITION when called twice or after Abandon, errno-derived codes ("chmod" /
+  // "fsync" / "close" '<temporary path>', "rename to '<target>'", "close '<path>'").
   absl::Status Commit();
 
-  // Closes and removes the temporary file; later calls fail with FAILED_PRECONDITION.
+  // Closes and removes the temporary file (direct mode: only closes); later calls fail with
+  // FAILED_PRECONDITION.
   void Abandon();
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_; }  // as given to Create
+  // The file that Commit replaces: path() with symlinks resolved (atomic mode), else path().
+  const std::string& target_path() const { return target_; }
+  // "<target>.tmp.XXXXXX"; empty in direct mode (there is nothing to remove on a signal).
   const std::string& temporary_path() const { return tmp_path_; }
+  bool direct() const { return tmp_path_.empty(); }
 
  private:
   AtomicFileWriter() = default;
+  const std::string& written_path() const { return direct() ? path_ : tmp_path_; }
 
   std::string path_;
-  std::string tmp_path_;
-  int fd_ = -1;  // -1 once committed or abandoned
+  std::string target_;
+  std::string tmp_path_;  // empty in direct mode
+  int fd_ = -1;           // -1 once committed or abandoned
 };
 
 // Create + Write(contents) + Commit. Errors: as those three.

@@ -1,8 +1,12 @@
 // AtomicFileWriter: the file appears only on Commit, with exactly the bytes written; abandoned or
-// destroyed writers leave nothing behind; errors carry errno-derived codes.
+// destroyed writers leave nothing behind; errors carry errno-derived codes. A symlink is kept and
+// its target replaced; a FIFO or device is written in place and stays what it is.
 #include "formats/atomic_file.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -40,6 +44,11 @@ class AtomicFileTest : public ::testing::Test {
 
   fs::path dir_;
 };
+
+bool IsCharDevice(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
 
 TEST_F(AtomicFileTest, CommitMovesExactBytesIntoPlace) {
   const std::string path = Path("out.bin");
@@ -118,6 +127,121 @@ TEST_F(AtomicFileTest, RenameOntoADirectoryFailsAndLeavesNoTemporary) {
   EXPECT_FALSE(status.ok());
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;  // EISDIR
   EXPECT_EQ(Entries(), 1);                                                    // only "taken"
+}
+
+// A symlink (relative, in another directory than its target) survives; the file it points to is
+// replaced, and the temporary file is made in the target's directory.
+TEST_F(AtomicFileTest, SymlinkIsKeptAndItsTargetReplaced) {
+  fs::create_directory(Path("data"));
+  ASSERT_TRUE(WriteFileAtomically(Path("data/real.bin"), "old").ok());
+  fs::create_directory(Path("links"));
+  fs::create_symlink("../data/real.bin", Path("links/link.bin"));
+
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(Path("links/link.bin"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(fs::equivalent(fs::path(w->temporary_path()).parent_path(), Path("data")))
+      << w->temporary_path();
+  ASSERT_TRUE(w->Write("new contents").ok());
+  ASSERT_TRUE(w->Commit().ok());
+
+  EXPECT_TRUE(fs::is_symlink(Path("links/link.bin")));
+  EXPECT_EQ(fs::read_symlink(Path("links/link.bin")), fs::path("../data/real.bin"));
+  EXPECT_EQ(ReadAll(Path("data/real.bin")), "new contents");
+  EXPECT_EQ(std::distance(fs::directory_iterator(Path("data")), fs::directory_iterator()), 1);
+  EXPECT_EQ(std::distance(fs::directory_iterator(Path("links")), fs::directory_iterator()), 1);
+}
+
+// A chain of links ending at a file that does not exist yet: the file is created there.
+TEST_F(AtomicFileTest, DanglingSymlinkChainCreatesItsTarget) {
+  fs::create_symlink("second", Path("first"));
+  fs::create_symlink(Path("new.bin"), Path("second"));  // absolute
+  ASSERT_TRUE(WriteFileAtomically(Path("first"), "abc").ok());
+  EXPECT_TRUE(fs::is_symlink(Path("first")));
+  EXPECT_TRUE(fs::is_symlink(Path("second")));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(Path("new.bin"))));
+  EXPECT_EQ(ReadAll(Path("new.bin")), "abc");
+  EXPECT_EQ(Entries(), 3);
+}
+
+TEST_F(AtomicFileTest, SymlinkLoopIsAnError) {
+  fs::create_symlink("b", Path("a"));
+  fs::create_symlink("a", Path("b"));
+  EXPECT_EQ(WriteFileAtomically(Path("a"), "x").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Entries(), 2);
+}
+
+// A FIFO is written in place (no temporary file); it is still a FIFO afterwards.
+TEST_F(AtomicFileTest, FifoIsWrittenInPlace) {
+  const std::string fifo = Path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // so opening to write works
+  ASSERT_GE(reader, 0);
+  {
+    absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(fifo);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->temporary_path(), "");
+    EXPECT_EQ(Entries(), 1);  // only the FIFO
+    ASSERT_TRUE(w->Write("through ").ok());
+    ASSERT_TRUE(w->Write("the fifo").ok());
+    ASSERT_TRUE(w->Commit().ok());
+  }
+  char buf[64];
+  const ssize_t n = ::read(reader, buf, sizeof buf);
+  ::close(reader);
+  ASSERT_EQ(n, 16);
+  EXPECT_EQ(std::string(buf, 16), "through the fifo");
+  EXPECT_EQ(fs::symlink_status(fifo).type(), fs::file_type::fifo);
+  EXPECT_EQ(Entries(), 1);
+}
+
+// An abandoned write into a FIFO removes nothing: the FIFO stays.
+TEST_F(AtomicFileTest, AbandonedFifoWriteKeepsTheFifo) {
+  const std::string fifo = Path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  {
+    absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(fifo);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(w->Write("partial").ok());
+    w->Abandon();
+    EXPECT_EQ(w->Commit().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  ::close(reader);
+  EXPECT_EQ(fs::symlink_status(fifo).type(), fs::file_type::fifo);
+}
+
+// /dev/null is written in place and stays a character device.
+TEST_F(AtomicFileTest, DevNullIsWrittenInPlace) {
+  ASSERT_TRUE(IsCharDevice("/dev/null"));
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create("/dev/null");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->temporary_path(), "");
+  ASSERT_TRUE(w->Write(std::string(100000, 'x')).ok());
+  ASSERT_TRUE(w->Commit().ok());
+  EXPECT_TRUE(IsCharDevice("/dev/null"));
+}
+
+// A symlink to /dev/null (like /dev/stdout -> /proc/self/fd/1 -> a device): written through.
+TEST_F(AtomicFileTest, SymlinkToDeviceIsWrittenThrough) {
+  fs::create_symlink("/dev/null", Path("null_link"));
+  ASSERT_TRUE(WriteFileAtomically(Path("null_link"), "x").ok());
+  EXPECT_TRUE(fs::is_symlink(Path("null_link")));
+  EXPECT_TRUE(IsCharDevice("/dev/null"));
+  EXPECT_EQ(Entries(), 1);
+}
+
+// /dev/fd/N of a regular file opened with O_APPEND (the shell's `>> log`): the file is appended
+// to in place, not replaced by a file holding only the new bytes.
+TEST_F(AtomicFileTest, ProcFdLinkOfARegularFileIsAppendedInPlace) {
+  const std::string log = Path("log.txt");
+  ASSERT_TRUE(WriteFileAtomically(log, "line 1\n").ok());
+  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(WriteFileAtomically("/dev/fd/" + std::to_string(fd), "line 2\n").ok());
+  ::close(fd);
+  EXPECT_EQ(ReadAll(log), "line 1\nline 2\n");
+  EXPECT_EQ(Entries(), 1);
 }
 
 }  // namespace
