@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -62,6 +63,26 @@ absl::StatusOr<Resolved> ResolveSymlinks(const std::string& path) {
       absl::StrCat("more than ", kMaxSymlinkHops, " symbolic links from '", path, "'"));
 }
 
+// Creates "<target>.tmp.XXXXXX" (a random suffix of [A-Za-z0-9]) with open(O_CREAT | O_EXCL,
+// mode): unlike mkstemp's fixed 0600, the kernel applies the process umask (or the directory's
+// default ACL) to `mode`, as for any new file, without reading or changing the umask. Returns
+// the descriptor, or -1 with errno set.
+int CreateTemporary(const std::string& target, mode_t mode, std::string* tmp_path) {
+  static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device random;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string name = target + ".tmp.";
+    for (int i = 0; i < 6; ++i) name.push_back(kChars[random() % (sizeof kChars - 1)]);
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd >= 0 || errno != EEXIST) {
+      *tmp_path = std::move(name);
+      return fd;
+    }
+  }
+  errno = EEXIST;
+  return -1;
+}
+
 }  // namespace
 
 absl::Status ErrnoError(int err, absl::string_view what, const std::string& path) {
@@ -81,9 +102,18 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& pat
     return w;
   }
   w.target_ = resolved->path;
-  w.tmp_path_ = w.target_ + ".tmp.XXXXXX";
-  w.fd_ = ::mkstemp(w.tmp_path_.data());
-  if (w.fd_ < 0) return ErrnoError(errno, "create temporary file for", path);
+  // A new file: 0666 less the umask, applied at creation. Replacing a file: its permission bits,
+  // given at Commit (the temporary file is 0600 until then, as private as any target).
+  mode_t create_mode = 0666;
+  if (::stat(w.target_.c_str(), &st) == 0) {
+    w.keep_mode_ = static_cast<int>(st.st_mode & 0777);
+    create_mode = 0600;
+  }
+  w.fd_ = CreateTemporary(w.target_, create_mode, &w.tmp_path_);
+  if (w.fd_ < 0) {
+    w.tmp_path_.clear();
+    return ErrnoError(errno, "create temporary file for", path);
+  }
   return w;
 }
 
@@ -91,7 +121,8 @@ AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
     : path_(std::move(other.path_)),
       target_(std::move(other.target_)),
       tmp_path_(std::move(other.tmp_path_)),
-      fd_(std::exchange(other.fd_, -1)) {}
+      fd_(std::exchange(other.fd_, -1)),
+      keep_mode_(other.keep_mode_) {}
 
 AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept {
   if (this != &other) {
@@ -100,6 +131,7 @@ AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept
     target_ = std::move(other.target_);
     tmp_path_ = std::move(other.tmp_path_);
     fd_ = std::exchange(other.fd_, -1);
+    keep_mode_ = other.keep_mode_;
   }
   return *this;
 }
@@ -141,7 +173,8 @@ absl::Status AtomicFileWriter::Commit() {
     return absl::OkStatus();
   }
   absl::Status status;
-  if (::fchmod(fd_, 0644) != 0) status = ErrnoError(errno, "chmod", tmp_path_);
+  if (keep_mode_ >= 0 && ::fchmod(fd_, static_cast<mode_t>(keep_mode_)) != 0)
+    status = ErrnoError(errno, "chmod", tmp_path_);
   if (status.ok() && ::fsync(fd_) != 0) status = ErrnoError(errno, "fsync", tmp_path_);
   if (::close(fd_) != 0 && status.ok()) status = ErrnoError(errno, "close", tmp_path_);
   fd_ = -1;

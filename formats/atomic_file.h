@@ -1,12 +1,14 @@
 // Atomic file creation for every writer in dequantd (.npy, .safetensors, raw dequantctl output,
 // the autotuner's cache). Where the bytes go depends on what `path` is:
 //   - a regular file, or nothing (atomic mode): bytes go to a temporary file
-//     "<target>.tmp.XXXXXX" in the target's directory (mkstemp, so rename() is atomic), which on
-//     Commit is given mode 0644, fsync'd, closed and renamed over the target. A reader of the
+//     "<target>.tmp.XXXXXX" in the target's directory (O_CREAT | O_EXCL, so rename() is
+//     atomic), which on Commit is fsync'd, closed and renamed over the target. A reader of the
 //     target sees the old file or the whole new one, never a part. A writer destroyed (or
 //     abandoned) before Commit removes its temporary file. The target is `path` with symlinks
 //     resolved: a symlink `path` is kept and the file it points to (which may not exist yet) is
-//     replaced.
+//     replaced. Permissions: a new file gets 0666 less the process umask (applied by the kernel
+//     at creation, as for any new file: the umask is never read or changed, so this is
+//     thread-safe); a replaced file keeps its permission bits (0777 mask), given at Commit.
 //   - anything else that exists (character or block device, FIFO, socket, directory), or a path
 //     that reaches a file through /proc (/dev/stdout, /dev/fd/N, /proc/self/fd/N): direct mode.
 //     `path` is opened O_WRONLY | O_APPEND (no O_CREAT, no O_TRUNC) and written in place; no
@@ -51,9 +53,9 @@ class AtomicFileWriter {
   absl::Status Write(absl::Span<const uint8_t> bytes);
   absl::Status Write(absl::string_view text);
 
-  // Atomic mode: chmod 0644, fsync, close, rename to the target. On any error the temporary
-  // file is removed and nothing appears at the target. Direct mode: close. Errors:
-  // FAILED_PRECONDITION when called twice or after Abandon, errno-derived codes ("chmod" /
+  // Atomic mode: chmod to the replaced file's mode (if any), fsync, close, rename to the target. On
+  // any error the temporary file is removed and nothing appears at the target. Direct mode: close.
+  // Errors: FAILED_PRECONDITION when called twice or after Abandon, errno-derived codes ("chmod" /
   // "fsync" / "close" '<temporary path>', "rename to '<target>'", "close '<path>'").
   absl::Status Commit();
 
@@ -76,6 +78,7 @@ class AtomicFileWriter {
   std::string target_;
   std::string tmp_path_;  // empty in direct mode
   int fd_ = -1;           // -1 once committed or abandoned
+  int keep_mode_ = -1;    // the replaced target's permission bits, -1 for a new file
 };
 
 // Create + Write(contents) + Commit. Errors: as those three.

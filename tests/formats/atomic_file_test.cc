@@ -45,12 +45,25 @@ class AtomicFileTest : public ::testing::Test {
   fs::path dir_;
 };
 
+// Sets the process umask for one scope (the tests are single-threaded).
+class ScopedUmask {
+ public:
+  explicit ScopedUmask(mode_t mask) : old_(::umask(mask)) {}
+  ~ScopedUmask() { ::umask(old_); }
+
+ private:
+  mode_t old_;
+};
+
+fs::perms Perms(const std::string& path) { return fs::status(path).permissions() & fs::perms::all; }
+
 bool IsCharDevice(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
 }
 
 TEST_F(AtomicFileTest, CommitMovesExactBytesIntoPlace) {
+  ScopedUmask umask(022);
   const std::string path = Path("out.bin");
   absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(path);
   ASSERT_TRUE(w.ok()) << w.status();
@@ -64,9 +77,8 @@ TEST_F(AtomicFileTest, CommitMovesExactBytesIntoPlace) {
                                        "abc",
                                        6));
   EXPECT_EQ(Entries(), 1);  // only the file itself
-  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all,
-            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                fs::perms::others_read);
+  EXPECT_EQ(Perms(path), fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                             fs::perms::others_read);
   EXPECT_EQ(w->Commit().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(w->Write("x").code(), absl::StatusCode::kFailedPrecondition);
 }
@@ -242,6 +254,38 @@ TEST_F(AtomicFileTest, ProcFdLinkOfARegularFileIsAppendedInPlace) {
   ::close(fd);
   EXPECT_EQ(ReadAll(log), "line 1\nline 2\n");
   EXPECT_EQ(Entries(), 1);
+}
+
+// A new file gets 0666 less the umask: 0600 under umask 077, 0640 under 027.
+TEST_F(AtomicFileTest, NewFileModeFollowsTheUmask) {
+  {
+    ScopedUmask umask(077);
+    ASSERT_TRUE(WriteFileAtomically(Path("private.bin"), "x").ok());
+  }
+  EXPECT_EQ(Perms(Path("private.bin")), fs::perms::owner_read | fs::perms::owner_write);
+  {
+    ScopedUmask umask(027);
+    ASSERT_TRUE(WriteFileAtomically(Path("group.bin"), "x").ok());
+  }
+  EXPECT_EQ(Perms(Path("group.bin")),
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+}
+
+// A replaced file keeps its mode (0400, 0750), whatever the umask.
+TEST_F(AtomicFileTest, ReplacedFileKeepsItsMode) {
+  ScopedUmask umask(022);
+  ASSERT_TRUE(WriteFileAtomically(Path("read_only.bin"), "old").ok());
+  fs::permissions(Path("read_only.bin"), fs::perms::owner_read);
+  ASSERT_TRUE(WriteFileAtomically(Path("read_only.bin"), "new").ok());
+  EXPECT_EQ(ReadAll(Path("read_only.bin")), "new");
+  EXPECT_EQ(Perms(Path("read_only.bin")), fs::perms::owner_read);
+
+  ASSERT_TRUE(WriteFileAtomically(Path("script"), "old").ok());
+  const fs::perms rwxr_x___ = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec;
+  fs::permissions(Path("script"), rwxr_x___);
+  ASSERT_TRUE(WriteFileAtomically(Path("script"), "new").ok());
+  EXPECT_EQ(Perms(Path("script")), rwxr_x___);
+  EXPECT_EQ(Entries(), 2);
 }
 
 }  // namespace
