@@ -1,7 +1,11 @@
 // Streaming error statistics against a reference tensor (see compare.h).
 #include "client/compare.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -9,7 +13,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "formats/atomic_file.h"
 #include "formats/npy.h"
+#include "formats/safetensors.h"
 #include "kernels/awq_format.h"
 
 namespace dequantd {
@@ -30,6 +36,31 @@ double BitsToDouble(uint64_t bits) {
   double d;
   std::memcpy(&d, &bits, sizeof d);
   return d;
+}
+
+// `size` bytes of the file at `path` from `offset` (pread, EINTR retried). DATA_LOSS when the file
+// ends first; errno-derived codes otherwise.
+absl::StatusOr<std::vector<uint8_t>> ReadRange(const std::string& path, int64_t offset,
+                                               int64_t size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return formats::ErrnoError(errno, "open", path);
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done,
+                              static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      if (n < 0) return formats::ErrnoError(err, "read", path);
+      return absl::DataLossError(absl::StrCat(path, ": file ends ", bytes.size() - done,
+                                              " bytes before the end of the reference"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return bytes;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -96,15 +127,19 @@ absl::StatusOr<std::unique_ptr<ReferenceComparer>> ReferenceComparer::OpenSafete
     return absl::InvalidArgumentError(absl::StrCat(path, ": reference '", name, "' has dtype ",
                                                    dtype, ", expected F16, BF16, F32 or F64"));
   }
-  std::unique_ptr<ReferenceComparer> c(new ReferenceComparer());
-  absl::StatusOr<absl::Span<const uint8_t>> bytes = (*file)->TensorBytes(name);
+  // Read the tensor into memory rather than keep the map: a map of a file truncated later
+  // raises SIGBUS on access. The map (dropped on return) was only used to parse the header.
+  const safetensors::TensorEntry& entry = it->second;
+  absl::StatusOr<std::vector<uint8_t>> bytes = ReadRange(
+      path, (*file)->header().data_start + entry.data_begin, entry.data_end - entry.data_begin);
   if (!bytes.ok()) return bytes.status();
-  c->ref_bytes_ = *bytes;
+  std::unique_ptr<ReferenceComparer> c(new ReferenceComparer());
+  c->ref_data_ = *std::move(bytes);
+  c->ref_bytes_ = c->ref_data_;
   c->ref_dtype_ = dtype;
-  c->ref_shape_ = it->second.shape;
+  c->ref_shape_ = entry.shape;
   c->tensor_name_ = name;
   c->path_ = path;
-  c->mapped_ = *std::move(file);
   return c;
 }
 
@@ -134,8 +169,8 @@ absl::StatusOr<std::unique_ptr<ReferenceComparer>> ReferenceComparer::OpenNpy(
   c->path_ = spec;
   c->ref_dtype_ = dtype;
   c->ref_shape_ = array->header.shape;
-  c->npy_data_ = std::move(array->data);
-  c->ref_bytes_ = c->npy_data_;
+  c->ref_data_ = std::move(array->data);
+  c->ref_bytes_ = c->ref_data_;
   return c;
 }
 

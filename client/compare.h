@@ -6,8 +6,10 @@
 // over the elements where both values are finite (others are counted in `nonfinite`). Sums are
 // in double. The reference is (K, N) row-major like the result, or (N, K) (PyTorch's
 // nn.Linear.weight layout, out_features x in_features), compared transposed. Reference dtypes:
-// safetensors F16, BF16, F32, F64; .npy '<f2', '<f4', '<f8' (C order). A safetensors reference is
-// memory-mapped; a .npy reference is read into memory. Not thread-safe.
+// safetensors F16, BF16, F32, F64; .npy '<f2', '<f4', '<f8' (C order). The reference tensor's
+// bytes are read into memory by Open (a safetensors file's header is parsed from a memory map
+// that Open drops; the tensor itself is read with pread), so a reference file truncated or
+// rewritten later changes nothing (no SIGBUS). Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,6 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "dequant/v1/dequant.pb.h"
-#include "formats/safetensors.h"
 
 namespace dequantd {
 
@@ -47,7 +48,8 @@ class ReferenceComparer {
   // safetensors file's only tensor is used, else the first of `default_names` present (a .npy
   // file holds one array). Errors: NOT_FOUND (file, tensor), INVALID_ARGUMENT (reference dtype
   // not one of those above, naming it; a Fortran-order .npy array; "FILE.npy:TENSOR"; no tensor
-  // name can be chosen), DATA_LOSS (a truncated .npy file).
+  // name can be chosen), DATA_LOSS (a truncated .npy or safetensors file), other errno-derived
+  // codes for I/O.
   static absl::StatusOr<std::unique_ptr<ReferenceComparer>> Open(
       const std::string& spec, const std::vector<std::string>& default_names,
       ReferenceLayout layout);
@@ -77,12 +79,11 @@ class ReferenceComparer {
   static absl::StatusOr<std::unique_ptr<ReferenceComparer>> OpenNpy(const std::string& spec);
 
   std::string path_;
-  std::unique_ptr<safetensors::MappedFile> mapped_;  // a safetensors reference
-  std::vector<uint8_t> npy_data_;                    // a .npy reference's data
+  std::vector<uint8_t> ref_data_;  // the reference tensor's bytes, read by Open
   std::string tensor_name_;
   std::string ref_dtype_;  // safetensors dtype string: F16, BF16, F32 or F64
   std::vector<int64_t> ref_shape_;
-  absl::Span<const uint8_t> ref_bytes_;  // into mapped_ or npy_data_
+  absl::Span<const uint8_t> ref_bytes_;  // ref_data_
   ReferenceLayout layout_ = ReferenceLayout::kAuto;
   bool transposed_ = false;
   int64_t K_ = 0, N_ = 0;

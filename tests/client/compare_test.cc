@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "formats/npy.h"
+#include "formats/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/awq_format.h"
@@ -308,6 +309,25 @@ TEST(ReferenceComparerTest, NpyRefusesOtherDescrsFortranOrderAndTensorNames) {
   EXPECT_EQ(
       ReferenceComparer::Open(TempPath("absent.npy"), {}, ReferenceLayout::kAuto).status().code(),
       absl::StatusCode::kNotFound);
+}
+
+// The reference tensor is read at Open: truncating the file afterwards (a map would raise SIGBUS
+// on the next access) leaves the statistics as worked out by hand. The tensor is the second in
+// the file, so its bytes start past the first one's.
+TEST(ReferenceComparerTest, SafetensorsReferenceTruncatedAfterOpenStillCompares) {
+  const std::string path = TempPath("ref_truncated.safetensors");
+  const std::vector<float> zeros(8, 0.0f), ref = Reference();
+  ASSERT_TRUE(safetensors::WriteFile(
+                  path, {{"a", "F32", {1, 8}, Bytes(zeros)}, {"w", "F32", {2, 8}, Bytes(ref)}})
+                  .ok());
+  absl::StatusOr<std::unique_ptr<ReferenceComparer>> c =
+      ReferenceComparer::Open(path, {"w"}, ReferenceLayout::kKN);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->tensor_name(), "w");
+  fs::resize_file(path, 0);
+  ASSERT_TRUE((*c)->Begin(Header(2, 8, v1::DTYPE_FP32)).ok());
+  ASSERT_TRUE((*c)->Add(Bytes(Result())).ok());
+  ExpectHandWorkedStats((*c)->Stats());
 }
 
 TEST(ReferenceLayoutTest, Parses) {
