@@ -15,9 +15,11 @@ namespace dequantd {
 
 // Payload bytes per response message: requested 0 -> `default_bytes`; a positive request is
 // clamped to [kMinChunkBytes, kMaxChunkBytes]; a negative one is INVALID_ARGUMENT naming
-// "chunk_bytes".
+// "chunk_bytes". kMaxChunkBytes is 4 MiB - 4 KiB (4190208, a multiple of 4096 and so of every
+// element size): a DequantizeResponse carrying it plus its offset and field tags stays within
+// 4 MiB, the default receive limit of gRPC clients (a 4 MiB payload would be 4194309 bytes).
 inline constexpr int64_t kMinChunkBytes = int64_t{64} << 10;
-inline constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
+inline constexpr int64_t kMaxChunkBytes = (int64_t{4} << 20) - (int64_t{4} << 10);
 absl::StatusOr<int64_t> EffectiveChunkBytes(int64_t requested, int64_t default_bytes);
 
 // output_dtype: UNSPECIFIED -> fp16; FP16, BF16, FP32 accepted; anything else (INT32, unknown

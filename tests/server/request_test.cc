@@ -202,7 +202,9 @@ TEST(EffectiveChunkBytesTest, DefaultsClampsAndRefusesNegative) {
   EXPECT_EQ(*EffectiveChunkBytes(0, 1 << 20), 1 << 20);
   EXPECT_EQ(*EffectiveChunkBytes(1, 1 << 20), 64 << 10);
   EXPECT_EQ(*EffectiveChunkBytes(100000, 1 << 20), 100000);
-  EXPECT_EQ(*EffectiveChunkBytes(64 << 20, 1 << 20), 4 << 20);
+  // The largest payload: 4 MiB - 4 KiB, so a message with its tags stays within 4 MiB.
+  EXPECT_EQ(*EffectiveChunkBytes(64 << 20, 1 << 20), 4190208);
+  EXPECT_EQ(*EffectiveChunkBytes(4 << 20, 1 << 20), 4190208);
   for (int64_t negative : {int64_t{-1}, int64_t{-5}, INT64_MIN}) {
     absl::StatusOr<int64_t> bytes = EffectiveChunkBytes(negative, 1 << 20);
     EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument) << negative;

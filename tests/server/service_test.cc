@@ -68,6 +68,7 @@ struct Result {
   std::vector<v1::DequantizeHeader> headers;  // one per message that carried a header
   bool header_first = false;
   std::vector<int64_t> chunk_sizes;
+  size_t max_message_bytes = 0;  // the largest serialized message received (ByteSizeLong)
   bool offsets_consecutive = true;
   std::vector<uint8_t> bytes;
 };
@@ -100,6 +101,7 @@ class ServiceTest : public ::testing::Test {
     v1::DequantizeResponse response;
     bool first = true;
     while (reader->Read(&response)) {
+      result.max_message_bytes = std::max(result.max_message_bytes, response.ByteSizeLong());
       if (response.has_header()) {
         result.headers.push_back(response.header());
         if (first) result.header_first = true;
@@ -169,6 +171,27 @@ TEST_F(ServiceTest, InlineDequantizeStreamsHeaderThenReferenceBytes) {
   EXPECT_EQ(header.backend(), "cpu");
   EXPECT_EQ(header.kernel(), "cpu threads=1");
   EXPECT_THAT(result.chunk_sizes, ::testing::ElementsAre(65536, 65536, 65536, 65536));
+  EXPECT_TRUE(result.offsets_consecutive);
+  EXPECT_TRUE(result.bytes == ReferenceBytes(layer, DType::kF32));
+}
+
+TEST_F(ServiceTest, LargestChunkMessageFitsGrpcsDefaultFourMiBLimit) {
+  StartServer({});
+  // K = 2048, N = 2048, fp32 out: 16 MiB. chunk_bytes 1 GiB is clamped to 4 MiB - 4 KiB =
+  // 4190208: four full chunks and a last one of 16777216 - 4 * 4190208 = 16384 bytes.
+  const testing::PackedLayer layer =
+      RandomPackedLayer({.K = 2048, .N = 2048, .group_size = 128}, 12);
+  v1::DequantizeRequest request;
+  *request.mutable_packed() = ToInline(layer, 128);
+  request.set_output_dtype(v1::DTYPE_FP32);
+  request.set_chunk_bytes(int64_t{1} << 30);
+  const Result result = Dequantize(request);
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_THAT(result.chunk_sizes,
+              ::testing::ElementsAre(4190208, 4190208, 4190208, 4190208, 16384));
+  // Every message, payload plus offset and field tags, within gRPC's default 4 MiB receive limit.
+  EXPECT_GT(result.max_message_bytes, 4190208u);
+  EXPECT_LE(result.max_message_bytes, size_t{4} << 20);
   EXPECT_TRUE(result.offsets_consecutive);
   EXPECT_TRUE(result.bytes == ReferenceBytes(layer, DType::kF32));
 }
