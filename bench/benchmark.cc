@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/backends.h"
+#include "bench/memory_budget.h"
 #include "bench/method.h"
 #include "kernels/dequant.h"
 
@@ -34,6 +35,39 @@ absl::StatusOr<std::vector<std::string>> SelectVariants(const std::vector<std::s
   }
   return selected;
 }
+
+namespace {
+
+// RESOURCE_EXHAUSTED (MemoryExhausted) for the first (shape, dtype) of the normalized request
+// whose BenchmarkHostBytes exceed the host budget; on the CPU also when the peak-copy buffers
+// (2 x peak_copy_bytes) do. OK when the budget is unknown.
+absl::Status CheckHostMemory(const BenchmarkRequest& r, bool cuda) {
+  const int64_t budget = HostMemoryBudget(r.host_memory_limit_bytes);
+  if (budget <= 0) return absl::OkStatus();
+  const std::string budget_what =
+      r.host_memory_limit_bytes > 0 ? "host_memory_limit_bytes" : "half of the host's MemAvailable";
+  if (!cuda && 2 * r.peak_copy_bytes > budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the benchmark's peak copy needs ", 2 * r.peak_copy_bytes,
+        " bytes of host memory, more than the ", budget, " bytes available (", budget_what, ")"));
+  }
+  for (const BenchmarkShape& s : r.shapes) {
+    const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    for (DType out : r.output_dtypes) {
+      const HostBytes b = BenchmarkHostBytes(shape, out, r.full_check_max_elements, cuda);
+      if (b.total() > budget) {
+        return MemoryExhausted(
+            shape, out, "host memory", b.total(),
+            absl::StrCat("inputs ", b.inputs, ", reference ", b.reference,
+                         cuda ? ", checked rows " : ", output and copy buffers ", b.outputs),
+            budget, budget_what);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request) {
   BenchmarkRequest r = request;
@@ -72,9 +106,11 @@ absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request) {
           absl::StrCat("no CUDA device ", r.device, " (or this build has no CUDA)"));
     }
     if (r.peak_copy_bytes == 0) r.peak_copy_bytes = int64_t{1} << 30;
+    if (absl::Status m = CheckHostMemory(r, /*cuda=*/true); !m.ok()) return m;
     return RunCudaBenchmark(r);
   }
   if (r.peak_copy_bytes == 0) r.peak_copy_bytes = int64_t{256} << 20;
+  if (absl::Status m = CheckHostMemory(r, /*cuda=*/false); !m.ok()) return m;
   return RunCpuBenchmark(r);
 }
 

@@ -71,12 +71,18 @@ struct BenchmarkRequest {
   int64_t peak_copy_bytes = 0;  // size of the peak-rate copy; 0 = 1 GiB (GPU), 256 MiB
                                 // (CPU)
   int64_t full_check_max_elements = int64_t{1} << 24;  // larger outputs are checked on rows
-  int sampled_rows = 8;            // random rows checked per trial, besides first and last
-  int cpu_threads = 0;             // cpu_threads variant: 0 = hardware concurrency
+  int sampled_rows = 8;  // random rows checked per trial, besides first and last
+  int cpu_threads = 0;   // cpu_threads variant: 0 = hardware concurrency
+  // The most host memory one (shape, output dtype) may hold (bench/memory_budget.h counts it:
+  // inputs, reference, outputs, copy buffers), checked for every shape before anything is
+  // allocated; 0 = half of the host's MemAvailable. The CUDA backend also checks each shape's
+  // device buffers against cudaMemGetInfo's free memory.
+  int64_t host_memory_limit_bytes = 0;
   Autotuner* autotuner = nullptr;  // CUDA: source of tuned launch configs (not owned);
                                    // null = a memory-only tuner for this call
   // Polled between timed calls, output checks, shapes and dtypes (so within one call of the
-  // slowest variant); when it returns true the benchmark stops and returns CANCELLED "benchmark
+  // slowest variant), and during setup: between large allocations and every 4 MiB of random
+  // input generation; when it returns true the benchmark stops and returns CANCELLED "benchmark
   // cancelled". Called on the benchmarking thread; must be cheap. Empty = never cancelled.
   std::function<bool()> cancelled;
 };
@@ -114,10 +120,12 @@ struct BenchmarkResult {
 
 // Runs the method on the requested backend. Errors: INVALID_ARGUMENT for a bad request (no
 // shapes, a shape ValidateShape refuses, unknown variant or dtype, trials/runs out of range);
-// FAILED_PRECONDITION for Backend::kCuda without a device or CUDA build; INTERNAL or
-// RESOURCE_EXHAUSTED for CUDA errors; CANCELLED "benchmark cancelled" once request.cancelled
-// returns true. Blocking; not to be called concurrently on one GPU if the
-// numbers are to mean anything (thread-safe otherwise).
+// FAILED_PRECONDITION for Backend::kCuda without a device or CUDA build; RESOURCE_EXHAUSTED
+// before allocating when a shape needs more host memory than host_memory_limit_bytes allows (or,
+// on CUDA, more device memory than is free), naming the shape, the bytes needed and available;
+// INTERNAL or RESOURCE_EXHAUSTED for CUDA errors; CANCELLED "benchmark cancelled" once
+// request.cancelled returns true. Blocking; not to be called concurrently on one GPU if the numbers
+// are to mean anything (thread-safe otherwise).
 absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request);
 
 // The nine shapes of issue 3: Qwen2.5-1.5B, Llama-3-8B, Llama-3-70B (K x N).

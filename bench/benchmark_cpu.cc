@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <new>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -73,29 +75,53 @@ double MeasureCopyPeak(int64_t bytes, int threads) {
 using DequantFn =
     std::function<absl::Status(const PackedTensorView&, DType, int64_t, int64_t, void*)>;
 
-// A CPU dequantization path writing the whole (K, N) output.
+// An uninitialized host buffer of `bytes` (no page is touched here): RESOURCE_EXHAUSTED naming
+// `what` when it cannot be had.
+absl::StatusOr<std::unique_ptr<uint8_t[]>> AllocateHost(int64_t bytes, const char* what) {
+  std::unique_ptr<uint8_t[]> p(new (std::nothrow) uint8_t[static_cast<size_t>(bytes)]);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes of host memory for the ", what));
+  }
+  return p;
+}
+
+// memset of `bytes` at `p` to `value` in slices of kCancelPollBytes, polling `cancelled` before
+// each: CANCELLED as soon as it fires.
+absl::Status FillPolling(uint8_t* p, int64_t bytes, uint8_t value,
+                         const std::function<bool()>& cancelled) {
+  for (int64_t at = 0; at < bytes; at += kCancelPollBytes) {
+    if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+    std::memset(p + at, value, static_cast<size_t>(std::min(kCancelPollBytes, bytes - at)));
+  }
+  return absl::OkStatus();
+}
+
+// A CPU dequantization path writing the whole (K, N) output into `out` (output_bytes, shared by
+// every runner of one (shape, dtype): runners run one at a time and CheckOutput recomputes).
 class CpuDequantRunner : public Runner {
  public:
   CpuDequantRunner(std::string variant, const PackedTensorView& in, DType out_dtype, DequantFn fn,
-                   std::string launch_config)
+                   std::string launch_config, uint8_t* out)
       : Runner(std::move(variant), in.shape.bytes_moved(out_dtype), std::move(launch_config)),
         in_(in),
         out_dtype_(out_dtype),
         fn_(std::move(fn)),
-        out_(static_cast<size_t>(in.shape.output_bytes(out_dtype))) {}
+        out_(out) {}
 
   absl::StatusOr<double> LatencySeconds() override {
     const Clock::time_point start = Clock::now();
-    if (absl::Status s = fn_(in_, out_dtype_, 0, in_.shape.K, out_.data()); !s.ok()) return s;
+    if (absl::Status s = fn_(in_, out_dtype_, 0, in_.shape.K, out_); !s.ok()) return s;
     return SecondsSince(start);
   }
 
   absl::StatusOr<bool> CheckOutput(const OutputChecker& checker,
                                    const std::vector<RowRange>& rows) override {
-    std::fill(out_.begin(), out_.end(), 0xFF);  // poison: a path that writes nothing fails
-    if (absl::Status s = fn_(in_, out_dtype_, 0, in_.shape.K, out_.data()); !s.ok()) return s;
+    // Poison: a path that writes nothing fails.
+    std::memset(out_, 0xFF, static_cast<size_t>(in_.shape.output_bytes(out_dtype_)));
+    if (absl::Status s = fn_(in_, out_dtype_, 0, in_.shape.K, out_); !s.ok()) return s;
     for (const RowRange& r : rows) {
-      absl::StatusOr<bool> ok = checker.Matches(r, out_.data() + r.first * checker.row_bytes());
+      absl::StatusOr<bool> ok = checker.Matches(r, out_ + r.first * checker.row_bytes());
       if (!ok.ok() || !*ok) return ok;
     }
     return true;
@@ -105,21 +131,23 @@ class CpuDequantRunner : public Runner {
   PackedTensorView in_;
   DType out_dtype_;
   DequantFn fn_;
-  std::vector<uint8_t> out_;
+  uint8_t* out_;  // not owned
 };
 
-// The "copy" row: ParallelCopy with the threads of the cpu_threads variant, like the peak.
+// The "copy" row: ParallelCopy with the threads of the cpu_threads variant, like the peak, from
+// its own source into `dst` (the shared output buffer, at least copy_bytes long).
 class CpuCopyRunner : public Runner {
  public:
-  CpuCopyRunner(int64_t copy_bytes, int threads)
+  CpuCopyRunner(int64_t copy_bytes, int threads, std::unique_ptr<uint8_t[]> src, uint8_t* dst)
       : Runner("copy", 2 * copy_bytes, absl::StrCat("threads=", CopyThreads(copy_bytes, threads))),
+        copy_bytes_(copy_bytes),
         threads_(threads),
-        src_(static_cast<size_t>(copy_bytes), 0x5A),
-        dst_(static_cast<size_t>(copy_bytes)) {}
+        src_(std::move(src)),
+        dst_(dst) {}
 
   absl::StatusOr<double> LatencySeconds() override {
     const Clock::time_point start = Clock::now();
-    ParallelCopy(dst_.data(), src_.data(), static_cast<int64_t>(src_.size()), threads_);
+    ParallelCopy(dst_, src_.get(), copy_bytes_, threads_);
     return SecondsSince(start);
   }
   absl::StatusOr<bool> CheckOutput(const OutputChecker&, const std::vector<RowRange>&) override {
@@ -127,8 +155,10 @@ class CpuCopyRunner : public Runner {
   }
 
  private:
+  int64_t copy_bytes_;
   int threads_;
-  std::vector<uint8_t> src_, dst_;
+  std::unique_ptr<uint8_t[]> src_;
+  uint8_t* dst_;  // not owned
 };
 
 }  // namespace
@@ -157,28 +187,43 @@ absl::StatusOr<BenchmarkResult> RunCpuBenchmark(const BenchmarkRequest& request)
   for (const BenchmarkShape& s : request.shapes) {
     if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
     const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
-    const HostPackedTensor host = MakeRandomPackedTensor(shape, rng());
+    absl::StatusOr<HostPackedTensor> host = MakeRandomPackedTensor(shape, rng(), request.cancelled);
+    if (!host.ok()) return host.status();
     for (DType out : request.output_dtypes) {
       if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
       absl::StatusOr<OutputChecker> checker =
-          OutputChecker::Create(host.view(), out, request.full_check_max_elements);
+          OutputChecker::Create(host->view(), out, request.full_check_max_elements);
       if (!checker.ok()) return checker.status();
+      // One output for every variant, also the copy's destination (RunBenchmark checked that it
+      // and the copy source fit the host budget: BenchmarkHostBytes).
+      const int64_t copy_bytes = CopyBytesFor(shape.bytes_moved(out));
+      if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
+      absl::StatusOr<std::unique_ptr<uint8_t[]>> output =
+          AllocateHost(std::max(shape.output_bytes(out), copy_bytes), "benchmark output");
+      if (!output.ok()) return output.status();
       std::vector<std::unique_ptr<Runner>> owned;
       for (const std::string& v : *variants) {
         if (v == "cpu_reference") {
-          owned.push_back(std::make_unique<CpuDequantRunner>(v, host.view(), out,
-                                                             DequantizeReference, "threads=1"));
+          owned.push_back(std::make_unique<CpuDequantRunner>(
+              v, host->view(), out, DequantizeReference, "threads=1", output->get()));
         } else {
           owned.push_back(std::make_unique<CpuDequantRunner>(
-              v, host.view(), out,
+              v, host->view(), out,
               [threads](const PackedTensorView& in, DType o, int64_t b, int64_t e, void* p) {
                 return DequantizeCpu(in, o, b, e, p, threads);
               },
-              absl::StrCat("threads=", threads)));
+              absl::StrCat("threads=", threads), output->get()));
         }
       }
-      owned.push_back(
-          std::make_unique<CpuCopyRunner>(CopyBytesFor(shape.bytes_moved(out)), threads));
+      if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
+      absl::StatusOr<std::unique_ptr<uint8_t[]>> copy_src = AllocateHost(copy_bytes, "copy source");
+      if (!copy_src.ok()) return copy_src.status();
+      if (absl::Status f = FillPolling(copy_src->get(), copy_bytes, 0x5A, request.cancelled);
+          !f.ok()) {
+        return f;
+      }
+      owned.push_back(std::make_unique<CpuCopyRunner>(copy_bytes, threads, *std::move(copy_src),
+                                                      output->get()));
       if (absl::Status s = RunMethodAppend(owned, shape, out, *checker, options, rng, &result.rows);
           !s.ok())
         return s;

@@ -12,6 +12,7 @@
 #include "bench/backends.h"
 #include "bench/cuda_timing.h"
 #include "bench/hw_counters.h"
+#include "bench/memory_budget.h"
 #include "bench/method.h"
 #include "kernels/autotune.h"
 #include "kernels/cuda/autotune_cuda.h"
@@ -73,6 +74,20 @@ absl::StatusOr<BufferArena> MakeBufferArena(const HostPackedTensor& host, int64_
         cudaMemcpy(base + i * stride, base, out_at, cudaMemcpyDeviceToDevice));
   }
   return arena;
+}
+
+// RESOURCE_EXHAUSTED (MemoryExhausted) when the `count` buffer sets MakeBufferArena would
+// allocate for (shape, out_dtype) exceed the current device's free memory (cudaMemGetInfo).
+absl::Status CheckDeviceMemory(const AwqShape& shape, DType out_dtype, int64_t count) {
+  size_t free_bytes = 0, total_bytes = 0;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t stride = AlignUp(shape.qweight_bytes()) + AlignUp(shape.qzeros_bytes()) +
+                         AlignUp(shape.scales_bytes()) + AlignUp(shape.output_bytes(out_dtype));
+  const int64_t needed = stride * count;
+  if (needed <= static_cast<int64_t>(free_bytes)) return absl::OkStatus();
+  return MemoryExhausted(shape, out_dtype, "device memory", needed,
+                         absl::StrCat(count, " buffer sets of ", stride, " bytes"),
+                         static_cast<int64_t>(free_bytes), "free on the device, cudaMemGetInfo");
 }
 
 // Target duration of one throughput graph launch, and the bounds on its launch count.
@@ -301,13 +316,17 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
   for (const BenchmarkShape& s : request.shapes) {
     if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
     const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
-    const HostPackedTensor host = MakeRandomPackedTensor(shape, rng());
+    absl::StatusOr<HostPackedTensor> generated =
+        MakeRandomPackedTensor(shape, rng(), request.cancelled);
+    if (!generated.ok()) return generated.status();
+    const HostPackedTensor& host = *generated;
     for (DType out : request.output_dtypes) {
       if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
       const int64_t set_bytes = shape.qweight_bytes() + shape.qzeros_bytes() +
                                 shape.scales_bytes() + shape.output_bytes(out);
       const int64_t count =
           std::clamp<int64_t>((rotation_bytes + set_bytes - 1) / set_bytes, 2, kMaxBufferSets);
+      if (absl::Status m = CheckDeviceMemory(shape, out, count); !m.ok()) return m;
       absl::StatusOr<BufferArena> arena = MakeBufferArena(host, shape.output_bytes(out), count);
       if (!arena.ok()) return arena.status();
       std::vector<BufferSet>& sets = arena->sets;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "bench/method.h"
+
 namespace dequantd::bench {
 namespace {
 
@@ -14,14 +16,23 @@ uint64_t SplitMix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-void FillWords(std::vector<int32_t>& words, uint64_t& state) {
-  size_t i = 0;
-  for (; i + 1 < words.size(); i += 2) {
-    const uint64_t r = SplitMix64(state);
-    words[i] = static_cast<int32_t>(static_cast<uint32_t>(r));
-    words[i + 1] = static_cast<int32_t>(static_cast<uint32_t>(r >> 32));
+// Fills `words` with SplitMix64 output (two words per draw), polling `cancelled` every
+// kCancelPollBytes.
+absl::Status FillWords(std::vector<int32_t>& words, uint64_t& state,
+                       const std::function<bool()>& cancelled) {
+  constexpr size_t kPollWords = kCancelPollBytes / sizeof(int32_t);  // even
+  for (size_t block = 0; block < words.size(); block += kPollWords) {
+    if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+    const size_t end = std::min(words.size(), block + kPollWords);
+    size_t i = block;
+    for (; i + 1 < end; i += 2) {
+      const uint64_t r = SplitMix64(state);
+      words[i] = static_cast<int32_t>(static_cast<uint32_t>(r));
+      words[i + 1] = static_cast<int32_t>(static_cast<uint32_t>(r >> 32));
+    }
+    if (i < end) words[i] = static_cast<int32_t>(static_cast<uint32_t>(SplitMix64(state)));
   }
-  if (i < words.size()) words[i] = static_cast<int32_t>(static_cast<uint32_t>(SplitMix64(state)));
+  return absl::OkStatus();
 }
 
 // A random finite, non-zero value in [2^-14, 2) with a random sign, as fp16 or bf16 bits.
@@ -38,15 +49,29 @@ uint16_t RandomScaleBits(DType dtype, uint64_t r) {
 }  // namespace
 
 HostPackedTensor MakeRandomPackedTensor(const AwqShape& shape, uint64_t seed) {
+  return *MakeRandomPackedTensor(shape, seed, nullptr);  // never cancelled: always a value
+}
+
+absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const AwqShape& shape, uint64_t seed,
+                                                        const std::function<bool()>& cancelled) {
   HostPackedTensor t;
   t.shape = shape;
-  t.qweight.resize(static_cast<size_t>(shape.qweight_elements()));
-  t.qzeros.resize(static_cast<size_t>(shape.qzeros_elements()));
-  t.scales.resize(static_cast<size_t>(shape.scales_elements()));
   uint64_t state = seed;
-  FillWords(t.qweight, state);
-  FillWords(t.qzeros, state);
-  for (uint16_t& s : t.scales) s = RandomScaleBits(shape.scale_dtype, SplitMix64(state));
+  if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+  t.qweight.resize(static_cast<size_t>(shape.qweight_elements()));
+  if (absl::Status s = FillWords(t.qweight, state, cancelled); !s.ok()) return s;
+  if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+  t.qzeros.resize(static_cast<size_t>(shape.qzeros_elements()));
+  if (absl::Status s = FillWords(t.qzeros, state, cancelled); !s.ok()) return s;
+  if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+  t.scales.resize(static_cast<size_t>(shape.scales_elements()));
+  constexpr size_t kPollScales = kCancelPollBytes / sizeof(uint16_t);
+  for (size_t i = 0; i < t.scales.size(); ++i) {
+    if (i % kPollScales == kPollScales - 1) {
+      if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+    }
+    t.scales[i] = RandomScaleBits(shape.scale_dtype, SplitMix64(state));
+  }
   return t;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -30,6 +31,13 @@ struct HostPackedTensor {
 // never zero, random sign, magnitude in [2^-14, 2) (fp16 normal range; same range for bf16),
 // so no output overflows or is NaN. Deterministic for a given seed.
 HostPackedTensor MakeRandomPackedTensor(const AwqShape& shape, uint64_t seed);
+
+// As above, polling `cancelled` (empty = never) before each of the three allocations and every
+// kCancelPollBytes of generated words or scales: CANCELLED "benchmark cancelled" once it
+// returns true. Same values as above for the same seed.
+inline constexpr int64_t kCancelPollBytes = int64_t{4} << 20;
+absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const AwqShape& shape, uint64_t seed,
+                                                        const std::function<bool()>& cancelled);
 
 // A half-open row range [begin, end) of the (K, N) output.
 using RowRange = std::pair<int64_t, int64_t>;

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "bench/benchmark.h"
+#include "bench/memory_budget.h"
 #include "bench/table.h"
 #include "gtest/gtest.h"
 
@@ -151,6 +152,91 @@ TEST(CpuBenchmarkTest, CancelledIsPolledAndStopsTheBenchmark) {
   const absl::StatusOr<BenchmarkResult> full = RunBenchmark(r);
   ASSERT_TRUE(full.ok()) << full.status();
   EXPECT_EQ(full->rows.size(), 2u * 3 * 3);  // shapes x dtypes x (2 variants + copy)
+}
+
+TEST(CpuBenchmarkTest, ShapeOverTheHostMemoryLimitIsResourceExhaustedBeforeAllocating) {
+  BenchmarkRequest r = SmallCpuRequest();
+  r.shapes = {{256, 512}};  // G = 128, fp16 scales
+  r.output_dtypes = {DType::kF16};
+  r.peak_copy_bytes = 4096;
+  // inputs 65536 + 512 + 2048 = 68096; reference (131072 elements, checked in full): 262144;
+  // bytes moved 68096 + 262144 = 330240, copy source 165120; shared output
+  // max(262144, 165120) = 262144. Total 68096 + 262144 + 262144 + 165120 = 757504.
+  r.host_memory_limit_bytes = 757503;
+  const absl::Status over = RunBenchmark(r).status();
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(over.message(),
+            "benchmark shape 256x512 (group_size 128, fp16 output) needs 757504 bytes of host "
+            "memory (inputs 68096, reference 262144, output and copy buffers 427264), more than "
+            "the 757503 bytes available (host_memory_limit_bytes)");
+  r.host_memory_limit_bytes = 757504;  // exactly enough
+  const absl::StatusOr<BenchmarkResult> fits = RunBenchmark(r);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->rows.size(), 3u);
+}
+
+TEST(CpuBenchmarkTest, ReviewShapeIsRefusedWithoutAllocating) {
+  // The new-user review's 65536 x 131072, G = 128, fp16 out (16 GiB of output): inputs
+  // 4294967296 + 33554432 + 134217728 = 4462739456; reference one row, 262144; output
+  // 17179869184 + copy source (4462739456 + 17179869184) / 2 = 10821304320.
+  BenchmarkRequest r = SmallCpuRequest();
+  r.shapes = {{65536, 131072}};
+  r.output_dtypes = {DType::kF16};
+  r.variants = {"copy"};
+  r.host_memory_limit_bytes = int64_t{8} << 30;
+  const absl::Status st = RunBenchmark(r).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(st.message(),
+            "benchmark shape 65536x131072 (group_size 128, fp16 output) needs 32464175104 bytes "
+            "of host memory (inputs 4462739456, reference 262144, output and copy buffers "
+            "28001173504), more than the 8589934592 bytes available (host_memory_limit_bytes)");
+}
+
+TEST(CpuBenchmarkTest, PeakCopyOverTheHostMemoryLimitIsResourceExhausted) {
+  BenchmarkRequest r = SmallCpuRequest();
+  r.peak_copy_bytes = 1 << 20;  // source + destination: 2 MiB
+  r.host_memory_limit_bytes = (2 << 20) - 1;
+  const absl::Status st = RunBenchmark(r).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(st.message(),
+            "the benchmark's peak copy needs 2097152 bytes of host memory, more than the 2097151 "
+            "bytes available (host_memory_limit_bytes)");
+}
+
+TEST(CpuBenchmarkTest, CancelledDuringInputGenerationStopsBeforeAnyVariantIsTimed) {
+  BenchmarkRequest r = SmallCpuRequest();
+  // 4096 x 4096: qweight 8 MiB, generated in two 4 MiB blocks.
+  r.shapes = {{4096, 4096}};
+  r.output_dtypes = {DType::kF16};
+  int polls = 0;
+  // Polls: RunBenchmark's (1), the shape loop's (2), before allocating qweight (3), before its
+  // first block (4), before its second block (5): fires inside the generation loop, before any
+  // output buffer exists or any variant is timed.
+  r.cancelled = [&polls] { return ++polls == 5; };
+  const absl::StatusOr<BenchmarkResult> result = RunBenchmark(r);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(result.status().message(), "benchmark cancelled");
+  EXPECT_EQ(polls, 5);
+
+  // Never firing, one variant, 1 trial of 1 run: the setup polls 17 times, the method 12.
+  // Setup: RunBenchmark 1, shape loop 1, generation 6 (qweight 1 + 2 blocks, qzeros 1 + 1,
+  // scales 1), dtype loop 1, before the output 1, before the copy source 1, its fill 6 (copy
+  // bytes (8388608 + 65536 + 262144 + 33554432) / 2 = 21135360: six 4 MiB slices).
+  // Method: warm-up 2 runners x 3, timed 2, throughput 2, checks 2.
+  r.variants = {"cpu_threads"};
+  r.trials = 1;
+  r.runs = 1;
+  polls = 0;
+  r.cancelled = [&polls] { return ++polls < 0; };
+  const absl::StatusOr<BenchmarkResult> full = RunBenchmark(r);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(polls, 17 + 12);
+}
+
+TEST(HostMemoryBudgetTest, LimitWinsElseHalfOfMemAvailable) {
+  EXPECT_EQ(HostMemoryBudget(12345), 12345);
+  // Linux: /proc/meminfo has MemAvailable; half of it is positive.
+  EXPECT_GT(HostMemoryBudget(0), 0);
 }
 
 TEST(CpuBenchmarkTest, HardwareCountersAreExplainedInTheNote) {

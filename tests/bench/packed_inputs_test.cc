@@ -16,6 +16,30 @@ bool Matched(const absl::StatusOr<bool>& r) {
   return r.ok() && *r;
 }
 
+TEST(MakeRandomPackedTensorTest, CancelledIsPolledInsideTheGenerationLoop) {
+  // K = 4096, N = 4096: qweight 4096 * 512 words = 8 MiB, two 4 MiB blocks. Polls: before
+  // allocating qweight (1), before its first block (2), before its second block (3).
+  const AwqShape shape{4096, 4096, 128, DType::kF16};
+  int polls = 0;
+  const absl::StatusOr<HostPackedTensor> t =
+      MakeRandomPackedTensor(shape, 5, [&polls] { return ++polls == 3; });
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(t.status().message(), "benchmark cancelled");
+  EXPECT_EQ(polls, 3);  // stopped in the middle of qweight, not polled again
+  // Never firing: the same inputs as the uncancellable overload draws.
+  polls = 0;
+  const absl::StatusOr<HostPackedTensor> full =
+      MakeRandomPackedTensor(shape, 5, [&polls] { return ++polls < 0; });
+  ASSERT_TRUE(full.ok()) << full.status();
+  // qweight: 1 + 2 blocks; qzeros (32 x 512 words): 1 + 1; scales (32 x 4096 = 131072 < 2 Mi
+  // halves): 1 before allocating.
+  EXPECT_EQ(polls, 6);
+  const HostPackedTensor plain = MakeRandomPackedTensor(shape, 5);
+  EXPECT_EQ(full->qweight, plain.qweight);
+  EXPECT_EQ(full->qzeros, plain.qzeros);
+  EXPECT_EQ(full->scales, plain.scales);
+}
+
 TEST(MakeRandomPackedTensorTest, ScalesFiniteNonZeroAndWordsFullRange_K256N512G128) {
   for (DType scale_dtype : {DType::kF16, DType::kBF16}) {
     const AwqShape shape{256, 512, 128, scale_dtype};
