@@ -1,4 +1,5 @@
-// The static table of temporary paths and the SIGINT/SIGTERM handler (see temp_file_guard.h).
+// The static table of temporary paths and the SIGINT/SIGTERM/SIGHUP/SIGPIPE handler (see
+// temp_file_guard.h).
 #include "client/temp_file_guard.h"
 
 #include <unistd.h>
@@ -14,6 +15,10 @@ namespace {
 
 static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free,
               "the signal handler needs lock-free atomics");
+
+// The signals whose default action ends the process and that dequantctl can be sent while it
+// writes: Ctrl-C, kill, a closed terminal or ssh session, a closed stdout pipe.
+constexpr int kTerminatingSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
 
 struct Slot {
   std::atomic<bool> claimed{false};    // owned by a TempFileGuard
@@ -32,7 +37,7 @@ void RemoveRegisteredFiles() {
   }
 }
 
-// Removes the files and ends the process with `sig` (the default action of SIGINT/SIGTERM).
+// Removes the files and ends the process with `sig` (the default action of each of them).
 void RemoveFilesAndDie(int sig) {
   RemoveRegisteredFiles();
   std::signal(sig, SIG_DFL);
@@ -61,11 +66,14 @@ void InstallTempFileSignalHandlers() {
   std::memset(&action, 0, sizeof(action));
   action.sa_handler = OnTerminatingSignal;
   sigemptyset(&action.sa_mask);
-  sigaddset(&action.sa_mask, SIGINT);
-  sigaddset(&action.sa_mask, SIGTERM);
+  for (int sig : kTerminatingSignals) sigaddset(&action.sa_mask, sig);
   action.sa_flags = SA_RESTART;  // a deferred signal must not fail the write it interrupted
-  ::sigaction(SIGINT, &action, nullptr);
-  ::sigaction(SIGTERM, &action, nullptr);
+  for (int sig : kTerminatingSignals) {
+    struct sigaction previous;
+    // An inherited SIG_IGN stays (nohup's SIGHUP, a background job's SIGINT).
+    if (::sigaction(sig, nullptr, &previous) == 0 && previous.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &action, nullptr);
+  }
 }
 
 TempFileGuard::TempFileGuard(const std::string& path) {

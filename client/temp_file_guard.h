@@ -1,4 +1,5 @@
-// Removing dequantctl's temporary output files when it is killed by SIGINT or SIGTERM.
+// Removing dequantctl's temporary output files when it is killed by SIGINT, SIGTERM, SIGHUP (a
+// closed terminal or ssh session) or SIGPIPE (a closed stdout pipe).
 //
 // An OutputFile streams into "<path>.tmp.XXXXXX" (formats/atomic_file.h) and renames it on a
 // successful Finish; the destructor removes it on every other path, but a signal's default action
@@ -20,11 +21,13 @@ namespace dequantd {
 inline constexpr int kMaxTempFiles = 8;            // paths registered at once
 inline constexpr size_t kMaxTempPathBytes = 4096;  // including the terminating NUL
 
-// Installs the handler for SIGINT and SIGTERM (sigaction, SA_RESTART). Idempotent; dequantctl's
-// main calls it first. Without it, registered paths are only bookkeeping.
+// Installs the handler for SIGINT, SIGTERM, SIGHUP and SIGPIPE (sigaction, SA_RESTART), except
+// for a signal that is ignored (SIG_IGN) when it is called: that one stays ignored (nohup).
+// Idempotent; dequantctl's main calls it first. Without it, registered paths are only
+// bookkeeping.
 void InstallTempFileSignalHandlers();
 
-// Registers one temporary path for removal on SIGINT/SIGTERM while the guard lives. A path that
+// Registers one temporary path for removal on those signals while the guard lives. A path that
 // does not fit (longer than kMaxTempPathBytes - 1, or all slots taken) is not registered and
 // registered() is false: the file still works, it is just not removed on a signal. Move-only.
 class TempFileGuard {
@@ -44,7 +47,7 @@ class TempFileGuard {
   int slot_ = -1;
 };
 
-// While any of these lives (on any thread), SIGINT and SIGTERM are held back: the handler only
+// While any of these lives (on any thread), those signals are held back: the handler only
 // records the signal, and the last deferral to end removes the registered paths and re-raises
 // it. For short steps whose temporary file cannot be registered (safetensors::WriteFile names
 // its own) and for the gap between creating a temporary file and registering it. Not movable.

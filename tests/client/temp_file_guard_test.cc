@@ -1,5 +1,6 @@
-// SIGINT/SIGTERM while dequantctl writes an output file: the temporary file is removed and the
-// process still dies of the signal. Each case runs in a forked child that installs the handler.
+// SIGINT/SIGTERM/SIGHUP/SIGPIPE while dequantctl writes an output file: the temporary file is
+// removed and the process still dies of the signal. Each case runs in a forked child that installs
+// the handler.
 #include "client/temp_file_guard.h"
 
 #include <sys/wait.h>
@@ -34,10 +35,14 @@ std::vector<std::string> TemporaryFiles(const std::string& dir) {
 }
 
 // Runs `body` in a forked child (which first installs the handlers) and returns its wait status.
-// Child exit codes 10.. mean a check inside the child failed; 0 means it survived.
-int RunInChild(const std::function<int()>& body) {
+// Child exit codes 10.. mean a check inside the child failed; 0 means it survived. The child
+// starts with the default action for each signal (this test may have inherited SIG_IGN), except
+// `ignored_signal` (if not 0), which it ignores before installing the handlers.
+int RunInChild(const std::function<int()>& body, int ignored_signal = 0) {
   const pid_t pid = ::fork();
   if (pid == 0) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) std::signal(sig, SIG_DFL);
+    if (ignored_signal != 0) std::signal(ignored_signal, SIG_IGN);
     InstallTempFileSignalHandlers();
     ::_exit(body());
   }
@@ -86,6 +91,31 @@ TEST(TempFileGuardTest, SigintRemovesTheTemporaryNpyFile) {
 
 TEST(TempFileGuardTest, SigtermRemovesTheTemporaryRawFile) {
   ExpectSignalRemovesTemporaryFile("out.bin", SIGTERM);
+}
+
+TEST(TempFileGuardTest, SighupRemovesTheTemporaryNpyFile) {
+  ExpectSignalRemovesTemporaryFile("out.npy", SIGHUP);
+}
+
+TEST(TempFileGuardTest, SigpipeRemovesTheTemporaryRawFile) {
+  ExpectSignalRemovesTemporaryFile("out.bin", SIGPIPE);
+}
+
+// Under nohup SIGHUP is ignored: installing the handlers keeps it ignored, so the process survives
+// and the registered file stays.
+TEST(TempFileGuardTest, InheritedIgnoredSighupStaysIgnored) {
+  const std::string registered = client_test::TempPath("ignored_sighup_registered");
+  std::ofstream(registered) << "x";
+  const int status = RunInChild(
+      [&] {
+        TempFileGuard guard(registered);
+        std::raise(SIGHUP);
+        return fs::exists(registered) ? 0 : 10;
+      },
+      SIGHUP);
+  ASSERT_TRUE(WIFEXITED(status)) << "child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(fs::exists(registered));
 }
 
 TEST(TempFileGuardTest, FinishedFileStaysAndIsNoLongerRegistered) {
