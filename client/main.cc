@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
@@ -130,17 +131,39 @@ absl::Status NormalizeFlags(std::vector<std::string>* args, std::vector<std::str
   return absl::OkStatus();
 }
 
+// True for `dequantctl help` (the subcommand position), and for --help or -h given as a flag
+// anywhere before a bare "--" (`dequantctl dequantize --help`). A flag's value is not a request
+// for help: in `--out help` or `--out-dir --help` the word is the file's name.
+bool WantsHelp(const std::vector<std::string>& args) {
+  bool subcommand_seen = false;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") break;
+    if (arg == "--help" || arg == "-h") return true;
+    if (arg.size() < 2 || arg[0] != '-' || std::isdigit(static_cast<unsigned char>(arg[1]))) {
+      if (!subcommand_seen && arg == "help") return true;
+      subcommand_seen = true;
+      continue;
+    }
+    if (arg.find('=') != std::string::npos) continue;  // --flag=value
+    // "--out VALUE": a flag other than a bool takes the next argument as its value (as absl
+    // parses it).
+    std::string name = absl::StrReplaceAll(arg.substr(arg[1] == '-' ? 2 : 1), {{"-", "_"}});
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag != nullptr && !flag->IsOfType<bool>()) ++i;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  dequantd::InstallTempFileSignalHandlers();  // SIGINT/SIGTERM remove a half-written --out
+  dequantd::InstallTempFileSignalHandlers();  // INT/TERM/HUP/PIPE remove a half-written --out
   absl::SetProgramUsageMessage(kUsage);
   std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "--help" || args[i] == "-h" || args[i] == "help") {
-      std::cout << kUsage << '\n';
-      return 0;
-    }
+  if (WantsHelp(args)) {
+    std::cout << kUsage << '\n';
+    return 0;
   }
   std::vector<std::string> specified;  // the flags given on the command line
   if (absl::Status s = NormalizeFlags(&args, &specified); !s.ok()) {

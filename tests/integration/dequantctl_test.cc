@@ -415,6 +415,40 @@ TEST_F(DequantctlTest, DeadlineMustBePositive) {
   EXPECT_EQ(run.exit_code, 0) << run.err;
 }
 
+// The word "help" as a flag's value is that value: the call is made (here the server refuses
+// the layer, exit 1). Only `help` as the subcommand, --help or -h print the usage (exit 0).
+TEST_F(DequantctlTest, HelpAsAFlagValueIsJustAValue) {
+  CommandResult run = Ctl({"dequantize", "--tensor", "help"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.out, "");
+  EXPECT_THAT(run.err, StartsWith("dequantctl: NOT_FOUND: ")) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("help")) << run.err;
+
+  run = Ctl({"dequantize", "--tensor", "no.such.layer", "--out", "help"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, StartsWith("dequantctl: NOT_FOUND: ")) << run.err;
+
+  run = Ctl({"dequantize-layers", "--tensors", "no.such.layer", "--out-dir", "help"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, StartsWith("dequantctl: NOT_FOUND: ")) << run.err;
+
+  run = Ctl({"list", "help"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "dequantctl: INVALID_ARGUMENT: unexpected argument 'help' (see dequantctl --help)\n");
+
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"help"}, std::vector<std::string>{"-h"},
+        std::vector<std::string>{"dequantize", "--help"},
+        std::vector<std::string>{"dequantize", "--tensor", layer_->name, "--help"}}) {
+    SCOPED_TRACE(absl::StrJoin(args, " "));
+    run = Ctl(args);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(run.err, "");
+    EXPECT_THAT(run.out, StartsWith("dequantctl: client of the dequantd")) << run.out;
+  }
+}
+
 TEST_F(DequantctlTest, DequantizeLayersFailingCallCreatesNoOutDir) {
   const std::string out_dir = Path("never_created/layers");
   const CommandResult run =
