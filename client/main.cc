@@ -22,8 +22,10 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
 #include "client/client.h"
 #include "client/commands.h"
 #include "client/flag_scope.h"
@@ -131,6 +133,31 @@ absl::Status NormalizeFlags(std::vector<std::string>* args, std::vector<std::str
   return absl::OkStatus();
 }
 
+// --server: HOST:PORT or [IPV6]:PORT with a port in 1..65535, or a gRPC target with a scheme
+// (unix:PATH, unix-abstract:NAME, dns:..., ipv4:..., ipv6:...) passed to gRPC as is.
+absl::Status CheckServerAddress(absl::string_view target) {
+  for (absl::string_view scheme : {"unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(target, scheme) && target.size() > scheme.size()) {
+      return absl::OkStatus();
+    }
+  }
+  const size_t colon = target.rfind(':');
+  bool valid = false;
+  if (colon != absl::string_view::npos && colon > 0) {
+    const absl::string_view host = target.substr(0, colon), port = target.substr(colon + 1);
+    const bool host_ok = host.front() == '[' ? host.size() > 2 && host.back() == ']' &&
+                                                   host.find_first_of("[]", 1) == host.size() - 1
+                                             : host.find_first_of("[]:") == absl::string_view::npos;
+    int port_number = 0;
+    valid = host_ok && !port.empty() && port.size() <= 5 &&
+            port.find_first_not_of("0123456789") == absl::string_view::npos &&
+            absl::SimpleAtoi(port, &port_number) && port_number >= 1 && port_number <= 65535;
+  }
+  if (valid) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--server: '", target, "' must be HOST:PORT with a port in 1..65535 (or unix:PATH)"));
+}
+
 // True for `dequantctl help` (the subcommand position), and for --help or -h given as a flag
 // anywhere before a bare "--" (`dequantctl dequantize --help`). A flag's value is not a request
 // for help: in `--out help` or `--out-dir --help` the word is the file's name.
@@ -185,6 +212,9 @@ int main(int argc, char** argv) {
   }
   const std::string command = positional[1];
   if (absl::Status s = dequantd::CheckFlagsApply(command, specified); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+  if (absl::Status s = CheckServerAddress(absl::GetFlag(FLAGS_server)); !s.ok()) {
     return UsageError(std::string(s.message()));
   }
   const double deadline = absl::GetFlag(FLAGS_deadline);

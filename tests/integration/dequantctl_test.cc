@@ -496,5 +496,33 @@ TEST(DequantctlNoServerTest, UnreachableServerExitsOneWithUnavailable) {
   EXPECT_THAT(run.err, StartsWith("dequantctl: UNAVAILABLE: "));
 }
 
+// --server must be HOST:PORT with a port in 1..65535: gRPC would otherwise take 99999 as 34463,
+// -1 as 65535 and a missing port as 0. Exit 2 before any call.
+TEST(DequantctlNoServerTest, ServerWithoutAValidPortIsAUsageError) {
+  const std::string dir = MakeTempDir("dequantctl_bad_server");
+  for (const char* server : {"127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1", "127.0.0.1:",
+                             "127.0.0.1:0", ":50051", "::1:50051", "[::1]", "unix:"}) {
+    SCOPED_TRACE(server);
+    const CommandResult run = RunDequantctl(dir, {"--server", server, "--deadline", "10", "list"});
+    EXPECT_EQ(run.exit_code, 2);
+    EXPECT_EQ(run.out, "");
+    EXPECT_EQ(run.err, absl::StrCat("dequantctl: INVALID_ARGUMENT: --server: '", server,
+                                    "' must be HOST:PORT with a port in 1..65535 (or unix:PATH) "
+                                    "(see dequantctl --help)\n"));
+  }
+  // Valid addresses reach the call: nothing listens there (exit 1).
+  for (const char* server : {"127.0.0.1:1", "[::1]:1", "localhost:65535"}) {
+    SCOPED_TRACE(server);
+    const CommandResult run = RunDequantctl(dir, {"--server", server, "--deadline", "10", "list"});
+    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_THAT(run.err, StartsWith("dequantctl: UNAVAILABLE: "));
+  }
+  const std::string socket = dir + "/no_such.sock";
+  const CommandResult run =
+      RunDequantctl(dir, {"--server", "unix:" + socket, "--deadline", "10", "list"});
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_THAT(run.err, StartsWith("dequantctl: UNAVAILABLE: "));
+}
+
 }  // namespace
 }  // namespace dequantd::testing
