@@ -1,4 +1,5 @@
 // `dequantctl dequantize-layers` (see commands.h).
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -80,6 +81,24 @@ class SafetensorsCollector {
   Tensor* current_ = nullptr;
 };
 
+// --tensors "a,b": the names in order; "" = none (every layer). INVALID_ARGUMENT for an empty
+// name ("a,,b", ",") or a name listed twice.
+absl::StatusOr<std::vector<std::string>> SplitLayerNames(const std::string& tensors) {
+  std::vector<std::string> names;
+  if (tensors.empty()) return names;
+  for (absl::string_view name : absl::StrSplit(tensors, ',')) {
+    if (name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tensors \"", tensors, "\" has an empty layer name"));
+    }
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("--tensors lists layer '", name, "' twice"));
+    }
+    names.emplace_back(name);
+  }
+  return names;
+}
+
 }  // namespace
 
 absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options) {
@@ -90,16 +109,20 @@ absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options
     return absl::InvalidArgumentError("dequantize-layers --out must name a .safetensors file");
   }
   if (options.chunk_bytes < 0) return absl::InvalidArgumentError("--chunk-bytes must be >= 0");
+  if (absl::StatusOr<std::vector<std::string>> tensors = SplitLayerNames(options.tensors);
+      !tensors.ok()) {
+    return tensors.status();
+  }
   return ParseOutputDType(options.dtype).status();
 }
 
 absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOptions& options,
                                  std::ostream& out) {
   if (absl::Status s = CheckDequantizeLayersOptions(options); !s.ok()) return s;
+  absl::StatusOr<std::vector<std::string>> tensors = SplitLayerNames(options.tensors);
+  if (!tensors.ok()) return tensors.status();
   v1::DequantizeLayersRequest request;
-  for (absl::string_view name : absl::StrSplit(options.tensors, ',', absl::SkipEmpty())) {
-    request.add_tensors(std::string(name));
-  }
+  for (const std::string& name : *tensors) request.add_tensors(name);
   request.set_output_dtype(*ParseOutputDType(options.dtype));
   request.set_chunk_bytes(options.chunk_bytes);
 

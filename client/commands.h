@@ -45,13 +45,14 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
 
 // `dequantize-layers`.
 struct DequantizeLayersOptions {
-  std::string tensors;         // --tensors: comma-separated layers; empty = every layer
+  std::string tensors;         // --tensors: comma-separated distinct layers; empty = every layer
   std::string dtype = "fp16";  // --dtype: fp16, bf16 or fp32
   int64_t chunk_bytes = 0;     // --chunk-bytes: 0 = server default
   std::string out_dir;         // --out-dir: one DIR/<layer>.npy per layer (see below)
   std::string out;             // --out: one FILE.safetensors holding every layer (once each)
 };
-// Usage checks: at most one of out / out_dir, out ends in .safetensors, dtype, chunk_bytes >= 0.
+// Usage checks: at most one of out / out_dir, out ends in .safetensors, dtype, chunk_bytes >= 0,
+// no empty or repeated name in tensors.
 absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options);
 // Dequantizes the layers in one DequantizeLayers call, writes the files (--out-dir DIR is created,
 // with its parents, when the first layer arrives: a call that fails first leaves none), then

@@ -242,6 +242,10 @@ int main(int argc, char** argv) {
     }
   } else if (command == "dequantize-layers") {
     dequantize_layers.tensors = absl::GetFlag(FLAGS_tensors);
+    if (dequantize_layers.tensors.empty() &&
+        std::find(specified.begin(), specified.end(), "tensors") != specified.end()) {
+      return UsageError("--tensors is empty; leave it out to dequantize every layer");
+    }
     if (!absl::GetFlag(FLAGS_dtype).empty()) dequantize_layers.dtype = absl::GetFlag(FLAGS_dtype);
     dequantize_layers.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
     dequantize_layers.out_dir = absl::GetFlag(FLAGS_out_dir);

@@ -177,13 +177,13 @@ TEST_F(DequantctlTest, DequantizeToSafetensorsAndRaw) {
 TEST_F(DequantctlTest, DequantizeLayersWritesOneNpyPerLayerOrOneSafetensors) {
   const std::string out_dir = Path("layers_npy");
   ASSERT_TRUE(fs::create_directory(out_dir));
-  CommandResult run = Ctl({"dequantize-layers", "--tensors", layer_->name + "," + layer_->name,
-                           "--dtype", "bf16", "--out-dir", out_dir});
+  CommandResult run = Ctl(
+      {"dequantize-layers", "--tensors", layer_->name, "--dtype", "bf16", "--out-dir", out_dir});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.err, "");
   ASSERT_EQ(Lines(run.out).size(), 1u) << run.out;
-  // Two layers of 256 * 192 * 2 bytes.
-  EXPECT_THAT(run.out, StartsWith("2 layers, bf16, 196608 bytes in ")) << run.out;
+  // One layer of 256 * 192 * 2 bytes.
+  EXPECT_THAT(run.out, StartsWith("1 layer, bf16, 98304 bytes in ")) << run.out;
   EXPECT_THAT(run.out, HasSubstr("GB/s)")) << run.out;
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(out_dir)) {
@@ -446,6 +446,30 @@ TEST_F(DequantctlTest, HelpAsAFlagValueIsJustAValue) {
     EXPECT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(run.err, "");
     EXPECT_THAT(run.out, StartsWith("dequantctl: client of the dequantd")) << run.out;
+  }
+}
+
+// --tensors "" or with an empty name ("," "a,,b") would otherwise mean every layer; a layer
+// listed twice would be reported twice but written once. Usage errors, nothing created.
+TEST_F(DequantctlTest, DequantizeLayersRefusesEmptyAndRepeatedNames) {
+  const std::string out_dir = Path("refused_layers");
+  const std::string prefix = "dequantctl: INVALID_ARGUMENT: ";
+  const std::string suffix = " (see dequantctl --help)\n";
+  const std::string twice = layer_->name + "," + layer_->name;
+  const std::string gap = layer_->name + ",," + layer_->name;
+  for (const auto& [tensors, message] :
+       {std::pair<std::string, std::string>{
+            "", "--tensors is empty; leave it out to dequantize every layer"},
+        {",", "--tensors \",\" has an empty layer name"},
+        {gap, "--tensors \"" + gap + "\" has an empty layer name"},
+        {twice, "--tensors lists layer '" + layer_->name + "' twice"}}) {
+    SCOPED_TRACE(tensors);
+    const CommandResult run =
+        Ctl({"dequantize-layers", "--tensors=" + tensors, "--out-dir", out_dir});
+    EXPECT_EQ(run.exit_code, 2);
+    EXPECT_EQ(run.out, "");
+    EXPECT_EQ(run.err, prefix + message + suffix);
+    EXPECT_FALSE(fs::exists(out_dir));
   }
 }
 
