@@ -73,6 +73,14 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
         options.compare, reference_names, *ParseReferenceLayout(options.compare_layout));
     if (!opened.ok()) return opened.status();
     comparer = *std::move(opened);
+    if (request.has_packed()) {
+      // (K, N) and the dtype are known: refuse a reference that does not fit before the call.
+      v1::DequantizeHeader expected;
+      expected.add_shape(request.packed().in_features());
+      expected.add_shape(request.packed().out_features());
+      expected.set_dtype(request.output_dtype());
+      if (absl::Status s = comparer->Begin(expected); !s.ok()) return s;
+    }
   }
   std::unique_ptr<OutputFile> file;
   if (!options.out.empty()) {

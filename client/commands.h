@@ -39,7 +39,9 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options);
 // Dequantizes, streams the result into the output file (and the comparison), then prints one
 // summary line (tensor, shape, dtype, bytes, wall time, MB/s) and, with --compare, one error line.
 // A .safetensors --out holds one tensor named `tensor`, or `prefix` without its trailing '.'
-// ("weight" when the prefix is empty).
+// ("weight" when the prefix is empty). --compare's reference is opened before the call; with
+// --packed, (K, N) is known, so a reference that does not fit it (Begin's INVALID_ARGUMENT,
+// compare.h) is refused before the call too; with --tensor, when the header arrives.
 absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& options,
                            std::ostream& out);
 

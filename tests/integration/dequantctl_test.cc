@@ -548,5 +548,29 @@ TEST(DequantctlNoServerTest, ServerWithoutAValidPortIsAUsageError) {
   EXPECT_THAT(run.err, StartsWith("dequantctl: UNAVAILABLE: "));
 }
 
+// With --packed, (K, N) is known before the call: a --compare reference that does not fit is
+// refused before any RPC. Against an address where nothing listens, the error is the reference's
+// (exit 1, INVALID_ARGUMENT), not UNAVAILABLE.
+TEST(DequantctlNoServerTest, PackedCompareReferenceIsCheckedBeforeTheCall) {
+  const std::string dir = MakeTempDir("dequantctl_compare_first");
+  const RandomLayer packed = MakeRandomLayer("mm.", 128, 72, 32, DType::kF16, 36);
+  const std::string input = dir + "/packed.safetensors";
+  ASSERT_TRUE(WritePacked(input, packed, "F16").ok());
+  const std::string reference = dir + "/reference.safetensors";
+  ASSERT_TRUE(safetensors::WriteFile(
+                  reference, {{"mm.weight", "F32", {128, 72}, packed.Expected(DType::kF32)}})
+                  .ok());
+  const std::string out = dir + "/out.npy";
+  const CommandResult run = RunDequantctl(
+      dir, {"--server", "127.0.0.1:1", "--deadline", "10", "dequantize", "--packed", input,
+            "--prefix", "mm.", "--out", out, "--compare", reference, "--compare-layout", "nk"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err, "dequantctl: INVALID_ARGUMENT: reference '" + reference +
+                         ":mm.weight' has shape (128, 72); --compare-layout nk expects (N, K) = "
+                         "(72, 128)\n");
+  EXPECT_FALSE(fs::exists(out));
+}
+
 }  // namespace
 }  // namespace dequantd::testing
