@@ -174,6 +174,22 @@ TEST_F(DequantctlTest, DequantizeToSafetensorsAndRaw) {
   EXPECT_TRUE(FileBytes(raw) == layer_->Expected(DType::kF32));
 }
 
+// --out /dev/null writes into the device (exit 0; it stays a character device, as root too);
+// --out LINK keeps the symlink and replaces the file it points to.
+TEST_F(DequantctlTest, OutDevNullAndOutThroughASymlink) {
+  CommandResult run = Ctl({"dequantize", "--tensor", layer_->name, "--out", "/dev/null"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(fs::symlink_status("/dev/null").type(), fs::file_type::character);
+
+  const std::string target = Path("link_target.bin"), link = Path("link.bin");
+  std::ofstream(target) << "old";
+  fs::create_symlink("link_target.bin", link);
+  run = Ctl({"dequantize", "--tensor", layer_->name, "--out", link, "--dtype", "fp32"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(FileBytes(target) == layer_->Expected(DType::kF32));
+}
+
 TEST_F(DequantctlTest, DequantizeLayersWritesOneNpyPerLayerOrOneSafetensors) {
   const std::string out_dir = Path("layers_npy");
   ASSERT_TRUE(fs::create_directory(out_dir));
