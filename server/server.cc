@@ -109,16 +109,16 @@ absl::Status CheckOptions(const ServerOptions& options) {
         " bytes, less room for the request's other fields), got ", options.max_request_bytes));
   }
   if (options.max_output_bytes <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_output_bytes must be positive, got ", options.max_output_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_output_bytes (--max-output-bytes) must be positive, got ", options.max_output_bytes));
   }
   if (options.default_chunk_bytes <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("default_chunk_bytes must be positive, got ", options.default_chunk_bytes));
   }
   if (options.cpu_threads < 0 || options.cpu_threads > kMaxCpuThreads) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cpu_threads must be in 0..", kMaxCpuThreads, ", got ", options.cpu_threads));
+    return absl::InvalidArgumentError(absl::StrCat("cpu_threads (--cpu-threads) must be in 0..",
+                                                   kMaxCpuThreads, ", got ", options.cpu_threads));
   }
   // NaN fails both comparisons; infinity and values whose deadline would overflow the clock
   // fail the upper bound.
@@ -128,11 +128,24 @@ absl::Status CheckOptions(const ServerOptions& options) {
         absl::StrCat("shutdown_deadline (--shutdown-deadline) must be a number of seconds in 0..",
                      kMaxShutdownDeadlineSeconds, ", got ", options.shutdown_deadline_seconds));
   }
-  if (options.listen.empty()) return absl::InvalidArgumentError("listen must not be empty");
-  if (absl::Status s = CheckHostPort("listen", options.listen); !s.ok()) return s;
+  if (options.listen.empty()) {
+    return absl::InvalidArgumentError("listen (--listen) must not be empty");
+  }
+  if (absl::Status s = CheckHostPort("listen (--listen)", options.listen); !s.ok()) return s;
   if (!options.metrics_listen.empty()) {
-    if (absl::Status s = CheckHostPort("metrics_listen", options.metrics_listen); !s.ok()) {
+    if (absl::Status s = CheckHostPort("metrics_listen (--metrics-listen)", options.metrics_listen);
+        !s.ok()) {
       return s;
+    }
+    // The same address twice (port 0 excepted: each bind picks its own free port) would fail
+    // later with an unhelpful "cannot bind".
+    if (options.metrics_listen == options.listen &&
+        options.listen.substr(options.listen.rfind(':') + 1) != "0") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "listen (--listen) and metrics_listen (--metrics-listen) conflict: both are \"",
+          options.listen,
+          "\"; give /metrics another port (or --metrics-listen= to "
+          "disable it)"));
     }
   }
   return absl::OkStatus();

@@ -72,6 +72,34 @@ TEST(DequantdMainTest, HugeMaxRequestBytesIsRefusedNamingTheFlag) {
                                     "must be in 1..2020174185"));
 }
 
+TEST(DequantdMainTest, OptionErrorsNameTheFlag) {
+  const std::string common = "--model= --metrics-listen= --backend=cpu ";
+  ProcessResult run = RunDequantd(common + "--listen=127.0.0.1:0 --max-output-bytes=0");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: max_output_bytes (--max-output-bytes) "
+                                    "must be positive, got 0"));
+  run = RunDequantd(common + "--listen=127.0.0.1:0 --cpu-threads=2000");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: cpu_threads (--cpu-threads) must be in "
+                                    "0..1024, got 2000"));
+  run = RunDequantd(common + "--listen=localhost");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: listen (--listen) must be HOST:PORT"));
+  run = RunDequantd("--model= --backend=cpu --listen=127.0.0.1:0 --metrics-listen=127.0.0.1:x");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("INVALID_ARGUMENT: metrics_listen (--metrics-listen) must be HOST:PORT"));
+}
+
+TEST(DequantdMainTest, SameListenAndMetricsListenConflict) {
+  // Refused before anything binds, so the port need not be free.
+  const ProcessResult run = RunDequantd(
+      "--model= --backend=cpu --listen=127.0.0.1:50999 --metrics-listen=127.0.0.1:50999");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: listen (--listen) and metrics_listen "
+                                    "(--metrics-listen) conflict: both are \"127.0.0.1:50999\""));
+}
+
 TEST(DequantdMainTest, RegularFileAsModelIsNotADirectoryAndMissingDirDoesNotExist) {
   const std::string file = ::testing::TempDir() + "/main_test_model_file.md";
   {
