@@ -242,6 +242,12 @@ grpc::Status DequantService::DequantizeLayers(grpc::ServerContext* context,
 absl::Status DequantService::DoDequantizeLayers(
     grpc::ServerContext* context, const v1::DequantizeLayersRequest& request,
     grpc::ServerWriter<v1::DequantizeResponse>* writer) {
+  // Without a model there is nothing to list: an empty list must not succeed with 0 layers.
+  if (checkpoint_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "no model is loaded (the server was started with --model=): DequantizeLayers serves the "
+        "layers of the loaded model; send inline tensors to Dequantize instead");
+  }
   if (request.tensors_size() > kMaxLayersPerRequest) {
     return absl::InvalidArgumentError(absl::StrCat("tensors has ", request.tensors_size(),
                                                    " names, more than ", kMaxLayersPerRequest));
@@ -250,16 +256,13 @@ absl::Status DequantService::DoDequantizeLayers(
   if (!out_dtype.ok()) return out_dtype.status();
   std::vector<const QuantizedLayer*> layers;
   if (request.tensors().empty()) {
-    if (checkpoint_ != nullptr) {
-      for (const QuantizedLayer& layer : checkpoint_->layers()) layers.push_back(&layer);
-    }
+    for (const QuantizedLayer& layer : checkpoint_->layers()) layers.push_back(&layer);
   } else {
     for (const std::string& name : request.tensors()) {
-      const QuantizedLayer* layer = checkpoint_ != nullptr ? checkpoint_->Find(name) : nullptr;
+      const QuantizedLayer* layer = checkpoint_->Find(name);
       if (layer == nullptr) {
-        return absl::NotFoundError(
-            absl::StrCat("tensor \"", name, "\" is not a layer of the loaded model",
-                         checkpoint_ == nullptr ? " (no model is loaded)" : " (see ListTensors)"));
+        return absl::NotFoundError(absl::StrCat(
+            "tensor \"", name, "\" is not a layer of the loaded model (see ListTensors)"));
       }
       layers.push_back(layer);
     }

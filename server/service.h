@@ -40,7 +40,8 @@ inline constexpr int kMaxLayersPerRequest = 10000;
 // Thread-safe: gRPC calls the handlers from many threads at once.
 class DequantService final : public dequant::v1::DequantService::Service {
  public:
-  // `checkpoint` may be null (no model loaded: ListTensors is empty, every tensor NOT_FOUND).
+  // `checkpoint` may be null (no model loaded: ListTensors is empty, every tensor NOT_FOUND,
+  // DequantizeLayers FAILED_PRECONDITION).
   // `checkpoint`, `backend` and `metrics` must outlive the service; `backend` is prepared.
   DequantService(ServiceOptions options, const Checkpoint* checkpoint, Backend* backend,
                  Metrics* metrics, BenchmarkRunner benchmark = nullptr);
