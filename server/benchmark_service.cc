@@ -10,6 +10,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/quoted_name.h"
 #include "server/request.h"
 
 namespace dequantd {
@@ -95,7 +96,7 @@ absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
         options.checkpoint != nullptr ? options.checkpoint->Find(name) : nullptr;
     if (layer == nullptr) {
       return absl::NotFoundError(absl::StrCat(
-          "tensors[", i, "]: \"", name, "\" is not a layer of the loaded model",
+          "tensors[", i, "]: ", QuotedName(name), " is not a layer of the loaded model",
           options.checkpoint == nullptr ? " (no model is loaded)" : " (see ListTensors)"));
     }
     const AwqShape& s = layer->view.shape;

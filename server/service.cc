@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/quoted_name.h"
 #include "server/request.h"
 #include "server/status.h"
 #include "spdlog/spdlog.h"
@@ -197,9 +198,9 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
     case v1::DequantizeRequest::kTensor: {
       source.layer = checkpoint_ != nullptr ? checkpoint_->Find(request.tensor()) : nullptr;
       if (source.layer == nullptr) {
-        return absl::NotFoundError(
-            absl::StrCat("tensor \"", request.tensor(), "\" is not a layer of the loaded model",
-                         checkpoint_ == nullptr ? " (no model is loaded)" : " (see ListTensors)"));
+        return absl::NotFoundError(absl::StrCat(
+            "tensor ", QuotedName(request.tensor()), " is not a layer of the loaded model",
+            checkpoint_ == nullptr ? " (no model is loaded)" : " (see ListTensors)"));
       }
       break;
     }
@@ -262,7 +263,7 @@ absl::Status DequantService::DoDequantizeLayers(
       const QuantizedLayer* layer = checkpoint_->Find(name);
       if (layer == nullptr) {
         return absl::NotFoundError(absl::StrCat(
-            "tensor \"", name, "\" is not a layer of the loaded model (see ListTensors)"));
+            "tensor ", QuotedName(name), " is not a layer of the loaded model (see ListTensors)"));
       }
       layers.push_back(layer);
     }

@@ -188,6 +188,17 @@ TEST(BenchmarkRequestFromProtoTest, UnknownTensorIsNotFound) {
   EXPECT_THAT(s.message(), HasSubstr("no model is loaded"));
 }
 
+TEST(BenchmarkRequestFromProtoTest, HugeUnknownTensorNameIsQuotedShort) {
+  v1::BenchmarkRequest r;
+  r.add_tensors(std::string(20000, 't'));
+  const absl::Status s = Convert(r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(s.message().size(), 1024u);
+  EXPECT_THAT(s.message(), HasSubstr("tensors[0]: \"" + std::string(200, 't') +
+                                     "...\" (20000 bytes) is not a "
+                                     "layer of the loaded model"));
+}
+
 bench::BenchmarkResult SampleResult() {
   bench::BenchmarkResult result;
   result.backend = "cuda";

@@ -1,4 +1,5 @@
-// Error answers of the running server seen by a gRPC client: DequantizeLayers without a model.
+// Error answers of the running server seen by a gRPC client: DequantizeLayers without a model,
+// and names too long to quote in full (server/quoted_name.h).
 #include <memory>
 #include <string>
 
@@ -7,13 +8,37 @@
 #include "dequant/v1/dequant.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/quoted_name.h"
 #include "server/server.h"
 
 namespace dequantd {
 namespace {
 
 namespace v1 = ::dequant::v1;
+using ::testing::HasSubstr;
 using ::testing::StartsWith;
+
+TEST(QuotedNameTest, ShortNamesAreQuotedWhole) {
+  EXPECT_EQ(QuotedName(""), "\"\"");
+  EXPECT_EQ(QuotedName("model.layers.0.mlp.up_proj"), "\"model.layers.0.mlp.up_proj\"");
+  const std::string limit(200, 'a');
+  EXPECT_EQ(QuotedName(limit), "\"" + limit + "\"");
+}
+
+TEST(QuotedNameTest, LongNamesKeepTheFirst200BytesAndGiveTheSize) {
+  EXPECT_EQ(QuotedName(std::string(201, 'b')), "\"" + std::string(200, 'b') + "...\" (201 bytes)");
+  EXPECT_EQ(QuotedName(std::string(20000, 'c')),
+            "\"" + std::string(200, 'c') + "...\" (20000 bytes)");
+}
+
+TEST(QuotedNameTest, CutDoesNotSplitAUtf8Character) {
+  // 199 ASCII bytes, then U+00E9 (0xC3 0xA9) at bytes 199..200: a cut at 200 would split it.
+  const std::string name = std::string(199, 'x') + "\xC3\xA9" + std::string(50, 'y');
+  EXPECT_EQ(QuotedName(name), "\"" + std::string(199, 'x') + "...\" (251 bytes)");
+  // Not UTF-8 (continuation bytes only): cut at most 3 bytes short of the limit.
+  EXPECT_EQ(QuotedName(std::string(300, '\x80')),
+            "\"" + std::string(197, '\x80') + "...\" (300 bytes)");
+}
 
 // A server with no model (--model=) on the CPU backend, and a client of it.
 class NoModelServerTest : public ::testing::Test {
@@ -59,6 +84,21 @@ TEST_F(NoModelServerTest, DequantizeLayersIsFailedPreconditionWithOrWithoutNames
   status = ReadAll(named, &v1::DequantService::Stub::DequantizeLayers, &messages);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(status.error_message(), StartsWith("no model is loaded"));
+  EXPECT_EQ(messages, 0);
+}
+
+TEST_F(NoModelServerTest, DequantizeOfAHugeNameIsNotFoundWithAShortMessage) {
+  // Quoted whole, the 20000-byte name would exceed the client's 8 KiB metadata limit and the
+  // client would see RESOURCE_EXHAUSTED instead of NOT_FOUND.
+  v1::DequantizeRequest request;
+  request.set_tensor(std::string(20000, 'n'));
+  int messages = -1;
+  const grpc::Status status = ReadAll(request, &v1::DequantService::Stub::Dequantize, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message().size();
+  EXPECT_LT(status.error_message().size(), 1024u);
+  EXPECT_THAT(status.error_message(), HasSubstr("tensor \"" + std::string(200, 'n') +
+                                                "...\" (20000 bytes) is not a "
+                                                "layer of the loaded model (no model is loaded)"));
   EXPECT_EQ(messages, 0);
 }
 
