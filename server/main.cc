@@ -1,17 +1,29 @@
 // dequantd: serves dequant.v1 (AWQ 4-bit dequantization) over gRPC, with /metrics over HTTP.
-// Flags -> ServerOptions -> DequantServer::Start; SIGINT/SIGTERM shut it down gracefully.
+// Flags -> ServerOptions -> DequantServer::Start; SIGINT/SIGTERM/SIGHUP shut it down gracefully.
+//
+// Exit codes (also in --help):
+//   0  stopped after a graceful shutdown, or --help / --version answered
+//   1  could not start (bad option value, missing model, port in use, ...)
+//   2  usage error: unknown flag, flag value that does not parse, positional argument
+//   128+N  a second shutdown signal N (e.g. 130 for SIGINT) during the graceful shutdown ended
+//      it at once, without waiting for in-flight calls
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpc/grpc.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/internal/usage.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
@@ -44,10 +56,25 @@ ABSL_FLAG(bool, pretune, false,
           "DequantizeLayers (holding a device buffer for the whole model's result). The CPU "
           "backend has nothing to tune");
 ABSL_FLAG(double, shutdown_deadline, 5.0,
-          "seconds (0..86400) in-flight calls get to finish on SIGINT/SIGTERM before they "
-          "are cancelled");
+          "seconds (0..86400) in-flight calls get to finish on SIGINT/SIGTERM/SIGHUP before "
+          "they are cancelled; a second signal ends dequantd at once");
 
 namespace {
+
+constexpr int kUsageErrorExitCode = 2;
+
+// True while absl parses the command line. absl reports a usage error (unknown flag, value that
+// does not parse, missing value) on stderr, then calls std::exit(1); ExitWithUsageErrorCode,
+// registered with atexit, turns that exit into kUsageErrorExitCode like dequantd's own usage
+// errors. --help and --version do not exit there (they are handled after parsing).
+std::atomic<bool> parsing_flags{false};
+
+void ExitWithUsageErrorCode() {
+  if (!parsing_flags.load()) return;
+  std::fputs("dequantd: see dequantd --help\n", stderr);
+  std::fflush(nullptr);
+  std::_Exit(kUsageErrorExitCode);
+}
 
 // "0.0.0.0:0" with bound port 41234 -> "0.0.0.0:41234".
 std::string WithPort(const std::string& address, int port) {
@@ -80,13 +107,19 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "serves dequantization of AWQ 4-bit checkpoints over gRPC, on the GPU (or the CPU).\n"
       "usage: dequantd [--model DIR] [--listen HOST:PORT] [--metrics-listen HOST:PORT] "
-      "[--backend auto|cpu|cuda]");
+      "[--backend auto|cpu|cuda]\n"
+      "SIGINT, SIGTERM or SIGHUP: graceful shutdown (--shutdown-deadline); a second one: exit "
+      "at once.\n"
+      "exit codes: 0 stopped or --help/--version, 1 cannot start, 2 usage error (unknown flag, "
+      "bad value, positional argument), 128+N a second signal N ended the shutdown");
   absl::FlagsUsageConfig usage_config;
-  // absl's --help lists only flags of files named like the program (dequantd.cc, main.cc is
-  // not): list this file's flags.
-  const auto is_this_file = [](absl::string_view file) {
-    return absl::EndsWith(file, "server/main.cc");
+  // absl's --help names each flag's source file (the build's absolute path) and lists only flags
+  // of files named like the program (dequantd.cc; main.cc is not): this file's flags are listed,
+  // under "dequantd".
+  usage_config.normalize_filename = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc") ? std::string("dequantd") : std::string(file);
   };
+  const auto is_this_file = [](absl::string_view file) { return file == "dequantd"; };
   usage_config.contains_help_flags = is_this_file;
   usage_config.contains_helpshort_flags = is_this_file;
   usage_config.version_string = [] {
@@ -95,8 +128,19 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   std::vector<std::string> arg_storage;
   std::vector<char*> args = NormalizeFlagNames(argc, argv, arg_storage);
-  const std::vector<char*> positional =
-      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  std::atexit(ExitWithUsageErrorCode);
+  parsing_flags = true;
+  const std::vector<char*> positional = absl::flags_internal::ParseCommandLineImpl(
+      static_cast<int>(args.size()), args.data(),
+      absl::flags_internal::ArgvListAction::kRemoveParsedArgs,
+      absl::flags_internal::UsageFlagsAction::kIgnoreUsage,
+      absl::flags_internal::OnUndefinedFlag::kAbortIfUndefined);
+  parsing_flags = false;
+  // --help, --helpfull, --version, ...: absl prints the answer and returns 1 after help, 0 after
+  // --version; help that was asked for is not an error.
+  if (absl::flags_internal::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) != -1) {
+    return 0;
+  }
   if (positional.size() > 1) {  // positional[0] is the program name
     const std::string arg = positional[1];
     const bool looks_like_path =
@@ -105,7 +149,7 @@ int main(int argc, char** argv) {
                  looks_like_path ? absl::StrCat("did you mean --model=", arg, "?").c_str()
                                  : "dequantd takes only flags; see --help",
                  std::string(absl::ProgramUsageMessage()).c_str());
-    return 2;
+    return kUsageErrorExitCode;
   }
 
   // Block the shutdown signals before any thread starts, so that every gRPC and HTTP thread

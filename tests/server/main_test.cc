@@ -1,6 +1,7 @@
 // Tests for the dequantd executable's command line (server/main.cc), run as a child process:
-// positional arguments are refused with exit code 2 before anything starts, and an option that
-// CheckOptions refuses ends it with exit code 1 and the status naming the flag.
+// usage errors (positional arguments, unknown flags, unparsable values) exit 2 before anything
+// starts, --help exits 0, and an option that CheckOptions refuses ends it with exit code 1 and the
+// status naming the flag.
 #include <stdio.h>
 #include <sys/wait.h>
 
@@ -52,6 +53,34 @@ TEST(DequantdMainTest, PositionalWordAndArgumentsAfterDoubleDashAreRefused) {
   run = RunDequantd("--model= -- --listen=127.0.0.1:0");
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_THAT(run.output, HasSubstr("unexpected argument '--listen=127.0.0.1:0'"));
+}
+
+TEST(DequantdMainTest, UnknownFlagAndUnparsableValueAreUsageErrorsWithExitCode2) {
+  ProcessResult run = RunDequantd("--bogus=1");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("Unknown command line flag 'bogus'"));
+  EXPECT_THAT(run.output, HasSubstr("dequantd: see dequantd --help"));
+  run = RunDequantd("--cpu-threads=abc");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("Illegal value 'abc' specified for flag 'cpu_threads'"));
+  run = RunDequantd("--model= --listen");  // a string flag without its value
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("Missing the value for the flag 'listen'"));
+}
+
+TEST(DequantdMainTest, HelpExitsZeroWithTheUsageAndNoSourcePath) {
+  ProcessResult run = RunDequantd("--help");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, ::testing::StartsWith("dequantd: serves dequantization"));
+  EXPECT_THAT(run.output, HasSubstr("usage: dequantd [--model DIR]"));
+  EXPECT_THAT(run.output, HasSubstr("exit codes: 0 stopped or --help/--version, 1 cannot start, "
+                                    "2 usage error"));
+  EXPECT_THAT(run.output, HasSubstr("\n  Flags from dequantd:\n"));
+  EXPECT_THAT(run.output, HasSubstr("--shutdown_deadline"));
+  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("main.cc")));
+  run = RunDequantd("--version");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, ::testing::StartsWith("dequantd "));
 }
 
 TEST(DequantdMainTest, NanShutdownDeadlineIsRefusedNamingTheFlag) {
