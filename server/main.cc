@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -153,11 +154,16 @@ int main(int argc, char** argv) {
   }
 
   // Block the shutdown signals before any thread starts, so that every gRPC and HTTP thread
-  // inherits the mask and only sigwait below receives them.
+  // inherits the mask and only the sigwait calls below receive them. SIGHUP (the terminal or
+  // the session went away) shuts down like SIGTERM, unless it was ignored when dequantd started
+  // (nohup): blocked, an ignored signal would still reach sigwait, so it is left out.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  if (struct sigaction hup{}; sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) {
+    sigaddset(&signals, SIGHUP);
+  }
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // The process holds its own gRPC library reference, never released. Otherwise the server's
@@ -210,8 +216,21 @@ int main(int argc, char** argv) {
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  spdlog::info("signal {} received: shutting down (in-flight calls get {} s)", signal_number,
-               options.shutdown_deadline_seconds);
+  spdlog::info(
+      "signal {} (SIG{}) received: shutting down (in-flight calls get {} s; a second signal "
+      "exits at once)",
+      signal_number, sigabbrev_np(signal_number), options.shutdown_deadline_seconds);
+  // A second signal during the graceful shutdown (an operator who does not want to wait for the
+  // deadline) ends the process at once, with 128 + its number as a shell reports a process
+  // killed by it. Detached: it stays blocked in sigwait when the shutdown finishes first.
+  std::thread([signals] {
+    int second = 0;
+    sigwait(&signals, &second);
+    spdlog::warn("second signal: exiting now (signal {} (SIG{}), exit code {})", second,
+                 sigabbrev_np(second), 128 + second);
+    spdlog::default_logger()->flush();
+    std::_Exit(128 + second);
+  }).detach();
   (*server)->Shutdown(options.shutdown_deadline_seconds);
   spdlog::info("dequantd stopped");
   return 0;

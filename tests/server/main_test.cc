@@ -1,12 +1,20 @@
-// Tests for the dequantd executable's command line (server/main.cc), run as a child process:
-// usage errors (positional arguments, unknown flags, unparsable values) exit 2 before anything
-// starts, --help exits 0, and an option that CheckOptions refuses ends it with exit code 1 and the
-// status naming the flag.
+// Tests for the dequantd executable (server/main.cc), run as a child process: usage errors
+// (positional arguments, unknown flags, unparsable values) exit 2 before anything starts, --help
+// exits 0, an option that CheckOptions refuses ends it with exit code 1 and the status naming the
+// flag; SIGHUP shuts it down gracefully and a second signal during the shutdown ends it at once.
+#include <signal.h>
 #include <stdio.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include <grpcpp/grpcpp.h>
+
+#include "dequant/v1/dequant.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -34,6 +42,134 @@ ProcessResult RunDequantd(const std::string& args) {
   const int status = ::pclose(pipe);
   if (status != -1 && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
   return run;
+}
+
+// A running dequantd child process; its stdout and stderr go to a pipe read by the test. The
+// child gets alarm(30) before exec (a pending alarm survives exec): a dequantd that does not
+// stop on the signals a test sends dies of SIGALRM after 30 s, so a regression fails rather
+// than hangs.
+class DequantdProcess {
+ public:
+  explicit DequantdProcess(const std::vector<std::string>& args) {
+    std::vector<std::string> words = {DEQUANTD_PATH};
+    words.insert(words.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& word : words) argv.push_back(word.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {  // the child: only async-signal-safe calls before exec
+      ::dup2(fds[1], 1);
+      ::dup2(fds[1], 2);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      ::alarm(30);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+  }
+  DequantdProcess(const DequantdProcess&) = delete;
+  DequantdProcess& operator=(const DequantdProcess&) = delete;
+  ~DequantdProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& output() const { return output_; }
+
+  // Reads the output until it contains `text` (true) or the pipe is closed (false).
+  bool ReadUntil(const std::string& text) {
+    while (output_.find(text) == std::string::npos) {
+      char buf[4096];
+      const ssize_t n = ::read(fd_, buf, sizeof buf);
+      if (n <= 0) return false;
+      output_.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  // Reads the output to its end and waits for the process: its exit code, or 128 + the number
+  // of the signal that killed it (as a shell reports it).
+  int Wait() {
+    ReadUntil(std::string(1, '\0'));  // never in the output: reads to the end
+    int status = 0;
+    if (::waitpid(pid_, &status, 0) != pid_) return -1;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  // The gRPC port from the "listening on HOST:PORT " line, after waiting for it; 0 if none.
+  int ListeningPort() {
+    const std::string marker = "listening on 127.0.0.1:";
+    if (!ReadUntil(marker) || !ReadUntil(" backend=")) return 0;
+    return std::atoi(output_.c_str() + output_.find(marker) + marker.size());
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string output_;
+};
+
+TEST(DequantdMainTest, SighupShutsDownGracefully) {
+  DequantdProcess dequantd(
+      {"--model=", "--listen=127.0.0.1:0", "--metrics-listen=", "--backend=cpu"});
+  ASSERT_GT(dequantd.ListeningPort(), 0) << dequantd.output();
+  ASSERT_EQ(::kill(dequantd.pid(), SIGHUP), 0);
+  // Without SIGHUP among the shutdown signals its default action kills dequantd: 128 + 1.
+  EXPECT_EQ(dequantd.Wait(), 0) << dequantd.output();
+  EXPECT_THAT(dequantd.output(), HasSubstr("signal 1 (SIGHUP) received: shutting down"));
+  EXPECT_THAT(dequantd.output(), HasSubstr("dequantd stopped"));
+}
+
+TEST(DequantdMainTest, SecondSignalDuringTheShutdownExitsAtOnce) {
+  DequantdProcess dequantd({"--model=", "--listen=127.0.0.1:0", "--metrics-listen=",
+                            "--backend=cpu", "--cpu-threads=1", "--shutdown-deadline=60"});
+  const int port = dequantd.ListeningPort();
+  ASSERT_GT(port, 0) << dequantd.output();
+
+  // An in-flight call that cannot finish: a 256 MiB result (8192 x 8192 fp32) whose client reads
+  // only the header, so the server's writes block on flow control. The graceful shutdown would
+  // wait the whole --shutdown-deadline (60 s) for it.
+  auto stub = ::dequant::v1::DequantService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  constexpr int64_t K = 8192, N = 8192, G = 128;
+  ::dequant::v1::DequantizeRequest request;
+  ::dequant::v1::InlinePackedTensor* packed = request.mutable_packed();
+  packed->set_in_features(K);
+  packed->set_out_features(N);
+  packed->set_group_size(G);
+  packed->set_qweight(std::string(K * N / 2, '\0'));
+  packed->set_qzeros(std::string(K / G * N / 2, '\0'));
+  packed->set_scales(std::string(K / G * N * 2, '\0'));
+  request.set_output_dtype(::dequant::v1::DTYPE_FP32);
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<::dequant::v1::DequantizeResponse>> reader =
+      stub->Dequantize(&context, request);
+  ::dequant::v1::DequantizeResponse header;
+  ASSERT_TRUE(reader->Read(&header));
+  ASSERT_TRUE(header.has_header());
+
+  ASSERT_EQ(::kill(dequantd.pid(), SIGTERM), 0);
+  // The first signal is taken (standard signals do not queue: send the second after it).
+  ASSERT_TRUE(dequantd.ReadUntil("received: shutting down")) << dequantd.output();
+  ASSERT_EQ(::kill(dequantd.pid(), SIGINT), 0);
+  // Without the second-signal watcher dequantd would wait for the call until SIGALRM (30 s)
+  // killed it: 128 + 14.
+  EXPECT_EQ(dequantd.Wait(), 128 + SIGINT) << dequantd.output();
+  EXPECT_THAT(dequantd.output(), HasSubstr("signal 15 (SIGTERM) received: shutting down"));
+  EXPECT_THAT(dequantd.output(),
+              HasSubstr("second signal: exiting now (signal 2 (SIGINT), exit code 130)"));
+  EXPECT_THAT(dequantd.output(), ::testing::Not(HasSubstr("dequantd stopped")));
+  context.TryCancel();
+  reader->Finish();
 }
 
 TEST(DequantdMainTest, PositionalPathIsRefusedNamingItAndSuggestingModel) {
