@@ -48,7 +48,7 @@ class SafetensorsOutput : public OutputFile {
       return absl::DataLossError(
           absl::StrCat(path_, ": ", data_.size(), " of ", total_bytes_, " bytes received"));
     }
-    // WriteFile names its own temporary file: hold SIGINT/SIGTERM back until it is renamed or
+    // WriteFile names its own temporary file: hold the signals back until it is renamed or
     // removed.
     ScopedSignalDeferral defer;
     return safetensors::WriteFile(path_, {{tensor_name_, dtype_, shape_, data_}});
@@ -66,9 +66,9 @@ class SafetensorsOutput : public OutputFile {
 };
 
 // .npy and raw bytes: streamed to a temporary file in the same directory (registered with
-// TempFileGuard, so SIGINT/SIGTERM remove it) and renamed into place by Finish; or, for a path
-// that is not a regular file, straight into it (AtomicFileWriter's direct mode). A .npy file
-// starts with the preamble of npy::EncodePreamble.
+// TempFileGuard, so SIGINT/SIGTERM/SIGHUP/SIGPIPE remove it) and renamed into place by Finish; or,
+// for a path that is not a regular file, straight into it (AtomicFileWriter's direct mode). A .npy
+// file starts with the preamble of npy::EncodePreamble.
 class StreamedOutput : public OutputFile {
  public:
   StreamedOutput(std::string path, bool npy) : path_(std::move(path)), npy_(npy) {}

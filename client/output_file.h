@@ -6,8 +6,9 @@
 // is kept and the file it points to replaced). A path that exists and is not a regular file
 // (/dev/null, a FIFO, /dev/stdout) is written in place instead, so a failed stream may leave part
 // of the bytes there (formats/atomic_file.h, direct mode). With
-// InstallTempFileSignalHandlers (temp_file_guard.h), SIGINT/SIGTERM remove the temporary file
-// of a streamed kind, and are held back while a .safetensors file is written by Finish.
+// InstallTempFileSignalHandlers (temp_file_guard.h), SIGINT, SIGTERM, SIGHUP and SIGPIPE remove
+// the temporary file of a streamed kind, and are held back while a .safetensors file is written
+// by Finish.
 // Not thread-safe.
 #pragma once
 

@@ -2,10 +2,12 @@
 // closed terminal or ssh session) or SIGPIPE (a closed stdout pipe).
 //
 // An OutputFile streams into "<path>.tmp.XXXXXX" (formats/atomic_file.h) and renames it on a
-// successful Finish; the destructor removes it on every other path, but a signal's default action
-// runs no destructor. So each temporary path is registered here while its file is open, and the
-// handler installed by InstallTempFileSignalHandlers() unlinks every registered path, restores
-// the default action and re-raises the signal: the process still ends with that signal's status.
+// successful Finish (a path that is not a regular file, e.g. /dev/null, is written in place and
+// has no temporary file to register); the destructor removes it on every other path, but a signal's
+// default action runs no destructor. So each temporary path is registered here while its file is
+// open, and the handler installed by InstallTempFileSignalHandlers() unlinks every registered path,
+// restores the default action and re-raises the signal: the process still ends with that signal's
+// status.
 //
 // Async-signal-safety: paths live in a fixed static table (kMaxTempFiles slots of
 // kMaxTempPathBytes bytes, no allocation); a slot's bytes are written before an atomic flag

@@ -47,8 +47,9 @@ class NpyWriter {
   // Appends the next bytes of the data. Errors: OUT_OF_RANGE (more bytes than the shape holds),
   // FAILED_PRECONDITION (after Finish or an earlier error), errno-derived codes for I/O.
   absl::Status Append(absl::Span<const uint8_t> bytes);
-  // Flushes, syncs and renames into place. Errors: DATA_LOSS (fewer bytes than the shape holds;
-  // nothing is written at `path`), FAILED_PRECONDITION (called twice), errno-derived codes.
+  // Flushes, syncs and renames into place (or, for a path that is not a regular file, just
+  // closes it: formats/atomic_file.h, direct mode). Errors: DATA_LOSS (fewer bytes than the shape
+  // holds; nothing is written at `path`), FAILED_PRECONDITION (called twice), errno-derived codes.
   absl::Status Finish();
 
   int64_t bytes_expected() const { return bytes_expected_; }  // data bytes the shape holds
