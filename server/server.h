@@ -47,8 +47,8 @@ class DequantServer {
   // health checking and reflection) and metrics. Errors: the checkpoint's (NOT_FOUND,
   // INVALID_ARGUMENT, DATA_LOSS), INVALID_ARGUMENT naming the option (bad option, e.g. backend
   // "gpu", max_request_bytes above kMaxRequestBytesLimit, shutdown_deadline_seconds NaN or out
-  // of 0..86400, metrics_listen equal to listen), FAILED_PRECONDITION (backend "cuda" without a GPU), UNAVAILABLE (cannot bind),
-  // the backend's.
+  // of 0..86400, metrics_listen equal to listen), FAILED_PRECONDITION (backend "cuda" without a
+  // GPU), UNAVAILABLE (cannot bind), the backend's.
   static absl::StatusOr<std::unique_ptr<DequantServer>> Start(const ServerOptions& options);
   virtual ~DequantServer() = default;
 
