@@ -19,35 +19,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class BenchmarkTest : public ::testing::Test {
+class BenchmarkTest : public SharedServerSuite<BenchmarkTest> {
  protected:
   static void SetUpTestSuite() {
-    layer_ = new RandomLayer(
-        MakeRandomLayer("model.layers.0.mlp.up_proj", 256, 512, 64, DType::kBF16, 61));
-    dir_ = new std::string(MakeTempDir("benchmark"));
-    absl::StatusOr<std::unique_ptr<TestServer>> server =
-        StartCpuServerOnCheckpoint(*dir_, {*layer_}, 64);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
+    StartSharedServer(
+        "benchmark",
+        {MakeRandomLayer("model.layers.0.mlp.up_proj", 256, 512, 64, DType::kBF16, 61)}, 64);
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-    delete layer_;
-    delete dir_;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr) << "server did not start"; }
-
-  static DequantClient& client() { return *server_->client; }
-
-  static RandomLayer* layer_;
-  static std::string* dir_;
-  static TestServer* server_;
 };
-
-RandomLayer* BenchmarkTest::layer_ = nullptr;
-std::string* BenchmarkTest::dir_ = nullptr;
-TestServer* BenchmarkTest::server_ = nullptr;
 
 v1::BenchmarkRequest SmallRequest() {
   v1::BenchmarkRequest request;
@@ -104,7 +83,7 @@ TEST_F(BenchmarkTest, SmallShapeGivesCorrectRowsWithBytesMovedByTheFormula) {
 
 TEST_F(BenchmarkTest, ModelTensorIsBenchmarkedWithItsOwnGroupSizeAndScaleDtype) {
   v1::BenchmarkRequest request;
-  request.add_tensors(layer_->name);
+  request.add_tensors(layer(0).name);
   request.add_variants("cpu_threads");
   request.add_output_dtypes(v1::DTYPE_FP32);
   request.set_group_size(128);  // for `shapes` only: the layer keeps its G = 64

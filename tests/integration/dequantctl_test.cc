@@ -78,39 +78,21 @@ std::vector<uint8_t> FileBytes(const std::string& path) {
   return std::vector<uint8_t>(s.begin(), s.end());
 }
 
-class DequantctlTest : public ::testing::Test {
+class DequantctlTest : public SharedServerSuite<DequantctlTest> {
  protected:
   static void SetUpTestSuite() {
-    layer_ = new RandomLayer(
-        MakeRandomLayer("model.layers.0.self_attn.v_proj", 256, 192, 64, DType::kF16, 31));
-    dir_ = new std::string(MakeTempDir("dequantctl"));
-    absl::StatusOr<std::unique_ptr<TestServer>> server =
-        StartCpuServerOnCheckpoint(*dir_ + "/model", {*layer_}, 64);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
+    StartSharedServer(
+        "dequantctl",
+        {MakeRandomLayer("model.layers.0.self_attn.v_proj", 256, 192, 64, DType::kF16, 31)}, 64, {},
+        "model");
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-    delete layer_;
-    delete dir_;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr); }
 
   static CommandResult Ctl(std::vector<std::string> args) {
     args.insert(args.begin(), {"--server", server_->address});
     return RunDequantctl(*dir_, args);
   }
   static std::string Path(const std::string& name) { return *dir_ + "/" + name; }
-
-  static RandomLayer* layer_;
-  static std::string* dir_;
-  static TestServer* server_;
 };
-
-RandomLayer* DequantctlTest::layer_ = nullptr;
-std::string* DequantctlTest::dir_ = nullptr;
-TestServer* DequantctlTest::server_ = nullptr;
 
 TEST_F(DequantctlTest, ListPrintsTheLayerRow) {
   const CommandResult run = Ctl({"list"});
@@ -139,62 +121,62 @@ TEST_F(DequantctlTest, DequantizeToNpyWritesExactBytesForEachDType) {
     SCOPED_TRACE(flag);
     const std::string out = Path(absl::StrCat("v_proj.", flag, ".npy"));
     const CommandResult run =
-        Ctl({"dequantize", "--tensor", layer_->name, "--out", out, "--dtype", flag});
+        Ctl({"dequantize", "--tensor", layer(0).name, "--out", out, "--dtype", flag});
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(run.err, "");
     ASSERT_EQ(Lines(run.out).size(), 1u) << run.out;
-    EXPECT_THAT(run.out, HasSubstr(absl::StrCat(layer_->name, ": shape (256, 192) ", flag, ", ",
-                                                layer_->shape.output_bytes(kernel), " bytes")));
+    EXPECT_THAT(run.out, HasSubstr(absl::StrCat(layer(0).name, ": shape (256, 192) ", flag, ", ",
+                                                layer(0).shape.output_bytes(kernel), " bytes")));
     absl::StatusOr<npy::Array> array = npy::ReadFile(out);
     ASSERT_TRUE(array.ok()) << array.status();
     EXPECT_EQ(array->header.descr, descr);
     EXPECT_FALSE(array->header.fortran_order);
     EXPECT_THAT(array->header.shape, ::testing::ElementsAre(256, 192));
     EXPECT_EQ(array->header.data_offset % 64, 0);
-    EXPECT_TRUE(array->data == layer_->Expected(kernel));
+    EXPECT_TRUE(array->data == layer(0).Expected(kernel));
   }
 }
 
 TEST_F(DequantctlTest, DequantizeToSafetensorsAndRaw) {
   const std::string st = Path("v_proj.safetensors");
-  CommandResult run = Ctl({"dequantize", "--tensor", layer_->name, "--out", st, "--dtype", "bf16",
+  CommandResult run = Ctl({"dequantize", "--tensor", layer(0).name, "--out", st, "--dtype", "bf16",
                            "--chunk-bytes", "65536"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file = safetensors::MappedFile::Open(st);
   ASSERT_TRUE(file.ok()) << file.status();
-  const safetensors::TensorEntry& entry = (*file)->header().tensors.at(layer_->name);
+  const safetensors::TensorEntry& entry = (*file)->header().tensors.at(layer(0).name);
   EXPECT_EQ(entry.dtype, "BF16");
   EXPECT_THAT(entry.shape, ::testing::ElementsAre(256, 192));
-  const absl::Span<const uint8_t> bytes = *(*file)->TensorBytes(layer_->name);
-  EXPECT_TRUE(std::vector<uint8_t>(bytes.begin(), bytes.end()) == layer_->Expected(DType::kBF16));
+  const absl::Span<const uint8_t> bytes = *(*file)->TensorBytes(layer(0).name);
+  EXPECT_TRUE(std::vector<uint8_t>(bytes.begin(), bytes.end()) == layer(0).Expected(DType::kBF16));
 
   const std::string raw = Path("v_proj.bin");
-  run = Ctl({"dequantize", "--tensor", layer_->name, "--out", raw, "--dtype", "fp32"});
+  run = Ctl({"dequantize", "--tensor", layer(0).name, "--out", raw, "--dtype", "fp32"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_TRUE(FileBytes(raw) == layer_->Expected(DType::kF32));
+  EXPECT_TRUE(FileBytes(raw) == layer(0).Expected(DType::kF32));
 }
 
 // --out /dev/null writes into the device (exit 0; it stays a character device, as root too);
 // --out LINK keeps the symlink and replaces the file it points to.
 TEST_F(DequantctlTest, OutDevNullAndOutThroughASymlink) {
-  CommandResult run = Ctl({"dequantize", "--tensor", layer_->name, "--out", "/dev/null"});
+  CommandResult run = Ctl({"dequantize", "--tensor", layer(0).name, "--out", "/dev/null"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(fs::symlink_status("/dev/null").type(), fs::file_type::character);
 
   const std::string target = Path("link_target.bin"), link = Path("link.bin");
   std::ofstream(target) << "old";
   fs::create_symlink("link_target.bin", link);
-  run = Ctl({"dequantize", "--tensor", layer_->name, "--out", link, "--dtype", "fp32"});
+  run = Ctl({"dequantize", "--tensor", layer(0).name, "--out", link, "--dtype", "fp32"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_TRUE(fs::is_symlink(link));
-  EXPECT_TRUE(FileBytes(target) == layer_->Expected(DType::kF32));
+  EXPECT_TRUE(FileBytes(target) == layer(0).Expected(DType::kF32));
 }
 
 TEST_F(DequantctlTest, DequantizeLayersWritesOneNpyPerLayerOrOneSafetensors) {
   const std::string out_dir = Path("layers_npy");
   ASSERT_TRUE(fs::create_directory(out_dir));
   CommandResult run = Ctl(
-      {"dequantize-layers", "--tensors", layer_->name, "--dtype", "bf16", "--out-dir", out_dir});
+      {"dequantize-layers", "--tensors", layer(0).name, "--dtype", "bf16", "--out-dir", out_dir});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.err, "");
   ASSERT_EQ(Lines(run.out).size(), 1u) << run.out;
@@ -205,12 +187,12 @@ TEST_F(DequantctlTest, DequantizeLayersWritesOneNpyPerLayerOrOneSafetensors) {
   for (const auto& entry : fs::directory_iterator(out_dir)) {
     files.push_back(entry.path().filename().string());
   }
-  EXPECT_THAT(files, ::testing::ElementsAre(layer_->name + ".npy"));
-  absl::StatusOr<npy::Array> array = npy::ReadFile(out_dir + "/" + layer_->name + ".npy");
+  EXPECT_THAT(files, ::testing::ElementsAre(layer(0).name + ".npy"));
+  absl::StatusOr<npy::Array> array = npy::ReadFile(out_dir + "/" + layer(0).name + ".npy");
   ASSERT_TRUE(array.ok()) << array.status();
   EXPECT_EQ(array->header.descr, "<u2");
   EXPECT_THAT(array->header.shape, ::testing::ElementsAre(256, 192));
-  EXPECT_TRUE(array->data == layer_->Expected(DType::kBF16));
+  EXPECT_TRUE(array->data == layer(0).Expected(DType::kBF16));
 
   // No --tensors: every layer of the model, into one safetensors file.
   const std::string st = Path("layers.safetensors");
@@ -220,11 +202,11 @@ TEST_F(DequantctlTest, DequantizeLayersWritesOneNpyPerLayerOrOneSafetensors) {
   absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file = safetensors::MappedFile::Open(st);
   ASSERT_TRUE(file.ok()) << file.status();
   ASSERT_EQ((*file)->header().tensors.size(), 1u);
-  const safetensors::TensorEntry& entry = (*file)->header().tensors.at(layer_->name);
+  const safetensors::TensorEntry& entry = (*file)->header().tensors.at(layer(0).name);
   EXPECT_EQ(entry.dtype, "F32");
   EXPECT_THAT(entry.shape, ::testing::ElementsAre(256, 192));
-  const absl::Span<const uint8_t> bytes = *(*file)->TensorBytes(layer_->name);
-  EXPECT_TRUE(std::vector<uint8_t>(bytes.begin(), bytes.end()) == layer_->Expected(DType::kF32));
+  const absl::Span<const uint8_t> bytes = *(*file)->TensorBytes(layer(0).name);
+  EXPECT_TRUE(std::vector<uint8_t>(bytes.begin(), bytes.end()) == layer(0).Expected(DType::kF32));
 
   // Usage errors exit 2; an unknown layer is the server's NOT_FOUND, exit 1.
   run = Ctl({"dequantize-layers", "--out", Path("x.npy")});
@@ -255,11 +237,11 @@ absl::Status WritePacked(const std::string& path, const RandomLayer& layer,
 TEST_F(DequantctlTest, DequantizeLayersOutDirWithTrailingSlash) {
   const std::string out_dir = Path("slash_npy");
   const CommandResult run =
-      Ctl({"dequantize-layers", "--tensors", layer_->name, "--out-dir", out_dir + "/"});
+      Ctl({"dequantize-layers", "--tensors", layer(0).name, "--out-dir", out_dir + "/"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, StartsWith("1 layer, fp16, 98304 bytes in ")) << run.out;
   EXPECT_THAT(run.out, ::testing::EndsWith(" -> " + out_dir + "/*.npy\n")) << run.out;
-  EXPECT_TRUE(fs::is_regular_file(out_dir + "/" + layer_->name + ".npy"));
+  EXPECT_TRUE(fs::is_regular_file(out_dir + "/" + layer(0).name + ".npy"));
 }
 
 // dequantize --packed --out FILE.safetensors names the tensor after the prefix without its
@@ -386,7 +368,7 @@ TEST_F(DequantctlTest, UsageErrorsExitTwo) {
 // nothing is written or created.
 TEST_F(DequantctlTest, FlagsThatDoNotApplyToTheSubcommandExitTwo) {
   const std::string out_dir = Path("not_for_dequantize");
-  CommandResult run = Ctl({"dequantize", "--tensor", layer_->name, "--out-dir", out_dir});
+  CommandResult run = Ctl({"dequantize", "--tensor", layer(0).name, "--out-dir", out_dir});
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_EQ(run.out, "");
   EXPECT_EQ(run.err,
@@ -394,7 +376,7 @@ TEST_F(DequantctlTest, FlagsThatDoNotApplyToTheSubcommandExitTwo) {
             "dequantize-layers) (see dequantctl --help)\n");
   EXPECT_FALSE(fs::exists(out_dir));
 
-  run = Ctl({"dequantize-layers", "--tensor", layer_->name, "--out-dir", out_dir});
+  run = Ctl({"dequantize-layers", "--tensor", layer(0).name, "--out-dir", out_dir});
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_EQ(run.err,
             "dequantctl: INVALID_ARGUMENT: --tensor does not apply to 'dequantize-layers' (it is "
@@ -456,7 +438,7 @@ TEST_F(DequantctlTest, HelpAsAFlagValueIsJustAValue) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"help"}, std::vector<std::string>{"-h"},
         std::vector<std::string>{"dequantize", "--help"},
-        std::vector<std::string>{"dequantize", "--tensor", layer_->name, "--help"}}) {
+        std::vector<std::string>{"dequantize", "--tensor", layer(0).name, "--help"}}) {
     SCOPED_TRACE(absl::StrJoin(args, " "));
     run = Ctl(args);
     EXPECT_EQ(run.exit_code, 0) << run.err;
@@ -471,14 +453,14 @@ TEST_F(DequantctlTest, DequantizeLayersRefusesEmptyAndRepeatedNames) {
   const std::string out_dir = Path("refused_layers");
   const std::string prefix = "dequantctl: INVALID_ARGUMENT: ";
   const std::string suffix = " (see dequantctl --help)\n";
-  const std::string twice = layer_->name + "," + layer_->name;
-  const std::string gap = layer_->name + ",," + layer_->name;
+  const std::string twice = layer(0).name + "," + layer(0).name;
+  const std::string gap = layer(0).name + ",," + layer(0).name;
   for (const auto& [tensors, message] :
        {std::pair<std::string, std::string>{
             "", "--tensors is empty; leave it out to dequantize every layer"},
         {",", "--tensors \",\" has an empty layer name"},
         {gap, "--tensors \"" + gap + "\" has an empty layer name"},
-        {twice, "--tensors lists layer '" + layer_->name + "' twice"}}) {
+        {twice, "--tensors lists layer '" + layer(0).name + "' twice"}}) {
     SCOPED_TRACE(tensors);
     const CommandResult run =
         Ctl({"dequantize-layers", "--tensors=" + tensors, "--out-dir", out_dir});

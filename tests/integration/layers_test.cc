@@ -16,34 +16,20 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class LayersTest : public ::testing::Test {
+class LayersTest : public SharedServerSuite<LayersTest> {
  protected:
   static void SetUpTestSuite() {
-    // Sorted by name, as ListTensors returns them.
-    layers_ = new std::vector<RandomLayer>{
-        MakeRandomLayer("model.layers.0.mlp.down_proj", 512, 1440, 64, DType::kF16, 11),
-        MakeRandomLayer("model.layers.0.self_attn.q_proj", 256, 256, 64, DType::kF16, 12),
-        MakeRandomLayer("model.layers.1.mlp.up_proj", 128, 4672, 64, DType::kBF16, 13),
-    };
-    dir_ = new std::string(MakeTempDir("layers"));
-    ServerOptions options;
     // Results in fp16: 512*1440*2 = 1,474,560; 256*256*2 = 131,072; 128*4672*2 = 1,196,032.
+    ServerOptions options;
     options.max_output_bytes = 4'000'000;
-    absl::StatusOr<std::unique_ptr<TestServer>> server =
-        StartCpuServerOnCheckpoint(*dir_, *layers_, 64, options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
+    // Sorted by name, as ListTensors returns them.
+    StartSharedServer(
+        "layers",
+        {MakeRandomLayer("model.layers.0.mlp.down_proj", 512, 1440, 64, DType::kF16, 11),
+         MakeRandomLayer("model.layers.0.self_attn.q_proj", 256, 256, 64, DType::kF16, 12),
+         MakeRandomLayer("model.layers.1.mlp.up_proj", 128, 4672, 64, DType::kBF16, 13)},
+        64, options);
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete layers_;
-    delete dir_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr) << "server did not start"; }
-
-  static DequantClient& client() { return *server_->client; }
-  static const RandomLayer& layer(size_t i) { return (*layers_)[i]; }
 
   static v1::DequantizeLayersRequest Request(const std::vector<std::string>& names, v1::DType dtype,
                                              int64_t chunk_bytes = 0) {
@@ -71,15 +57,7 @@ class LayersTest : public ::testing::Test {
       EXPECT_TRUE(got[i].data == l.Expected(dtype));
     }
   }
-
-  static std::vector<RandomLayer>* layers_;
-  static std::string* dir_;
-  static TestServer* server_;
 };
-
-std::vector<RandomLayer>* LayersTest::layers_ = nullptr;
-std::string* LayersTest::dir_ = nullptr;
-TestServer* LayersTest::server_ = nullptr;
 
 TEST_F(LayersTest, ThreeLayersWithADuplicateEqualTheReferenceInRequestOrder) {
   const std::vector<int> order = {2, 0, 2};  // 3,866,624 bytes in fp16, under the limit

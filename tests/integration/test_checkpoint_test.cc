@@ -14,40 +14,18 @@
 namespace dequantd::testing {
 namespace {
 
-class TestCheckpointTest : public ::testing::Test {
+class TestCheckpointTest : public SharedServerSuite<TestCheckpointTest> {
  protected:
   static void SetUpTestSuite() {
     // Sorted by name, as ListTensors returns them. N = 1440 and 4672 are not multiples of 64.
-    layers_ = new std::vector<RandomLayer>{
-        MakeRandomLayer("model.layers.0.mlp.down_proj", 512, 1440, 64, DType::kF16, 1),
-        MakeRandomLayer("model.layers.0.self_attn.q_proj", 256, 256, 64, DType::kF16, 2),
-        MakeRandomLayer("model.layers.1.mlp.up_proj", 128, 4672, 64, DType::kBF16, 3),
-    };
-    dir_ = new std::string(MakeTempDir("test_checkpoint"));
-    absl::StatusOr<std::unique_ptr<TestServer>> server =
-        StartCpuServerOnCheckpoint(*dir_, *layers_, 64);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
+    StartSharedServer(
+        "test_checkpoint",
+        {MakeRandomLayer("model.layers.0.mlp.down_proj", 512, 1440, 64, DType::kF16, 1),
+         MakeRandomLayer("model.layers.0.self_attn.q_proj", 256, 256, 64, DType::kF16, 2),
+         MakeRandomLayer("model.layers.1.mlp.up_proj", 128, 4672, 64, DType::kBF16, 3)},
+        64);
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete layers_;
-    delete dir_;
-    server_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(server_, nullptr) << "server did not start"; }
-
-  static DequantClient& client() { return *server_->client; }
-  static const RandomLayer& layer(size_t i) { return (*layers_)[i]; }
-
-  static std::vector<RandomLayer>* layers_;
-  static std::string* dir_;
-  static TestServer* server_;
 };
-
-std::vector<RandomLayer>* TestCheckpointTest::layers_ = nullptr;
-std::string* TestCheckpointTest::dir_ = nullptr;
-TestServer* TestCheckpointTest::server_ = nullptr;
 
 TEST_F(TestCheckpointTest, ListTensorsReportsEveryLayerWithShapesAndBytes) {
   absl::StatusOr<v1::ListTensorsResponse> list = client().ListTensors();

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/client.h"
+#include "gtest/gtest.h"
 #include "kernels/dequant.h"
 #include "server/server.h"
 
@@ -64,6 +65,43 @@ inline absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServer(ServerOptions 
 absl::StatusOr<std::unique_ptr<TestServer>> StartCpuServerOnCheckpoint(
     const std::string& dir, const std::vector<RandomLayer>& layers, int64_t group_size,
     ServerOptions options = {});
+
+// Base of a test suite whose tests share one CPU server on a checkpoint of random layers, started
+// once for the suite. `Suite` is the derived class, so each suite has its own static state. The
+// derived SetUpTestSuite calls StartSharedServer; TearDownTestSuite stops the server.
+template <class Suite>
+class SharedServerSuite : public ::testing::Test {
+ protected:
+  // Writes `layers` (group size `group_size`) into a new temporary directory made from `name`
+  // (into its subfolder `model_subdir` when that is not empty) and starts a server on it.
+  static void StartSharedServer(const std::string& name, std::vector<RandomLayer> layers,
+                                int64_t group_size, ServerOptions options = {},
+                                const std::string& model_subdir = "") {
+    layers_ = new std::vector<RandomLayer>(std::move(layers));
+    dir_ = new std::string(MakeTempDir(name));
+    const std::string model = model_subdir.empty() ? *dir_ : *dir_ + "/" + model_subdir;
+    absl::StatusOr<std::unique_ptr<TestServer>> server =
+        StartCpuServerOnCheckpoint(model, *layers_, group_size, std::move(options));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+    delete layers_;
+    layers_ = nullptr;
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(server_, nullptr) << "server did not start"; }
+
+  static DequantClient& client() { return *server_->client; }
+  static const RandomLayer& layer(size_t i) { return (*layers_)[i]; }
+
+  static inline std::vector<RandomLayer>* layers_ = nullptr;
+  static inline std::string* dir_ = nullptr;  // the temporary directory
+  static inline TestServer* server_ = nullptr;
+};
 
 // The bundled model directory: $DEQUANTD_MODEL_DIR, else <source>/models/smollm2-135m-awq if
 // it holds a config.json; empty if neither exists.
