@@ -7,7 +7,6 @@
 #include <functional>
 #include <memory>
 #include <new>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "bench/backends.h"
 #include "bench/method.h"
 #include "kernels/dequant.h"
+#include "kernels/run_parts.h"
 
 namespace dequantd::bench {
 namespace {
@@ -35,26 +35,15 @@ int CopyThreads(int64_t bytes, int threads) {
 }
 
 // memcpy of `bytes` from `src` to `dst` in CopyThreads(bytes, threads) contiguous slices (64-byte
-// aligned boundaries), one per thread; the calling thread copies the last one, and a slice whose
-// thread cannot be started is copied here too.
+// aligned boundaries), one per thread (RunParts, as DequantizeCpu).
 void ParallelCopy(uint8_t* dst, const uint8_t* src, int64_t bytes, int threads) {
   const int n = CopyThreads(bytes, threads);
   const int64_t slice = (bytes / n + 63) / 64 * 64;
-  auto copy = [=](int i) {
+  RunParts(n, [=](int64_t i) {
     const int64_t begin = std::min(bytes, i * slice);
     const int64_t end = i == n - 1 ? bytes : std::min(bytes, begin + slice);
     std::memcpy(dst + begin, src + begin, static_cast<size_t>(end - begin));
-  };
-  std::vector<std::thread> workers;
-  for (int i = 0; i + 1 < n; ++i) {
-    try {
-      workers.emplace_back(copy, i);
-    } catch (const std::system_error&) {
-      copy(i);  // no thread to be had
-    }
-  }
-  copy(n - 1);
-  for (std::thread& w : workers) w.join();
+  });
 }
 
 // Peak copy rate: median of 3 timed ParallelCopy of `bytes` with `threads` threads, the count of

@@ -8,7 +8,6 @@
 // indices are int64_t.
 #include <algorithm>
 #include <cstdint>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "kernels/cpu_dequant_internal.h"
 #include "kernels/cpu_row_kernels.h"
 #include "kernels/dequant.h"
+#include "kernels/run_parts.h"
 #include "kernels/validate_view.h"
 
 namespace dequantd {
@@ -174,17 +174,8 @@ absl::Status DequantizeCpuWithOptions(const PackedTensorView& in, DType out_dtyp
       std::min(threads, std::max<int64_t>(1, rows * in.shape.N / options.min_elements_per_thread));
   const std::vector<Part> parts = Split(row_begin, row_end, words, threads);
 
-  std::vector<std::thread> workers;
-  workers.reserve(parts.size());
-  for (size_t p = 1; p < parts.size(); ++p) {
-    try {
-      workers.emplace_back(run, std::cref(in), std::cref(parts[p]), row_begin, out);
-    } catch (const std::system_error&) {
-      run(in, parts[p], row_begin, out);  // no thread to be had: do this part here
-    }
-  }
-  run(in, parts[0], row_begin, out);
-  for (std::thread& w : workers) w.join();
+  RunParts(static_cast<int64_t>(parts.size()),
+           [&](int64_t p) { run(in, parts[static_cast<size_t>(p)], row_begin, out); });
   return absl::OkStatus();
 }
 
