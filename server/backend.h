@@ -44,11 +44,31 @@ struct DequantSource {
   const AwqShape& shape() const { return layer != nullptr ? layer->view.shape : host.shape; }
 };
 
+// A memory destination a result is written into directly instead of being handed to Write: a
+// host shared-memory region the client registered (mapped, pinned for DMA when possible) or a
+// client's device buffer opened with CUDA IPC. Owned by the sink; valid for the whole call.
+struct ResultDestination {
+  enum class Memory { kHost, kDevice };
+  Memory memory = Memory::kHost;
+  uint8_t* data = nullptr;  // where the first byte the call produces goes (the range's start)
+  int64_t bytes = 0;        // capacity in bytes; the sink's creator checked it against the result
+  bool pinned = false;      // kHost: registered with cudaHostRegister (device-to-host DMA lands here)
+  int device = -1;          // kDevice: the CUDA device index that owns `data`
+};
+
 // Receives the result of one Dequantize call, in order. Called on the thread that called
-// Dequantize.
+// Dequantize. A sink is where a result goes (a gRPC stream, a host region, a device buffer): a new
+// destination is a new sink, never a new path through a backend.
 class ChunkSink {
  public:
   virtual ~ChunkSink() = default;
+  // Non-null when the result goes straight into memory: the backend then writes byte `offset` of
+  // the result to destination()->data + (offset - first offset of the call) itself (the CPU path
+  // computes into it; CUDA copies device-to-host into it, or launches the kernel into it for
+  // kDevice), and still calls Begin and Write in order, with `bytes` pointing at the bytes it
+  // placed there (device memory for kDevice: the sink must not read them). Write is then only a
+  // progress report. Null (the default): the bytes arrive through Write.
+  virtual const ResultDestination* destination() const { return nullptr; }
   // Called once, before the first Write, with the kernel that computes the result, e.g.
   // "v4_vec16 block=256,words=4,rows=2" or "cpu threads=16". A non-OK return stops the work.
   virtual absl::Status Begin(const std::string& kernel) = 0;
