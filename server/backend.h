@@ -69,6 +69,15 @@ class ChunkSink {
   // placed there (device memory for kDevice: the sink must not read them). Write is then only a
   // progress report. Null (the default): the bytes arrive through Write.
   virtual const ResultDestination* destination() const { return nullptr; }
+  // The bytes of the result this sink wants: [offset, offset + length) of the row-major (K, N)
+  // result, already validated against the result's size by whoever made the sink (the service
+  // edge). The backend produces only those bytes (Write offsets stay result offsets, starting at
+  // `offset`); length -1 (the default) means to the end of the result.
+  struct Range {
+    int64_t offset = 0;
+    int64_t length = -1;
+  };
+  virtual Range range() const { return {}; }
   // Called once, before the first Write, with the kernel that computes the result, e.g.
   // "v4_vec16 block=256,words=4,rows=2" or "cpu threads=16". A non-OK return stops the work.
   virtual absl::Status Begin(const std::string& kernel) = 0;
