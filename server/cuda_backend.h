@@ -1,7 +1,8 @@
 // The CUDA backend: one worker per GPU. The model's packed weights are uploaded once (Prepare)
 // and stay resident; each request runs on a slot of its device (a stream, two pinned staging
-// buffers) and streams its result device -> host in chunks, copying chunk i+1 while chunk i is
-// handed to the sink. Compiled only when DEQUANTD_HAVE_CUDA.
+// buffers) through the one result pipeline (server/cuda/result_pipeline.h): kernel or grouped
+// launch per slab of results -> device -> host in pieces (or straight into the sink's memory) ->
+// the sink. Compiled only when DEQUANTD_HAVE_CUDA. Parts, one job each, under server/cuda/.
 #pragma once
 
 #include <cstdint>
@@ -43,12 +44,17 @@ struct CudaBackendOptions {
   int slots_per_device = 4;            // requests in flight per GPU; further ones wait for a slot
   int64_t staging_bytes = int64_t{4} << 20;       // each of a slot's two pinned buffers, bytes
   int64_t buffer_cache_bytes = int64_t{2} << 30;  // idle device buffers kept per GPU, bytes
-  // DequantizeLayers' one grouped launch. The plan for the whole model (every prepared layer, in
-  // checkpoint order) is built on its first use per output dtype and kept, with a device output
-  // buffer holding the whole model's result in that dtype; other layer lists get one-shot plans.
+  // Device memory for results is bounded per call: results are computed in slabs of at most
+  // this many bytes (a single larger result gets a slab of its own), double-buffered, so one call
+  // holds at most 2 * max(result_slab_bytes, its largest result) of result buffers (plus an inline
+  // request's packed input), whatever the model's size. A GPU holds at most slots_per_device
+  // calls at once. Must be >= 1.
+  int64_t result_slab_bytes = int64_t{256} << 20;
+  // Launch parameters of DequantizeLayers' grouped launches (one per slab).
   cuda::GroupedOptions grouped;
-  // Build the whole model's fp16 plan (and its output buffer) in Prepare instead of on first use
-  // (dequantd --pretune). Prepare then also fails with RESOURCE_EXHAUSTED when it does not fit.
+  // Set by --pretune. Slab launches keep no per-model plan or buffer any more (the whole-model
+  // output buffer it used to build is what bounded slabs replace), so it changes nothing; kept so
+  // the server's option plumbing is unchanged.
   bool build_model_plan = false;
 };
 

@@ -158,7 +158,7 @@ TEST(CudaLayersTest, WholeCheckpointInOneGroupedLaunchIsBitExact) {
   constexpr std::pair<v1::DType, DType> kDTypes[] = {
       {v1::DTYPE_FP16, DType::kF16}, {v1::DTYPE_BF16, DType::kBF16}, {v1::DTYPE_FP32, DType::kF32}};
   for (const auto& [wire, dtype] : kDTypes) {
-    // Twice: the first call builds the whole model's plan, the second reuses it.
+    // Twice: the second call reuses the first one's cached device buffers.
     for (int pass = 0; pass < 2; ++pass) {
       SCOPED_TRACE(absl::StrCat(OutputDTypeName(wire), " pass ", pass));
       v1::DequantizeLayersRequest request;
@@ -172,11 +172,11 @@ TEST(CudaLayersTest, WholeCheckpointInOneGroupedLaunchIsBitExact) {
         EXPECT_EQ((*got)[i].header.tensor(), layers[i].name);
         EXPECT_EQ((*got)[i].header.backend(), "cuda");
         EXPECT_THAT((*got)[i].header.kernel(), ::testing::StartsWith("grouped "));
-        EXPECT_THAT((*got)[i].header.kernel(), HasSubstr("layers=4 plan=model"));
+        EXPECT_THAT((*got)[i].header.kernel(), HasSubstr("layers=4"));
         EXPECT_TRUE((*got)[i].data == layers[i].Expected(dtype));
       }
     }
-    // A subset with a duplicate: a one-shot plan over the two distinct layers.
+    // A subset with a duplicate: one launch over the two distinct layers.
     SCOPED_TRACE(OutputDTypeName(wire));
     v1::DequantizeLayersRequest request;
     request.set_output_dtype(wire);
@@ -188,13 +188,13 @@ TEST(CudaLayersTest, WholeCheckpointInOneGroupedLaunchIsBitExact) {
     for (size_t i = 0; i < 3; ++i) {
       const RandomLayer& l = layers[static_cast<size_t>(order[i])];
       EXPECT_EQ((*got)[i].header.tensor(), l.name);
-      EXPECT_THAT((*got)[i].header.kernel(), HasSubstr("layers=2 plan=one_shot"));
+      EXPECT_THAT((*got)[i].header.kernel(), HasSubstr("layers=2"));
       EXPECT_TRUE((*got)[i].data == l.Expected(dtype)) << l.name;
     }
   }
 }
 
-// --pretune builds the whole model's fp16 plan at start-up; requests then use it.
+// A --pretune server serves DequantizeLayers like any other.
 TEST(CudaLayersTest, PretunedServerServesTheModelPlan) {
   const std::vector<RandomLayer> layers = {
       MakeRandomLayer("model.layers.0.mlp.down_proj", 512, 1440, 128, DType::kF16, 61),
@@ -215,7 +215,7 @@ TEST(CudaLayersTest, PretunedServerServesTheModelPlan) {
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
-    EXPECT_THAT((*got)[i].header.kernel(), HasSubstr("layers=2 plan=model"));
+    EXPECT_THAT((*got)[i].header.kernel(), HasSubstr("layers=2"));
     EXPECT_TRUE((*got)[i].data == layers[i].Expected(DType::kF16)) << layers[i].name;
   }
 }

@@ -6,6 +6,9 @@
 
 #include <stdlib.h>
 
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <string>
@@ -164,38 +167,48 @@ TEST_F(CudaBackendTest, SinkErrorReleasesTheSlot) {
   EXPECT_TRUE(sink.bytes == ReferenceBytes(layer, DType::kF32));
 }
 
-// A two-layer checkpoint on disk, made resident by Prepare, dequantized by layer from 8 threads
-// at once (more threads than slots), each result checked against the reference.
-TEST_F(CudaBackendTest, ResidentLayersConcurrently) {
+// Writes `layers` (named "l0", "l1", ...) as a checkpoint in a new temporary directory.
+std::unique_ptr<Checkpoint> WriteCheckpoint(const std::vector<const PackedLayer*>& layers) {
   std::string dir = ::testing::TempDir() + "/cuda_backend_test.XXXXXX";
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  EXPECT_NE(::mkdtemp(dir.data()), nullptr);
   std::ofstream(dir + "/config.json")
       << R"({"quantization_config":{"quant_method":"awq","bits":4,"group_size":128,)"
       << R"("zero_point":true,"version":"gemm"}})";
-  const PackedLayer a = RandomPackedLayer({.K = 1536, .N = 576, .group_size = 128}, 8);
-  const PackedLayer b = RandomPackedLayer({.K = 576, .N = 1536, .group_size = 64}, 9);
   auto span = [](const auto& v) {
     return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(v[0]));
   };
   std::vector<safetensors::TensorToWrite> tensors;
-  for (const auto& [name, layer] : {std::pair<std::string, const PackedLayer*>{"a", &a},
-                                    std::pair<std::string, const PackedLayer*>{"b", &b}}) {
-    const AwqShape& s = layer->shape;
-    tensors.push_back({name + ".qweight", "I32", {s.K, s.N / 8}, span(layer->qweight)});
-    tensors.push_back({name + ".qzeros", "I32", {s.groups(), s.N / 8}, span(layer->qzeros)});
-    tensors.push_back({name + ".scales", "F16", {s.groups(), s.N}, span(layer->scales)});
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string name = "l" + std::to_string(i);
+    const AwqShape& s = layers[i]->shape;
+    tensors.push_back({name + ".qweight", "I32", {s.K, s.N / 8}, span(layers[i]->qweight)});
+    tensors.push_back({name + ".qzeros", "I32", {s.groups(), s.N / 8}, span(layers[i]->qzeros)});
+    tensors.push_back({name + ".scales",
+                       s.scale_dtype == DType::kBF16 ? "BF16" : "F16",
+                       {s.groups(), s.N},
+                       span(layers[i]->scales)});
   }
-  ASSERT_TRUE(safetensors::WriteFile(dir + "/model.safetensors", tensors).ok());
+  EXPECT_TRUE(safetensors::WriteFile(dir + "/model.safetensors", tensors).ok());
   absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(dir);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
+  return checkpoint.ok() ? std::move(*checkpoint) : nullptr;
+}
+
+// A two-layer checkpoint on disk, made resident by Prepare, dequantized by layer from 8 threads
+// at once (more threads than slots), each result checked against the reference.
+TEST_F(CudaBackendTest, ResidentLayersConcurrently) {
+  const PackedLayer a = RandomPackedLayer({.K = 1536, .N = 576, .group_size = 128}, 8);
+  const PackedLayer b = RandomPackedLayer({.K = 576, .N = 1536, .group_size = 64}, 9);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint({&a, &b});
+  ASSERT_NE(checkpoint, nullptr);
 
   CudaBackendOptions options;
   options.slots_per_device = 2;
   std::unique_ptr<Backend> backend = Make(options);
   ASSERT_NE(backend, nullptr);
-  ASSERT_TRUE(backend->Prepare(**checkpoint).ok());
-  const QuantizedLayer* layer_a = (*checkpoint)->Find("a");
-  const QuantizedLayer* layer_b = (*checkpoint)->Find("b");
+  ASSERT_TRUE(backend->Prepare(*checkpoint).ok());
+  const QuantizedLayer* layer_a = checkpoint->Find("l0");
+  const QuantizedLayer* layer_b = checkpoint->Find("l1");
   ASSERT_NE(layer_a, nullptr);
   ASSERT_NE(layer_b, nullptr);
   EXPECT_TRUE(backend->IsResident(*layer_a));
@@ -219,6 +232,227 @@ TEST_F(CudaBackendTest, ResidentLayersConcurrently) {
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(mismatches.load(), 0);
+}
+
+// A sink that wants bytes [offset, offset + length) of the result, optionally placed in memory.
+class RangeSink : public CollectingSink {
+ public:
+  RangeSink(Range range, const ResultDestination* destination = nullptr)
+      : range_(range), destination_(destination) {}
+  Range range() const override { return range_; }
+  const ResultDestination* destination() const override { return destination_; }
+  absl::Status Write(int64_t offset, absl::Span<const uint8_t> data) override {
+    if (first_offset < 0) first_offset = offset;
+    if (offset != next_offset && next_offset >= 0) gaps = true;
+    next_offset = offset + static_cast<int64_t>(data.size());
+    pointers.push_back(data.data());
+    offsets.push_back(offset);
+    if (destination_ == nullptr) bytes.insert(bytes.end(), data.begin(), data.end());
+    chunk_sizes.push_back(static_cast<int64_t>(data.size()));
+    return absl::OkStatus();
+  }
+  int64_t first_offset = -1;
+  int64_t next_offset = -1;
+  std::vector<const uint8_t*> pointers;
+  std::vector<int64_t> offsets;
+
+ private:
+  Range range_;
+  const ResultDestination* destination_;
+};
+
+// A random inline layer, its reference result in `dtype`, and a source naming it. Not movable
+// (source points into layer).
+struct InlineLayer {
+  InlineLayer(const AwqShape& shape, uint32_t seed, DType dtype)
+      : layer(RandomPackedLayer(shape, seed)), expected(ReferenceBytes(layer, dtype)) {
+    source.host = layer.view();
+  }
+  InlineLayer(const InlineLayer&) = delete;
+  const PackedLayer layer;
+  const std::vector<uint8_t> expected;
+  DequantSource source;
+};
+
+TEST_F(CudaBackendTest, RangeDeliversOnlyItsBytesAtResultOffsets) {
+  std::unique_ptr<Backend> backend = Make();
+  ASSERT_NE(backend, nullptr);
+  const InlineLayer in({.K = 1024, .N = 2048, .group_size = 128}, 21, DType::kF16);
+  const int64_t total = static_cast<int64_t>(in.expected.size());
+  for (const ChunkSink::Range range : {ChunkSink::Range{.offset = 4096, .length = 100000},
+                                       ChunkSink::Range{.offset = 6, .length = -1},
+                                       ChunkSink::Range{.offset = total - 10, .length = 10}}) {
+    SCOPED_TRACE(::testing::Message() << "offset=" << range.offset << " length=" << range.length);
+    RangeSink sink(range);
+    ASSERT_TRUE(backend->Dequantize(in.source, DType::kF16, 30000, sink).ok());
+    const int64_t length = range.length < 0 ? total - range.offset : range.length;
+    EXPECT_EQ(sink.begins, 1);
+    EXPECT_FALSE(sink.gaps);
+    EXPECT_EQ(sink.first_offset, range.offset);
+    EXPECT_EQ(sink.next_offset, range.offset + length);
+    ASSERT_EQ(static_cast<int64_t>(sink.bytes.size()), length);
+    EXPECT_TRUE(
+        std::equal(sink.bytes.begin(), sink.bytes.end(), in.expected.begin() + range.offset));
+    for (size_t i = 0; i + 1 < sink.chunk_sizes.size(); ++i) EXPECT_EQ(sink.chunk_sizes[i], 30000);
+  }
+  RangeSink past({.offset = total - 10, .length = 11});
+  const absl::Status s = backend->Dequantize(in.source, DType::kF16, 30000, past);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("length"));
+}
+
+TEST_F(CudaBackendTest, HostDestinationReceivesTheBytesAndWritesPointIntoIt) {
+  CudaBackendOptions options;
+  options.staging_bytes = 1 << 20;
+  std::unique_ptr<Backend> backend = Make(options);
+  ASSERT_NE(backend, nullptr);
+  const InlineLayer in({.K = 2048, .N = 1024, .group_size = 128}, 22, DType::kF32);
+  const int64_t offset = 1 << 16;
+  const int64_t length = static_cast<int64_t>(in.expected.size()) - offset;
+  std::vector<uint8_t> memory(static_cast<size_t>(length), 0xAB);
+  ResultDestination destination{
+      .memory = ResultDestination::Memory::kHost, .data = memory.data(), .bytes = length};
+  RangeSink sink({.offset = offset, .length = -1}, &destination);
+  ASSERT_TRUE(backend->Dequantize(in.source, DType::kF32, 1 << 20, sink).ok());
+  EXPECT_TRUE(std::equal(memory.begin(), memory.end(), in.expected.begin() + offset));
+  EXPECT_FALSE(sink.gaps);
+  ASSERT_FALSE(sink.pointers.empty());
+  for (size_t i = 0; i < sink.pointers.size(); ++i) {
+    EXPECT_EQ(sink.pointers[i], memory.data() + (sink.offsets[i] - offset));
+  }
+  EXPECT_EQ(sink.next_offset, offset + length);
+}
+
+TEST_F(CudaBackendTest, DeviceDestinationGetsTheKernelOutputDirectly) {
+  std::unique_ptr<Backend> backend = Make();
+  ASSERT_NE(backend, nullptr);
+  const InlineLayer in({.K = 1024, .N = 4096, .group_size = 128}, 23, DType::kBF16);
+  void* device_memory = nullptr;
+  ASSERT_EQ(cudaMalloc(&device_memory, in.expected.size()), cudaSuccess);
+  ASSERT_EQ(cudaMemset(device_memory, 0x5A, in.expected.size()), cudaSuccess);
+  ResultDestination destination{.memory = ResultDestination::Memory::kDevice,
+                                .data = static_cast<uint8_t*>(device_memory),
+                                .bytes = static_cast<int64_t>(in.expected.size()),
+                                .device = 0};
+  RangeSink sink({}, &destination);
+  ASSERT_TRUE(backend->Dequantize(in.source, DType::kBF16, 1 << 20, sink).ok());
+  std::vector<uint8_t> got(in.expected.size());
+  ASSERT_EQ(cudaMemcpy(got.data(), device_memory, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_TRUE(got == in.expected);
+  ASSERT_EQ(sink.pointers.size(), (in.expected.size() + (1 << 20) - 1) / (1 << 20));
+  EXPECT_EQ(sink.pointers.front(), static_cast<const uint8_t*>(device_memory));
+
+  // A range into device memory: computed whole, the range copied device to device.
+  ASSERT_EQ(cudaMemset(device_memory, 0x5A, in.expected.size()), cudaSuccess);
+  RangeSink partial({.offset = 512, .length = 4096}, &destination);
+  ASSERT_TRUE(backend->Dequantize(in.source, DType::kBF16, 1000, partial).ok());
+  std::vector<uint8_t> part(4096);
+  ASSERT_EQ(cudaMemcpy(part.data(), device_memory, part.size(), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), in.expected.begin() + 512));
+  EXPECT_EQ(partial.first_offset, 512);
+  EXPECT_EQ(partial.next_offset, 512 + 4096);
+
+  // Another device's memory: refused before any work, naming the device.
+  ResultDestination elsewhere = destination;
+  elsewhere.device = 7;
+  RangeSink refused({}, &elsewhere);
+  const absl::Status s = backend->Dequantize(in.source, DType::kBF16, 1 << 20, refused);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("device 7"));
+  EXPECT_EQ(refused.begins, 0);
+  cudaFree(device_memory);
+}
+
+// Collects a DequantizeLayers result per layer.
+class LayersCollector : public LayersSink {
+ public:
+  explicit LayersCollector(const ResultDestination* destination = nullptr)
+      : destination_(destination) {}
+  const ResultDestination* destination() const override { return destination_; }
+  absl::Status Begin(const std::string& k) override {
+    kernel = k;
+    ++begins;
+    return absl::OkStatus();
+  }
+  absl::Status BeginLayer(int64_t index) override {
+    if (index != static_cast<int64_t>(layers.size())) out_of_order = true;
+    layers.emplace_back();
+    return absl::OkStatus();
+  }
+  absl::Status Write(int64_t offset, absl::Span<const uint8_t> data) override {
+    if (offset != static_cast<int64_t>(layers.back().size()) && destination_ == nullptr) {
+      gaps = true;
+    }
+    if (destination_ == nullptr) {
+      layers.back().insert(layers.back().end(), data.begin(), data.end());
+    } else {
+      layers.back().resize(static_cast<size_t>(offset) + data.size());
+    }
+    return absl::OkStatus();
+  }
+  std::string kernel;
+  int begins = 0;
+  bool out_of_order = false;
+  bool gaps = false;
+  std::vector<std::vector<uint8_t>> layers;
+
+ private:
+  const ResultDestination* destination_;
+};
+
+// Many layers through small slabs (several launches, double-buffered), with duplicates inside and
+// across slabs, to the staging path and into a host destination: every byte as the reference.
+TEST_F(CudaBackendTest, LayersInSmallSlabsAreBitExact) {
+  std::vector<PackedLayer> packed;
+  for (int i = 0; i < 12; ++i) {
+    const int64_t k = 128 * (1 + i % 4);
+    const int64_t n = 64 * (1 + (i * 5) % 7);
+    packed.push_back(RandomPackedLayer(
+        {.K = k, .N = n, .group_size = 128, .scale_dtype = i % 3 ? DType::kF16 : DType::kBF16},
+        static_cast<uint32_t>(300 + i)));
+  }
+  std::vector<const PackedLayer*> pointers;
+  for (const PackedLayer& p : packed) pointers.push_back(&p);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint(pointers);
+  ASSERT_NE(checkpoint, nullptr);
+  CudaBackendOptions options;
+  options.result_slab_bytes = 100 << 10;  // 100 KiB: several slabs
+  options.staging_bytes = 64 << 10;
+  std::unique_ptr<Backend> backend = Make(options);
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(backend->Prepare(*checkpoint).ok());
+  const std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 3, 3, 0, 11, 7};
+  std::vector<const QuantizedLayer*> request;
+  for (int i : order) request.push_back(&checkpoint->layers()[static_cast<size_t>(i)]);
+  for (DType dtype : {DType::kF16, DType::kF32}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    LayersCollector sink;
+    ASSERT_TRUE(backend->DequantizeLayers(request, dtype, 10000, sink).ok());
+    EXPECT_EQ(sink.begins, 1);
+    EXPECT_FALSE(sink.out_of_order);
+    EXPECT_FALSE(sink.gaps);
+    EXPECT_THAT(sink.kernel, ::testing::HasSubstr("layers=12"));
+    ASSERT_EQ(sink.layers.size(), order.size());
+    int64_t total = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      const std::vector<uint8_t> expected =
+          ReferenceBytes(packed[static_cast<size_t>(order[i])], dtype);
+      EXPECT_TRUE(sink.layers[i] == expected) << "entry " << i << " (layer " << order[i] << ")";
+      total += static_cast<int64_t>(expected.size());
+    }
+    // The same into host memory: layers back to back in request order.
+    std::vector<uint8_t> memory(static_cast<size_t>(total), 0);
+    ResultDestination destination{
+        .memory = ResultDestination::Memory::kHost, .data = memory.data(), .bytes = total};
+    LayersCollector placed(&destination);
+    ASSERT_TRUE(backend->DequantizeLayers(request, dtype, 10000, placed).ok());
+    std::vector<uint8_t> concatenated;
+    for (const std::vector<uint8_t>& layer : sink.layers) {
+      concatenated.insert(concatenated.end(), layer.begin(), layer.end());
+    }
+    EXPECT_TRUE(memory == concatenated);
+  }
 }
 
 }  // namespace

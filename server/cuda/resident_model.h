@@ -1,0 +1,46 @@
+// The checkpoint's packed layers held in one GPU's memory, each under a stable id: its index in
+// Checkpoint::layers() (checkpoint order). Requests name layers by QuantizedLayer; Find maps one
+// to its id by name and shape, so identity does not hang on a pointer.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/checkpoint.h"
+#include "server/cuda/cuda_objects.h"
+
+namespace dequantd::cuda {
+
+// Written once by Upload (before any request), read-only after: thread-safe for readers.
+class ResidentModel {
+ public:
+  using LayerId = int64_t;
+
+  // Uploads every layer of `checkpoint` to the current device through `stream` (synchronously),
+  // replacing what was resident. Errors: RESOURCE_EXHAUSTED (device memory), INTERNAL.
+  absl::Status Upload(const Checkpoint& checkpoint, cudaStream_t stream);
+
+  // `layer`'s id when a layer of that name and shape is resident.
+  std::optional<LayerId> Find(const QuantizedLayer& layer) const;
+  // Device pointers of layer `id` (0 <= id < size()).
+  const PackedTensorView& view(LayerId id) const { return layers_[static_cast<size_t>(id)].view; }
+  int64_t size() const { return static_cast<int64_t>(layers_.size()); }
+  int64_t bytes() const { return bytes_; }  // device memory held, bytes
+
+ private:
+  struct Layer {
+    UniqueDeviceMemory memory;  // qweight | qzeros | scales (PackedLayout)
+    PackedTensorView view;
+  };
+  std::vector<Layer> layers_;                         // by id
+  std::unordered_map<std::string, LayerId> by_name_;  // layer name -> id
+  int64_t bytes_ = 0;
+};
+
+}  // namespace dequantd::cuda

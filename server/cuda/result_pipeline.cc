@@ -1,0 +1,310 @@
+// The one result pipeline (see result_pipeline.h).
+#include "server/cuda/result_pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <limits>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "server/backend_observer.h"
+#include "server/chunk_writer.h"
+#include "server/cuda/packed_upload.h"
+#include "server/result_slabs.h"
+
+namespace dequantd::cuda {
+namespace {
+
+// Each result inside a slab buffer starts on this boundary (the kernels need 16 bytes).
+constexpr int64_t kResultAlign = 256;
+// The kernels' alignment for an output written straight into destination memory.
+constexpr uintptr_t kKernelOutputAlign = 16;
+
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Adds `base` to every Write offset: a range's bytes keep their result offsets.
+class OffsetSink final : public ChunkSink {
+ public:
+  OffsetSink(ChunkSink& sink, int64_t base) : sink_(sink), base_(base) {}
+  absl::Status Begin(const std::string& kernel) override { return sink_.Begin(kernel); }
+  absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
+    return sink_.Write(base_ + offset, bytes);
+  }
+
+ private:
+  ChunkSink& sink_;
+  const int64_t base_;
+};
+
+// Seconds spent per stage by one call.
+struct StageTimes {
+  double queue = 0;
+  double kernel = 0;
+  double device_to_host = 0;
+  double send = 0;
+};
+
+// One Run: the slot, the sink and where each entry's bytes go.
+class PipelineCall {
+ public:
+  PipelineCall(const PipelineOptions& options, RequestSlot& slot, int64_t chunk_bytes,
+               ChunkSink& sink, const ResultDestination* destination, StageTimes& times)
+      : options_(options),
+        slot_(slot),
+        chunk_bytes_(chunk_bytes),
+        sink_(sink),
+        destination_(destination),
+        times_(times) {}
+
+  // Delivers `range` of the result at device address `result` (null when the kernel wrote it
+  // straight into the destination at `position`). `after_first_copy` runs once, right after the
+  // first copy is enqueued (or at once when there is none): it launches the next slab there, so
+  // that slab computes while this one is copied and sent.
+  absl::Status Deliver(const uint8_t* result, const ByteRange& range, int64_t position,
+                       const std::function<absl::Status()>& after_first_copy) {
+    if (result == nullptr) {
+      if (absl::Status s = after_first_copy(); !s.ok()) return s;
+      return Progress(destination_->data + position, range.begin, range.size());
+    }
+    const bool staged = destination_ == nullptr;
+    const int64_t piece =
+        staged ? PieceBytes(slot_.staging_bytes, chunk_bytes_)
+               : PieceBytes(std::max(options_.destination_piece_bytes, chunk_bytes_), chunk_bytes_);
+    const int64_t pieces = (range.size() + piece - 1) / piece;
+    if (pieces == 0) return after_first_copy();
+    const cudaMemcpyKind kind =
+        !staged && destination_->memory == ResultDestination::Memory::kDevice
+            ? cudaMemcpyDeviceToDevice
+            : cudaMemcpyDeviceToHost;
+    // Piece i lands in staging buffer i % 2, or at its own place in the destination.
+    auto land = [&](int64_t i) -> uint8_t* {
+      return staged ? slot_.staging[i % 2].get() : destination_->data + position + i * piece;
+    };
+    cudaStream_t stream = slot_.stream.get();
+    auto enqueue = [&](int64_t i) -> absl::Status {
+      const int64_t bytes = std::min(piece, range.size() - i * piece);
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot_.copy_start[i % 2].get(), stream));
+      DEQUANTD_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(land(i), result + range.begin + i * piece, bytes, kind, stream));
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot_.copied[i % 2].get(), stream));
+      return absl::OkStatus();
+    };
+    OffsetSink offset_sink(sink_, range.begin);
+    ChunkWriter writer(chunk_bytes_, offset_sink);
+    if (absl::Status s = enqueue(0); !s.ok()) return s;
+    if (absl::Status s = after_first_copy(); !s.ok()) return s;
+    for (int64_t i = 0; i < pieces; ++i) {
+      // Staging buffer (i + 1) % 2 was last read by the sink for piece i - 1, which has returned.
+      if (i + 1 < pieces) {
+        if (absl::Status s = enqueue(i + 1); !s.ok()) return s;
+      }
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot_.copied[i % 2].get()));
+      times_.device_to_host +=
+          ElapsedSeconds(slot_.copy_start[i % 2].get(), slot_.copied[i % 2].get());
+      const int64_t bytes = std::min(piece, range.size() - i * piece);
+      if (!staged) {
+        if (absl::Status s = Progress(land(i), range.begin + i * piece, bytes); !s.ok()) return s;
+        continue;
+      }
+      const Clock::time_point send_start = Clock::now();
+      if (absl::Status s = writer.Append(absl::MakeConstSpan(land(i), static_cast<size_t>(bytes)));
+          !s.ok()) {
+        return s;
+      }
+      times_.send += SecondsSince(send_start);
+    }
+    const Clock::time_point send_start = Clock::now();
+    if (absl::Status s = writer.Finish(); !s.ok()) return s;
+    times_.send += SecondsSince(send_start);
+    return absl::OkStatus();
+  }
+
+ private:
+  // Progress reports for `bytes` placed at `placed` (result offset `offset`, a chunk boundary):
+  // one Write per chunk, pointing at the placed bytes.
+  absl::Status Progress(const uint8_t* placed, int64_t offset, int64_t bytes) {
+    const Clock::time_point send_start = Clock::now();
+    for (int64_t done = 0; done < bytes; done += chunk_bytes_) {
+      const int64_t n = std::min(chunk_bytes_, bytes - done);
+      if (absl::Status s = sink_.Write(offset + done,
+                                       absl::MakeConstSpan(placed + done, static_cast<size_t>(n)));
+          !s.ok()) {
+        return s;
+      }
+    }
+    times_.send += SecondsSince(send_start);
+    return absl::OkStatus();
+  }
+
+  const PipelineOptions& options_;
+  RequestSlot& slot_;
+  const int64_t chunk_bytes_;
+  ChunkSink& sink_;
+  const ResultDestination* const destination_;
+  StageTimes& times_;
+};
+
+}  // namespace
+
+absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int64_t chunk_bytes,
+                                 ChunkSink& sink, LayersSink* layers) {
+  const ResultDestination* destination = sink.destination();
+  if (destination != nullptr && destination->memory == ResultDestination::Memory::kDevice &&
+      destination->device != options_.device) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the destination is memory of CUDA device ", destination->device,
+                     " but this call runs on CUDA device ", options_.device,
+                     "; results are written only into memory of the device that computes them"));
+  }
+  // The bytes of each entry to deliver, and where they land in the destination.
+  std::vector<ByteRange> ranges(job.entries.size());
+  std::vector<int64_t> positions(job.entries.size());
+  const ChunkSink::Range asked = sink.range();
+  if (layers != nullptr && (asked.offset != 0 || asked.length != -1)) {
+    return absl::InvalidArgumentError(
+        "offset and length: DequantizeLayers delivers whole layers, not a byte range");
+  }
+  int64_t delivered = 0;
+  bool direct = destination != nullptr && destination->memory == ResultDestination::Memory::kDevice;
+  for (size_t i = 0; i < job.entries.size(); ++i) {
+    absl::StatusOr<ByteRange> range = ResolveRange(asked, job.entries[i].result_bytes);
+    if (!range.ok()) return range.status();
+    ranges[i] = *range;
+    positions[i] = delivered;
+    delivered += range->size();
+    direct =
+        direct && range->size() == job.entries[i].result_bytes &&
+        reinterpret_cast<uintptr_t>(destination->data + positions[i]) % kKernelOutputAlign == 0;
+  }
+  if (destination != nullptr && destination->bytes < delivered) {
+    return absl::InvalidArgumentError(absl::StrCat("the destination holds ", destination->bytes,
+                                                   " bytes but the result has ", delivered));
+  }
+
+  StageTimes times;
+  const Clock::time_point queue_start = Clock::now();
+  LeasePool<RequestSlot>::Lease slot = slots_.Acquire();
+  times.queue = SecondsSince(queue_start);
+  cudaStream_t stream = slot->stream.get();
+
+  // Slabs: consecutive entries computed by one launch. Straight into a device destination, every
+  // entry is its own output and one launch computes them all.
+  std::vector<SlabEntry> slab_entries;
+  for (size_t i = 0; i < job.entries.size(); ++i) {
+    slab_entries.push_back(
+        SlabEntry{.result = direct ? static_cast<int64_t>(i) : job.entries[i].result,
+                  .result_bytes = job.entries[i].result_bytes});
+  }
+  const std::vector<Slab> slabs =
+      PlanSlabs(slab_entries, direct ? std::numeric_limits<int64_t>::max() : options_.slab_bytes,
+                kResultAlign);
+
+  // Declaration order matters: on every exit the stream is drained (cleanup below) before the
+  // buffers go back to the cache and the slot to the pool.
+  DeviceBuffer input;
+  if (job.host_input != nullptr) {
+    absl::StatusOr<DeviceBuffer> buffer =
+        buffers_.Acquire(PackedLayout(job.host_input->shape).total_bytes);
+    if (!buffer.ok()) return buffer.status();
+    input = std::move(*buffer);
+  }
+  std::vector<DeviceBuffer> slab_buffers;
+  if (!direct) {
+    int64_t largest = 0;
+    for (const Slab& slab : slabs) largest = std::max(largest, slab.bytes);
+    for (size_t b = 0; b < std::min<size_t>(2, slabs.size()); ++b) {
+      absl::StatusOr<DeviceBuffer> buffer = buffers_.Acquire(largest);
+      if (!buffer.ok()) {
+        return absl::Status(
+            buffer.status().code(),
+            absl::StrCat("a result slab needs ", largest, " bytes of device memory", " on device ",
+                         options_.device, ": ", buffer.status().message()));
+      }
+      slab_buffers.push_back(std::move(*buffer));
+    }
+  }
+  absl::Cleanup drain = [stream] { cudaStreamSynchronize(stream); };
+
+  if (job.host_input != nullptr) {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->h2d[0].get(), stream));
+    absl::StatusOr<PackedTensorView> staged =
+        CopyPackedToDevice(*job.host_input, input.get(), stream);
+    if (!staged.ok()) return staged.status();
+    job.entries.front().in = *staged;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->h2d[1].get(), stream));
+  }
+
+  // Where entry i's result is computed: its slab buffer, or the destination itself.
+  auto output_of = [&](size_t s, size_t i) -> uint8_t* {
+    if (direct) return destination->data + positions[i];
+    return slab_buffers[s % 2].get() + slabs[s].offsets[i - slabs[s].first];
+  };
+  int64_t read_bytes = 0;
+  int64_t written_bytes = 0;
+  auto launch_slab = [&](size_t s) -> absl::StatusOr<std::string> {
+    std::vector<GroupedItem> items;
+    for (size_t i : slabs[s].distinct) {
+      items.push_back(GroupedItem{.in = job.entries[i].in, .out = output_of(s, i)});
+      const AwqShape& shape = job.entries[i].in.shape;
+      read_bytes += shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes();
+      written_bytes += job.entries[i].result_bytes;
+    }
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->kernel_start[s % 2].get(), stream));
+    absl::StatusOr<std::string> kernel = launch(items, job.out_dtype, stream);
+    if (!kernel.ok()) return kernel.status();
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->kernel_end[s % 2].get(), stream));
+    return kernel;
+  };
+
+  if (!slabs.empty()) {
+    absl::StatusOr<std::string> kernel = launch_slab(0);
+    if (!kernel.ok()) return kernel.status();
+    if (absl::Status s = sink.Begin(*kernel); !s.ok()) return s;
+  }
+  PipelineCall call(options_, *slot, chunk_bytes, sink, destination, times);
+  for (size_t s = 0; s < slabs.size(); ++s) {
+    bool next_launched = s + 1 >= slabs.size();
+    const std::function<absl::Status()> launch_next = [&]() -> absl::Status {
+      if (next_launched) return absl::OkStatus();
+      next_launched = true;
+      absl::StatusOr<std::string> kernel = launch_slab(s + 1);
+      return kernel.status();
+    };
+    for (size_t i = slabs[s].first; i < slabs[s].end; ++i) {
+      if (layers != nullptr) {
+        if (absl::Status st = layers->BeginLayer(static_cast<int64_t>(i)); !st.ok()) return st;
+      }
+      if (direct) {  // the kernel wrote into the destination: wait for it before reporting
+        DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot->kernel_end[s % 2].get()));
+      }
+      if (absl::Status st = call.Deliver(direct ? nullptr : output_of(s, i), ranges[i],
+                                         positions[i], launch_next);
+          !st.ok()) {
+        return st;
+      }
+    }
+    if (absl::Status st = launch_next(); !st.ok()) return st;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot->kernel_end[s % 2].get()));
+    times.kernel += ElapsedSeconds(slot->kernel_start[s % 2].get(), slot->kernel_end[s % 2].get());
+  }
+  if (observer_ == nullptr) return absl::OkStatus();
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  observer_->ObserveStage(DequantizeStage::kQueueWait, times.queue);
+  if (job.host_input != nullptr) {
+    observer_->ObserveStage(DequantizeStage::kHostToDevice,
+                            ElapsedSeconds(slot->h2d[0].get(), slot->h2d[1].get()));
+  }
+  observer_->ObserveStage(DequantizeStage::kKernel, times.kernel);
+  observer_->ObserveStage(DequantizeStage::kDeviceToHost, times.device_to_host);
+  observer_->ObserveStage(DequantizeStage::kSend, times.send);
+  observer_->ObserveKernel(label_, "cuda", job.variant, read_bytes, written_bytes, times.kernel);
+  return absl::OkStatus();
+}
+
+}  // namespace dequantd::cuda

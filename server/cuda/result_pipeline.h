@@ -1,0 +1,87 @@
+// The CUDA backend's one result pipeline, used by Dequantize and DequantizeLayers alike:
+//
+//   slot (queue) -> [inline input: host -> device] -> kernel / grouped launch per slab
+//        -> device -> host in pieces through the slot's two pinned buffers, or straight into the
+//           sink's destination memory -> ChunkSink::Write
+//
+// Results are computed in slabs of bounded device memory (result_slabs.h): at most two slab
+// buffers per call, each max(slab_bytes, largest single result) bytes; slab s + 1 is computed
+// while slab s is copied and sent. A sink with a kDevice destination on this device gets the
+// kernel's output written into it directly (no buffer, no copy) when it wants whole results.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/cuda/grouped_dequant.h"
+#include "server/backend.h"
+#include "server/cuda/device_buffer_cache.h"
+#include "server/cuda/request_slot.h"
+#include "server/lease_pool.h"
+
+namespace dequantd::cuda {
+
+// One call's work: the results to deliver, in sink order.
+struct ResultJob {
+  struct Entry {
+    PackedTensorView in;   // device pointers (unset for the inline entry: staged by the pipeline)
+    int64_t result = 0;    // equal values: the same result (computed once per slab)
+    int64_t result_bytes;  // K * N * sizeof(out_dtype)
+  };
+  std::vector<Entry> entries;
+  DType out_dtype = DType::kF16;
+  // Inline request: host pointers of the single entry's packed input, staged to the device.
+  const PackedTensorView* host_input = nullptr;
+  std::string_view variant;  // the observer's kernel variant label, e.g. "v4_vec16", "grouped"
+};
+
+// Enqueues on `stream` the kernel(s) computing every item (device `in` -> device `out`) of one
+// slab and returns the kernel's description for ChunkSink::Begin. Its error fails the call (before
+// Begin when it is the first slab's).
+using SlabLauncher = std::function<absl::StatusOr<std::string>(
+    absl::Span<const GroupedItem> items, DType out_dtype, cudaStream_t stream)>;
+
+struct PipelineOptions {
+  int device = 0;
+  int64_t slab_bytes = int64_t{256} << 20;  // result bytes computed per launch (bound above)
+  int64_t destination_piece_bytes = int64_t{64} << 20;  // copy piece into destination memory
+};
+
+// Thread-safe (each call runs on its own slot).
+class ResultPipeline {
+ public:
+  // All references must outlive the pipeline; `observer` may be null.
+  ResultPipeline(const PipelineOptions& options, LeasePool<RequestSlot>& slots,
+                 DeviceBufferCache& buffers, BackendObserver* observer, std::string label)
+      : options_(options),
+        slots_(slots),
+        buffers_(buffers),
+        observer_(observer),
+        label_(std::move(label)) {}
+
+  // Computes `job` and delivers it to `sink` in `chunk_bytes` chunks (>= 1): for a `layers` sink
+  // (DequantizeLayers) BeginLayer(i) precedes entry i's bytes and every entry is whole; otherwise
+  // the single entry's sink.range() is delivered. The current device must be options.device.
+  // Errors: FAILED_PRECONDITION for a kDevice destination on another device (naming it),
+  // INVALID_ARGUMENT for a bad range or a destination too small, the launcher's, the sink's,
+  // RESOURCE_EXHAUSTED / INTERNAL from CUDA.
+  absl::Status Run(ResultJob& job, const SlabLauncher& launch, int64_t chunk_bytes, ChunkSink& sink,
+                   LayersSink* layers);
+
+ private:
+  const PipelineOptions options_;
+  LeasePool<RequestSlot>& slots_;
+  DeviceBufferCache& buffers_;
+  BackendObserver* const observer_;
+  const std::string label_;
+};
+
+}  // namespace dequantd::cuda
