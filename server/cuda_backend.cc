@@ -118,15 +118,21 @@ class DeviceWorker {
                              .result = *id,
                              .result_bytes = layer->view.shape.output_bytes(out_dtype)});
     }
-    const cuda::GroupedOptions& grouped = options_.grouped;
+    // Each slab's descriptor table is uploaded synchronously (GroupedPlan) and kept until the call
+    // returns (after the pipeline drained the stream). Programmatic dependent launch is off here:
+    // slab launches sit between device -> host copies on the stream, not after another kernel.
+    cuda::GroupedOptions grouped = options_.grouped;
+    grouped.programmatic_launch = false;
     const std::string kernel =
         absl::StrCat("grouped block=", grouped.block_size, ",rows=", grouped.rows_per_thread,
                      ",units=", grouped.units_per_thread, " layers=", distinct.size());
+    std::vector<cuda::GroupedPlan> plans;
     const cuda::SlabLauncher launch = [&](absl::Span<const cuda::GroupedItem> items, DType dtype,
                                           cudaStream_t stream) -> absl::StatusOr<std::string> {
-      if (absl::Status s = cuda::LaunchGroupedDequantize(items, dtype, stream, grouped); !s.ok()) {
-        return s;
-      }
+      absl::StatusOr<cuda::GroupedPlan> plan = cuda::GroupedPlan::Create(items, dtype, grouped);
+      if (!plan.ok()) return plan.status();
+      plans.push_back(std::move(*plan));
+      if (absl::Status s = plans.back().Launch(stream); !s.ok()) return s;
       return kernel;
     };
     return pipeline_->Run(job, launch, chunk_bytes, sink, &sink);

@@ -63,13 +63,14 @@ class PipelineCall {
         times_(times) {}
 
   // Delivers `range` of the result at device address `result` (null when the kernel wrote it
-  // straight into the destination at `position`). `after_first_copy` runs once, right after the
-  // first copy is enqueued (or at once when there is none): it launches the next slab there, so
-  // that slab computes while this one is copied and sent.
+  // straight into the destination at `position`). `after_last_copy` runs once, right after the
+  // last copy is enqueued (or at once when there is none): it launches the next slab there, so
+  // that slab computes while this one's last pieces are copied and sent, and every copy out of
+  // this slab precedes the next launch in stream order.
   absl::Status Deliver(const uint8_t* result, const ByteRange& range, int64_t position,
-                       const std::function<absl::Status()>& after_first_copy) {
+                       const std::function<absl::Status()>& after_last_copy) {
     if (result == nullptr) {
-      if (absl::Status s = after_first_copy(); !s.ok()) return s;
+      if (absl::Status s = after_last_copy(); !s.ok()) return s;
       return Progress(destination_->data + position, range.begin, range.size());
     }
     const bool staged = destination_ == nullptr;
@@ -77,7 +78,7 @@ class PipelineCall {
         staged ? PieceBytes(slot_.staging_bytes, chunk_bytes_)
                : PieceBytes(std::max(options_.destination_piece_bytes, chunk_bytes_), chunk_bytes_);
     const int64_t pieces = (range.size() + piece - 1) / piece;
-    if (pieces == 0) return after_first_copy();
+    if (pieces == 0) return after_last_copy();
     const cudaMemcpyKind kind =
         !staged && destination_->memory == ResultDestination::Memory::kDevice
             ? cudaMemcpyDeviceToDevice
@@ -98,11 +99,16 @@ class PipelineCall {
     OffsetSink offset_sink(sink_, range.begin);
     ChunkWriter writer(chunk_bytes_, offset_sink);
     if (absl::Status s = enqueue(0); !s.ok()) return s;
-    if (absl::Status s = after_first_copy(); !s.ok()) return s;
+    if (pieces == 1) {
+      if (absl::Status s = after_last_copy(); !s.ok()) return s;
+    }
     for (int64_t i = 0; i < pieces; ++i) {
       // Staging buffer (i + 1) % 2 was last read by the sink for piece i - 1, which has returned.
       if (i + 1 < pieces) {
         if (absl::Status s = enqueue(i + 1); !s.ok()) return s;
+        if (i + 2 == pieces) {
+          if (absl::Status s = after_last_copy(); !s.ok()) return s;
+        }
       }
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot_.copied[i % 2].get()));
       times_.device_to_host +=
@@ -270,21 +276,22 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
   PipelineCall call(options_, *slot, chunk_bytes, sink, destination, times);
   for (size_t s = 0; s < slabs.size(); ++s) {
     bool next_launched = s + 1 >= slabs.size();
+    const std::function<absl::Status()> no_op = [] { return absl::OkStatus(); };
     const std::function<absl::Status()> launch_next = [&]() -> absl::Status {
       if (next_launched) return absl::OkStatus();
       next_launched = true;
       absl::StatusOr<std::string> kernel = launch_slab(s + 1);
       return kernel.status();
     };
+    // The slab's kernel is done before anything is copied out of its buffer (or, for a direct
+    // destination, reported); it ran while the previous slab's last piece was sent.
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot->kernel_end[s % 2].get()));
     for (size_t i = slabs[s].first; i < slabs[s].end; ++i) {
       if (layers != nullptr) {
         if (absl::Status st = layers->BeginLayer(static_cast<int64_t>(i)); !st.ok()) return st;
       }
-      if (direct) {  // the kernel wrote into the destination: wait for it before reporting
-        DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot->kernel_end[s % 2].get()));
-      }
       if (absl::Status st = call.Deliver(direct ? nullptr : output_of(s, i), ranges[i],
-                                         positions[i], launch_next);
+                                         positions[i], i + 1 == slabs[s].end ? launch_next : no_op);
           !st.ok()) {
         return st;
       }

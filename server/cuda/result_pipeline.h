@@ -34,7 +34,7 @@ struct ResultJob {
   struct Entry {
     PackedTensorView in;   // device pointers (unset for the inline entry: staged by the pipeline)
     int64_t result = 0;    // equal values: the same result (computed once per slab)
-    int64_t result_bytes;  // K * N * sizeof(out_dtype)
+    int64_t result_bytes = 0;  // K * N * sizeof(out_dtype)
   };
   std::vector<Entry> entries;
   DType out_dtype = DType::kF16;
