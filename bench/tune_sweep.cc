@@ -176,10 +176,10 @@ int Run(const Options& o) {
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::fflush(stdout);
   bool all_met = true;
-  for (const BenchmarkShape& s : o.shapes) {
-    const AwqShape shape{s.K, s.N, o.group_size, DType::kF16};
-    for (DType out : o.dtypes) {
-      for (TuneObjective objective : o.objectives) {
+  for (TuneObjective objective : o.objectives) {  // the served objective (latency) first
+    for (const BenchmarkShape& s : o.shapes) {
+      const AwqShape shape{s.K, s.N, o.group_size, DType::kF16};
+      for (DType out : o.dtypes) {
         absl::StatusOr<Row> row = SweepOne(o, *device, shape, out, objective);
         if (!row.ok()) {
           std::fprintf(stderr, "dequantd_tune_sweep: %lldx%lld: %s\n", static_cast<long long>(s.K),

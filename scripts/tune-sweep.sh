@@ -25,7 +25,7 @@ grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure" "$OUT/autotune_t
 echo "== dequantd_tune_sweep ${SWEEP_ARGS:-}"
 start=$(date +%s)
 # shellcheck disable=SC2086
-timeout 300 dequantd_tune_sweep ${SWEEP_ARGS:-} >"$OUT/sweep.md" 2>&1
+timeout 200 dequantd_tune_sweep ${SWEEP_ARGS:-} >"$OUT/sweep.md" 2>&1
 rc=$?
 cat "$OUT/sweep.md"
 echo "sweep: exit $rc in $(( $(date +%s) - start )) s"
@@ -40,7 +40,7 @@ if have ncu; then
   dequantd_bench "${args[@]}" --trials 3 --runs 10 >"$OUT/bench_profile.log" 2>&1 ||
     failed+=(dequantd_bench)
   grep -E "v4_vec16|copy" "$OUT/bench_profile.log" | head -4
-  timeout 120 ncu --clock-control none -k regex:DequantVec16Kernel -c 1 \
+  timeout 90 ncu --clock-control none -k regex:DequantVec16Kernel -c 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
     --section LaunchStats --section WarpStateStats --section SchedulerStats \
     dequantd_bench "${args[@]}" --trials 1 --runs 1 >"$OUT/ncu_$shape.txt" 2>&1 || failed+=(ncu)
