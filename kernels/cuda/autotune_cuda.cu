@@ -156,16 +156,22 @@ absl::StatusOr<std::vector<CandidateSamples>> Measure(KernelVariant v, DType out
   absl::StatusOr<Event> stop = MakeEvent();
   if (!stop.ok()) return stop.status();
 
-  // Launches per sample, from a short graph of the first candidate (also a warm-up).
+  // Launches per sample, from a short graph of the first candidate, replayed first for at least
+  // kWarmUpSeconds of GPU time: an idle GPU runs at a low clock and ramps up within milliseconds,
+  // which would otherwise favour whichever candidates are timed last.
   constexpr int kProbeLaunches = 8;
+  constexpr double kWarmUpSeconds = 0.025;
+  constexpr int kMaxWarmUpReplays = 400;
   absl::StatusOr<Graph> probe =
       CaptureLaunches(v, candidates[0], out_dtype, objective, sets, kProbeLaunches, stream);
   if (!probe.ok()) return probe.status();
   double per_launch = 0;
-  for (int i = 0; i < 2; ++i) {  // the first replay uploads the graph
+  double warmed = 0;
+  for (int i = 0; i < kMaxWarmUpReplays && (i < 2 || warmed < kWarmUpSeconds); ++i) {
     absl::StatusOr<double> t = TimeReplay(probe->get(), stream, start->get(), stop->get());
     if (!t.ok()) return t.status();
-    per_launch = *t / kProbeLaunches;
+    per_launch = *t / kProbeLaunches;  // the last replay's: at the warmed-up clock
+    warmed += *t;
   }
   const int launches = static_cast<int>(
       std::clamp(std::ceil(options.sample_seconds / std::max(per_launch, 1e-7)), 1.0,

@@ -108,9 +108,9 @@ TEST(MetricsTest, AutotuneObserverCountsLookupsEntriesAndTuningTime) {
   EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_hits_total")->value, 3);
   EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_misses_total")->value, 2);
   EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_entries")->value, 3);
-  AutotuneTuning tuning;
-  tuning.wall_seconds = 0.02;
-  observer.ObserveTuning(tuning);
+  AutotuneTuning done;
+  done.wall_seconds = 0.02;
+  observer.ObserveTuning(done);
   const std::optional<Series> tuning = Find(*metrics, "dequantd_autotune_duration_seconds");
   ASSERT_TRUE(tuning.has_value());
   EXPECT_EQ(tuning->value, 1);
