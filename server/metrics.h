@@ -50,8 +50,8 @@
 
 #include "absl/status/statusor.h"
 #include "dequant/v1/dequant.pb.h"
-#include "server/backend.h"
 #include "kernels/autotune.h"
+#include "server/backend.h"
 #include "server/backend_observer.h"
 
 namespace prometheus {

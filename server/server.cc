@@ -232,10 +232,10 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
     }
     if (autotuner_ != nullptr) {
       const AutotuneCounters c = autotuner_->counters();
-      spdlog::info("autotune: {} cache hits, {} misses, {} tunings ({} failed), {} entries in {}",
-                   c.hits, c.misses, c.tunings, c.tune_failures, c.entries,
-                   autotuner_->store_description().empty() ? "memory"
-                                                           : autotuner_->store_description());
+      spdlog::info(
+          "autotune: {} cache hits, {} misses, {} tunings ({} failed), {} entries in {}", c.hits,
+          c.misses, c.tunings, c.tune_failures, c.entries,
+          autotuner_->store_description().empty() ? "memory" : autotuner_->store_description());
     }
     metrics_.reset();  // stops the HTTP endpoint; no handler or tuning uses it any more
     lock.lock();

@@ -12,10 +12,10 @@
 
 #include "absl/status/statusor.h"
 #include "dequant/v1/dequant.grpc.pb.h"
+#include "kernels/autotune.h"
 #include "server/backend.h"
 #include "server/checkpoint.h"
 #include "server/metrics.h"
-#include "kernels/autotune.h"
 
 namespace dequantd {
 
