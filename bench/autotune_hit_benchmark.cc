@@ -14,10 +14,10 @@ using autotune_testing::Key;
 // A tuner holding a model's worth of keys (9 shapes x 3 dtypes x 4 variants would be ~100).
 Autotuner& FilledTuner() {
   static Autotuner* tuner = [] {
-    auto* t = new Autotuner("");
+    auto* t = new Autotuner();
     for (int i = 1; i <= 256; ++i) {
-      (void)t->GetOrTune(Key(128 * i, 8 * i), []() -> absl::StatusOr<TuneEntry> {
-        return TuneEntry{TunedConfig{256, 4, 2}, 1e-5};
+      (void)t->GetOrTune(Key(128 * i, 8 * i), 5, []() -> absl::StatusOr<TuneEntry> {
+        return autotune_testing::Entry(256, 4, 2, 1e-5);
       });
     }
     return t;
@@ -30,18 +30,18 @@ void BM_GetOrTuneHit(benchmark::State& state) {
   const TuneKey key = Key(128 * 77, 8 * 77);
   for (auto _ : state) {
     absl::StatusOr<Autotuner::Result> r = tuner.GetOrTune(
-        key, []() -> absl::StatusOr<TuneEntry> { return absl::InternalError("must not tune"); });
+        key, 5, []() -> absl::StatusOr<TuneEntry> { return absl::InternalError("must not tune"); });
     benchmark::DoNotOptimize(r);
   }
 }
 BENCHMARK(BM_GetOrTuneHit)->ThreadRange(1, 2);
 
-void BM_LookupHit(benchmark::State& state) {
+void BM_PeekHit(benchmark::State& state) {
   Autotuner& tuner = FilledTuner();
   const TuneKey key = Key(128 * 77, 8 * 77);
-  for (auto _ : state) benchmark::DoNotOptimize(tuner.Lookup(key));
+  for (auto _ : state) benchmark::DoNotOptimize(tuner.Peek(key));
 }
-BENCHMARK(BM_LookupHit);
+BENCHMARK(BM_PeekHit);
 
 }  // namespace
 }  // namespace dequantd

@@ -297,7 +297,8 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
   result.backend = "cuda";
   result.device = DeviceDescription(prop, l2);
   absl::Status counters_status = absl::OkStatus();  // the first hardware-counter failure
-  Autotuner local_tuner("");
+  Autotuner local_tuner;
+  const TuneDevice tune_device{prop.name, prop.major * 10 + prop.minor};
   Autotuner& tuner = request.autotuner != nullptr ? *request.autotuner : local_tuner;
 
   absl::StatusOr<EventTimer> timing = EventTimer::Create();
@@ -339,8 +340,9 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
       for (KernelVariant v : variants) {
         if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
         Autotuner::Result tuned;
+        // The configuration a Dequantize call of this layer runs with (the server's objective).
         absl::StatusOr<LaunchConfig> config = cuda::GetOrTuneLaunchConfig(
-            tuner, v, sets.front().view, out, sets.front().out, timing->stream(), &tuned);
+            tuner, tune_device, v, shape, out, cuda::kDequantizeObjective, &tuned);
         if (!config.ok()) return config.status();
         if (!tuned.save_status.ok()) {
           absl::StrAppend(&result.note, result.note.empty() ? "" : "; ",

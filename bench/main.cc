@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <ctime>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "bench/grouped.h"
 #endif
 #include "bench/table.h"
+#include "formats/tune_store.h"
 #include "kernels/autotune.h"
 
 namespace {
@@ -196,7 +198,9 @@ int main(int argc, char** argv) {
   if (!grouped_model.empty()) return RunGrouped(grouped_model, request);
   if (request.shapes.empty()) request.shapes = dequantd::bench::DefaultShapes();
 
-  dequantd::Autotuner tuner(tune_cache);
+  std::unique_ptr<dequantd::TuneStore> store;
+  if (!tune_cache.empty()) store = std::make_unique<dequantd::formats::TuneFile>(tune_cache);
+  dequantd::Autotuner tuner(std::move(store));
   if (!tuner.load_warning().ok()) {
     std::fprintf(stderr, "dequantd_bench: warning: %s\n",
                  std::string(tuner.load_warning().message()).c_str());

@@ -228,21 +228,16 @@ void Metrics::SetDevices(const BackendInfo& info) {
 
 void Metrics::SetModelLayers(int64_t layers) { model_layers_->Set(static_cast<double>(layers)); }
 
-void Metrics::SetAutotuneTotals(uint64_t hits, uint64_t misses, int64_t entries) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (hits > autotune_hits_seen_) {
-    autotune_hits_total_->Increment(static_cast<double>(hits - autotune_hits_seen_));
-    autotune_hits_seen_ = hits;
-  }
-  if (misses > autotune_misses_seen_) {
-    autotune_misses_total_->Increment(static_cast<double>(misses - autotune_misses_seen_));
-    autotune_misses_seen_ = misses;
-  }
-  autotune_entries_->Set(static_cast<double>(entries));
+void Metrics::ObserveLookup(bool hit) {
+  (hit ? autotune_hits_total_ : autotune_misses_total_)->Increment();
 }
 
-void Metrics::ObserveAutotuneDuration(double seconds) {
-  autotune_duration_seconds_->Observe(seconds);
+void Metrics::ObserveTuning(const AutotuneTuning& tuning) {
+  autotune_duration_seconds_->Observe(tuning.wall_seconds);
+}
+
+void Metrics::ObserveEntries(size_t entries) {
+  autotune_entries_->Set(static_cast<double>(entries));
 }
 
 void Metrics::RecordBenchmark(const dequant::v1::BenchmarkResponse& response) {

@@ -21,8 +21,8 @@
 //   dequantd_device_copy_bandwidth_bytes_per_second{device}  gauge: measured copy rate, bytes/s
 //   dequantd_device_memory_used_bytes{device,kind}        gauge: kind resident_weights|buffers
 // Autotuner
-//   dequantd_autotune_cache_hits_total                counter: lookups answered from the cache
-//   dequantd_autotune_cache_misses_total              counter: lookups that found no entry
+//   dequantd_autotune_cache_hits_total                counter: GetOrTune calls answered from memory
+//   dequantd_autotune_cache_misses_total              counter: GetOrTune calls that found no entry
 //   dequantd_autotune_cache_entries                   gauge: tuned keys held
 //   dequantd_autotune_duration_seconds                histogram: one tuning, seconds
 // Last Benchmark RPC, per variant (the row moving the most bytes; issue 4 part 2 fills the
@@ -50,6 +50,7 @@
 
 #include "absl/status/statusor.h"
 #include "dequant/v1/dequant.pb.h"
+#include "kernels/autotune.h"
 #include "server/backend.h"
 #include "server/backend_observer.h"
 
@@ -67,7 +68,7 @@ namespace dequantd {
 class MetricsHttpServer;
 
 // Thread-safe: every method may be called from many threads at once.
-class Metrics final : public BackendObserver {
+class Metrics final : public BackendObserver, public AutotuneObserver {
  public:
   // Creates the families and, unless `listen` is empty, serves them on `listen` (HOST:PORT; port
   // 0 picks a free port). `version` labels dequantd_build_info. Errors: UNAVAILABLE when `listen`
@@ -95,12 +96,13 @@ class Metrics final : public BackendObserver {
   void SetDevices(const BackendInfo& info);
   void SetModelLayers(int64_t layers);
 
-  // --- Autotuner (the CUDA launch-config provider) ---
-  // Brings the hit/miss counters up to the autotuner's monotonic totals (Autotuner::counters()
-  // hits, misses; only increases are applied) and sets the entries gauge (Autotuner::size()).
-  void SetAutotuneTotals(uint64_t hits, uint64_t misses, int64_t entries);
-  // One tuning (a GetOrTune call that ran tune_fn) took `seconds`.
-  void ObserveAutotuneDuration(double seconds);
+  // --- AutotuneObserver (the autotuner, kernels/autotune.h; through server.cc's log) ---
+  // A hit or a miss: +1 on the counter.
+  void ObserveLookup(bool hit) override;
+  // The tuning's wall time into the duration histogram.
+  void ObserveTuning(const AutotuneTuning& tuning) override;
+  // Sets the entries gauge.
+  void ObserveEntries(size_t entries) override;
 
   // --- Benchmark RPC (server/service.cc) ---
   // Sets the dequantd_benchmark_* gauges from a Benchmark reply: per variant, the row with the
@@ -160,8 +162,6 @@ class Metrics final : public BackendObserver {
 
   std::mutex mu_;
   std::map<std::string, double, std::less<>> copy_bytes_per_second_;  // by device; guarded by mu_
-  uint64_t autotune_hits_seen_ = 0;                                   // guarded by mu_
-  uint64_t autotune_misses_seen_ = 0;                                 // guarded by mu_
   // The dequantd_benchmark_* series of the last RecordBenchmark, by family; guarded by mu_.
   std::map<prometheus::Family<prometheus::Gauge>*, std::vector<prometheus::Gauge*>>
       benchmark_gauges_;

@@ -14,11 +14,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "formats/tune_store.h"
+#include "kernels/autotune.h"
 #include "server/backend.h"
 #include "server/benchmark_service.h"
 #include "server/checkpoint.h"
 #include "server/metrics.h"
-#include "server/server_autotuner.h"
+#include "server/pretune.h"
 #include "server/service.h"
 #include "spdlog/spdlog.h"
 #if DEQUANTD_HAVE_CUDA
@@ -160,13 +162,15 @@ bool WillUseCuda(const std::string& kind) {
 
 // The server's autotuner on its cache file (--tune-cache, else the default location), with the
 // start-up log lines: where the file is, how many entries it held, and why it was ignored.
-std::unique_ptr<ServerAutotuner> StartAutotuner(const ServerOptions& options,
-                                                AutotuneObservers observers) {
-  const std::string path = ResolveTuneCachePath(options.tune_cache);
-  if (absl::Status s = CreateTuneCacheDirectory(path); !s.ok()) {
+std::unique_ptr<Autotuner> StartAutotuner(const ServerOptions& options,
+                                          AutotuneObserver* observer) {
+  const std::string path = formats::ResolveTuneFilePath(options.tune_cache);
+  if (absl::Status s = formats::CreateTuneFileDirectory(path); !s.ok()) {
     spdlog::warn("autotune: {} (tunings will be kept in memory only)", s.ToString());
   }
-  auto tuner = std::make_unique<ServerAutotuner>(path, std::move(observers));
+  std::unique_ptr<TuneStore> store;
+  if (!path.empty()) store = std::make_unique<formats::TuneFile>(path);
+  auto tuner = std::make_unique<Autotuner>(std::move(store), observer);
   if (!tuner->load_warning().ok()) {
     spdlog::warn("autotune: the tune cache was ignored and will be rewritten: {}",
                  tuner->load_warning().ToString());
@@ -177,7 +181,7 @@ std::unique_ptr<ServerAutotuner> StartAutotuner(const ServerOptions& options,
 }
 
 // --pretune: tunes every distinct layer shape of the model for fp16 output before serving.
-void PretuneModel(ServerAutotuner& tuner, cuda::KernelVariant variant,
+void PretuneModel(Autotuner& tuner, cuda::KernelVariant variant,
                   const std::vector<TuneDevice>& devices, const Checkpoint* checkpoint) {
   if (checkpoint == nullptr) {
     spdlog::info("--pretune: no model is loaded, nothing to tune");
@@ -185,24 +189,21 @@ void PretuneModel(ServerAutotuner& tuner, cuda::KernelVariant variant,
   }
   const std::vector<AwqShape> shapes = DistinctLayerShapes(checkpoint->layers());
   const DType out_dtypes[] = {DType::kF16};
-  absl::StatusOr<PretuneReport> report = PretuneCuda(tuner, variant, devices, shapes, out_dtypes);
-  if (!report.ok()) {
-    spdlog::warn("--pretune failed (requests will tune on first use): {}",
-                 report.status().ToString());
-    return;
-  }
+  const PretuneReport report = PretuneCuda(tuner, variant, devices, shapes, out_dtypes);
   spdlog::info(
       "--pretune: {} distinct layer shapes x fp16 on {} GPU(s): {} tuned, {} already cached, {} "
       "with nothing to tune, {} failed, in {:.2f} s",
-      shapes.size(), devices.size(), report->tuned, report->cached, report->untunable,
-      report->failed, report->wall_seconds);
-  if (!report->first_error.ok()) {
-    spdlog::warn("--pretune: first failure: {}", report->first_error.ToString());
+      shapes.size(), devices.size(), report.tuned, report.cached, report.untunable, report.failed,
+      report.wall_seconds);
+  if (!report.first_error.ok()) {
+    spdlog::warn("--pretune: first failure: {}", report.first_error.ToString());
   }
 }
 #endif
 
-class RunningServer final : public DequantServer {
+// The running server; also the autotuner's observer: logs each tuning and forwards every event to
+// the metrics.
+class RunningServer final : public DequantServer, private AutotuneObserver {
  public:
   ~RunningServer() override { Shutdown(5.0); }
 
@@ -230,12 +231,13 @@ class RunningServer final : public DequantServer {
       server_->Wait();
     }
     if (autotuner_ != nullptr) {
-      const ServerAutotuneCounters c = autotuner_->counters();
-      spdlog::info("autotune: {} cache hits, {} misses, {} tunings ({} failed), {} entries in {}",
-                   c.hits, c.misses, c.tunings, c.tune_failures, c.entries,
-                   autotuner_->cache_path().empty() ? "memory" : autotuner_->cache_path());
+      const AutotuneCounters c = autotuner_->counters();
+      spdlog::info(
+          "autotune: {} cache hits, {} misses, {} tunings ({} failed), {} entries in {}", c.hits,
+          c.misses, c.tunings, c.tune_failures, c.entries,
+          autotuner_->store_description().empty() ? "memory" : autotuner_->store_description());
     }
-    metrics_.reset();  // stops the HTTP endpoint; no handler uses it any more
+    metrics_.reset();  // stops the HTTP endpoint; no handler or tuning uses it any more
     lock.lock();
     shut_down_ = true;
     done_cv_.notify_all();
@@ -250,38 +252,34 @@ class RunningServer final : public DequantServer {
   friend absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(
       const ServerOptions& options);
 
-  // Logs every tuning and feeds the autotune metrics (once metrics_ exists).
-  AutotuneObservers MakeAutotuneObservers() {
-    AutotuneObservers observers;
-    observers.on_lookup = [this](bool) { ReportAutotuneTotals(); };
-    observers.on_tuning = [this](const AutotuneTuning& t) {
-      if (t.result.ok()) {
-        spdlog::info("autotune: tuned {} -> {} in {:.1f} ms ({} candidates)", t.key.ToString(),
-                     TunedConfigToString(t.result->config), t.wall_seconds * 1e3, t.candidates);
-      } else {
-        spdlog::warn("autotune: tuning {} failed after {:.1f} ms: {}", t.key.ToString(),
-                     t.wall_seconds * 1e3, t.result.status().ToString());
-      }
-      if (!t.save_status.ok()) {
-        spdlog::warn("autotune: the cache file was not written (the entry is used from memory): {}",
-                     t.save_status.ToString());
-      }
-      if (metrics_ != nullptr) metrics_->ObserveAutotuneDuration(t.wall_seconds);
-      ReportAutotuneTotals();
-    };
-    return observers;
+  // AutotuneObserver: called by autotuner_ (requests, --pretune, Benchmark RPCs), all of which
+  // end before Shutdown resets metrics_.
+  void ObserveLookup(bool hit) override {
+    if (metrics_ != nullptr) metrics_->ObserveLookup(hit);
   }
-
-  void ReportAutotuneTotals() {
-    if (metrics_ == nullptr || autotuner_ == nullptr) return;
-    const ServerAutotuneCounters c = autotuner_->counters();
-    metrics_->SetAutotuneTotals(c.hits, c.misses, static_cast<int64_t>(c.entries));
+  void ObserveEntries(size_t entries) override {
+    if (metrics_ != nullptr) metrics_->ObserveEntries(entries);
+  }
+  void ObserveTuning(const AutotuneTuning& t) override {
+    if (t.result.ok()) {
+      spdlog::info("autotune: tuned {} -> {} ({:.2f} us per launch) in {:.1f} ms ({} candidates)",
+                   t.key.ToString(), t.result->config.ToString(), t.result->seconds * 1e6,
+                   t.wall_seconds * 1e3, t.candidates);
+    } else {
+      spdlog::warn("autotune: tuning {} failed after {:.1f} ms: {}", t.key.ToString(),
+                   t.wall_seconds * 1e3, t.result.status().ToString());
+    }
+    if (!t.save_status.ok()) {
+      spdlog::warn("autotune: the cache file was not written (the entry is used from memory): {}",
+                   t.save_status.ToString());
+    }
+    if (metrics_ != nullptr) metrics_->ObserveTuning(t);
   }
 
   // Destroyed in reverse order: gRPC first, the checkpoint last. The autotuner outlives the
   // backend, whose launch-config provider refers to it.
   std::unique_ptr<Checkpoint> checkpoint_;
-  std::unique_ptr<ServerAutotuner> autotuner_;
+  std::unique_ptr<Autotuner> autotuner_;
   std::unique_ptr<Backend> backend_;
   BackendInfo backend_info_;
   std::unique_ptr<Metrics> metrics_;
@@ -323,7 +321,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     absl::StatusOr<std::vector<TuneDevice>> devices = ReadTuneDevices();
     if (!devices.ok()) return devices.status();
     tune_devices = *devices;
-    server->autotuner_ = StartAutotuner(options, server->MakeAutotuneObservers());
+    server->autotuner_ = StartAutotuner(options, server.get());
     backend_options.cuda.launch_config =
         MakeAutotuneLaunchConfigProvider(*server->autotuner_, tune_devices);
     // --pretune also builds the whole model's grouped fp16 plan (DequantizeLayers) in Prepare.
@@ -346,7 +344,6 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     }
   }
   server->metrics_->SetModelLayers(server->layer_count());
-  server->ReportAutotuneTotals();
 
   if (options.pretune) {
 #if DEQUANTD_HAVE_CUDA
@@ -371,7 +368,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   benchmark_options.cpu_threads = options.cpu_threads;
   benchmark_options.max_output_bytes = options.max_output_bytes;
   benchmark_options.checkpoint = server->checkpoint_.get();
-  if (server->autotuner_ != nullptr) benchmark_options.autotuner = &server->autotuner_->autotuner();
+  benchmark_options.autotuner = server->autotuner_.get();
   server->service_ = std::make_unique<DequantService>(
       service_options, server->checkpoint_.get(), server->backend_.get(), server->metrics_.get(),
       MakeBenchmarkRunner(std::move(benchmark_options)));

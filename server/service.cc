@@ -310,12 +310,12 @@ grpc::Status DequantService::GetServerInfo(grpc::ServerContext*, const v1::GetSe
     }
     response->set_cpu_threads(backend_info_.cpu_threads);
     if (options_.autotuner != nullptr) {
-      const ServerAutotuneCounters c = options_.autotuner->counters();
+      const AutotuneCounters c = options_.autotuner->counters();
       response->set_autotune_entries(static_cast<int64_t>(c.entries));
       response->set_autotune_hits(static_cast<int64_t>(c.hits));
       response->set_autotune_misses(static_cast<int64_t>(c.misses));
       response->set_autotune_tunings(static_cast<int64_t>(c.tunings));
-      response->set_tune_cache(options_.autotuner->cache_path());
+      response->set_tune_cache(options_.autotuner->store_description());
     }
     return absl::OkStatus();
   });

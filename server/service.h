@@ -12,10 +12,10 @@
 
 #include "absl/status/statusor.h"
 #include "dequant/v1/dequant.grpc.pb.h"
+#include "kernels/autotune.h"
 #include "server/backend.h"
 #include "server/checkpoint.h"
 #include "server/metrics.h"
-#include "server/server_autotuner.h"
 
 namespace dequantd {
 
@@ -30,7 +30,7 @@ struct ServiceOptions {
   int64_t max_request_bytes = int64_t{256} << 20;  // inline packed bytes accepted per request
   int64_t max_output_bytes = int64_t{16} << 30;    // largest result served, bytes
   int64_t default_chunk_bytes = int64_t{1} << 20;  // payload per message when chunk_bytes is 0
-  const ServerAutotuner* autotuner = nullptr;      // the CUDA backend's, for GetServerInfo's
+  const Autotuner* autotuner = nullptr;            // the CUDA backend's, for GetServerInfo's
                                                    // autotune_* fields; null: none (not owned)
 };
 

@@ -1,8 +1,9 @@
 #include "kernels/cuda/autotune_cuda.h"
 
 #include <algorithm>
-#include <limits>
+#include <cmath>
 #include <memory>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -12,15 +13,130 @@
 namespace dequantd::cuda {
 namespace {
 
-struct EventDeleter {
-  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+// Owning handles for the CUDA objects of one measurement.
+template <typename T, cudaError_t (*Destroy)(T)>
+struct Destroyer {
+  void operator()(T p) const { (void)Destroy(p); }
 };
-using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
+using Event =
+    std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, Destroyer<cudaEvent_t, cudaEventDestroy>>;
+using Stream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>,
+                               Destroyer<cudaStream_t, cudaStreamDestroy>>;
+using Graph = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>,
+                              Destroyer<cudaGraphExec_t, cudaGraphExecDestroy>>;
+using Memory = std::unique_ptr<void, Destroyer<void*, cudaFree>>;
 
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
+// One measurement at a time in this process: tunings of different keys do not share the GPU.
+std::mutex& MeasureMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+constexpr int64_t Align(int64_t n) { return (n + 255) / 256 * 256; }
+
+// Buffer sets for (shape, out_dtype) carved out of one allocation, each a full input + output.
+struct ScratchSets {
+  Memory memory;
+  std::vector<PackedTensorView> in;
+  std::vector<void*> out;
 };
-using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
+
+// An empty kernel launched between two timed launches for TuneObjective::kLatency: launched
+// without programmatic dependent launch, it starts only once the previous launch has completely
+// finished, and the next launch waits for it (griddepcontrol.wait), so no two timed launches
+// overlap. Costs the same few microseconds for every candidate.
+__global__ void SerializeKernel() {}
+
+absl::StatusOr<ScratchSets> MakeScratch(const AwqShape& shape, DType out_dtype,
+                                        const TuneOptions& options, cudaStream_t stream) {
+  const int64_t qzeros_at = Align(shape.qweight_bytes());
+  const int64_t scales_at = qzeros_at + Align(shape.qzeros_bytes());
+  const int64_t out_at = scales_at + Align(shape.scales_bytes());
+  const int64_t stride = out_at + Align(shape.output_bytes(out_dtype));
+  int device = 0;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  int64_t rotation = options.rotation_bytes;
+  if (rotation <= 0) {
+    int l2 = 0;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    rotation = 4 * static_cast<int64_t>(l2);
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t allowed =
+      static_cast<int64_t>(static_cast<double>(free_bytes) * options.max_free_memory_fraction);
+  const int64_t wanted = std::clamp<int64_t>((rotation + stride - 1) / stride, 2, 1024);
+  const int64_t count = std::min<int64_t>(wanted, allowed / stride);
+  if (count < 1) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("autotune: one scratch buffer set of ", stride, " bytes for K=", shape.K,
+                     " N=", shape.N, " does not fit in ", allowed, " bytes (",
+                     options.max_free_memory_fraction, " of the free device memory)"));
+  }
+  void* raw = nullptr;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMalloc(&raw, static_cast<size_t>(stride * count)));
+  ScratchSets sets;
+  sets.memory.reset(raw);
+  auto* base = static_cast<uint8_t*>(raw);
+  // 0x3C bytes: scale 0x3C3C = 1.0586 (fp16) / 0.0115 (bf16), nibbles 12 and 3: finite outputs.
+  DEQUANTD_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(base, 0x3C, static_cast<size_t>(stride * count), stream));
+  for (int64_t i = 0; i < count; ++i) {
+    uint8_t* set = base + i * stride;
+    PackedTensorView view;
+    view.shape = shape;
+    view.qweight = reinterpret_cast<const int32_t*>(set);
+    view.qzeros = reinterpret_cast<const int32_t*>(set + qzeros_at);
+    view.scales = set + scales_at;
+    sets.in.push_back(view);
+    sets.out.push_back(set + out_at);
+  }
+  return sets;
+}
+
+// A graph of `launches` launches of (v, config), launch i on set i % sets; for kLatency each
+// launch is preceded by SerializeKernel (a Dequantize call's launch follows copies, not a kernel
+// it could overlap).
+absl::StatusOr<Graph> CaptureLaunches(KernelVariant v, const LaunchConfig& config, DType out_dtype,
+                                      TuneObjective objective, const ScratchSets& sets,
+                                      int launches, cudaStream_t stream) {
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  absl::Status enqueued;
+  for (int i = 0; i < launches && enqueued.ok(); ++i) {
+    const size_t s = static_cast<size_t>(i) % sets.in.size();
+    if (objective == TuneObjective::kLatency) {
+      SerializeKernel<<<1, 32, 0, stream>>>();
+      enqueued.Update(CudaStatus(cudaGetLastError(), "SerializeKernel", __FILE__, __LINE__));
+    }
+    if (enqueued.ok()) {
+      enqueued.Update(LaunchDequantize(v, config, sets.in[s], out_dtype, sets.out[s], stream));
+    }
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (!enqueued.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return enqueued;
+  }
+  DEQUANTD_CUDA_RETURN_IF_ERROR(ended);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  DEQUANTD_CUDA_RETURN_IF_ERROR(instantiated);
+  return Graph(exec);
+}
+
+// Seconds of one replay of `graph` on `stream`.
+absl::StatusOr<double> TimeReplay(cudaGraphExec_t graph, cudaStream_t stream, cudaEvent_t start,
+                                  cudaEvent_t stop) {
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph, stream));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
+  float ms = 0;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
+  return ms * 1e-3;
+}
 
 absl::StatusOr<Event> MakeEvent() {
   cudaEvent_t e = nullptr;
@@ -28,135 +144,121 @@ absl::StatusOr<Event> MakeEvent() {
   return Event(e);
 }
 
-absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes) {
-  void* p = nullptr;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
-  return DeviceBuffer(p);
-}
-
-// Seconds per launch of `count` back-to-back launches of (v, config), timed with events.
-absl::StatusOr<double> TimeLaunches(KernelVariant v, const LaunchConfig& config,
-                                    const PackedTensorView& in, DType out_dtype, void* out,
-                                    cudaStream_t stream, int count, cudaEvent_t start,
-                                    cudaEvent_t stop) {
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
-  for (int i = 0; i < count; ++i) {
-    if (absl::Status s = LaunchDequantize(v, config, in, out_dtype, out, stream); !s.ok()) return s;
-  }
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
-  float ms = 0;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
-  return ms * 1e-3 / count;
-}
-
-}  // namespace
-
-TunedConfig ToTunedConfig(const LaunchConfig& c) {
-  return TunedConfig{c.block_size, c.words_per_thread, c.rows_per_thread};
-}
-
-LaunchConfig ToLaunchConfig(const TunedConfig& c) {
-  LaunchConfig l;
-  l.block_size = c.block_size;
-  l.words_per_thread = c.words_per_thread;
-  l.rows_per_thread = c.rows_per_thread;
-  return l;
-}
-
-absl::StatusOr<TuneKey> MakeTuneKey(int device, KernelVariant v, const AwqShape& shape,
-                                    DType out_dtype) {
-  cudaDeviceProp prop;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
-  return TuneKey::For(prop.name, prop.major * 10 + prop.minor, VariantName(v), shape, out_dtype);
-}
-
-absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const PackedTensorView& in,
-                                           DType out_dtype, void* out, cudaStream_t stream,
-                                           const TuneOptions& options) {
-  std::vector<LaunchConfig> candidates;
-  for (const LaunchConfig& c : CandidateConfigs(v, in.shape, out_dtype)) {
-    if (CanImplement(v, c, in.shape, out_dtype).ok()) candidates.push_back(c);
-  }
-  if (candidates.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "no launch configuration of ", std::string(VariantName(v)), " can implement K=", in.shape.K,
-        " N=", in.shape.N, " group_size=", in.shape.group_size));
-  }
+// The measurement proper, on `stream` (the caller synchronizes and frees).
+absl::StatusOr<std::vector<CandidateSamples>> Measure(KernelVariant v, DType out_dtype,
+                                                      TuneObjective objective,
+                                                      absl::Span<const LaunchConfig> candidates,
+                                                      const ScratchSets& sets,
+                                                      const TuneOptions& options,
+                                                      cudaStream_t stream) {
   absl::StatusOr<Event> start = MakeEvent();
   if (!start.ok()) return start.status();
   absl::StatusOr<Event> stop = MakeEvent();
   if (!stop.ok()) return stop.status();
 
-  const int launches = std::max(1, options.launches_per_config);
-  double spent = 0;  // GPU seconds, counting warm-ups
-  TuneEntry best;
-  best.seconds = std::numeric_limits<double>::infinity();
-  for (const LaunchConfig& c : candidates) {
-    // Warm-up (also the estimate of what the timed launches will cost).
-    absl::StatusOr<double> warm =
-        TimeLaunches(v, c, in, out_dtype, out, stream, 1, start->get(), stop->get());
-    if (!warm.ok()) return warm.status();
-    spent += *warm;
-    if (spent + *warm * launches > options.max_gpu_seconds && best.seconds < *warm) {
-      break;  // timing it would exceed the budget, and it is already slower than the best
-    }
-    absl::StatusOr<double> t =
-        TimeLaunches(v, c, in, out_dtype, out, stream, launches, start->get(), stop->get());
+  // Launches per sample, from a short graph of the first candidate, replayed first for at least
+  // kWarmUpSeconds of GPU time: an idle GPU runs at a low clock and ramps up within milliseconds,
+  // which would otherwise favour whichever candidates are timed last.
+  constexpr int kProbeLaunches = 8;
+  constexpr double kWarmUpSeconds = 0.025;
+  constexpr int kMaxWarmUpReplays = 400;
+  absl::StatusOr<Graph> probe =
+      CaptureLaunches(v, candidates[0], out_dtype, objective, sets, kProbeLaunches, stream);
+  if (!probe.ok()) return probe.status();
+  double per_launch = 0;
+  double warmed = 0;
+  for (int i = 0; i < kMaxWarmUpReplays && (i < 2 || warmed < kWarmUpSeconds); ++i) {
+    absl::StatusOr<double> t = TimeReplay(probe->get(), stream, start->get(), stop->get());
     if (!t.ok()) return t.status();
-    spent += *t * launches;
-    if (*t < best.seconds) best = TuneEntry{ToTunedConfig(c), *t};
-    if (spent > options.max_gpu_seconds) break;
+    per_launch = *t / kProbeLaunches;  // the last replay's: at the warmed-up clock
+    warmed += *t;
   }
-  return best;
+  const int launches = static_cast<int>(
+      std::clamp(std::ceil(options.sample_seconds / std::max(per_launch, 1e-7)), 1.0,
+                 static_cast<double>(std::max(1, options.max_launches_per_sample))));
+
+  std::vector<Graph> graphs;
+  for (const LaunchConfig& c : candidates) {
+    absl::StatusOr<Graph> g = CaptureLaunches(v, c, out_dtype, objective, sets, launches, stream);
+    if (!g.ok()) return g.status();
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g->get(), stream));  // upload + warm-up
+    graphs.push_back(*std::move(g));
+  }
+  std::vector<CandidateSamples> samples;
+  for (const LaunchConfig& c : candidates) samples.push_back(CandidateSamples{c, {}});
+  const size_t n = candidates.size();
+  const int rounds = std::max(1, options.rounds);
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = (j + static_cast<size_t>(r)) % n;  // round r starts at candidate r
+      absl::StatusOr<double> t = TimeReplay(graphs[i].get(), stream, start->get(), stop->get());
+      if (!t.ok()) return t.status();
+      samples[i].seconds.push_back(*t / launches);
+    }
+  }
+  return samples;
 }
 
-absl::StatusOr<TuneEntry> TuneLaunchConfigScratch(KernelVariant v, const AwqShape& shape,
-                                                  DType out_dtype, cudaStream_t stream,
-                                                  const TuneOptions& options) {
+}  // namespace
+
+absl::StatusOr<TuneDevice> ReadTuneDevice(int device) {
+  cudaDeviceProp prop;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  return TuneDevice{prop.name, prop.major * 10 + prop.minor};
+}
+
+absl::StatusOr<std::vector<CandidateSamples>> MeasureCandidates(
+    KernelVariant v, const AwqShape& shape, DType out_dtype, TuneObjective objective,
+    absl::Span<const LaunchConfig> candidates, const TuneOptions& options) {
   if (absl::Status s = ValidateShape(shape, out_dtype); !s.ok()) return s;
-  absl::StatusOr<DeviceBuffer> qweight = Allocate(shape.qweight_bytes());
-  if (!qweight.ok()) return qweight.status();
-  absl::StatusOr<DeviceBuffer> qzeros = Allocate(shape.qzeros_bytes());
-  if (!qzeros.ok()) return qzeros.status();
-  absl::StatusOr<DeviceBuffer> scales = Allocate(shape.scales_bytes());
-  if (!scales.ok()) return scales.status();
-  absl::StatusOr<DeviceBuffer> out = Allocate(shape.output_bytes(out_dtype));
-  if (!out.ok()) return out.status();
-  // 0x3C bytes: scale 0x3C3C = 1.05859375 (fp16) / 0.0114746 (bf16), nibbles 12 and 3.
-  DEQUANTD_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(qweight->get(), 0x3C, shape.qweight_bytes(), stream));
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(qzeros->get(), 0x3C, shape.qzeros_bytes(), stream));
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scales->get(), 0x3C, shape.scales_bytes(), stream));
-  PackedTensorView in;
-  in.shape = shape;
-  in.qweight = static_cast<const int32_t*>(qweight->get());
-  in.qzeros = static_cast<const int32_t*>(qzeros->get());
-  in.scales = scales->get();
-  absl::StatusOr<TuneEntry> entry = TuneLaunchConfig(v, in, out_dtype, out->get(), stream, options);
-  // The buffers are freed on return; make sure no launch still uses them.
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return entry;
+  if (candidates.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no launch configuration of ", std::string(VariantName(v)), " to measure for K=", shape.K,
+        " N=", shape.N, " group_size=", shape.group_size));
+  }
+  for (const LaunchConfig& c : candidates) {
+    if (absl::Status s = CanImplement(v, c, shape, out_dtype); !s.ok()) return s;
+  }
+  std::lock_guard lock(MeasureMutex());
+  cudaStream_t raw_stream = nullptr;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&raw_stream, cudaStreamNonBlocking));
+  Stream stream(raw_stream);
+  absl::StatusOr<ScratchSets> sets = MakeScratch(shape, out_dtype, options, raw_stream);
+  if (!sets.ok()) return sets.status();
+  absl::StatusOr<std::vector<CandidateSamples>> samples =
+      Measure(v, out_dtype, objective, candidates, *sets, options, raw_stream);
+  // The scratch is freed on return: no launch may still use it.
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(raw_stream));
+  return samples;
 }
 
-absl::StatusOr<LaunchConfig> GetOrTuneLaunchConfig(Autotuner& tuner, KernelVariant v,
-                                                   const PackedTensorView& in, DType out_dtype,
-                                                   void* out, cudaStream_t stream,
+absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const AwqShape& shape, DType out_dtype,
+                                           TuneObjective objective, const TuneOptions& options) {
+  if (absl::Status s = ValidateShape(shape, out_dtype); !s.ok()) return s;
+  const std::vector<LaunchConfig> candidates = CandidateConfigs(v, shape, out_dtype);
+  absl::StatusOr<std::vector<CandidateSamples>> samples =
+      MeasureCandidates(v, shape, out_dtype, objective, candidates, options);
+  if (!samples.ok()) return samples.status();
+  absl::StatusOr<CandidateChoice> choice = ChooseCandidate(*samples);
+  if (!choice.ok()) return choice.status();
+  return TuneEntry{candidates[choice->index], choice->seconds};
+}
+
+absl::StatusOr<LaunchConfig> GetOrTuneLaunchConfig(Autotuner& tuner, const TuneDevice& device,
+                                                   KernelVariant v, const AwqShape& shape,
+                                                   DType out_dtype, TuneObjective objective,
                                                    Autotuner::Result* result,
                                                    const TuneOptions& options) {
-  if (CandidateConfigs(v, in.shape, out_dtype).size() <= 1) {
-    if (absl::Status s = ValidateShape(in.shape, out_dtype); !s.ok()) return s;
-    return DefaultConfig(v, in.shape, out_dtype);
-  }
-  int device = 0;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  absl::StatusOr<TuneKey> key = MakeTuneKey(device, v, in.shape, out_dtype);
-  if (!key.ok()) return key.status();
-  absl::StatusOr<Autotuner::Result> r = tuner.GetOrTune(
-      *key, [&] { return TuneLaunchConfig(v, in, out_dtype, out, stream, options); });
+  if (absl::Status s = ValidateShape(shape, out_dtype); !s.ok()) return s;
+  const size_t candidates = CandidateConfigs(v, shape, out_dtype).size();
+  if (candidates <= 1) return DefaultConfig(v, shape, out_dtype);
+  const TuneKey key = TuneKey::For(device, VariantName(v), shape, out_dtype, objective);
+  absl::StatusOr<Autotuner::Result> r = tuner.GetOrTune(key, static_cast<int>(candidates), [&] {
+    return TuneLaunchConfig(v, shape, out_dtype, objective, options);
+  });
   if (!r.ok()) return r.status();
   if (result != nullptr) *result = *r;
-  return ToLaunchConfig(r->entry.config);
+  return r->entry.config;
 }
 
 }  // namespace dequantd::cuda

@@ -1,53 +1,68 @@
-// The autotuner's CUDA side: measures a kernel variant's candidate launch configurations for one
-// shape and returns the fastest, as a tune_fn for Autotuner::GetOrTune (kernels/autotune.h).
-// Host API; compiled only when DEQUANTD_HAVE_CUDA.
+// The autotuner's CUDA side: measures a kernel variant's candidate launch configurations the way
+// they will run and picks one with ChooseCandidate (kernels/autotune.h), as the tune function of
+// Autotuner::GetOrTune. Host API; compiled only when DEQUANTD_HAVE_CUDA.
+//
+// Method (docs/architecture.md "Autotuner"): scratch buffer sets (inputs + output) covering at
+// least 4 x L2, rotated launch after launch so the L2 never serves the inputs; one sample = one
+// CUDA graph of L launches (L such that a sample is about 1 ms of GPU time, past launch noise),
+// timed with events; R interleaved rounds (round r starts at candidate r, so drift hits all
+// alike); the rule of ChooseCandidate on the rounds.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/autotune.h"
 #include "kernels/cuda/dequant_cuda.h"
 
 namespace dequantd::cuda {
 
-// Tuning effort for one shape.
+// What a Dequantize call's launch is tuned for (the server's provider, --pretune, dequantd_bench):
+// the latency of one launch, since a single-layer call launches once after copies and has no
+// kernel to overlap with. docs/architecture.md "Autotuner" says why.
+inline constexpr TuneObjective kDequantizeObjective = TuneObjective::kLatency;
+
+// Tuning effort for one key. Defaults: <= 16 candidates x (5 rounds + 1 warm-up) x ~1 ms, about
+// 0.1 s of GPU time per key (measured per shape in docs/performance.md).
 struct TuneOptions {
-  int launches_per_config = 4;   // back-to-back launches timed together per candidate
-  double max_gpu_seconds = 0.1;  // stop sweeping once this much GPU time is spent (issue 3)
+  int rounds = 5;                          // interleaved rounds, one sample per candidate each
+  double sample_seconds = 1e-3;            // GPU time one sample aims at
+  int max_launches_per_sample = 512;       // bound on L (tiny layers)
+  int64_t rotation_bytes = 0;              // buffer sets cover at least this; 0 = 4 x the L2 size
+  double max_free_memory_fraction = 0.25;  // scratch may take at most this of free memory
 };
 
-TunedConfig ToTunedConfig(const LaunchConfig& c);
-LaunchConfig ToLaunchConfig(const TunedConfig& c);
+// The TuneKey identity of CUDA device `device` (name, compute capability). INTERNAL on a CUDA
+// error.
+absl::StatusOr<TuneDevice> ReadTuneDevice(int device);
 
-// The cache key for (v, shape, out_dtype) on CUDA device `device` (name and compute capability
-// from cudaGetDeviceProperties). INTERNAL on a CUDA error.
-absl::StatusOr<TuneKey> MakeTuneKey(int device, KernelVariant v, const AwqShape& shape,
-                                    DType out_dtype);
+// Times `candidates` (each CanImplement-able) for (v, shape, out_dtype) by the method above on
+// the current device, on scratch buffers (inputs filled with a fixed byte pattern) and a stream
+// of its own; returns their rounds in the given order. One measurement per process at a time
+// (a mutex), so concurrent tunings do not disturb each other's timings. Synchronizes the device
+// work it enqueued and frees the scratch before returning.
+// Errors: INVALID_ARGUMENT (ValidateShape, no candidates, a candidate CanImplement refuses);
+// RESOURCE_EXHAUSTED when not even one buffer set fits in the allowed free memory; INTERNAL on a
+// CUDA error.
+absl::StatusOr<std::vector<CandidateSamples>> MeasureCandidates(
+    KernelVariant v, const AwqShape& shape, DType out_dtype, TuneObjective objective,
+    absl::Span<const LaunchConfig> candidates, const TuneOptions& options = {});
 
-// Times every CandidateConfigs(v, shape, out_dtype) entry that CanImplement accepts on `stream`
-// with CUDA events (one warm-up launch, then launches_per_config back-to-back launches per
-// candidate, time per launch), within max_gpu_seconds in total, and returns the fastest.
-// `in` (device pointers) and `out` (device, K * N elements of out_dtype) are the buffers launched
-// on; their contents are overwritten (`out`) or only read (`in`). Synchronizes `stream`.
-// Errors: INVALID_ARGUMENT when no candidate can be implemented; INTERNAL on a CUDA error.
-absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const PackedTensorView& in,
-                                           DType out_dtype, void* out, cudaStream_t stream,
+// MeasureCandidates over CandidateConfigs(v, shape, out_dtype), then ChooseCandidate: the entry
+// holds the choice and its median seconds per launch. Errors: as MeasureCandidates.
+absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const AwqShape& shape, DType out_dtype,
+                                           TuneObjective objective,
                                            const TuneOptions& options = {});
 
-// As above on freshly allocated scratch buffers for `shape` (inputs filled with a non-zero byte
-// pattern, freed before returning). RESOURCE_EXHAUSTED when they do not fit.
-absl::StatusOr<TuneEntry> TuneLaunchConfigScratch(KernelVariant v, const AwqShape& shape,
-                                                  DType out_dtype, cudaStream_t stream,
-                                                  const TuneOptions& options = {});
-
-// The configuration to launch (v, in, out_dtype) with on the current device: from `tuner`
-// (tuning on `in`/`out` on a miss, see Autotuner::GetOrTune). Variants with a single candidate
-// are not tuned: DefaultConfig is returned. `result` (optional) receives GetOrTune's result for
-// logging (tuned, save_status).
-absl::StatusOr<LaunchConfig> GetOrTuneLaunchConfig(Autotuner& tuner, KernelVariant v,
-                                                   const PackedTensorView& in, DType out_dtype,
-                                                   void* out, cudaStream_t stream,
+// The configuration to launch (v, shape, out_dtype) with on `device` for `objective`: through
+// tuner.GetOrTune with TuneKey::For(device, VariantName(v), shape, out_dtype, objective) and
+// TuneLaunchConfig on the current device on a miss. A variant with a single candidate is not
+// tuned (nor counted): DefaultConfig. `result` (optional) receives GetOrTune's result.
+// Errors: ValidateShape's; TuneLaunchConfig's.
+absl::StatusOr<LaunchConfig> GetOrTuneLaunchConfig(Autotuner& tuner, const TuneDevice& device,
+                                                   KernelVariant v, const AwqShape& shape,
+                                                   DType out_dtype, TuneObjective objective,
                                                    Autotuner::Result* result = nullptr,
                                                    const TuneOptions& options = {});
 

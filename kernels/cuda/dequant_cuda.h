@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/launch_config.h"  // LaunchConfig
 #include "kernels/dequant.h"
 
 namespace dequantd::cuda {
@@ -32,18 +33,6 @@ std::vector<KernelVariant> AllVariants();
 // tiles of words_per_thread * rows_per_thread <= kV4MaxTileWords words (larger tiles spill).
 inline constexpr int kV4MaxBlockSize = 512;
 inline constexpr int kV4MaxTileWords = 16;
-
-// Launch parameters a variant exposes (fields a variant ignores must be left at their defaults;
-// v1 and v2 take none).
-struct LaunchConfig {
-  int block_size = 256;      // threads per block (v3: [32, 1024], v4: [32, 512]); multiple of 32
-  int words_per_thread = 1;  // packed words of a row per thread, N/8/words apart (v4: 1, 2 or
-                             // 4, dividing N/8)
-  int rows_per_thread = 1;   // consecutive rows of K per thread (v4: 1, 2, 4, 8 or 16, dividing
-                             // group_size; also group_size * N/8 / (words * rows) < 2^31)
-  std::string ToString() const;  // e.g. "block=256,words=4,rows=2"
-  bool operator==(const LaunchConfig&) const = default;
-};
 
 // The configuration used when nothing is tuned.
 LaunchConfig DefaultConfig(KernelVariant v, const AwqShape& shape, DType out_dtype);

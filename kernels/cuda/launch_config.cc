@@ -50,10 +50,6 @@ std::vector<KernelVariant> AllVariants() {
           KernelVariant::kV4Vec16};
 }
 
-std::string LaunchConfig::ToString() const {
-  return absl::StrCat("block=", block_size, ",words=", words_per_thread, ",rows=", rows_per_thread);
-}
-
 // Measured on the H200 (fp16 scales, group 128, cuda_quick_bench --sweep, 2026-11-30): one word
 // per thread and 128-thread blocks lead everywhere. fp16/bf16 output: two rows per thread on
 // layers with >= 32M outputs (4096x14336: 94.0% of the peak copy rate, 8192x28672: 98.0%),

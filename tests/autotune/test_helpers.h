@@ -3,28 +3,22 @@
 
 #include <cstdint>
 
-#include "kernels/tune_cache.h"
+#include "kernels/autotune.h"
 
 namespace dequantd::autotune_testing {
 
-// The key of an H200 v4_vec16 tuning for a (K, N) layer with group_size 128, fp16 scales and the
-// output dtype `out`.
-inline TuneKey Key(int64_t K, int64_t N, DType out = DType::kF16) {
-  TuneKey k;
-  k.device = "NVIDIA H200";
-  k.compute_capability = 90;
-  k.variant = "v4_vec16";
-  k.K = K;
-  k.N = N;
-  k.group_size = 128;
-  k.scale_dtype = DType::kF16;
-  k.output_dtype = out;
-  return k;
+inline const TuneDevice kH200{"NVIDIA H200", 90};
+
+// The key of an H200 v4_vec16 latency tuning for a (K, N) layer with group_size 128, fp16 scales
+// and the output dtype `out`.
+inline TuneKey Key(int64_t K, int64_t N, DType out = DType::kF16,
+                   TuneObjective objective = TuneObjective::kLatency) {
+  return TuneKey::For(kH200, "v4_vec16", AwqShape{K, N, 128, DType::kF16}, out, objective);
 }
 
 // A tuned launch configuration (block size, words and rows per thread) and its time in seconds.
 inline TuneEntry Entry(int block, int words, int rows, double seconds) {
-  return TuneEntry{TunedConfig{block, words, rows}, seconds};
+  return TuneEntry{cuda::LaunchConfig{block, words, rows}, seconds};
 }
 
 }  // namespace dequantd::autotune_testing

@@ -96,18 +96,21 @@ TEST(MetricsTest, RpcCountsRequestsErrorsLatencyAndInFlight) {
   EXPECT_EQ(latency->sum, 0.5);
 }
 
-TEST(MetricsTest, AutotuneTotalsApplyOnlyIncreases) {
+TEST(MetricsTest, AutotuneObserverCountsLookupsEntriesAndTuningTime) {
   std::unique_ptr<Metrics> metrics = MakeMetrics();
   // Present at 0 before any autotuning (the CPU backend never tunes).
   EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_hits_total")->value, 0);
   EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_misses_total")->value, 0);
-  metrics->SetAutotuneTotals(/*hits=*/3, /*misses=*/1, /*entries=*/2);
-  metrics->SetAutotuneTotals(5, 1, 4);
-  metrics->SetAutotuneTotals(4, 0, 3);  // a stale report (lower totals) adds nothing
-  EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_hits_total")->value, 5);
-  EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_misses_total")->value, 1);
+  AutotuneObserver& observer = *metrics;
+  for (bool hit : {true, false, true, true, false}) observer.ObserveLookup(hit);
+  observer.ObserveEntries(4);
+  observer.ObserveEntries(3);  // a gauge: the last value counts
+  EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_hits_total")->value, 3);
+  EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_misses_total")->value, 2);
   EXPECT_EQ(Find(*metrics, "dequantd_autotune_cache_entries")->value, 3);
-  metrics->ObserveAutotuneDuration(0.02);
+  AutotuneTuning done;
+  done.wall_seconds = 0.02;
+  observer.ObserveTuning(done);
   const std::optional<Series> tuning = Find(*metrics, "dequantd_autotune_duration_seconds");
   ASSERT_TRUE(tuning.has_value());
   EXPECT_EQ(tuning->value, 1);

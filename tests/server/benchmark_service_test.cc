@@ -60,7 +60,7 @@ TEST(BenchmarkRequestFromProtoTest, CpuDefaultsAreSmall) {
 TEST(BenchmarkRequestFromProtoTest, CudaDefaultsAreTheLibrarysAndTheNineShapes) {
   BenchmarkServiceOptions options;
   options.backend = "cuda";
-  Autotuner tuner("");
+  Autotuner tuner;
   options.autotuner = &tuner;
   absl::StatusOr<bench::BenchmarkRequest> r = BenchmarkRequestFromProto({}, options);
   ASSERT_TRUE(r.ok()) << r.status();

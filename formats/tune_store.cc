@@ -1,4 +1,4 @@
-#include "kernels/tune_cache.h"
+#include "formats/tune_store.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -9,22 +9,24 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
+#include <system_error>
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "formats/atomic_file.h"
 #include "nlohmann/json.hpp"
 
-namespace dequantd {
+namespace dequantd::formats {
 namespace {
 
-using Entries = std::vector<std::pair<TuneKey, TuneEntry>>;
 using nlohmann::json;
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
-// Closes a file descriptor on scope exit.
+// Closes a file descriptor on scope exit (closing a lock file releases its flock).
 class FdCloser {
  public:
   explicit FdCloser(int fd) : fd_(fd) {}
@@ -70,19 +72,18 @@ DType DTypeField(const json& j, const char* field) {
 }
 
 auto KeyTuple(const TuneKey& k) {
-  return std::tie(k.device, k.compute_capability, k.variant, k.K, k.N, k.group_size, k.scale_dtype,
-                  k.output_dtype);
+  return std::tie(k.device.name, k.device.compute_capability, k.variant, k.K, k.N, k.group_size,
+                  k.scale_dtype, k.output_dtype, k.objective);
+}
+
+std::string EnvOrEmpty(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
 }
 
 }  // namespace
 
-std::string TuneKey::ToString() const {
-  return absl::StrCat(device, " sm", compute_capability, " ", variant, " ", K, "x", N, " g",
-                      group_size, " ", std::string(DTypeName(scale_dtype)), "->",
-                      std::string(DTypeName(output_dtype)));
-}
-
-absl::StatusOr<Entries> ParseTuneCacheJson(const std::string& text) {
+absl::StatusOr<TuneEntries> ParseTuneFileJson(const std::string& text) {
   const json doc = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {
     return absl::DataLossError("tune cache is not a JSON object");
@@ -91,26 +92,30 @@ absl::StatusOr<Entries> ParseTuneCacheJson(const std::string& text) {
   if (version == doc.end() || !version->is_number_integer()) {
     return absl::DataLossError("tune cache has no integer \"version\"");
   }
-  if (version->get<int64_t>() != TuneCache::kFileVersion) {
+  if (version->get<int64_t>() != kTuneFileVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "tune cache version ", version->get<int64_t>(), ", expected ", TuneCache::kFileVersion));
+        "tune cache version ", version->get<int64_t>(), ", expected ", kTuneFileVersion));
   }
   const auto list = doc.find("entries");
   if (list == doc.end() || !list->is_array()) {
     return absl::DataLossError("tune cache has no \"entries\" array");
   }
-  Entries entries;
+  TuneEntries entries;
   try {
     for (const json& e : *list) {
       TuneKey key;
-      key.device = e.at("device").get<std::string>();
-      key.compute_capability = e.at("compute_capability").get<int>();
+      key.device.name = e.at("device").get<std::string>();
+      key.device.compute_capability = e.at("compute_capability").get<int>();
       key.variant = e.at("variant").get<std::string>();
       key.K = e.at("K").get<int64_t>();
       key.N = e.at("N").get<int64_t>();
       key.group_size = e.at("group_size").get<int64_t>();
       key.scale_dtype = DTypeField(e, "scale_dtype");
       key.output_dtype = DTypeField(e, "output_dtype");
+      const std::string objective = e.at("objective").get<std::string>();
+      if (!ParseTuneObjective(objective, &key.objective)) {
+        throw std::invalid_argument(absl::StrCat("objective: ", objective));
+      }
       TuneEntry entry;
       const json& c = e.at("config");
       entry.config.block_size = c.at("block_size").get<int>();
@@ -125,86 +130,69 @@ absl::StatusOr<Entries> ParseTuneCacheJson(const std::string& text) {
   return entries;
 }
 
-std::string TuneCacheToJson(Entries entries) {
+std::string TuneFileToJson(TuneEntries entries) {
   std::sort(entries.begin(), entries.end(),
             [](const auto& a, const auto& b) { return KeyTuple(a.first) < KeyTuple(b.first); });
   json list = json::array();
   for (const auto& [key, entry] : entries) {
-    list.push_back({{"device", key.device},
-                    {"compute_capability", key.compute_capability},
+    list.push_back({{"device", key.device.name},
+                    {"compute_capability", key.device.compute_capability},
                     {"variant", key.variant},
                     {"K", key.K},
                     {"N", key.N},
                     {"group_size", key.group_size},
                     {"scale_dtype", std::string(DTypeName(key.scale_dtype))},
                     {"output_dtype", std::string(DTypeName(key.output_dtype))},
+                    {"objective", std::string(TuneObjectiveName(key.objective))},
                     {"config",
                      {{"block_size", entry.config.block_size},
                       {"words_per_thread", entry.config.words_per_thread},
                       {"rows_per_thread", entry.config.rows_per_thread}}},
                     {"seconds", entry.seconds}});
   }
-  json doc = {{"version", TuneCache::kFileVersion}, {"entries", std::move(list)}};
+  json doc = {{"version", kTuneFileVersion}, {"entries", std::move(list)}};
   return doc.dump(1) + "\n";
 }
 
-std::string DefaultTuneCachePath() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] != '\0') {
+std::string ResolveTuneFilePath(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const std::string xdg = EnvOrEmpty("XDG_CACHE_HOME"); !xdg.empty()) {
     return absl::StrCat(xdg, "/dequantd/tune_cache.json");
   }
-  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] != '\0') {
+  if (const std::string home = EnvOrEmpty("HOME"); !home.empty()) {
     return absl::StrCat(home, "/.cache/dequantd/tune_cache.json");
   }
   return "";
 }
 
-TuneCache::TuneCache(std::string path) : path_(std::move(path)) {}
+absl::Status CreateTuneFileDirectory(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) return absl::OkStatus();
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("cannot create the tune cache directory \"",
+                                            dir.string(), "\": ", error.message()));
+  }
+  return absl::OkStatus();
+}
 
-absl::Status TuneCache::Load() {
-  if (path_.empty()) return absl::OkStatus();
+absl::StatusOr<TuneEntries> TuneFile::Load() {
   absl::StatusOr<std::string> text = ReadFile(path_);
-  if (absl::IsNotFound(text.status())) return absl::OkStatus();
+  if (absl::IsNotFound(text.status())) return TuneEntries{};
   if (!text.ok()) return text.status();
-  absl::StatusOr<Entries> entries = ParseTuneCacheJson(*text);
+  absl::StatusOr<TuneEntries> entries = ParseTuneFileJson(*text);
   if (!entries.ok()) {
     return absl::Status(entries.status().code(),
                         absl::StrCat(path_, ": ", entries.status().message(), " (ignored)"));
   }
-  std::unique_lock lock(mu_);
-  for (auto& [key, entry] : *entries) map_.try_emplace(std::move(key), entry);
-  return absl::OkStatus();
+  return entries;
 }
 
-std::optional<TuneEntry> TuneCache::Lookup(const TuneKey& key) const {
-  std::shared_lock lock(mu_);
-  const auto it = map_.find(key);
-  if (it == map_.end()) return std::nullopt;
-  return it->second;
-}
-
-void TuneCache::Insert(const TuneKey& key, const TuneEntry& entry) {
-  std::unique_lock lock(mu_);
-  map_.insert_or_assign(key, entry);
-}
-
-size_t TuneCache::size() const {
-  std::shared_lock lock(mu_);
-  return map_.size();
-}
-
-absl::Status TuneCache::Save() {
-  if (path_.empty()) return absl::OkStatus();
-  std::lock_guard save_lock(save_mu_);
-
-  const std::filesystem::path path(path_);
-  if (path.has_parent_path()) {
-    std::error_code ec;
-    std::filesystem::create_directories(path.parent_path(), ec);
-    if (ec) {
-      return absl::InternalError(absl::StrCat("cannot create directory ",
-                                              path.parent_path().string(), ": ", ec.message()));
-    }
-  }
+absl::StatusOr<TuneEntries> TuneFile::Merge(const TuneEntries& entries) {
+  std::lock_guard merge_lock(merge_mu_);
+  if (absl::Status s = CreateTuneFileDirectory(path_); !s.ok()) return s;
 
   // Cross-process lock on a side file (the cache file itself is replaced by rename).
   const std::string lock_path = path_ + ".lock";
@@ -212,31 +200,30 @@ absl::Status TuneCache::Save() {
   if (lock_fd < 0) {
     return absl::InternalError(absl::StrCat("cannot open ", lock_path, ": ", ErrnoText(errno)));
   }
-  FdCloser lock_closer(lock_fd);  // closing releases the flock
+  FdCloser lock_closer(lock_fd);
   while (::flock(lock_fd, LOCK_EX) != 0) {
     if (errno != EINTR) {
       return absl::InternalError(absl::StrCat("cannot lock ", lock_path, ": ", ErrnoText(errno)));
     }
   }
 
-  // Merge what other processes wrote since we loaded; a bad file is simply replaced.
+  // What other processes wrote since; a bad file is simply replaced.
+  absl::flat_hash_set<TuneKey> mine;
+  for (const auto& [key, entry] : entries) mine.insert(key);
+  TuneEntries others;
   if (absl::StatusOr<std::string> text = ReadFile(path_); text.ok()) {
-    if (absl::StatusOr<Entries> entries = ParseTuneCacheJson(*text); entries.ok()) {
-      std::unique_lock lock(mu_);
-      for (auto& [key, entry] : *entries) map_.try_emplace(std::move(key), entry);
+    if (absl::StatusOr<TuneEntries> stored = ParseTuneFileJson(*text); stored.ok()) {
+      for (auto& stored_entry : *stored) {
+        if (!mine.contains(stored_entry.first)) others.push_back(std::move(stored_entry));
+      }
     }
   }
-  Entries snapshot;
-  {
-    std::shared_lock lock(mu_);
-    snapshot.assign(map_.begin(), map_.end());
+  TuneEntries all = entries;
+  all.insert(all.end(), others.begin(), others.end());
+  if (absl::Status s = WriteFileAtomically(path_, TuneFileToJson(std::move(all))); !s.ok()) {
+    return absl::InternalError(absl::StrCat("cannot write tune cache: ", s.message()));
   }
-  const std::string text = TuneCacheToJson(std::move(snapshot));
-
-  if (absl::Status status = formats::WriteFileAtomically(path_, text); !status.ok()) {
-    return absl::InternalError(absl::StrCat("cannot write tune cache: ", status.message()));
-  }
-  return absl::OkStatus();
+  return others;
 }
 
-}  // namespace dequantd
+}  // namespace dequantd::formats
