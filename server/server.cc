@@ -293,7 +293,8 @@ class RunningServer final : public DequantServer {
                    c.hits, c.misses, c.tunings, c.tune_failures, c.entries,
                    autotuner_->cache_path().empty() ? "memory" : autotuner_->cache_path());
     }
-    metrics_.reset();  // stops the HTTP endpoint; no handler uses it any more
+    security_.reset();  // stops the TLS/token file watchers, which report into metrics_
+    metrics_.reset();   // stops the HTTP endpoint; no handler uses it any more
     lock.lock();
     shut_down_ = true;
     done_cv_.notify_all();
@@ -344,7 +345,8 @@ class RunningServer final : public DequantServer {
   BackendInfo backend_info_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<DequantService> service_;
-  std::unique_ptr<auth::ServerSecurity> security_;  // its file watchers outlive the server
+  // Shutdown destroys it once server_ has stopped, before metrics_ (which it reports to).
+  std::unique_ptr<auth::ServerSecurity> security_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   int metrics_port_ = 0;

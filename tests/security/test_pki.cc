@@ -1,6 +1,8 @@
 // TestPki (see test_pki.h).
 #include "tests/security/test_pki.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,12 +13,18 @@
 
 namespace dequantd::testing {
 
-TestPki::TestPki(std::string dir) : dir_(std::move(dir)) {
+TestPki::TestPki(const std::string& dir) : dir_(absl::StrCat(dir, ".", getpid())) {
+  std::filesystem::remove_all(dir_);
   std::filesystem::create_directories(dir_);
   std::ofstream(dir_ + "/leaf.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
                                        "basicConstraints=CA:FALSE\n"
                                        "keyUsage=digitalSignature\n"
                                        "extendedKeyUsage=serverAuth,clientAuth\n";
+}
+
+TestPki::~TestPki() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
 }
 
 void TestPki::Run(const std::string& command) {

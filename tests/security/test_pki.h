@@ -14,8 +14,10 @@ struct CertFiles {
 
 class TestPki {
  public:
-  // Files go under `dir` (created).
-  explicit TestPki(std::string dir);
+  // Files go under `dir`.<pid> (created; removed by the destructor): ctest runs each test in its
+  // own process, in parallel, and each makes its own certificates.
+  explicit TestPki(const std::string& dir);
+  ~TestPki();
 
   // A self-signed CA named `name` (files <name>.pem, <name>.key). Fails the test on error.
   CertFiles MakeCa(const std::string& name);
