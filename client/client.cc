@@ -115,9 +115,10 @@ absl::StatusOr<std::unique_ptr<DequantClient>> DequantClient::Connect(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   args.SetMaxSendMessageSize(options.max_send_message_bytes);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-  return std::make_unique<DequantClient>(std::move(channel), options);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateClientChannel(target, options.security, std::move(args));
+  if (!channel.ok()) return channel.status();
+  return std::make_unique<DequantClient>(std::move(*channel), options);
 }
 
 DequantClient::DequantClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "client/credentials.h"
 #include "dequant/v1/dequant.grpc.pb.h"
 
 namespace dequantd {
@@ -32,6 +33,8 @@ struct ClientOptions {
   int max_send_message_bytes = -1;
   // Per-call deadline in seconds; 0 = none.
   double deadline_seconds = 0;
+  // TLS, mutual TLS and the bearer token (client/credentials.h); default: plaintext, no token.
+  ClientSecurityOptions security;
 };
 
 // Receives a Dequantize result as it streams in: `on_header` once, then `on_chunk` with
@@ -76,8 +79,9 @@ class ResponseStreamChecker {
 
 class DequantClient {
  public:
-  // An insecure channel to `target` ("host:port"). Connection happens lazily on the first call.
-  // Errors: INVALID_ARGUMENT (empty target).
+  // A channel to `target` ("host:port"), plaintext or TLS and with or without a token as
+  // options.security says. Connection happens lazily on the first call. Errors:
+  // INVALID_ARGUMENT (empty target; CreateClientChannel's, naming the flag and file).
   static absl::StatusOr<std::unique_ptr<DequantClient>> Connect(const std::string& target,
                                                                 const ClientOptions& options = {});
   DequantClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);

@@ -33,6 +33,15 @@
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "dequantd address, HOST:PORT");
 ABSL_FLAG(double, deadline, 0, "per-call deadline in seconds, > 0; not given = none");
+// Security (client/credentials.h; README.md, Security).
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA that verifies the server's certificate: use TLS");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate chain for mutual TLS (with --tls-key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name to verify in the server's certificate (default: the host of --server)");
+ABSL_FLAG(std::string, token_file, "",
+          "file whose first line is the bearer token to send; default: $DEQUANTD_TOKEN if set");
 ABSL_FLAG(std::string, tensor, "", "dequantize: a layer of the loaded model (see `list`)");
 ABSL_FLAG(std::string, packed, "", "dequantize: safetensors file with PREFIXqweight/qzeros/scales");
 ABSL_FLAG(std::string, prefix, "", "dequantize --packed: tensor name prefix, e.g. 'layer.'");
@@ -86,7 +95,9 @@ usage:
              [--hardware-counters]
       --hardware-counters: DRAM/cache counters per kernel row (CUDA build with CUPTI; replays)
 every subcommand: --server HOST:PORT (default 127.0.0.1:50051), --deadline SECONDS (per call,
-  > 0; default none). A flag that does not apply to the subcommand is a usage error.
+  > 0; default none), --tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]
+  (TLS, mutual TLS), --token-file FILE (else $DEQUANTD_TOKEN). A flag that does not apply to
+  the subcommand is a usage error.
 exit status: 0 ok, 1 the call failed, 2 usage error)";
 
 // While absl parses flags it may exit(1) on a bad value; make that a usage exit.
@@ -273,6 +284,13 @@ int main(int argc, char** argv) {
 
   dequantd::ClientOptions client_options;
   client_options.deadline_seconds = deadline;
+  client_options.security.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  client_options.security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  client_options.security.tls_key = absl::GetFlag(FLAGS_tls_key);
+  client_options.security.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  absl::StatusOr<std::string> token = dequantd::ResolveToken(absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) return UsageError(std::string(token.status().message()));
+  client_options.security.token = std::move(*token);
   absl::StatusOr<std::unique_ptr<dequantd::DequantClient>> client =
       dequantd::DequantClient::Connect(absl::GetFlag(FLAGS_server), client_options);
   if (!client.ok()) return UsageError(std::string(client.status().message()));

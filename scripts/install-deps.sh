@@ -10,5 +10,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake ninja-build pkg-config git ca-certificates python3 python3-venv python3-pip \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
   prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libspdlog-dev libgtest-dev libgmock-dev \
-  prometheus >/dev/null
+  prometheus libssl-dev openssl >/dev/null  # openssl: tests/security make certificates
 echo "install-deps: done"

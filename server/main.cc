@@ -37,9 +37,13 @@ ABSL_FLAG(std::string, model, "models/smollm2-135m-awq",
           "AWQ checkpoint directory (config.json + *.safetensors). The default is the bundled "
           "model, made by scripts/make-model.sh; --model= starts with no model (inline requests "
           "only)");
-ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address HOST:PORT (port 0: pick a free one)");
-ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
-          "/metrics address HOST:PORT (port 0: pick a free one; empty: no metrics endpoint)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "gRPC address HOST:PORT (port 0: pick a free one). Loopback by default: listen on "
+          "0.0.0.0 or a pod IP only with --tls-cert/--auth-tokens (README.md, Security)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "/metrics address HOST:PORT (port 0: pick a free one; empty: no metrics endpoint). "
+          "Plain HTTP without authentication: keep it on loopback or a network only the "
+          "scraper reaches");
 ABSL_FLAG(std::string, backend, "auto", "auto (cuda when a GPU is present, else cpu), cpu or cuda");
 ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend, 0..1024; 0 = hardware concurrency");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
@@ -59,6 +63,28 @@ ABSL_FLAG(bool, pretune, false,
 ABSL_FLAG(double, shutdown_deadline, 5.0,
           "seconds (0..86400) in-flight calls get to finish on SIGINT/SIGTERM/SIGHUP before "
           "they are cancelled; a second signal ends dequantd at once");
+
+// Security (server/auth/; README.md, Security).
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain (server certificate first): serve gRPC over TLS; reloaded when "
+          "the file changes (see --credentials-refresh-seconds)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert; reloaded with it");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificate(s): mutual TLS, clients must present a certificate it verifies");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "file of 'ROLE TOKEN' lines (ROLE reader or admin, '#' comments): every RPC but "
+          "health needs 'authorization: Bearer TOKEN'; reloaded when the file changes");
+ABSL_FLAG(bool, allow_insecure_tokens, false,
+          "allow --auth-tokens over plaintext on a --listen that is not loopback or a Unix "
+          "socket (tokens can then be read on the network)");
+ABSL_FLAG(std::string, reflection, "on",
+          "on|off: serve gRPC server reflection (grpcurl); with --auth-tokens it needs a reader "
+          "or admin token");
+ABSL_FLAG(std::string, health_listen, "",
+          "HOST:PORT of a plaintext port serving only grpc.health.v1 without a token (for "
+          "Kubernetes probes); empty: none");
+ABSL_FLAG(int, credentials_refresh_seconds, 5,
+          "seconds (1..3600) between checks of the --tls-* and --auth-tokens files for changes");
 
 namespace {
 
@@ -100,6 +126,24 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
   std::vector<char*> result;
   for (std::string& arg : storage) result.push_back(arg.data());
   return result;
+}
+
+// The security flags into `security`. INVALID_ARGUMENT for a --reflection other than on/off.
+absl::Status ReadSecurityFlags(dequantd::auth::SecurityOptions& security) {
+  security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  security.tls_key = absl::GetFlag(FLAGS_tls_key);
+  security.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  security.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
+  security.allow_insecure_tokens = absl::GetFlag(FLAGS_allow_insecure_tokens);
+  security.health_listen = absl::GetFlag(FLAGS_health_listen);
+  security.refresh_seconds = absl::GetFlag(FLAGS_credentials_refresh_seconds);
+  const std::string reflection = absl::GetFlag(FLAGS_reflection);
+  if (reflection != "on" && reflection != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reflection must be on or off, got \"", reflection, "\""));
+  }
+  security.reflection = reflection == "on";
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -186,6 +230,10 @@ int main(int argc, char** argv) {
   options.tune_cache = absl::GetFlag(FLAGS_tune_cache);
   options.pretune = absl::GetFlag(FLAGS_pretune);
   options.shutdown_deadline_seconds = absl::GetFlag(FLAGS_shutdown_deadline);
+  if (absl::Status s = ReadSecurityFlags(options.security); !s.ok()) {
+    std::fprintf(stderr, "dequantd: %s\n", std::string(s.message()).c_str());
+    return kUsageErrorExitCode;
+  }
 
   if (options.model_dir.empty()) {
     spdlog::warn("no model loaded (--model is empty): only inline Dequantize requests are served");
@@ -212,6 +260,10 @@ int main(int argc, char** argv) {
   if ((*server)->metrics_port() != 0) {
     spdlog::info("metrics on http://{}/metrics",
                  WithPort(options.metrics_listen, (*server)->metrics_port()));
+  }
+  if ((*server)->health_port() != 0) {
+    spdlog::info("health-only gRPC (plaintext) on {}",
+                 WithPort(options.security.health_listen, (*server)->health_port()));
   }
 
   int signal_number = 0;

@@ -193,6 +193,30 @@ void Metrics::CreateFamilies(std::string_view version) {
   model_layers_ =
       &gauge("dequantd_model_layers", "Quantized layers of the loaded model (0: none loaded)")
            .Add({});
+  CreateSecurityFamilies();
+}
+
+void Metrics::CreateSecurityFamilies() {
+  prometheus::Registry& r = *registry_;
+  tls_certificate_expiry_ =
+      &Register(prometheus::BuildGauge(), "dequantd_tls_certificate_expiry_timestamp_seconds",
+                "notAfter of the TLS server certificate being served, seconds since the epoch", r);
+  tls_reload_errors_total_ =
+      &Register(prometheus::BuildCounter(), "dequantd_tls_reload_errors_total",
+                "Changed TLS certificate/key/CA files refused at reload (the previous "
+                "certificate is still served)",
+                r)
+           .Add({});
+  auth_tokens_ = &Register(prometheus::BuildGauge(), "dequantd_auth_tokens",
+                           "Tokens loaded from the --auth-tokens file", r)
+                      .Add({});
+  auth_tokens_reload_errors_total_ =
+      &Register(prometheus::BuildCounter(), "dequantd_auth_tokens_reload_errors_total",
+                "Changed --auth-tokens files refused at reload (the previous tokens stay)", r)
+           .Add({});
+  auth_denied_total_ =
+      &Register(prometheus::BuildCounter(), "dequantd_auth_denied_total",
+                "Calls refused by the token check before any handler ran, by gRPC status code", r);
 }
 
 Metrics::~Metrics() = default;
@@ -227,6 +251,21 @@ void Metrics::SetDevices(const BackendInfo& info) {
 }
 
 void Metrics::SetModelLayers(int64_t layers) { model_layers_->Set(static_cast<double>(layers)); }
+
+void Metrics::SetTlsCertificateExpiry(int64_t not_after_unix_seconds) {
+  tls_certificate_expiry_->Add({}).Set(static_cast<double>(not_after_unix_seconds));
+}
+
+void Metrics::AddTlsReloadError() { tls_reload_errors_total_->Increment(); }
+
+void Metrics::SetAuthTokens(int64_t tokens) { auth_tokens_->Set(static_cast<double>(tokens)); }
+
+void Metrics::AddAuthTokensReloadError() { auth_tokens_reload_errors_total_->Increment(); }
+
+void Metrics::AddAuthDenied(int code) {
+  auth_denied_total_->Add({{"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(code))}})
+      .Increment();
+}
 
 void Metrics::ObserveLookup(bool hit) {
   (hit ? autotune_hits_total_ : autotune_misses_total_)->Increment();

@@ -38,6 +38,15 @@
 //   dequantd_build_info{version,cuda}                 gauge: always 1 (cuda: runtime or "none")
 //   dequantd_device_info{device,name,compute_capability,driver}  gauge: always 1
 //   dequantd_model_layers                             gauge: quantized layers of the model
+// Security (server/auth/, README "Security")
+//   dequantd_tls_certificate_expiry_timestamp_seconds  gauge: notAfter of the served server
+//       certificate, seconds since the epoch (absent without --tls-cert)
+//   dequantd_tls_reload_errors_total                   counter: changed TLS files refused (the
+//       previous certificate is still served)
+//   dequantd_auth_tokens                               gauge: tokens loaded from --auth-tokens
+//   dequantd_auth_tokens_reload_errors_total           counter: changed token files refused
+//   dequantd_auth_denied_total{code}                   counter: calls refused before any handler
+//       (code: UNAUTHENTICATED or PERMISSION_DENIED)
 #pragma once
 
 #include <cstdint>
@@ -115,6 +124,14 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
   //   "dram__bytes_write.sum"                              -> dram_written_bytes
   void RecordBenchmark(const dequant::v1::BenchmarkResponse& response);
 
+  // --- Security (server/auth/ through server.cc) ---
+  void SetTlsCertificateExpiry(int64_t not_after_unix_seconds);
+  void AddTlsReloadError();
+  void SetAuthTokens(int64_t tokens);
+  void AddAuthTokensReloadError();
+  // One call refused by the token check with gRPC status code `code` (16 or 7).
+  void AddAuthDenied(int code);
+
   // --- BackendObserver (backends) ---
   void ObserveStage(DequantizeStage stage, double seconds) override;
   void ObserveKernel(std::string_view device, std::string_view backend, std::string_view variant,
@@ -125,6 +142,7 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
  private:
   Metrics() = default;
   void CreateFamilies(std::string_view version);
+  void CreateSecurityFamilies();
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<MetricsHttpServer> http_;  // null when not served
@@ -159,6 +177,12 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
 
   prometheus::Family<prometheus::Gauge>* device_info_ = nullptr;
   prometheus::Gauge* model_layers_ = nullptr;
+
+  prometheus::Family<prometheus::Gauge>* tls_certificate_expiry_ = nullptr;
+  prometheus::Counter* tls_reload_errors_total_ = nullptr;
+  prometheus::Gauge* auth_tokens_ = nullptr;
+  prometheus::Counter* auth_tokens_reload_errors_total_ = nullptr;
+  prometheus::Family<prometheus::Counter>* auth_denied_total_ = nullptr;
 
   std::mutex mu_;
   std::map<std::string, double, std::less<>> copy_bytes_per_second_;  // by device; guarded by mu_

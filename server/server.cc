@@ -1,7 +1,6 @@
 // DequantServer::Start and the running server (see server.h).
 #include "server/server.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "formats/tune_store.h"
 #include "kernels/autotune.h"
+#include "server/auth/server_security.h"
 #include "server/backend.h"
 #include "server/benchmark_service.h"
 #include "server/checkpoint.h"
@@ -150,7 +150,64 @@ absl::Status CheckOptions(const ServerOptions& options) {
           "disable it)"));
     }
   }
+  if (!options.security.health_listen.empty()) {
+    if (absl::Status s =
+            CheckHostPort("health_listen (--health-listen)", options.security.health_listen);
+        !s.ok()) {
+      return s;
+    }
+  }
   return absl::OkStatus();
+}
+
+// Logs and counts what server/auth/ reports: reloads, refused reloads, refused calls. Tokens are
+// never in these messages (server/auth/ never puts them there).
+auth::SecurityObserver MakeSecurityObserver(Metrics* metrics) {
+  auth::SecurityObserver observer;
+  observer.on_tls_served = [metrics](const auth::TlsMaterial& m) {
+    spdlog::info("tls: serving certificate {} serial {} valid until {} (unix seconds)", m.subject,
+                 m.serial_hex, m.not_after_unix);
+    metrics->SetTlsCertificateExpiry(m.not_after_unix);
+  };
+  observer.on_tls_reload_error = [metrics](const absl::Status& s) {
+    spdlog::error(
+        "tls: the changed files were refused, the previous certificate is still "
+        "served: {}",
+        s.ToString());
+    metrics->AddTlsReloadError();
+  };
+  observer.on_tokens_loaded = [metrics](size_t tokens) {
+    spdlog::info("auth: {} token(s) loaded", tokens);
+    metrics->SetAuthTokens(static_cast<int64_t>(tokens));
+  };
+  observer.on_tokens_reload_error = [metrics](const absl::Status& s) {
+    spdlog::error("auth: the changed token file was refused, the previous tokens stay: {}",
+                  s.ToString());
+    metrics->AddAuthTokensReloadError();
+  };
+  observer.on_call_denied = [metrics](grpc::StatusCode code) {
+    metrics->AddAuthDenied(static_cast<int>(code));
+  };
+  return observer;
+}
+
+// One start-up line saying what is protected and what is open.
+void LogSecurity(const ServerOptions& options, const auth::ServerSecurity& security) {
+  const auth::SecurityOptions& s = options.security;
+  spdlog::info("security: {} on {}; tokens {}; reflection {}; health-only port {}",
+               !security.tls()           ? "plaintext"
+               : s.tls_client_ca.empty() ? "TLS"
+                                         : "mutual TLS",
+               options.listen,
+               security.tokens() ? absl::StrCat("required (", s.auth_tokens, ")") : "off",
+               s.reflection ? (security.tokens() ? "on (reader)" : "on") : "off",
+               s.health_listen.empty() ? "none" : s.health_listen);
+  if (!security.tls() && !security.tokens() && !auth::IsLoopbackOrUnix(options.listen)) {
+    spdlog::warn(
+        "security: {} is plaintext and needs no token: anyone who reaches it can read "
+        "every weight and run Benchmark (README.md, Security)",
+        options.listen);
+  }
 }
 
 #if DEQUANTD_HAVE_CUDA
@@ -209,6 +266,7 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
 
   int port() const override { return port_; }
   int metrics_port() const override { return metrics_port_; }
+  int health_port() const override { return health_port_; }
   std::string backend_name() const override { return backend_info_.name; }
   std::string device_description() const override { return DescribeDevices(backend_info_); }
   int layer_count() const override {
@@ -237,7 +295,8 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
           c.misses, c.tunings, c.tune_failures, c.entries,
           autotuner_->store_description().empty() ? "memory" : autotuner_->store_description());
     }
-    metrics_.reset();  // stops the HTTP endpoint; no handler or tuning uses it any more
+    security_.reset();  // stops the TLS/token file watchers, which report into metrics_
+    metrics_.reset();   // stops the HTTP endpoint; no handler or tuning uses it any more
     lock.lock();
     shut_down_ = true;
     done_cv_.notify_all();
@@ -284,9 +343,12 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
   BackendInfo backend_info_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<DequantService> service_;
+  // Shutdown destroys it once server_ has stopped, before metrics_ (which it reports to).
+  std::unique_ptr<auth::ServerSecurity> security_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   int metrics_port_ = 0;
+  int health_port_ = 0;
 
   std::mutex mu_;
   std::condition_variable done_cv_;
@@ -373,13 +435,17 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
       service_options, server->checkpoint_.get(), server->backend_.get(), server->metrics_.get(),
       MakeBenchmarkRunner(std::move(benchmark_options)));
 
+  absl::StatusOr<std::unique_ptr<auth::ServerSecurity>> security = auth::ServerSecurity::Create(
+      options.security, options.listen, MakeSecurityObserver(server->metrics_.get()));
+  if (!security.ok()) return security.status();
+  server->security_ = std::move(*security);
+
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // gRPC enables SO_REUSEPORT by default on Linux: a second server on the same port would start
   // and split the traffic. A port in use must be an error.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  server->security_->AddTo(builder, options.listen, &server->port_, &server->health_port_);
   builder.SetMaxReceiveMessageSize(GrpcReceiveLimitBytes(options.max_request_bytes));
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
@@ -388,6 +454,11 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on \"", options.listen,
                                                "\" (address in use or not HOST:PORT?)"));
   }
+  if (!options.security.health_listen.empty() && server->health_port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("--health-listen \"", options.security.health_listen,
+                                               "\": cannot serve (address in use?)"));
+  }
+  LogSecurity(options, *server->security_);
   return server;
 }
 

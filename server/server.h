@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/auth/security_options.h"
 
 namespace dequantd {
 
@@ -39,12 +40,15 @@ struct ServerOptions {
                          // whole model's grouped fp16 plan (DequantizeLayers)
   double shutdown_deadline_seconds = 5.0;  // what main passes to Shutdown on SIGINT/SIGTERM;
                                            // 0..86400 (NaN refused)
+  auth::SecurityOptions security;  // TLS, tokens, reflection, health-only port (README Security)
 };
 
 class DequantServer {
  public:
   // Loads the model, initializes the backend (uploads the model to the GPUs), starts gRPC (with
-  // health checking and reflection) and metrics. Errors: the checkpoint's (NOT_FOUND,
+  // health checking, reflection unless security.reflection is off, TLS and tokens as
+  // configured) and metrics. Errors: server/auth/server_security.h's (INVALID_ARGUMENT naming
+  // the --tls-* / --auth-tokens flag and file), the checkpoint's (NOT_FOUND,
   // INVALID_ARGUMENT, DATA_LOSS), INVALID_ARGUMENT naming the option (bad option, e.g. backend
   // "gpu", max_request_bytes above kMaxRequestBytesLimit, shutdown_deadline_seconds NaN or out
   // of 0..86400, metrics_listen equal to listen), FAILED_PRECONDITION (backend "cuda" without a
@@ -54,6 +58,7 @@ class DequantServer {
 
   virtual int port() const = 0;                  // bound gRPC port
   virtual int metrics_port() const = 0;          // bound metrics port, 0 if disabled
+  virtual int health_port() const = 0;           // bound --health-listen port, 0 if none
   virtual std::string backend_name() const = 0;  // "cuda" or "cpu"
   // The device(s) computing, for logs: e.g. "NVIDIA H200 (sm_90)", "2 x NVIDIA H200 (sm_90)",
   // or the CPU model name with its thread count.

@@ -1,0 +1,120 @@
+// CreateClientChannel and ResolveToken (see credentials.h).
+#include "client/credentials.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/client_interceptor.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace dequantd {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const char* flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": cannot read (", std::strerror(errno), ")"));
+  }
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+// Adds "authorization: Bearer TOKEN" to every call's initial metadata. An interceptor rather
+// than call credentials: gRPC sends call credentials only over TLS, and a token may also go
+// over plaintext to a loopback or Unix-socket server.
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(const std::string* header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", *header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* header_;  // owned by the factory, which the channel keeps
+};
+
+class BearerTokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenInterceptorFactory(const std::string& token)
+      : header_(absl::StrCat("Bearer ", token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new BearerTokenInterceptor(&header_);
+  }
+
+ private:
+  const std::string header_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(
+    const std::string& target, const ClientSecurityOptions& security, grpc::ChannelArguments args) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (security.tls_cert.empty() != security.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key go together (mutual TLS): give both or neither");
+  }
+  if (security.use_tls()) {
+    grpc::SslCredentialsOptions ssl;
+    if (!security.tls_ca.empty()) {
+      absl::StatusOr<std::string> ca = ReadFile("--tls-ca", security.tls_ca);
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = std::move(*ca);
+    }
+    if (!security.tls_cert.empty()) {
+      absl::StatusOr<std::string> cert = ReadFile("--tls-cert", security.tls_cert);
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadFile("--tls-key", security.tls_key);
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = std::move(*cert);
+      ssl.pem_private_key = std::move(*key);
+    }
+    credentials = grpc::SslCredentials(ssl);
+    if (!security.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(security.tls_server_name);
+    }
+  } else if (!security.tls_server_name.empty()) {
+    return absl::InvalidArgumentError("--tls-server-name needs TLS: give --tls-ca");
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!security.token.empty()) {
+    interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(security.token));
+  }
+  return grpc::experimental::CreateCustomChannelWithInterceptors(target, credentials, args,
+                                                                 std::move(interceptors));
+}
+
+absl::StatusOr<std::string> ResolveToken(const std::string& token_file) {
+  if (token_file.empty()) {
+    const char* env = std::getenv("DEQUANTD_TOKEN");
+    return std::string(env != nullptr ? absl::StripAsciiWhitespace(env) : "");
+  }
+  absl::StatusOr<std::string> contents = ReadFile("--token-file", token_file);
+  if (!contents.ok()) return contents.status();
+  const std::string first_line = contents->substr(0, contents->find('\n'));
+  std::string token(absl::StripAsciiWhitespace(first_line));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token-file ", token_file, ": the first line holds no token"));
+  }
+  return token;
+}
+
+}  // namespace dequantd
