@@ -264,6 +264,7 @@ int Main() {
   for (const SyntheticLayer& l : layers) shapes.emplace_back(l.shape.K, l.shape.N);
   RawStreamService raw(shapes);
   std::vector<Row> ceilings;
+  std::vector<Row> encodings;  // the raw stream with dequantd's (and the old) message building
   for (const std::string& transport : transports) {
     int port = 0;
     const std::string socket = work + "/raw.sock";
@@ -287,6 +288,25 @@ int Main() {
         row.transport = transport;
         ceilings.push_back(row);
       }
+    }
+    if (transport == "tcp") {
+      // The serialization's cost: the largest size, one stream, each way of building a message.
+      const size_t i = layers.size() - 1;
+      v1::DequantizeRequest request;
+      request.set_tensor("raw." + std::to_string(i));
+      request.set_chunk_bytes(chunk);
+      const absl::Span<const uint8_t> expected(raw.bytes().data(), reference[i].size());
+      for (auto [encoding, name] :
+           {std::pair{RawStreamService::Encoding::kOneCopy, "raw gRPC, one copy"},
+            std::pair{RawStreamService::Encoding::kProtobuf, "raw gRPC, protobuf bytes"}}) {
+        raw.set_encoding(encoding);
+        Row row = Measure(target, request, static_cast<int64_t>(reference[i].size()), expected, 1,
+                          1, trials);
+        row.what = name;
+        row.transport = transport;
+        encodings.push_back(row);
+      }
+      raw.set_encoding(RawStreamService::Encoding::kZeroCopy);
     }
     server->Shutdown();
   }
@@ -346,11 +366,14 @@ int Main() {
                         : std::string("pinned device-to-host copy: no GPU\n"))
             << "\nceilings: raw gRPC byte stream (no computation, no copy on the server)\n\n";
   PrintRows(ceilings, nullptr);
+  std::cout << "\nthe same raw stream, messages built as dequantd builds them now (one copy into a "
+               "slice) and before issue 8 (protobuf bytes field + serialization: two copies)\n\n";
+  PrintRows(encodings, &ceilings);
   std::cout << "\ndequantd (every byte received into the client's memory)\n\n";
   PrintRows(rows, &ceilings);
 
   bool ok = true;
-  for (const std::vector<Row>* table : {&ceilings, &rows}) {
+  for (const std::vector<Row>* table : {&ceilings, &encodings, &rows}) {
     for (const Row& r : *table) ok = ok && r.correct && r.error.empty();
   }
   if (!ok) std::cerr << "dequantd_e2e_bench: some fetched bytes were wrong or a call failed\n";

@@ -68,11 +68,31 @@ grpc::Status RawStreamService::Serve(grpc::ServerContext*, Stream* stream) {
   if (!stream->Write(header_buffer)) return grpc::Status::CANCELLED;
   for (int64_t at = begin; at < end; at += chunk) {
     const size_t size = static_cast<size_t>(std::min(chunk, end - at));
-    uint8_t prefix[kChunkPrefixMaxBytes];
-    const size_t n = EncodeChunkPrefix(at, size, prefix);
-    grpc::Slice slices[2] = {grpc::Slice(prefix, n),
-                             grpc::Slice(bytes_.data() + at, size, grpc::Slice::STATIC_SLICE)};
-    if (!stream->Write(grpc::ByteBuffer(slices, 2))) return grpc::Status::CANCELLED;
+    const uint8_t* data = bytes_.data() + at;
+    grpc::ByteBuffer message;
+    switch (encoding_.load()) {
+      case Encoding::kZeroCopy: {
+        uint8_t prefix[kChunkPrefixMaxBytes];
+        const size_t n = EncodeChunkPrefix(at, size, prefix);
+        grpc::Slice slices[2] = {grpc::Slice(prefix, n),
+                                 grpc::Slice(data, size, grpc::Slice::STATIC_SLICE)};
+        message = grpc::ByteBuffer(slices, 2);
+        break;
+      }
+      case Encoding::kOneCopy:
+        message = EncodeChunkMessage(at, absl::MakeConstSpan(data, size));
+        break;
+      case Encoding::kProtobuf: {
+        v1::DequantizeResponse response;
+        response.set_offset(at);
+        response.set_data(data, size);
+        bool own_buffer = false;
+        grpc::SerializationTraits<v1::DequantizeResponse>::Serialize(response, &message,
+                                                                     &own_buffer);
+        break;
+      }
+    }
+    if (!stream->Write(message)) return grpc::Status::CANCELLED;
   }
   return grpc::Status::OK;
 }

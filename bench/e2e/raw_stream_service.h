@@ -6,6 +6,7 @@
 // buffer).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +20,14 @@ namespace dequantd::e2e {
 
 class RawStreamService final : public dequant::v1::DequantService::Service {
  public:
+  // How a chunk message is built (for measuring the serialization's cost):
+  //   kZeroCopy  a prefix slice + a slice referencing the buffer (the transport's ceiling);
+  //   kOneCopy   EncodeChunkMessage: the bytes copied once into one slice (what dequantd does);
+  //   kProtobuf  DequantizeResponse.set_data + protobuf serialization (dequantd before issue 8:
+  //              two copies).
+  enum class Encoding { kZeroCopy, kOneCopy, kProtobuf };
+  void set_encoding(Encoding encoding) { encoding_ = encoding; }
+
   // Serves the fp16 results of `shapes` ({K, N} each), all prefixes of one fixed pattern.
   explicit RawStreamService(std::vector<std::pair<int64_t, int64_t>> shapes);
   const std::vector<uint8_t>& bytes() const { return bytes_; }
@@ -33,6 +42,7 @@ class RawStreamService final : public dequant::v1::DequantService::Service {
 
   const std::vector<std::pair<int64_t, int64_t>> shapes_;
   std::vector<uint8_t> bytes_;
+  std::atomic<Encoding> encoding_{Encoding::kZeroCopy};
 };
 
 // A gRPC server on `address` ("127.0.0.1:0" or "unix:PATH") with the same channel settings as
