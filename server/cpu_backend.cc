@@ -157,12 +157,14 @@ class CpuBackend final : public Backend {
       const AwqShape& shape = view.shape;
       observer_->ObserveStage(DequantizeStage::kKernel, kernel_seconds);
       observer_->ObserveStage(DequantizeStage::kSend, send_seconds);
-      // The rows computed (all of them unless the sink asked for a range): their share of the
-      // packed inputs read and the output bytes written.
+      // The rows computed (all of them unless the sink asked for a range): their qweight rows
+      // and the qzeros/scales rows of the groups they touch read, their output written.
       const int64_t rows = last_row - first_row;
-      const int64_t packed = shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes();
-      observer_->ObserveKernel(kDevice, "cpu", "cpu", packed / K * rows, rows * row_bytes,
-                               kernel_seconds);
+      const int64_t groups = (last_row - 1) / shape.group_size - first_row / shape.group_size + 1;
+      const int64_t read =
+          rows * (shape.qweight_bytes() / K) +
+          groups * ((shape.qzeros_bytes() + shape.scales_bytes()) / shape.groups());
+      observer_->ObserveKernel(kDevice, "cpu", "cpu", read, rows * row_bytes, kernel_seconds);
     }
     return absl::OkStatus();
   }
