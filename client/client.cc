@@ -85,36 +85,53 @@ absl::Status ResponseStreamChecker::Next(const v1::DequantizeResponse& response)
   } else if (response.has_header()) {
     return DataLoss(absl::StrCat("second header at offset ", response.offset()));
   }
-  if (response.offset() != bytes_received_) {
-    return DataLoss(absl::StrCat("chunk at offset ", response.offset(), ", expected ",
-                                 bytes_received_, " (chunks not contiguous)"));
+  const int64_t expected = range_offset_ + bytes_received_;
+  // A message without data (a header) carries no position: its offset field is 0 whatever the
+  // range.
+  if (response.data().empty()) return absl::OkStatus();
+  if (response.offset() != expected) {
+    return DataLoss(absl::StrCat("chunk at offset ", response.offset(), ", expected ", expected,
+                                 " (chunks not contiguous)"));
   }
   const int64_t size = static_cast<int64_t>(response.data().size());
-  if (size > header_.total_bytes() - bytes_received_) {
-    return DataLoss(absl::StrCat("chunk [", response.offset(), ", ", response.offset() + size,
-                                 ") runs past total_bytes ", header_.total_bytes()));
+  if (size > RangeEnd() - expected) {
+    return DataLoss(absl::StrCat(
+        "chunk [", response.offset(), ", ", response.offset() + size, ") runs past ",
+        RangeEnd() == header_.total_bytes() ? "total_bytes " : "the range's end ", RangeEnd()));
   }
   bytes_received_ += size;
   return absl::OkStatus();
 }
 
+int64_t ResponseStreamChecker::RangeEnd() const {
+  const int64_t total = header_.total_bytes();
+  if (range_length_ <= 0 || range_length_ > total - range_offset_) return total;
+  return range_offset_ + range_length_;
+}
+
 absl::Status ResponseStreamChecker::Finish() const {
   if (!has_header_) return DataLoss("ended without a header");
-  if (bytes_received_ != header_.total_bytes()) {
-    return DataLoss(
-        absl::StrCat("ended after ", bytes_received_, " of ", header_.total_bytes(), " bytes"));
+  if (range_offset_ + bytes_received_ != RangeEnd()) {
+    return DataLoss(absl::StrCat("ended after ", bytes_received_, " of ",
+                                 RangeEnd() - range_offset_, " bytes"));
   }
   return absl::OkStatus();
 }
 
 // ---- DequantClient --------------------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<DequantClient>> DequantClient::Connect(
-    const std::string& target, const ClientOptions& options) {
+absl::StatusOr<std::unique_ptr<DequantClient>> DequantClient::Connect(const std::string& target,
+                                                                      const ClientOptions& options,
+                                                                      int connection) {
   if (target.empty()) return absl::InvalidArgumentError("server address is empty");
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   args.SetMaxSendMessageSize(options.max_send_message_bytes);
+  if (connection > 0) {
+    // A channel with its own subchannel pool never shares a connection with another channel.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt("dequantd.connection", connection);
+  }
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       CreateClientChannel(target, options.security, std::move(args));
   if (!channel.ok()) return channel.status();
@@ -224,7 +241,7 @@ absl::StatusOr<v1::DequantizeHeader> DequantClient::Dequantize(const v1::Dequant
   SetDeadline(&context);
   std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
       stub_->Dequantize(&context, request);
-  ResponseStreamChecker checker;
+  ResponseStreamChecker checker(request.offset(), request.length());
   absl::Status status = ReadStream(context, *reader, [&](const v1::DequantizeResponse& response) {
     return Deliver(checker, sink, response);
   });

@@ -60,18 +60,29 @@ struct DequantizedTensor {
 // it is public so the checks can be tested without a misbehaving server.
 class ResponseStreamChecker {
  public:
+  // A stream of the byte range [range_offset, range_offset + range_length) of the result (the
+  // request's `offset` and `length`, bytes; length 0 = to the end): the defaults are the whole
+  // result.
+  explicit ResponseStreamChecker(int64_t range_offset = 0, int64_t range_length = 0)
+      : range_offset_(range_offset), range_length_(range_length) {}
   // Accepts the next message. DATA_LOSS if it is malformed: the first message has no header, a
   // later one has one, the header's total_bytes is not shape[0] * shape[1] * sizeof(dtype), the
-  // offset is not where the previous data ended, or the data runs past total_bytes.
+  // offset is not where the previous data ended (the range's start for the first), or the data
+  // runs past the range's end (or total_bytes).
   absl::Status Next(const v1::DequantizeResponse& response);
-  // At the end of the stream: DATA_LOSS if no header came or fewer than total_bytes arrived.
+  // At the end of the stream: DATA_LOSS if no header came or fewer bytes than the range (or
+  // total_bytes) arrived.
   absl::Status Finish() const;
 
   bool has_header() const { return has_header_; }
   const v1::DequantizeHeader& header() const { return header_; }
-  int64_t bytes_received() const { return bytes_received_; }
+  int64_t bytes_received() const { return bytes_received_; }  // of the range
 
  private:
+  int64_t RangeEnd() const;  // after the header
+
+  int64_t range_offset_;
+  int64_t range_length_;
   bool has_header_ = false;
   v1::DequantizeHeader header_;
   int64_t bytes_received_ = 0;
@@ -79,11 +90,16 @@ class ResponseStreamChecker {
 
 class DequantClient {
  public:
-  // A channel to `target` ("host:port"), plaintext or TLS and with or without a token as
-  // options.security says. Connection happens lazily on the first call. Errors:
-  // INVALID_ARGUMENT (empty target; CreateClientChannel's, naming the flag and file).
+  // A client on a channel to `target` ("host:port" or any gRPC target, e.g. "unix:/path"),
+  // plaintext or TLS and with or without a token as options.security says (credentials.h's
+  // CreateClientChannel, the one place channels are made). `connection` > 0 gives the channel
+  // its own subchannel pool, so clients made with different values (the parallel range streams,
+  // ranged_fetch.h) each open their own connection instead of sharing one HTTP/2 connection.
+  // Connection happens lazily on the first call. Errors: INVALID_ARGUMENT (empty target;
+  // CreateClientChannel's, naming the flag and file).
   static absl::StatusOr<std::unique_ptr<DequantClient>> Connect(const std::string& target,
-                                                                const ClientOptions& options = {});
+                                                                const ClientOptions& options = {},
+                                                                int connection = 0);
   DequantClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
 
   // Each returns the server's status on failure (UNAVAILABLE when it cannot be reached).
@@ -91,11 +107,13 @@ class DequantClient {
   absl::StatusOr<v1::GetServerInfoResponse> GetServerInfo();
   absl::StatusOr<v1::BenchmarkResponse> Benchmark(const v1::BenchmarkRequest& request);
 
-  // Streams one dequantization into `sink` and returns the header. Errors: the server's status
-  // (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, ...), a callback's status, or DATA_LOSS
-  // when the stream is malformed: no header first, a second header, a header whose total_bytes
-  // disagrees with its shape and dtype, a chunk whose offset is not where the previous one
-  // ended, or a total different from header.total_bytes.
+  // Streams one dequantization into `sink` and returns the header. With the request's byte range
+  // (`offset`, `length`) set, only that range streams (on_chunk offsets are offsets in the whole
+  // result, from `offset`). Errors: the server's status (INVALID_ARGUMENT, NOT_FOUND,
+  // RESOURCE_EXHAUSTED, ...), a callback's status, or DATA_LOSS when the stream is malformed: no
+  // header first, a second header, a header whose total_bytes disagrees with its shape and dtype,
+  // a chunk whose offset is not where the previous one ended, or a total different from the
+  // range's (header.total_bytes for the whole result).
   absl::StatusOr<v1::DequantizeHeader> Dequantize(const v1::DequantizeRequest& request,
                                                   const DequantizeSink& sink);
   // Dequantize into memory. Same errors.

@@ -11,6 +11,7 @@
 #include "client/compare.h"
 #include "client/output_file.h"
 #include "client/packed_input.h"
+#include "client/ranged_fetch.h"
 
 namespace dequantd {
 namespace {
@@ -19,6 +20,39 @@ namespace {
 std::string LayerOfPrefix(std::string prefix) {
   if (absl::EndsWith(prefix, ".")) prefix.pop_back();
   return prefix;
+}
+
+// The clients of `streams` parallel streams: `first`, then connections 1.. made by `more`.
+absl::StatusOr<std::vector<std::unique_ptr<DequantClient>>> MoreClients(const ClientFactory& more,
+                                                                        int streams) {
+  std::vector<std::unique_ptr<DequantClient>> clients;
+  for (int i = 1; i < streams && more; ++i) {
+    absl::StatusOr<std::unique_ptr<DequantClient>> client = more(i);
+    if (!client.ok()) return client.status();
+    clients.push_back(*std::move(client));
+  }
+  return clients;
+}
+
+// Fetches `request`'s result of `total_bytes` in `streams` ranges into `file` (written in place)
+// or nowhere (file null). Returns the header.
+absl::StatusOr<v1::DequantizeHeader> FetchRangesInto(DequantClient& client,
+                                                     const ClientFactory& more,
+                                                     const v1::DequantizeRequest& request,
+                                                     int64_t total_bytes, int streams,
+                                                     OutputFile* file) {
+  absl::StatusOr<std::vector<std::unique_ptr<DequantClient>>> extra = MoreClients(more, streams);
+  if (!extra.ok()) return extra.status();
+  std::vector<DequantClient*> clients = {&client};
+  for (const std::unique_ptr<DequantClient>& c : *extra) clients.push_back(c.get());
+  RangeSink sink;
+  sink.on_header = [file](const v1::DequantizeHeader& header) {
+    return file != nullptr ? file->Begin(header) : absl::OkStatus();
+  };
+  sink.write_at = [file](int64_t offset, absl::Span<const uint8_t> data) {
+    return file != nullptr ? file->WriteAt(offset, data) : absl::OkStatus();
+  };
+  return FetchRanges(clients, request, total_bytes, static_cast<int>(clients.size()), sink);
 }
 
 }  // namespace
@@ -34,6 +68,10 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options) {
     return absl::InvalidArgumentError("--group-size applies to --packed only");
   }
   if (options.chunk_bytes < 0) return absl::InvalidArgumentError("--chunk-bytes must be >= 0");
+  if (options.streams < 0 || options.streams > kMaxStreams) {
+    return absl::InvalidArgumentError(absl::StrCat("--streams must be in 0..", kMaxStreams,
+                                                   " (0 = by size), got ", options.streams));
+  }
   absl::StatusOr<v1::DType> dtype = ParseOutputDType(options.dtype);
   if (!dtype.ok()) return dtype.status();
   if (!options.compare.empty()) {
@@ -44,7 +82,7 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options) {
 }
 
 absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& options,
-                           std::ostream& out) {
+                           std::ostream& out, const ClientFactory& more) {
   absl::Status status = CheckDequantizeOptions(options);
   if (!status.ok()) return status;
 
@@ -89,6 +127,17 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
     file = OutputFile::ForPath(options.out, name.empty() ? "weight" : name);
   }
 
+  // Ranged (parallel, resumable) when the bytes may arrive out of order: no comparison, and an
+  // output written at offsets or none. The size must be known first (ListTensors for a tensor);
+  // when it cannot be, the single stream below reports the server's own error.
+  int streams = 0;
+  int64_t total_bytes = 0;
+  if (options.compare.empty() && (options.out.empty() || OutputFile::CanWriteAt(options.out))) {
+    if (absl::StatusOr<int64_t> total = ResultBytes(client, request); total.ok()) {
+      total_bytes = *total;
+      streams = more ? (options.streams > 0 ? options.streams : DefaultStreams(total_bytes)) : 1;
+    }
+  }
   DequantizeSink sink;
   sink.on_header = [&](const v1::DequantizeHeader& header) {
     // The comparison first: a reference it refuses leaves no temporary output file behind.
@@ -102,7 +151,9 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
     return s;
   };
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<v1::DequantizeHeader> header = client.Dequantize(request, sink);
+  absl::StatusOr<v1::DequantizeHeader> header =
+      streams > 0 ? FetchRangesInto(client, more, request, total_bytes, streams, file.get())
+                  : client.Dequantize(request, sink);
   if (!header.ok()) return header.status();
   if (file) {
     status = file->Finish();
@@ -117,6 +168,7 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
       header->shape(0), header->shape(1), OutputDTypeName(header->dtype()), bytes, seconds * 1e3,
       seconds > 0 ? bytes / seconds / 1e6 : 0.0, header->backend(),
       header->kernel().empty() ? "" : absl::StrCat(", kernel ", header->kernel()));
+  if (streams > 1) out << ", " << streams << " streams";
   if (file) out << " -> " << options.out << " (" << file->kind() << ")";
   out << '\n';
   if (comparer) {

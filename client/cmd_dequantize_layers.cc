@@ -1,9 +1,11 @@
 // `dequantctl dequantize-layers` (see commands.h).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/output_file.h"
+#include "client/ranged_fetch.h"
 #include "client/table.h"
 #include "client/temp_file_guard.h"
 #include "formats/safetensors.h"
@@ -42,13 +45,16 @@ absl::Status CreateOutDir(const std::string& dir) {
 }
 
 // --out FILE.safetensors: every distinct layer collected in memory, written at the end.
+// Thread-safe between streams: each stream passes its own `current` (the layer it receives).
 class SafetensorsCollector {
  public:
-  absl::Status Begin(const v1::DequantizeHeader& header) {
+  struct Tensor;
+  absl::Status Begin(const v1::DequantizeHeader& header, Tensor** current) {
     absl::StatusOr<std::string> dtype = SafetensorsDTypeFor(header.dtype());
     if (!dtype.ok()) return dtype.status();
+    std::lock_guard<std::mutex> lock(mu_);
     auto [it, inserted] = tensors_.try_emplace(header.tensor());
-    current_ = inserted ? &it->second : nullptr;  // a repeated layer is kept once
+    *current = inserted ? &it->second : nullptr;  // a repeated layer is kept once
     if (inserted) {
       order_.push_back(header.tensor());
       it->second.dtype = *dtype;
@@ -57,8 +63,8 @@ class SafetensorsCollector {
     }
     return absl::OkStatus();
   }
-  void Add(absl::Span<const uint8_t> data) {
-    if (current_ != nullptr) current_->data.insert(current_->data.end(), data.begin(), data.end());
+  static void Add(Tensor* current, absl::Span<const uint8_t> data) {
+    if (current != nullptr) current->data.insert(current->data.end(), data.begin(), data.end());
   }
   absl::Status Write(const std::string& path) const {
     std::vector<safetensors::TensorToWrite> tensors;
@@ -70,16 +76,38 @@ class SafetensorsCollector {
     return safetensors::WriteFile(path, tensors);
   }
 
- private:
   struct Tensor {
     std::string dtype;
     std::vector<int64_t> shape;
     std::vector<uint8_t> data;
   };
-  std::map<std::string, Tensor> tensors_;
-  std::vector<std::string> order_;  // first appearance
-  Tensor* current_ = nullptr;
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, Tensor> tensors_;  // nodes stay put while others are inserted
+  std::vector<std::string> order_;         // first appearance
 };
+
+// The layer names of the request, or every layer of the model (ListTensors) when it names none,
+// with their result sizes in bytes (for balancing the streams).
+absl::Status ListLayers(DequantClient& client, std::vector<std::string>& names,
+                        std::vector<int64_t>& bytes, int64_t element_bytes) {
+  absl::StatusOr<v1::ListTensorsResponse> list = client.ListTensors();
+  if (!list.ok()) return list.status();
+  std::map<std::string, int64_t> sizes;
+  for (const v1::QuantizedTensorInfo& info : list->tensors()) {
+    sizes[info.name()] = info.in_features() * info.out_features() * element_bytes;
+  }
+  if (names.empty()) {
+    for (const v1::QuantizedTensorInfo& info : list->tensors()) names.push_back(info.name());
+  }
+  bytes.clear();
+  for (const std::string& name : names) {
+    auto it = sizes.find(name);
+    bytes.push_back(it == sizes.end() ? 0 : it->second);  // unknown: the server says NOT_FOUND
+  }
+  return absl::OkStatus();
+}
 
 // --tensors "a,b": the names in order; "" = none (every layer). INVALID_ARGUMENT for an empty
 // name ("a,,b", ",") or a name listed twice.
@@ -109,6 +137,10 @@ absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options
     return absl::InvalidArgumentError("dequantize-layers --out must name a .safetensors file");
   }
   if (options.chunk_bytes < 0) return absl::InvalidArgumentError("--chunk-bytes must be >= 0");
+  if (options.streams < 1 || options.streams > kMaxStreams) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--streams must be in 1..", kMaxStreams, ", got ", options.streams));
+  }
   if (absl::StatusOr<std::vector<std::string>> tensors = SplitLayerNames(options.tensors);
       !tensors.ok()) {
     return tensors.status();
@@ -117,7 +149,7 @@ absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options
 }
 
 absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOptions& options,
-                                 std::ostream& out) {
+                                 std::ostream& out, const ClientFactory& more) {
   if (absl::Status s = CheckDequantizeLayersOptions(options); !s.ok()) return s;
   absl::StatusOr<std::vector<std::string>> tensors = SplitLayerNames(options.tensors);
   if (!tensors.ok()) return tensors.status();
@@ -126,32 +158,75 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   request.set_output_dtype(*ParseOutputDType(options.dtype));
   request.set_chunk_bytes(options.chunk_bytes);
 
-  std::unique_ptr<OutputFile> file;  // --out-dir: the current layer's .npy
-  SafetensorsCollector collected;    // --out
-  int64_t bytes = 0;
-  LayersSink sink;
-  sink.on_header = [&](const v1::DequantizeHeader& header) -> absl::Status {
-    if (!options.out.empty()) return collected.Begin(header);
-    if (options.out_dir.empty()) return absl::OkStatus();
-    if (file) {
-      if (absl::Status s = file->Finish(); !s.ok()) return s;
-    } else if (absl::Status s = CreateOutDir(options.out_dir); !s.ok()) {
-      return s;  // the first result: a call that fails before it leaves no directory behind
+  // One stream per subset of the layers (one subset, the request as given, for one stream).
+  std::vector<std::vector<std::string>> subsets = {*tensors};
+  std::vector<std::unique_ptr<DequantClient>> extra;
+  std::vector<DequantClient*> clients = {&client};
+  if (options.streams > 1 && more) {
+    std::vector<std::string> names = *tensors;
+    std::vector<int64_t> sizes;
+    const int64_t element_bytes = OutputDTypeBytes(
+        request.output_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP16 : request.output_dtype());
+    if (absl::Status s = ListLayers(client, names, sizes, element_bytes); !s.ok()) return s;
+    if (!names.empty()) subsets.clear();  // no layers listed: one call, the server's answer
+    for (const std::vector<size_t>& subset : SplitLayers(sizes, options.streams)) {
+      subsets.emplace_back();
+      for (size_t i : subset) subsets.back().push_back(names[i]);
     }
-    file = OutputFile::ForPath(NpyPathFor(options.out_dir, header.tensor()), header.tensor());
-    return file->Begin(header);
+    for (size_t i = 1; i < subsets.size(); ++i) {
+      absl::StatusOr<std::unique_ptr<DequantClient>> c = more(static_cast<int>(i));
+      if (!c.ok()) return c.status();
+      clients.push_back(c->get());
+      extra.push_back(*std::move(c));
+    }
+  }
+
+  // Per stream: the current layer's .npy (--out-dir) or collected tensor (--out).
+  struct StreamState {
+    std::unique_ptr<OutputFile> file;
+    SafetensorsCollector::Tensor* tensor = nullptr;
   };
-  sink.on_chunk = [&](int64_t, absl::Span<const uint8_t> data) -> absl::Status {
-    bytes += static_cast<int64_t>(data.size());
-    if (!options.out.empty()) collected.Add(data);
-    return file ? file->Write(data) : absl::OkStatus();
+  std::vector<StreamState> states(subsets.size());
+  SafetensorsCollector collected;  // --out
+  std::mutex dir_mu;
+  bool dir_created = false;
+  std::atomic<int64_t> bytes{0};
+  const auto make_sink = [&](size_t stream) {
+    StreamState& state = states[stream];
+    LayersSink sink;
+    sink.on_header = [&](const v1::DequantizeHeader& header) -> absl::Status {
+      if (!options.out.empty()) return collected.Begin(header, &state.tensor);
+      if (options.out_dir.empty()) return absl::OkStatus();
+      if (state.file) {
+        if (absl::Status s = state.file->Finish(); !s.ok()) return s;
+      }
+      {
+        // The first result: a call that fails before it leaves no directory behind.
+        std::lock_guard<std::mutex> lock(dir_mu);
+        if (!dir_created) {
+          if (absl::Status s = CreateOutDir(options.out_dir); !s.ok()) return s;
+          dir_created = true;
+        }
+      }
+      state.file =
+          OutputFile::ForPath(NpyPathFor(options.out_dir, header.tensor()), header.tensor());
+      return state.file->Begin(header);
+    };
+    sink.on_chunk = [&](int64_t, absl::Span<const uint8_t> data) -> absl::Status {
+      bytes += static_cast<int64_t>(data.size());
+      if (!options.out.empty()) SafetensorsCollector::Add(state.tensor, data);
+      return state.file ? state.file->Write(data) : absl::OkStatus();
+    };
+    return sink;
   };
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::vector<v1::DequantizeHeader>> headers =
-      client.DequantizeLayers(request, sink);
+      FetchLayerSubsets(clients, request, subsets, make_sink);
   if (!headers.ok()) return headers.status();
-  if (file) {
-    if (absl::Status s = file->Finish(); !s.ok()) return s;
+  for (StreamState& state : states) {
+    if (state.file) {
+      if (absl::Status s = state.file->Finish(); !s.ok()) return s;
+    }
   }
   if (!options.out.empty()) {
     if (absl::Status s = collected.Write(options.out); !s.ok()) return s;
@@ -163,10 +238,11 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
       "%s, %s, %d bytes in %.3f ms (%.3f GB/s)", Count(headers->size(), "layer"),
       OutputDTypeName(request.output_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP16
                                                                       : request.output_dtype()),
-      bytes, seconds * 1e3, seconds > 0 ? bytes / seconds / 1e9 : 0.0);
+      bytes.load(), seconds * 1e3, seconds > 0 ? bytes.load() / seconds / 1e9 : 0.0);
   if (!headers->empty()) {
     out << ", backend " << headers->front().backend() << ", kernel " << headers->front().kernel();
   }
+  if (subsets.size() > 1) out << ", " << subsets.size() << " streams";
   if (!options.out_dir.empty()) out << " -> " << NpyPathFor(options.out_dir, "*");
   if (!options.out.empty()) out << " -> " << options.out << " (safetensors)";
   out << '\n';

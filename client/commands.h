@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -33,7 +35,13 @@ struct DequantizeOptions {
   int64_t chunk_bytes = 0;     // --chunk-bytes: 0 = server default
   std::string compare;         // --compare: REF.safetensors[:TENSOR]; empty = no comparison
   std::string compare_layout = "auto";  // --compare-layout: auto, kn or nk
+  int streams =
+      0;  // --streams: parallel range streams, 0..kMaxStreams; 0 = by size (ranged_fetch.h)
 };
+
+// Makes a client on its own connection number `connection` (>= 1) to the same server, for the
+// parallel streams of --streams. Null: one stream only, on the client given.
+using ClientFactory = std::function<absl::StatusOr<std::unique_ptr<DequantClient>>(int connection)>;
 // Usage checks: exactly one of tensor / packed, prefix only with packed, dtype, layout.
 absl::Status CheckDequantizeOptions(const DequantizeOptions& options);
 // Dequantizes, streams the result into the output file (and the comparison), then prints one
@@ -42,8 +50,12 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options);
 // ("weight" when the prefix is empty). --compare's reference is opened before the call; with
 // --packed, (K, N) is known, so a reference that does not fit it (Begin's INVALID_ARGUMENT,
 // compare.h) is refused before the call too; with --tensor, when the header arrives.
+// Without --compare and with --out a .npy or raw file (regular, or not there yet) or no --out,
+// the result is fetched in byte ranges (ranged_fetch.h): --streams ranges at once on their own
+// connections (made by `more`), written in place, each resumed from its last byte after a broken
+// stream; otherwise (or when the size cannot be learnt first) in one stream, in order.
 absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& options,
-                           std::ostream& out);
+                           std::ostream& out, const ClientFactory& more = nullptr);
 
 // `dequantize-layers`.
 struct DequantizeLayersOptions {
@@ -52,6 +64,8 @@ struct DequantizeLayersOptions {
   int64_t chunk_bytes = 0;     // --chunk-bytes: 0 = server default
   std::string out_dir;         // --out-dir: one DIR/<layer>.npy per layer (see below)
   std::string out;             // --out: one FILE.safetensors holding every layer (once each)
+  int streams = 1;             // --streams: parallel DequantizeLayers calls, each a subset of the
+                               // layers, 1..kMaxStreams
 };
 // Usage checks: at most one of out / out_dir, out ends in .safetensors, dtype, chunk_bytes >= 0,
 // no empty or repeated name in tensors.
@@ -59,8 +73,10 @@ absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options
 // Dequantizes the layers in one DequantizeLayers call, writes the files (--out-dir DIR is created,
 // with its parents, when the first layer arrives: a call that fails first leaves none), then
 // prints one summary line (layers, dtype, bytes, wall time, GB/s, backend and kernel).
+// With streams > 1 the layers (every layer: from ListTensors) are split over that many calls on
+// their own connections (made by `more`; null: one call), balanced by bytes, all at once.
 absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOptions& options,
-                                 std::ostream& out);
+                                 std::ostream& out, const ClientFactory& more = nullptr);
 
 // `benchmark`.
 struct BenchmarkOptions {

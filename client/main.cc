@@ -31,7 +31,7 @@
 #include "client/flag_scope.h"
 #include "client/temp_file_guard.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "dequantd address, HOST:PORT");
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "dequantd address, HOST:PORT or unix:PATH");
 ABSL_FLAG(double, deadline, 0, "per-call deadline in seconds, > 0; not given = none");
 // Security (client/credentials.h; README.md, Security).
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA that verifies the server's certificate: use TLS");
@@ -65,6 +65,10 @@ ABSL_FLAG(std::string, variants, "", "benchmark: comma-separated variants; empty
 ABSL_FLAG(int32_t, trials, 0, "benchmark: trials; 0 = server default");
 ABSL_FLAG(int32_t, runs, 0, "benchmark: runs per trial; 0 = server default");
 ABSL_FLAG(bool, hardware_counters, false, "benchmark: collect hardware counters");
+ABSL_FLAG(int32_t, streams, 0,
+          "dequantize: parallel byte-range streams on separate connections, 1..64 (default: 1 "
+          "below 64 MB of result, else 4); dequantize-layers: parallel calls over subsets of "
+          "the layers, 1..64 (default 1)");
 
 namespace {
 
@@ -82,13 +86,17 @@ usage:
   dequantctl [--server HOST:PORT] dequantize --packed FILE.safetensors --prefix PREFIX
              [--group-size G] [--out FILE] [--dtype ...]
       [--compare REF.safetensors[:TENSOR]|REF.npy [--compare-layout auto|kn|nk]]
-      [--chunk-bytes B]
+      [--chunk-bytes B] [--streams S]
+      --streams: S byte ranges fetched at once on S connections and written in place (default:
+        1 below 64 MB, else 4; not with --compare or a .safetensors/device --out); a broken
+        range stream is resumed from its last byte (4 times at most)
       --compare-layout: kn = (K, N) like the result, nk = (N, K) (nn.Linear.weight); auto
         tells them apart by shape and refuses a square reference (K == N)
       FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes; the
         .safetensors tensor is named LAYER, or PREFIX without its trailing '.' ("weight" if empty)
   dequantctl [--server HOST:PORT] dequantize-layers [--tensors L,...] [--dtype fp16|bf16|fp32]
-             [--out-dir DIR | --out FILE.safetensors] [--chunk-bytes B]
+             [--out-dir DIR | --out FILE.safetensors] [--chunk-bytes B] [--streams S]
+      --streams: S calls at once, each a share of the layers (by bytes), on S connections
       no --tensors: every layer of the model, in one call (one grouped launch on CUDA)
   dequantctl [--server HOST:PORT] benchmark [--shapes KxN,...] [--tensors L,...]
              [--group-size G] [--dtype fp16,...] [--variants V,...] [--trials T] [--runs R]
@@ -248,6 +256,11 @@ int main(int argc, char** argv) {
     dequantize.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
     dequantize.compare = absl::GetFlag(FLAGS_compare);
     dequantize.compare_layout = absl::GetFlag(FLAGS_compare_layout);
+    dequantize.streams = absl::GetFlag(FLAGS_streams);
+    if (std::find(specified.begin(), specified.end(), "streams") != specified.end() &&
+        dequantize.streams == 0) {
+      return UsageError("--streams must be in 1..64 (leave it out to choose by size)");
+    }
     if (absl::Status s = dequantd::CheckDequantizeOptions(dequantize); !s.ok()) {
       return UsageError(std::string(s.message()));
     }
@@ -261,6 +274,9 @@ int main(int argc, char** argv) {
     dequantize_layers.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
     dequantize_layers.out_dir = absl::GetFlag(FLAGS_out_dir);
     dequantize_layers.out = absl::GetFlag(FLAGS_out);
+    if (std::find(specified.begin(), specified.end(), "streams") != specified.end()) {
+      dequantize_layers.streams = absl::GetFlag(FLAGS_streams);
+    }
     if (absl::Status s = dequantd::CheckDequantizeLayersOptions(dequantize_layers); !s.ok()) {
       return UsageError(std::string(s.message()));
     }
@@ -295,15 +311,20 @@ int main(int argc, char** argv) {
       dequantd::DequantClient::Connect(absl::GetFlag(FLAGS_server), client_options);
   if (!client.ok()) return UsageError(std::string(client.status().message()));
 
+  // The parallel streams' clients: same server and options, each on its own connection.
+  const dequantd::ClientFactory more = [&](int connection) {
+    return dequantd::DequantClient::Connect(absl::GetFlag(FLAGS_server), client_options,
+                                            connection);
+  };
   absl::Status status;
   if (command == "list") {
     status = dequantd::RunList(**client, std::cout);
   } else if (command == "info") {
     status = dequantd::RunInfo(**client, std::cout);
   } else if (command == "dequantize") {
-    status = dequantd::RunDequantize(**client, dequantize, std::cout);
+    status = dequantd::RunDequantize(**client, dequantize, std::cout, more);
   } else if (command == "dequantize-layers") {
-    status = dequantd::RunDequantizeLayers(**client, dequantize_layers, std::cout);
+    status = dequantd::RunDequantizeLayers(**client, dequantize_layers, std::cout, more);
   } else {
     status = dequantd::RunBenchmark(**client, *benchmark, std::cout);
   }

@@ -1,7 +1,9 @@
 // The three output file kinds of dequantctl (see output_file.h).
 #include "client/output_file.h"
 
+#include <filesystem>
 #include <optional>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -41,6 +43,10 @@ class SafetensorsOutput : public OutputFile {
     }
     data_.insert(data_.end(), data.begin(), data.end());
     return absl::OkStatus();
+  }
+  absl::Status WriteAt(int64_t, absl::Span<const uint8_t>) override {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": a .safetensors output is written in order, not at offsets"));
   }
   absl::Status Finish() override {
     if (!started_) return NotStarted();
@@ -82,6 +88,7 @@ class StreamedOutput : public OutputFile {
       absl::StatusOr<std::string> encoded = npy::EncodePreamble(*descr, shape);
       if (!encoded.ok()) return encoded.status();
       preamble = *std::move(encoded);
+      preamble_bytes_ = static_cast<int64_t>(preamble.size());
       total_bytes_ = npy::DescrBytes(*descr);  // the data bytes the shape holds
       for (int64_t dim : shape) total_bytes_ *= dim;
     }
@@ -106,11 +113,23 @@ class StreamedOutput : public OutputFile {
     written_ += static_cast<int64_t>(data.size());
     return absl::OkStatus();
   }
+  absl::Status WriteAt(int64_t offset, absl::Span<const uint8_t> data) override {
+    if (!file_) return NotStarted();
+    if (offset < 0 || static_cast<int64_t>(data.size()) > total_bytes_ - offset) {
+      return absl::OutOfRangeError(absl::StrCat(path_, ": bytes [", offset, ", ",
+                                                offset + static_cast<int64_t>(data.size()),
+                                                ") past total_bytes ", total_bytes_));
+    }
+    absl::Status status = file_->WriteAt(preamble_bytes_ + offset, data);
+    if (!status.ok()) return status;
+    written_ += static_cast<int64_t>(data.size());
+    return absl::OkStatus();
+  }
   absl::Status Finish() override {
     if (!file_) return NotStarted();
     if (written_ != total_bytes_) {
       return absl::DataLossError(
-          absl::StrCat(path_, ": ", written_, " of ", total_bytes_, " bytes received"));
+          absl::StrCat(path_, ": ", written_.load(), " of ", total_bytes_, " bytes received"));
     }
     absl::Status status = file_->Commit();
     file_.reset();
@@ -125,7 +144,8 @@ class StreamedOutput : public OutputFile {
   TempFileGuard guard_;  // declared before file_: unregistered after the file is removed
   std::optional<formats::AtomicFileWriter> file_;  // removes its temporary file unless committed
   int64_t total_bytes_ = 0;
-  int64_t written_ = 0;
+  int64_t preamble_bytes_ = 0;       // .npy: the data starts after the preamble
+  std::atomic<int64_t> written_{0};  // WriteAt runs on several threads
 };
 
 }  // namespace
@@ -156,6 +176,14 @@ absl::StatusOr<std::string> SafetensorsDTypeFor(v1::DType dtype) {
       return absl::InvalidArgumentError(
           absl::StrCat("no safetensors dtype for output dtype ", v1::DType_Name(dtype)));
   }
+}
+
+bool OutputFile::CanWriteAt(const std::string& path) {
+  if (absl::EndsWith(path, ".safetensors")) return false;
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  return status.type() == std::filesystem::file_type::not_found ||
+         status.type() == std::filesystem::file_type::regular;
 }
 
 std::unique_ptr<OutputFile> OutputFile::ForPath(const std::string& path,

@@ -12,6 +12,7 @@
 // Not thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,6 +36,14 @@ class OutputFile {
   virtual absl::Status Begin(const ::dequant::v1::DequantizeHeader& header) = 0;
   // Consecutive bytes of the result. Errors: I/O codes, OUT_OF_RANGE past total_bytes.
   virtual absl::Status Write(absl::Span<const uint8_t> data) = 0;
+  // Bytes [offset, offset + data.size()) of the result, written in place (pwrite; a .npy file's
+  // preamble is accounted for). Thread-safe for disjoint ranges, when CanWriteAt(path) held (not
+  // mixed with Write). Errors: FAILED_PRECONDITION (this kind or file cannot: .safetensors, a
+  // device or FIFO), OUT_OF_RANGE past total_bytes, I/O codes.
+  virtual absl::Status WriteAt(int64_t offset, absl::Span<const uint8_t> data) = 0;
+  // Whether WriteAt will work for `path`: a .npy or raw output that is a regular file (symlinks
+  // followed) or does not exist yet.
+  static bool CanWriteAt(const std::string& path);
   // Completes the file and moves it into place. Errors: DATA_LOSS if bytes are missing, I/O.
   virtual absl::Status Finish() = 0;
   // "npy", "safetensors" or "raw".

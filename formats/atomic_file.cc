@@ -161,6 +161,27 @@ absl::Status AtomicFileWriter::Write(absl::Span<const uint8_t> bytes) {
   return absl::OkStatus();
 }
 
+absl::Status AtomicFileWriter::WriteAt(int64_t offset, absl::Span<const uint8_t> bytes) const {
+  if (fd_ < 0) return absl::FailedPreconditionError("AtomicFileWriter: already finished");
+  if (direct()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "'", path_, "' is not a regular file: it is written in order, not at offsets"));
+  }
+  const uint8_t* p = bytes.data();
+  size_t n = bytes.size();
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(errno, "write", written_path());
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+    offset += w;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AtomicFileWriter::Write(absl::string_view text) {
   return Write(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }

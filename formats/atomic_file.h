@@ -52,6 +52,10 @@ class AtomicFileWriter {
   // failed write leaves the temporary file in place until Abandon or destruction.
   absl::Status Write(absl::Span<const uint8_t> bytes);
   absl::Status Write(absl::string_view text);
+  // Writes bytes at file offset `offset` (pwrite; the append position is not moved). Safe to call
+  // from several threads at once for disjoint ranges (and with nothing else running on the
+  // writer). Atomic mode only: in direct mode (O_APPEND) FAILED_PRECONDITION. Errors: as Write.
+  absl::Status WriteAt(int64_t offset, absl::Span<const uint8_t> bytes) const;
 
   // Atomic mode: chmod to the replaced file's mode (if any), fsync, close, rename to the target. On
   // any error the temporary file is removed and nothing appears at the target. Direct mode: close.

@@ -5,8 +5,11 @@
 
 namespace dequantd {
 
-ChunkWriter::ChunkWriter(int64_t chunk_bytes, ChunkSink& sink)
-    : chunk_bytes_(std::max<int64_t>(chunk_bytes, 1)), sink_(sink) {}
+ChunkWriter::ChunkWriter(int64_t chunk_bytes, ChunkSink& sink, int64_t first_offset)
+    : chunk_bytes_(std::max<int64_t>(chunk_bytes, 1)),
+      sink_(sink),
+      first_offset_(first_offset),
+      offset_(first_offset) {}
 
 absl::Status ChunkWriter::Emit(absl::Span<const uint8_t> chunk) {
   absl::Status status = sink_.Write(offset_, chunk);

@@ -14,8 +14,10 @@ namespace dequantd {
 // Not thread-safe: one per Dequantize call.
 class ChunkWriter {
  public:
-  // `chunk_bytes` >= 1. `sink` must outlive the writer.
-  ChunkWriter(int64_t chunk_bytes, ChunkSink& sink);
+  // `chunk_bytes` >= 1. `sink` must outlive the writer. `first_offset` (bytes): the result
+  // offset of the first byte appended (a byte range's start, ChunkSink::range()); chunks are cut
+  // from there.
+  ChunkWriter(int64_t chunk_bytes, ChunkSink& sink, int64_t first_offset = 0);
 
   // Appends the next bytes of the result. Whole chunks go to the sink directly from `bytes`
   // when possible, otherwise through an internal chunk buffer. Returns the sink's error.
@@ -23,14 +25,15 @@ class ChunkWriter {
   // Sends the last, possibly shorter, chunk. Returns the sink's error.
   absl::Status Finish();
 
-  int64_t bytes_written() const { return offset_; }  // bytes handed to the sink so far
+  int64_t bytes_written() const { return offset_ - first_offset_; }  // handed to the sink so far
 
  private:
   absl::Status Emit(absl::Span<const uint8_t> chunk);
 
   int64_t chunk_bytes_;
   ChunkSink& sink_;
-  int64_t offset_ = 0;            // result offset of the next chunk
+  const int64_t first_offset_;
+  int64_t offset_;                // result offset of the next chunk
   std::vector<uint8_t> pending_;  // a partial chunk; capacity chunk_bytes
 };
 

@@ -1,6 +1,7 @@
 // The CPU backend: DequantizeCpu (kernels/dequant.h) over blocks of whole rows; each block is cut
 // into chunks by ChunkWriter and handed to the sink before the next block is computed, so memory
-// stays at one block whatever the size of the result.
+// stays at one block whatever the size of the result. A sink's byte range (ChunkSink::range())
+// computes only the rows that cover it and sends only its bytes.
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,26 +110,42 @@ class CpuBackend final : public Backend {
     }
     const int64_t K = view.shape.K;
     const int64_t row_bytes = view.shape.N * DTypeSize(out_dtype);
+    // The sink's byte range, and the rows that cover it: only those are computed.
+    const ChunkSink::Range range = sink.range();
+    const int64_t range_begin = range.offset;
+    const int64_t range_end =
+        range.length < 0 ? K * row_bytes : std::min(K * row_bytes, range.offset + range.length);
+    if (range_begin < 0 || range_begin >= range_end) {
+      return absl::InvalidArgumentError(absl::StrCat("the sink's range [", range_begin, ", ",
+                                                     range_end, ") is empty or outside the ",
+                                                     K * row_bytes, " bytes of the result"));
+    }
+    const int64_t first_row = range_begin / row_bytes;
+    const int64_t last_row = (range_end + row_bytes - 1) / row_bytes;  // exclusive
     const int64_t block_target = std::max(chunk_bytes, kMinBlockBytes);
     const int64_t rows_per_block =
-        std::clamp<int64_t>((block_target + row_bytes - 1) / row_bytes, 1, K);
+        std::clamp<int64_t>((block_target + row_bytes - 1) / row_bytes, 1, last_row - first_row);
 
     if (absl::Status s = sink.Begin(absl::StrCat("cpu threads=", threads_)); !s.ok()) return s;
     std::vector<uint8_t> block(static_cast<size_t>(rows_per_block * row_bytes));
     BufferUse buffer_use(*this, static_cast<int64_t>(block.size()));
     double kernel_seconds = 0;
     double send_seconds = 0;
-    ChunkWriter writer(chunk_bytes, sink);
-    for (int64_t row = 0; row < K; row += rows_per_block) {
-      const int64_t row_end = std::min(K, row + rows_per_block);
+    ChunkWriter writer(chunk_bytes, sink, range_begin);
+    for (int64_t row = first_row; row < last_row; row += rows_per_block) {
+      const int64_t row_end = std::min(last_row, row + rows_per_block);
       const Clock::time_point kernel_start = Clock::now();
       if (absl::Status s = DequantizeCpu(view, out_dtype, row, row_end, block.data(), threads_);
           !s.ok()) {
         return s;
       }
       kernel_seconds += SecondsSince(kernel_start);
-      const absl::Span<const uint8_t> bytes(block.data(),
-                                            static_cast<size_t>((row_end - row) * row_bytes));
+      // The block holds result bytes [row * row_bytes, row_end * row_bytes): send those inside
+      // the range.
+      const int64_t begin = std::max(range_begin, row * row_bytes);
+      const int64_t end = std::min(range_end, row_end * row_bytes);
+      const absl::Span<const uint8_t> bytes(block.data() + (begin - row * row_bytes),
+                                            static_cast<size_t>(end - begin));
       const Clock::time_point send_start = Clock::now();
       if (absl::Status s = writer.Append(bytes); !s.ok()) return s;
       send_seconds += SecondsSince(send_start);
@@ -140,9 +157,14 @@ class CpuBackend final : public Backend {
       const AwqShape& shape = view.shape;
       observer_->ObserveStage(DequantizeStage::kKernel, kernel_seconds);
       observer_->ObserveStage(DequantizeStage::kSend, send_seconds);
-      observer_->ObserveKernel(kDevice, "cpu", "cpu",
-                               shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes(),
-                               shape.output_bytes(out_dtype), kernel_seconds);
+      // The rows computed (all of them unless the sink asked for a range): their qweight rows
+      // and the qzeros/scales rows of the groups they touch read, their output written.
+      const int64_t rows = last_row - first_row;
+      const int64_t groups = (last_row - 1) / shape.group_size - first_row / shape.group_size + 1;
+      const int64_t read =
+          rows * (shape.qweight_bytes() / K) +
+          groups * ((shape.qzeros_bytes() + shape.scales_bytes()) / shape.groups());
+      observer_->ObserveKernel(kDevice, "cpu", "cpu", read, rows * row_bytes, kernel_seconds);
     }
     return absl::OkStatus();
   }

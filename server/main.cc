@@ -38,8 +38,13 @@ ABSL_FLAG(std::string, model, "models/smollm2-135m-awq",
           "model, made by scripts/make-model.sh; --model= starts with no model (inline requests "
           "only)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
-          "gRPC address HOST:PORT (port 0: pick a free one). Loopback by default: listen on "
-          "0.0.0.0 or a pod IP only with --tls-cert/--auth-tokens (README.md, Security)");
+          "gRPC address HOST:PORT (port 0: pick a free one), or unix:PATH for a Unix domain "
+          "socket (created with mode 0777 & ~umask; a client needs write permission on it: "
+          "restrict it with the umask or the directory's permissions). Loopback by default: "
+          "listen on 0.0.0.0 or a pod IP only with --tls-cert/--auth-tokens (README.md, Security)");
+ABSL_FLAG(int, max_concurrent_streams, 0,
+          "most Dequantize + DequantizeLayers streams served at once, 0..100000 (0 = no "
+          "limit); a call past it gets RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "/metrics address HOST:PORT (port 0: pick a free one; empty: no metrics endpoint). "
           "Plain HTTP without authentication: keep it on loopback or a network only the "
@@ -105,6 +110,7 @@ void ExitWithUsageErrorCode() {
 
 // "0.0.0.0:0" with bound port 41234 -> "0.0.0.0:41234".
 std::string WithPort(const std::string& address, int port) {
+  if (absl::StartsWith(address, "unix:")) return address;  // a socket path has no port
   const size_t colon = address.rfind(':');
   return absl::StrCat(colon == std::string::npos ? address : address.substr(0, colon), ":", port);
 }
@@ -151,7 +157,7 @@ absl::Status ReadSecurityFlags(dequantd::auth::SecurityOptions& security) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "serves dequantization of AWQ 4-bit checkpoints over gRPC, on the GPU (or the CPU).\n"
-      "usage: dequantd [--model DIR] [--listen HOST:PORT] [--metrics-listen HOST:PORT] "
+      "usage: dequantd [--model DIR] [--listen HOST:PORT|unix:PATH] [--metrics-listen HOST:PORT] "
       "[--backend auto|cpu|cuda]\n"
       "SIGINT, SIGTERM or SIGHUP: graceful shutdown (--shutdown-deadline); a second one: exit "
       "at once.\n"
@@ -234,6 +240,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dequantd: %s\n", std::string(s.message()).c_str());
     return kUsageErrorExitCode;
   }
+  options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
 
   if (options.model_dir.empty()) {
     spdlog::warn("no model loaded (--model is empty): only inline Dequantize requests are served");

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -35,6 +36,32 @@ absl::StatusOr<int64_t> EffectiveChunkBytes(int64_t requested, int64_t default_b
   }
   const int64_t bytes = requested == 0 ? default_bytes : requested;
   return std::clamp(bytes, kMinChunkBytes, kMaxChunkBytes);
+}
+
+absl::StatusOr<ResultRange> RequestedRange(int64_t offset, int64_t length, int64_t total_bytes,
+                                           int64_t element_bytes) {
+  for (const auto& [field, value] : {std::pair<const char*, int64_t>{"offset", offset},
+                                     std::pair<const char*, int64_t>{"length", length}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " must be >= 0 (bytes of the result), got ", value));
+    }
+    if (value % element_bytes != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " ", value, " is not a multiple of the output dtype's size (",
+                       element_bytes, " bytes)"));
+    }
+  }
+  if (offset >= total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "offset ", offset, " is not inside the result, which has ", total_bytes, " bytes"));
+  }
+  if (length > total_bytes - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("length ", length, " from offset ", offset,
+                                                   " runs past the result's end (", total_bytes,
+                                                   " bytes)"));
+  }
+  return ResultRange{.offset = offset, .length = length == 0 ? total_bytes - offset : length};
 }
 
 absl::StatusOr<DType> OutputDTypeFromProto(v1::DType dtype) {

@@ -22,6 +22,19 @@ inline constexpr int64_t kMinChunkBytes = int64_t{64} << 10;
 inline constexpr int64_t kMaxChunkBytes = (int64_t{4} << 20) - (int64_t{4} << 10);
 absl::StatusOr<int64_t> EffectiveChunkBytes(int64_t requested, int64_t default_bytes);
 
+// A validated byte range of a result: bytes [offset, offset + length) of the row-major result.
+struct ResultRange {
+  int64_t offset = 0;  // bytes, a multiple of the element size, < the result's size
+  int64_t length = 0;  // bytes, >= 1, a multiple of the element size
+};
+
+// The range a DequantizeRequest asks for (its `offset` and `length` fields, in bytes) of a result
+// of `total_bytes` bytes whose elements are `element_bytes` long: offset 0 and length 0 = the whole
+// result, length 0 = to the end. INVALID_ARGUMENT naming "offset" or "length": negative, not a
+// multiple of element_bytes, offset >= total_bytes, offset + length > total_bytes.
+absl::StatusOr<ResultRange> RequestedRange(int64_t offset, int64_t length, int64_t total_bytes,
+                                           int64_t element_bytes);
+
 // output_dtype: UNSPECIFIED -> fp16; FP16, BF16, FP32 accepted; anything else (INT32, unknown
 // numbers) -> INVALID_ARGUMENT naming "output_dtype".
 absl::StatusOr<DType> OutputDTypeFromProto(dequant::v1::DType dtype);

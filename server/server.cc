@@ -12,10 +12,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "formats/tune_store.h"
 #include "kernels/autotune.h"
 #include "server/auth/server_security.h"
+#include "absl/strings/string_view.h"
 #include "server/backend.h"
 #include "server/benchmark_service.h"
 #include "server/checkpoint.h"
@@ -77,6 +79,9 @@ constexpr double kMaxShutdownDeadlineSeconds = 86400;
 // Largest --cpu-threads accepted: far above any host's cores, far below the thread limit.
 constexpr int kMaxCpuThreads = 1024;
 
+// --listen's prefix for a Unix domain socket (gRPC's own target syntax): unix:PATH.
+constexpr absl::string_view kUnixPrefix = "unix:";
+
 // OK when `address` is HOST:PORT (IPv6 hosts in brackets: [::1]:PORT) with PORT an integer in
 // 0..65535; otherwise INVALID_ARGUMENT naming `option`.
 absl::Status CheckHostPort(const char* option, const std::string& address) {
@@ -133,7 +138,19 @@ absl::Status CheckOptions(const ServerOptions& options) {
   if (options.listen.empty()) {
     return absl::InvalidArgumentError("listen (--listen) must not be empty");
   }
-  if (absl::Status s = CheckHostPort("listen (--listen)", options.listen); !s.ok()) return s;
+  if (options.max_concurrent_streams < 0 ||
+      options.max_concurrent_streams > kMaxConcurrentStreamsLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_concurrent_streams (--max-concurrent-streams) must be in 0..",
+        kMaxConcurrentStreamsLimit, " (0 = no limit), got ", options.max_concurrent_streams));
+  }
+  if (absl::StartsWith(options.listen, kUnixPrefix)) {
+    if (options.listen.size() == kUnixPrefix.size()) {
+      return absl::InvalidArgumentError("listen (--listen) unix: needs a path, e.g. unix:/run/dq");
+    }
+  } else if (absl::Status s = CheckHostPort("listen (--listen)", options.listen); !s.ok()) {
+    return s;
+  }
   if (!options.metrics_listen.empty()) {
     if (absl::Status s = CheckHostPort("metrics_listen (--metrics-listen)", options.metrics_listen);
         !s.ok()) {
@@ -425,6 +442,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   service_options.max_output_bytes = options.max_output_bytes;
   service_options.default_chunk_bytes = options.default_chunk_bytes;
   service_options.autotuner = server->autotuner_.get();
+  service_options.max_concurrent_streams = options.max_concurrent_streams;
   BenchmarkServiceOptions benchmark_options;
   benchmark_options.backend = server->backend_info_.name;
   benchmark_options.cpu_threads = options.cpu_threads;
@@ -451,8 +469,9 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     server->server_.reset();
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on \"", options.listen,
-                                               "\" (address in use or not HOST:PORT?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve gRPC on \"", options.listen,
+        "\" (address in use, not HOST:PORT, or a unix: path that cannot be created?)"));
   }
   if (!options.security.health_listen.empty() && server->health_port_ == 0) {
     return absl::UnavailableError(absl::StrCat("--health-listen \"", options.security.health_listen,

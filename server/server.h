@@ -25,9 +25,14 @@ inline constexpr int64_t kMaxRequestBytesLimit = 2020174185;
 // precise RESOURCE_EXHAUSTED message; saturates at INT_MAX (negative input counts as 0).
 int GrpcReceiveLimitBytes(int64_t max_request_bytes);
 
+// The largest max_concurrent_streams accepted.
+inline constexpr int kMaxConcurrentStreamsLimit = 100000;
+
 struct ServerOptions {
-  std::string model_dir;                          // checkpoint directory; empty = no model loaded
-  std::string listen = "127.0.0.1:50051";         // gRPC address; port 0 picks a free port
+  std::string model_dir;  // checkpoint directory; empty = no model loaded
+  // gRPC address: HOST:PORT (port 0 picks a free port), or unix:PATH for a Unix domain socket
+  // (same-host clients; see docs/architecture.md for the socket file's permissions).
+  std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics address; empty disables it
   std::string backend = "auto";  // "auto" (cuda if a GPU is present), "cpu", "cuda"
   int cpu_threads = 0;           // CPU backend threads; 0 = hardware concurrency
@@ -41,6 +46,9 @@ struct ServerOptions {
   double shutdown_deadline_seconds = 5.0;  // what main passes to Shutdown on SIGINT/SIGTERM;
                                            // 0..86400 (NaN refused)
   auth::SecurityOptions security;  // TLS, tokens, reflection, health-only port (README Security)
+  // Most Dequantize + DequantizeLayers streams served at once; past it RESOURCE_EXHAUSTED.
+  // 0..kMaxConcurrentStreamsLimit; 0 = no limit.
+  int max_concurrent_streams = 0;
 };
 
 class DequantServer {
@@ -56,7 +64,7 @@ class DequantServer {
   static absl::StatusOr<std::unique_ptr<DequantServer>> Start(const ServerOptions& options);
   virtual ~DequantServer() = default;
 
-  virtual int port() const = 0;                  // bound gRPC port
+  virtual int port() const = 0;                  // bound gRPC port (1 for a unix: socket)
   virtual int metrics_port() const = 0;          // bound metrics port, 0 if disabled
   virtual int health_port() const = 0;           // bound --health-listen port, 0 if none
   virtual std::string backend_name() const = 0;  // "cuda" or "cpu"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/grpc_result_sink.h"
 #include "server/quoted_name.h"
 #include "server/request.h"
 #include "server/status.h"
@@ -19,82 +20,6 @@ namespace {
 
 namespace v1 = ::dequant::v1;
 
-// One result a GrpcResultSink streams: its layer name (empty for Dequantize) and shape.
-struct ResultLayer {
-  std::string tensor;
-  AwqShape shape;
-};
-
-// Streams Dequantize or DequantizeLayers results to the client: per result a header message,
-// then its data chunks. For Dequantize (one result, `per_layer` false) the header goes out at
-// Begin; for DequantizeLayers at each BeginLayer, carrying the layer's name.
-class GrpcResultSink final : public LayersSink {
- public:
-  GrpcResultSink(grpc::ServerContext* context, grpc::ServerWriter<v1::DequantizeResponse>* writer,
-                 std::vector<ResultLayer> results, bool per_layer, DType out_dtype,
-                 std::string backend, Metrics* metrics)
-      : context_(context),
-        writer_(writer),
-        results_(std::move(results)),
-        per_layer_(per_layer),
-        out_dtype_(out_dtype),
-        backend_(std::move(backend)),
-        metrics_(metrics) {}
-
-  absl::Status Begin(const std::string& kernel) override {
-    kernel_ = kernel;
-    return per_layer_ ? absl::OkStatus() : SendHeader(0);
-  }
-
-  absl::Status BeginLayer(int64_t index) override {
-    if (index < 0 || index >= static_cast<int64_t>(results_.size())) {
-      return absl::InternalError(absl::StrCat("BeginLayer(", index, ") of ", results_.size()));
-    }
-    return SendHeader(static_cast<size_t>(index));
-  }
-
-  absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
-    chunk_.set_offset(offset);
-    chunk_.set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    if (absl::Status s = Send(chunk_); !s.ok()) return s;
-    metrics_->AddOutputBytes(static_cast<int64_t>(bytes.size()));
-    return absl::OkStatus();
-  }
-
- private:
-  absl::Status SendHeader(size_t index) {
-    const ResultLayer& result = results_[index];
-    v1::DequantizeResponse response;
-    v1::DequantizeHeader* header = response.mutable_header();
-    header->add_shape(result.shape.K);
-    header->add_shape(result.shape.N);
-    header->set_dtype(DTypeToProto(out_dtype_));
-    header->set_total_bytes(result.shape.output_bytes(out_dtype_));
-    header->set_backend(backend_);
-    header->set_kernel(kernel_);
-    header->set_tensor(result.tensor);
-    return Send(response);
-  }
-
-  absl::Status Send(const v1::DequantizeResponse& response) {
-    if (context_->IsCancelled()) return absl::CancelledError("the client cancelled the call");
-    if (!writer_->Write(response)) {
-      return absl::CancelledError("the client closed the stream before the result was sent");
-    }
-    return absl::OkStatus();
-  }
-
-  grpc::ServerContext* const context_;
-  grpc::ServerWriter<v1::DequantizeResponse>* const writer_;
-  const std::vector<ResultLayer> results_;
-  const bool per_layer_;
-  const DType out_dtype_;
-  const std::string backend_;
-  Metrics* const metrics_;
-  std::string kernel_;
-  v1::DequantizeResponse chunk_;  // reused: its data string keeps its capacity
-};
-
 }  // namespace
 
 DequantService::DequantService(ServiceOptions options, const Checkpoint* checkpoint,
@@ -104,7 +29,36 @@ DequantService::DequantService(ServiceOptions options, const Checkpoint* checkpo
       backend_(backend),
       metrics_(metrics),
       benchmark_(std::move(benchmark)),
-      backend_info_(backend->Info()) {}
+      backend_info_(backend->Info()) {
+  // The generated handlers of the two streaming methods are replaced by handlers that read the
+  // one request themselves and write ByteBuffers. The numbers are the methods' positions in the
+  // service definition (proto/dequant/v1/dequant.proto), which the generated code follows.
+  constexpr int kDequantizeMethod = 1;
+  constexpr int kDequantizeLayersMethod = 4;
+  MarkMethodStreamed(kDequantizeMethod,
+                     new grpc::internal::BidiStreamingHandler<DequantService, v1::DequantizeRequest,
+                                                              grpc::ByteBuffer>(
+                         &DequantService::DequantizeStream, this));
+  MarkMethodStreamed(
+      kDequantizeLayersMethod,
+      new grpc::internal::BidiStreamingHandler<DequantService, v1::DequantizeLayersRequest,
+                                               grpc::ByteBuffer>(
+          &DequantService::DequantizeLayersStream, this));
+}
+
+class DequantService::StreamSlot {
+ public:
+  StreamSlot(std::atomic<int>& active, int max)
+      : active_(active), admitted_(active.fetch_add(1) < max || max <= 0) {}
+  ~StreamSlot() { active_.fetch_sub(1); }
+  StreamSlot(const StreamSlot&) = delete;
+  StreamSlot& operator=(const StreamSlot&) = delete;
+  bool admitted() const { return admitted_; }
+
+ private:
+  std::atomic<int>& active_;
+  const bool admitted_;
+};
 
 namespace {
 
@@ -183,15 +137,38 @@ grpc::Status DequantService::ListTensors(grpc::ServerContext*, const v1::ListTen
   });
 }
 
-grpc::Status DequantService::Dequantize(grpc::ServerContext* context,
-                                        const v1::DequantizeRequest* request,
-                                        grpc::ServerWriter<v1::DequantizeResponse>* writer) {
-  return Handle("Dequantize", [&] { return DoDequantize(context, *request, writer); });
+namespace {
+
+// The one request of a streaming call: INVALID_ARGUMENT if the client sent none.
+template <typename Request, typename Stream>
+absl::Status ReadRequest(Stream* stream, Request* request) {
+  if (!stream->Read(request)) {
+    return absl::InvalidArgumentError("the call carried no request message");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TooManyStreams(int max) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the server is serving its max_concurrent_streams = ", max,
+      " Dequantize/DequantizeLayers streams; retry later or use fewer parallel streams"));
+}
+
+}  // namespace
+
+grpc::Status DequantService::DequantizeStream(grpc::ServerContext* context, ByteStream* stream) {
+  return Handle("Dequantize", [&]() -> absl::Status {
+    StreamSlot slot(active_streams_, options_.max_concurrent_streams);
+    if (!slot.admitted()) return TooManyStreams(options_.max_concurrent_streams);
+    v1::DequantizeRequest request;
+    if (absl::Status s = ReadRequest(stream, &request); !s.ok()) return s;
+    return DoDequantize(context, request, stream);
+  });
 }
 
 absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
                                           const v1::DequantizeRequest& request,
-                                          grpc::ServerWriter<v1::DequantizeResponse>* writer) {
+                                          ByteStream* stream) {
   DequantSource source;
   std::optional<InlineTensor> inline_tensor;
   switch (request.source_case()) {
@@ -229,20 +206,29 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
   if (!chunk_bytes.ok()) return chunk_bytes.status();
-  GrpcResultSink sink(context, writer, {ResultLayer{.tensor = "", .shape = shape}},
-                      /*per_layer=*/false, *out_dtype, backend_info_.name, metrics_);
+  absl::StatusOr<ResultRange> range =
+      RequestedRange(request.offset(), request.length(), output_bytes, DTypeSize(*out_dtype));
+  if (!range.ok()) return range.status();
+  GrpcResultSink sink(context, stream, {ResultLayer{.tensor = "", .shape = shape}},
+                      /*per_layer=*/false, *out_dtype, backend_info_.name, metrics_,
+                      ChunkSink::Range{.offset = range->offset, .length = range->length});
   return backend_->Dequantize(source, *out_dtype, *chunk_bytes, sink);
 }
 
-grpc::Status DequantService::DequantizeLayers(grpc::ServerContext* context,
-                                              const v1::DequantizeLayersRequest* request,
-                                              grpc::ServerWriter<v1::DequantizeResponse>* writer) {
-  return Handle("DequantizeLayers", [&] { return DoDequantizeLayers(context, *request, writer); });
+grpc::Status DequantService::DequantizeLayersStream(grpc::ServerContext* context,
+                                                    LayersByteStream* stream) {
+  return Handle("DequantizeLayers", [&]() -> absl::Status {
+    StreamSlot slot(active_streams_, options_.max_concurrent_streams);
+    if (!slot.admitted()) return TooManyStreams(options_.max_concurrent_streams);
+    v1::DequantizeLayersRequest request;
+    if (absl::Status s = ReadRequest(stream, &request); !s.ok()) return s;
+    return DoDequantizeLayers(context, request, stream);
+  });
 }
 
-absl::Status DequantService::DoDequantizeLayers(
-    grpc::ServerContext* context, const v1::DequantizeLayersRequest& request,
-    grpc::ServerWriter<v1::DequantizeResponse>* writer) {
+absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
+                                                const v1::DequantizeLayersRequest& request,
+                                                LayersByteStream* stream) {
   // Without a model there is nothing to list: an empty list must not succeed with 0 layers.
   if (checkpoint_ == nullptr) {
     return absl::FailedPreconditionError(
@@ -286,7 +272,7 @@ absl::Status DequantService::DoDequantizeLayers(
   absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
   if (!chunk_bytes.ok()) return chunk_bytes.status();
-  GrpcResultSink sink(context, writer, std::move(results), /*per_layer=*/true, *out_dtype,
+  GrpcResultSink sink(context, stream, std::move(results), /*per_layer=*/true, *out_dtype,
                       backend_info_.name, metrics_);
   return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, sink);
 }

@@ -4,6 +4,7 @@
 // count the call in the metrics.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -32,6 +33,9 @@ struct ServiceOptions {
   int64_t default_chunk_bytes = int64_t{1} << 20;  // payload per message when chunk_bytes is 0
   const Autotuner* autotuner = nullptr;            // the CUDA backend's, for GetServerInfo's
                                                    // autotune_* fields; null: none (not owned)
+  // Most Dequantize + DequantizeLayers streams served at once (server-wide); a call past it gets
+  // RESOURCE_EXHAUSTED. 0 = no limit (gRPC's sync thread pool is then the bound).
+  int max_concurrent_streams = 0;
 };
 
 // Most names one DequantizeLayers request may list.
@@ -49,19 +53,22 @@ class DequantService final : public dequant::v1::DequantService::Service {
   grpc::Status ListTensors(grpc::ServerContext* context,
                            const dequant::v1::ListTensorsRequest* request,
                            dequant::v1::ListTensorsResponse* response) override;
-  // Errors: INVALID_ARGUMENT (source not set, output_dtype, packed.* fields), NOT_FOUND (tensor),
-  // RESOURCE_EXHAUSTED (max_request_bytes, max_output_bytes, device memory), CANCELLED (the
-  // client went away), the backend's.
-  grpc::Status Dequantize(grpc::ServerContext* context,
-                          const dequant::v1::DequantizeRequest* request,
-                          grpc::ServerWriter<dequant::v1::DequantizeResponse>* writer) override;
+  // Dequantize and DequantizeLayers are served by DequantizeStream / DequantizeLayersStream
+  // (installed by the constructor in place of the generated handlers): the request is read from
+  // the stream and the responses are written as grpc::ByteBuffers (grpc_result_sink.h), which
+  // saves a copy of every result byte. On the wire nothing changes.
+  using ByteStream = grpc::ServerReaderWriter<grpc::ByteBuffer, dequant::v1::DequantizeRequest>;
+  using LayersByteStream =
+      grpc::ServerReaderWriter<grpc::ByteBuffer, dequant::v1::DequantizeLayersRequest>;
+  // Errors: INVALID_ARGUMENT (source not set, output_dtype, packed.* fields, offset, length),
+  // NOT_FOUND (tensor), RESOURCE_EXHAUSTED (max_request_bytes, max_output_bytes,
+  // max_concurrent_streams, device memory), CANCELLED (the client went away), the backend's.
+  grpc::Status DequantizeStream(grpc::ServerContext* context, ByteStream* stream);
   // Layers of the loaded model (empty list = all, in order), in one backend call. Errors:
   // INVALID_ARGUMENT (output_dtype; more than kMaxLayersPerRequest "tensors"), NOT_FOUND (a name,
-  // given), RESOURCE_EXHAUSTED (the results add up to more than max_output_bytes; device
-  // memory), CANCELLED, the backend's.
-  grpc::Status DequantizeLayers(
-      grpc::ServerContext* context, const dequant::v1::DequantizeLayersRequest* request,
-      grpc::ServerWriter<dequant::v1::DequantizeResponse>* writer) override;
+  // given), RESOURCE_EXHAUSTED (the results add up to more than max_output_bytes;
+  // max_concurrent_streams; device memory), CANCELLED, the backend's.
+  grpc::Status DequantizeLayersStream(grpc::ServerContext* context, LayersByteStream* stream);
   grpc::Status GetServerInfo(grpc::ServerContext* context,
                              const dequant::v1::GetServerInfoRequest* request,
                              dequant::v1::GetServerInfoResponse* response) override;
@@ -79,10 +86,11 @@ class DequantService final : public dequant::v1::DequantService::Service {
 
   absl::Status DoDequantizeLayers(grpc::ServerContext* context,
                                   const dequant::v1::DequantizeLayersRequest& request,
-                                  grpc::ServerWriter<dequant::v1::DequantizeResponse>* writer);
+                                  LayersByteStream* stream);
   absl::Status DoDequantize(grpc::ServerContext* context,
-                            const dequant::v1::DequantizeRequest& request,
-                            grpc::ServerWriter<dequant::v1::DequantizeResponse>* writer);
+                            const dequant::v1::DequantizeRequest& request, ByteStream* stream);
+  // Counts a stream against max_concurrent_streams for its life; `admitted()` false past it.
+  class StreamSlot;
 
   const ServiceOptions options_;
   const Checkpoint* const checkpoint_;
@@ -90,6 +98,7 @@ class DequantService final : public dequant::v1::DequantService::Service {
   Metrics* const metrics_;
   const BenchmarkRunner benchmark_;
   const BackendInfo backend_info_;
+  std::atomic<int> active_streams_{0};  // Dequantize + DequantizeLayers streams being served
 };
 
 }  // namespace dequantd

@@ -42,6 +42,27 @@ TEST(ResponseStreamCheckerTest, EmptyResultNeedsOnlyTheHeader) {
   EXPECT_TRUE(c.Finish().ok());
 }
 
+TEST(ResponseStreamCheckerTest, ARangeStartsAtItsOffsetAndEndsAtItsLength) {
+  ResponseStreamChecker c(/*range_offset=*/16, /*range_length=*/32);
+  ASSERT_TRUE(c.Next(Header(2, 8, v1::DTYPE_FP32, 64)).ok());          // the header's offset is 0
+  EXPECT_EQ(c.Next(Chunk(0, 8)).code(), absl::StatusCode::kDataLoss);  // not the range's start
+  ResponseStreamChecker r(16, 32);
+  ASSERT_TRUE(r.Next(Header(2, 8, v1::DTYPE_FP32, 64)).ok());
+  ASSERT_TRUE(r.Next(Chunk(16, 24)).ok());
+  EXPECT_EQ(r.Finish().code(), absl::StatusCode::kDataLoss);  // 24 of 32
+  absl::Status past = r.Next(Chunk(40, 16));                  // runs to 56, the range ends at 48
+  EXPECT_EQ(past.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(std::string(past.message()).find("runs past the range's end 48"), std::string::npos)
+      << past;
+  ASSERT_TRUE(r.Next(Chunk(40, 8)).ok());
+  EXPECT_TRUE(r.Finish().ok());
+  EXPECT_EQ(r.bytes_received(), 32);
+  ResponseStreamChecker tail(60);  // length 0: to the end
+  ASSERT_TRUE(tail.Next(Header(2, 8, v1::DTYPE_FP32, 64)).ok());
+  ASSERT_TRUE(tail.Next(Chunk(60, 4)).ok());
+  EXPECT_TRUE(tail.Finish().ok());
+}
+
 TEST(ResponseStreamCheckerTest, EachMalformedStreamIsDataLoss) {
   {
     ResponseStreamChecker c;  // no header first

@@ -518,6 +518,70 @@ TEST(DequantctlNoServerTest, UnreachableServerExitsOneWithUnavailable) {
   EXPECT_THAT(run.err, StartsWith("dequantctl: UNAVAILABLE: "));
 }
 
+// --streams S: the result in S byte ranges on S connections, written in place (pwrite) after the
+// .npy preamble: the same file as one stream, and the reference bytes.
+TEST_F(DequantctlTest, StreamsWriteTheSameNpyAndRawFileAsOneStream) {
+  for (const char* ext : {"npy", "bin"}) {
+    SCOPED_TRACE(ext);
+    const std::string one = Path(absl::StrCat("one.", ext));
+    const std::string four = Path(absl::StrCat("four.", ext));
+    CommandResult run = Ctl({"dequantize", "--tensor", layer(0).name, "--out", one, "--dtype",
+                             "fp32", "--streams", "1"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    run = Ctl({"dequantize", "--tensor", layer(0).name, "--out", four, "--dtype", "fp32",
+               "--streams", "4", "--chunk-bytes", "65536"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_THAT(run.out, HasSubstr(", 4 streams -> "));
+    EXPECT_EQ(FileBytes(four), FileBytes(one));
+    const std::vector<uint8_t> expected = layer(0).Expected(DType::kF32);
+    const std::vector<uint8_t> bytes = FileBytes(four);
+    ASSERT_GE(bytes.size(), expected.size());
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), bytes.end() - expected.size()));
+  }
+}
+
+TEST_F(DequantctlTest, StreamsOutOfRangeAreUsageErrors) {
+  for (const char* streams : {"0", "65", "-1"}) {
+    const CommandResult run = Ctl({"dequantize", "--tensor", layer(0).name, "--streams", streams});
+    EXPECT_EQ(run.exit_code, 2) << streams;
+    EXPECT_THAT(run.err, HasSubstr("--streams must be in ")) << streams;
+  }
+  const CommandResult run = Ctl({"dequantize-layers", "--streams", "0"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--streams must be in 1..64, got 0"));
+}
+
+TEST_F(DequantctlTest, DequantizeLayersOverStreamsWritesEachLayer) {
+  const std::string dir = Path("layers_streams");
+  const CommandResult run = Ctl({"dequantize-layers", "--out-dir", dir, "--streams", "3"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  absl::StatusOr<npy::Array> array = npy::ReadFile(dir + "/" + layer(0).name + ".npy");
+  ASSERT_TRUE(array.ok()) << array.status();
+  const std::vector<uint8_t> expected = layer(0).Expected(DType::kF16);
+  EXPECT_EQ(array->data, expected);
+}
+
+// dequantd --listen unix:PATH (in-process here) and dequantctl --server unix:PATH.
+TEST(DequantctlUnixSocketTest, DequantizesOverAUnixSocket) {
+  const std::string dir = MakeTempDir("dequantctl_unix");
+  const RandomLayer packed = MakeRandomLayer("mm.", 128, 72, 32, DType::kF16, 37);
+  const std::string input = dir + "/packed.safetensors";
+  ASSERT_TRUE(WritePacked(input, packed, "F16").ok());
+  ServerOptions options;
+  options.model_dir = "";
+  options.listen = "unix:" + dir + "/dq.sock";
+  options.metrics_listen = "";
+  options.backend = "cpu";
+  absl::StatusOr<std::unique_ptr<DequantServer>> server = DequantServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string out = dir + "/w.bin";
+  const CommandResult run =
+      RunDequantctl(dir, {"--server", options.listen, "dequantize", "--packed", input, "--prefix",
+                          "mm.", "--out", out, "--streams", "2"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(FileBytes(out), packed.Expected(DType::kF16));
+}
+
 // --server must be HOST:PORT with a port in 1..65535: gRPC would otherwise take 99999 as 34463,
 // -1 as 65535 and a missing port as 0. Exit 2 before any call.
 TEST(DequantctlNoServerTest, ServerWithoutAValidPortIsAUsageError) {

@@ -1,0 +1,11 @@
+// PinnedDeviceToHostBytesPerSecond without CUDA (see device_copy.h).
+#include "bench/e2e/device_copy.h"
+
+namespace dequantd::e2e {
+
+double PinnedDeviceToHostBytesPerSecond(int64_t, std::string* device) {
+  device->clear();
+  return 0;
+}
+
+}  // namespace dequantd::e2e

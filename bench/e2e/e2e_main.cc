@@ -1,0 +1,393 @@
+// dequantd_e2e_bench: what a client gets, end to end, beside the ceilings measured in the same
+// run on the same host (issue 8, part 1). Prints two tables:
+//   ceilings  host memcpy; pinned device-to-host copy (with a GPU); a raw gRPC byte stream (a
+//             minimal service inside this program, same chunk size and channel settings, no
+//             computation) over TCP loopback and a Unix socket, 1 and S streams, C clients;
+//   dequantd  a real dequantd process (spawned) on a synthetic checkpoint with one layer per
+//             --sizes entry: resident layers over 1 and S streams, inline requests, C concurrent
+//             clients; over TCP loopback and a Unix socket. The client receives every byte into
+//             memory (ParallelClient::DequantizeInto, client/ranged_fetch.h).
+// Each row: p50/p99 latency of one result, GB/s of output delivered (GB = 1e9 bytes; C clients:
+// all bytes / wall time) and the fraction of the matching raw-gRPC ceiling (same transport,
+// size, streams and clients). Every fetch's bytes are compared with the CPU reference (dequantd)
+// or the served pattern (raw) once per row; --check exits 1 on any mismatch (the CI test).
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/e2e/dequantd_process.h"
+#include "bench/e2e/device_copy.h"
+#include "bench/e2e/raw_stream_service.h"
+#include "bench/e2e/synthetic_model.h"
+#include "client/ranged_fetch.h"
+#include "kernels/dequant.h"
+
+ABSL_FLAG(std::string, dequantd, DEQUANTD_PATH, "the dequantd binary to run");
+ABSL_FLAG(std::string, backend, "auto", "dequantd --backend: auto, cpu or cuda");
+ABSL_FLAG(std::string, sizes, "1,16,64",
+          "layer output sizes, MB (1e6 bytes) of fp16, comma-separated (470 = 8192 x 28672)");
+ABSL_FLAG(int, streams, 4, "S: parallel range streams (the multi-stream rows)");
+ABSL_FLAG(int, clients, 4, "C: concurrent clients (one stream each)");
+ABSL_FLAG(int, trials, 5, "timed fetches per row (per client), after one untimed warm-up");
+ABSL_FLAG(int64_t, chunk_bytes, 0, "chunk_bytes of every request; 0 = the server default (1 MiB)");
+ABSL_FLAG(bool, inline_requests, true, "also time inline requests (packed tensors sent along)");
+ABSL_FLAG(bool, unix_socket, true, "also run dequantd and the raw stream on a Unix socket");
+ABSL_FLAG(std::string, work_dir, "",
+          "where the synthetic checkpoint and logs go; empty = a temp dir");
+ABSL_FLAG(bool, check, false,
+          "correctness only (CI): exit 1 when any fetched byte differs; times are still printed");
+
+namespace dequantd::e2e {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+struct Row {
+  std::string what;       // "raw gRPC", "dequantd resident", "dequantd inline"
+  std::string transport;  // "tcp", "unix"
+  int64_t bytes = 0;
+  int streams = 1;
+  int clients = 1;
+  double p50 = 0, p99 = 0;  // seconds per result
+  double gbps = 0;          // GB/s delivered
+  bool correct = true;
+  std::string error;
+};
+
+// Times `trials` fetches of `request` (whole result of `bytes`) by `clients` clients at once,
+// each over `streams` range streams on its own connections, after one untimed warm-up each.
+// Compares the first and last fetch of every client with `expected`.
+Row Measure(const std::string& target, const v1::DequantizeRequest& request, int64_t bytes,
+            absl::Span<const uint8_t> expected, int streams, int clients, int trials) {
+  Row row;
+  row.bytes = bytes;
+  row.streams = streams;
+  row.clients = clients;
+  ClientOptions options;
+  options.deadline_seconds = 600;
+  std::vector<std::unique_ptr<ParallelClient>> parallel;
+  std::vector<std::vector<uint8_t>> buffers(static_cast<size_t>(clients));
+  for (int c = 0; c < clients; ++c) {
+    absl::StatusOr<std::unique_ptr<ParallelClient>> client =
+        ParallelClient::Connect(target, options, streams);
+    if (!client.ok()) {
+      row.error = client.status().ToString();
+      return row;
+    }
+    parallel.push_back(*std::move(client));
+    buffers[c].assign(static_cast<size_t>(bytes), 0);  // touched: no page faults while timed
+  }
+  const auto check = [&](int c) {
+    if (expected.size() != buffers[c].size() ||
+        std::memcmp(expected.data(), buffers[c].data(), expected.size()) != 0) {
+      row.correct = false;
+    }
+  };
+  std::vector<std::vector<double>> latencies(static_cast<size_t>(clients));
+  std::vector<absl::Status> statuses(static_cast<size_t>(clients));
+  const auto run = [&](int c) {
+    absl::StatusOr<v1::DequantizeHeader> warm =
+        parallel[c]->DequantizeInto(request, absl::MakeSpan(buffers[c]), streams);
+    if (!warm.ok()) {
+      statuses[c] = warm.status();
+      return;
+    }
+    check(c);
+    std::fill(buffers[c].begin(), buffers[c].end(), 0);
+  };
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) threads.emplace_back(run, c);
+  for (std::thread& t : threads) t.join();
+  threads.clear();
+  const Clock::time_point start = Clock::now();
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      for (int t = 0; t < trials && statuses[c].ok(); ++t) {
+        const Clock::time_point begin = Clock::now();
+        absl::StatusOr<v1::DequantizeHeader> h =
+            parallel[c]->DequantizeInto(request, absl::MakeSpan(buffers[c]), streams);
+        if (!h.ok()) statuses[c] = h.status();
+        latencies[c].push_back(Seconds(begin));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double wall = Seconds(start);
+  std::vector<double> all;
+  for (int c = 0; c < clients; ++c) {
+    if (!statuses[c].ok()) row.error = statuses[c].ToString();
+    check(c);
+    all.insert(all.end(), latencies[c].begin(), latencies[c].end());
+  }
+  row.p50 = Percentile(all, 0.5);
+  row.p99 = Percentile(all, 0.99);
+  row.gbps =
+      wall > 0 ? static_cast<double>(bytes) * static_cast<double>(all.size()) / wall / 1e9 : 0;
+  return row;
+}
+
+std::string Now() {
+  char text[64];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return text;
+}
+
+std::string CpuName() {
+  FILE* f = std::fopen("/proc/cpuinfo", "r");
+  char line[512];
+  std::string name = "cpu";
+  while (f != nullptr && std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "model name", 10) == 0) {
+      const char* colon = std::strchr(line, ':');
+      if (colon != nullptr) name = std::string(colon + 2, std::strcspn(colon + 2, "\n"));
+      break;
+    }
+  }
+  if (f != nullptr) std::fclose(f);
+  return absl::StrCat(name, ", ", std::thread::hardware_concurrency(), " threads");
+}
+
+// Host memcpy rate (bytes copied per second, one thread): best of 5 copies of `bytes`.
+double HostCopyBytesPerSecond(int64_t bytes) {
+  std::vector<uint8_t> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
+  double best = 0;
+  for (int i = 0; i < 6; ++i) {
+    const Clock::time_point start = Clock::now();
+    std::memcpy(dst.data(), src.data(), src.size());
+    const double s = Seconds(start);
+    if (i > 0 && s > 0) best = std::max(best, static_cast<double>(bytes) / s);
+  }
+  return best;
+}
+
+void PrintRows(const std::vector<Row>& rows, const std::vector<Row>* ceilings) {
+  std::cout << "| path | transport | MB | streams | clients | p50 ms | p99 ms | GB/s |"
+            << (ceilings ? " ceiling GB/s | fraction |" : "") << " correct |\n"
+            << "|---|---|---:|---:|---:|---:|---:|---:|" << (ceilings ? "---:|---:|" : "")
+            << "---|\n";
+  for (const Row& r : rows) {
+    std::cout << absl::StrFormat("| %s | %s | %.1f | %d | %d | %.2f | %.2f | %.2f |", r.what,
+                                 r.transport, r.bytes / 1e6, r.streams, r.clients, r.p50 * 1e3,
+                                 r.p99 * 1e3, r.gbps);
+    if (ceilings) {
+      double ceiling = 0;
+      for (const Row& c : *ceilings) {
+        if (c.transport == r.transport && c.bytes == r.bytes && c.streams == r.streams &&
+            c.clients == r.clients) {
+          ceiling = c.gbps;
+        }
+      }
+      std::cout << absl::StrFormat(
+          " %.2f | %s |", ceiling,
+          ceiling > 0 ? absl::StrFormat("%.0f%%", 100 * r.gbps / ceiling) : std::string("-"));
+    }
+    std::cout << " " << (r.error.empty() ? (r.correct ? "yes" : "NO") : "ERROR " + r.error)
+              << " |\n";
+  }
+}
+
+int Main() {
+  std::vector<int64_t> sizes;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+    double mb = 0;
+    if (!absl::SimpleAtod(s, &mb) || mb <= 0) {
+      std::cerr << "--sizes: bad size '" << s << "'\n";
+      return 2;
+    }
+    sizes.push_back(static_cast<int64_t>(mb * 1e6));
+  }
+  const int S = std::clamp(absl::GetFlag(FLAGS_streams), 1, kMaxStreams);
+  const int C = std::max(1, absl::GetFlag(FLAGS_clients));
+  const int trials = std::max(1, absl::GetFlag(FLAGS_trials));
+  std::string work = absl::GetFlag(FLAGS_work_dir);
+  if (work.empty()) {
+    work = (std::filesystem::temp_directory_path() / absl::StrCat("dequantd_e2e.", ::getpid()))
+               .string();
+  }
+  std::filesystem::create_directories(work);
+
+  const std::vector<SyntheticLayer> layers = MakeLayers(sizes, 42);
+  if (absl::Status s = WriteCheckpoint(work + "/model", layers); !s.ok()) {
+    std::cerr << "cannot write the checkpoint: " << s << "\n";
+    return 1;
+  }
+  std::vector<std::vector<uint8_t>> reference;
+  for (const SyntheticLayer& l : layers) {
+    reference.emplace_back(static_cast<size_t>(l.shape.output_bytes(DType::kF16)));
+    if (!DequantizeCpu(l.view(), DType::kF16, 0, l.shape.K, reference.back().data()).ok()) {
+      std::cerr << "reference failed\n";
+      return 1;
+    }
+  }
+  std::string gpu;
+  const int64_t largest = static_cast<int64_t>(reference.back().size());
+  const double d2h = PinnedDeviceToHostBytesPerSecond(std::max<int64_t>(largest, 64 << 20), &gpu);
+  const double memcpy_rate = HostCopyBytesPerSecond(std::max<int64_t>(largest, 64 << 20));
+  const int64_t chunk = absl::GetFlag(FLAGS_chunk_bytes);
+
+  std::vector<std::string> transports = {"tcp"};
+  if (absl::GetFlag(FLAGS_unix_socket)) transports.push_back("unix");
+
+  // Ceilings: the raw stream.
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const SyntheticLayer& l : layers) shapes.emplace_back(l.shape.K, l.shape.N);
+  RawStreamService raw(shapes);
+  std::vector<Row> ceilings;
+  std::vector<Row> encodings;  // the raw stream with dequantd's (and the old) message building
+  for (const std::string& transport : transports) {
+    int port = 0;
+    const std::string socket = work + "/raw.sock";
+    std::unique_ptr<grpc::Server> server =
+        StartRawServer(&raw, transport == "tcp" ? "127.0.0.1:0" : "unix:" + socket, &port);
+    if (server == nullptr) {
+      std::cerr << "cannot start the raw stream server (" << transport << ")\n";
+      return 1;
+    }
+    const std::string target =
+        transport == "tcp" ? absl::StrCat("127.0.0.1:", port) : "unix:" + socket;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      v1::DequantizeRequest request;
+      request.set_tensor("raw." + std::to_string(i));
+      request.set_chunk_bytes(chunk);
+      const int64_t bytes = static_cast<int64_t>(reference[i].size());
+      const absl::Span<const uint8_t> expected(raw.bytes().data(), reference[i].size());
+      for (auto [streams, clients] : {std::pair{1, 1}, std::pair{S, 1}, std::pair{1, C}}) {
+        Row row = Measure(target, request, bytes, expected, streams, clients, trials);
+        row.what = "raw gRPC";
+        row.transport = transport;
+        ceilings.push_back(row);
+      }
+    }
+    if (transport == "tcp") {
+      // The serialization's cost: the largest size, one stream, each way of building a message.
+      const size_t i = layers.size() - 1;
+      v1::DequantizeRequest request;
+      request.set_tensor("raw." + std::to_string(i));
+      request.set_chunk_bytes(chunk);
+      const absl::Span<const uint8_t> expected(raw.bytes().data(), reference[i].size());
+      for (auto [encoding, name] :
+           {std::pair{RawStreamService::Encoding::kOneCopy, "raw gRPC, one copy"},
+            std::pair{RawStreamService::Encoding::kProtobuf, "raw gRPC, protobuf bytes"}}) {
+        raw.set_encoding(encoding);
+        Row row = Measure(target, request, static_cast<int64_t>(reference[i].size()), expected, 1,
+                          1, trials);
+        row.what = name;
+        row.transport = transport;
+        encodings.push_back(row);
+      }
+      raw.set_encoding(RawStreamService::Encoding::kZeroCopy);
+    }
+    server->Shutdown();
+  }
+
+  // dequantd end to end.
+  std::vector<Row> rows;
+  std::string backend;
+  for (const std::string& transport : transports) {
+    absl::StatusOr<std::unique_ptr<DequantdProcess>> process = DequantdProcess::Start(
+        absl::GetFlag(FLAGS_dequantd), work + "/model", absl::GetFlag(FLAGS_backend),
+        transport == "tcp" ? "" : work + "/dequantd.sock", work + "/dequantd." + transport + ".log",
+        {"--max-request-bytes=1000000000", "--max-output-bytes=20000000000"});
+    if (!process.ok()) {
+      std::cerr << process.status() << "\n";
+      return 1;
+    }
+    backend = (*process)->backend();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      v1::DequantizeRequest request;
+      request.set_tensor(layers[i].name);
+      request.set_chunk_bytes(chunk);
+      const int64_t bytes = static_cast<int64_t>(reference[i].size());
+      for (auto [streams, clients] : {std::pair{1, 1}, std::pair{S, 1}, std::pair{1, C}}) {
+        Row row =
+            Measure((*process)->target(), request, bytes, reference[i], streams, clients, trials);
+        row.what = "dequantd resident";
+        row.transport = transport;
+        rows.push_back(row);
+      }
+      if (absl::GetFlag(FLAGS_inline_requests) && transport == "tcp") {
+        v1::DequantizeRequest inline_request;
+        v1::InlinePackedTensor* packed = inline_request.mutable_packed();
+        const SyntheticLayer& l = layers[i];
+        packed->set_in_features(l.shape.K);
+        packed->set_out_features(l.shape.N);
+        packed->set_group_size(l.shape.group_size);
+        packed->set_scale_dtype(v1::DTYPE_FP16);
+        packed->set_qweight(l.qweight.data(), l.qweight.size() * 4);
+        packed->set_qzeros(l.qzeros.data(), l.qzeros.size() * 4);
+        packed->set_scales(l.scales.data(), l.scales.size() * 2);
+        inline_request.set_chunk_bytes(chunk);
+        Row row = Measure((*process)->target(), inline_request, bytes, reference[i], 1, 1, trials);
+        row.what = "dequantd inline";
+        row.transport = transport;
+        rows.push_back(row);
+      }
+    }
+  }
+
+  std::cout << "dequantd end to end, " << Now() << ", commit " << DEQUANTD_CONFIGURE_COMMIT
+            << "\nhost: " << CpuName() << "; GPU: " << (gpu.empty() ? "none" : gpu)
+            << "; dequantd backend: " << backend << "; chunk_bytes "
+            << (chunk == 0 ? std::string("server default (1 MiB)") : std::to_string(chunk)) << "; "
+            << trials << " timed fetches per row and client, S = " << S << ", C = " << C << "\n\n";
+  std::cout << absl::StrFormat("host memcpy (1 thread): %.2f GB/s\n", memcpy_rate / 1e9);
+  std::cout << (d2h > 0 ? absl::StrFormat("pinned device-to-host copy: %.2f GB/s\n", d2h / 1e9)
+                        : std::string("pinned device-to-host copy: no GPU\n"))
+            << "\nceilings: raw gRPC byte stream (no computation, no copy on the server)\n\n";
+  PrintRows(ceilings, nullptr);
+  std::cout << "\nthe same raw stream, messages built as dequantd builds them now (one copy into a "
+               "slice) and before issue 8 (protobuf bytes field + serialization: two copies)\n\n";
+  PrintRows(encodings, &ceilings);
+  std::cout << "\ndequantd (every byte received into the client's memory)\n\n";
+  PrintRows(rows, &ceilings);
+
+  bool ok = true;
+  for (const std::vector<Row>* table : {&ceilings, &encodings, &rows}) {
+    for (const Row& r : *table) ok = ok && r.correct && r.error.empty();
+  }
+  if (!ok) std::cerr << "dequantd_e2e_bench: some fetched bytes were wrong or a call failed\n";
+  if (absl::GetFlag(FLAGS_work_dir).empty()) std::filesystem::remove_all(work);
+  return ok || !absl::GetFlag(FLAGS_check) ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace dequantd::e2e
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "dequantd_e2e_bench: end-to-end delivery of dequantd results beside the raw gRPC, memcpy "
+      "and device-to-host ceilings, in one run");
+  absl::ParseCommandLine(argc, argv);
+  return dequantd::e2e::Main();
+}

@@ -1,0 +1,35 @@
+// A synthetic AWQ checkpoint for the end-to-end benchmark: one layer per requested output size
+// (fp16 bytes), random packed data, written as config.json + model.safetensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/dequant.h"
+
+namespace dequantd::e2e {
+
+// One layer held in memory (for inline requests and the reference result).
+struct SyntheticLayer {
+  std::string name;              // "layers.<i>.<K>x<N>"
+  AwqShape shape;                // G = 128, fp16 scales
+  std::vector<int32_t> qweight;  // (K, N/8)
+  std::vector<int32_t> qzeros;   // (K/G, N/8)
+  std::vector<uint16_t> scales;  // (K/G, N) fp16 bits in about [-0.05, 0.05]
+
+  PackedTensorView view() const { return {shape, qweight.data(), qzeros.data(), scales.data()}; }
+};
+
+// The shape whose fp16 result is about `output_bytes`: N = 4096 up to 256 MB, else 28672; K the
+// nearest multiple of 128 (>= 128). 470e6 bytes gives 8192 x 28672.
+AwqShape ShapeForBytes(int64_t output_bytes);
+
+// Random layers, one per size, deterministic in `seed`.
+std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes, uint32_t seed);
+
+// Writes `dir`/config.json (awq, 4 bits, group_size 128, gemm) and `dir`/model.safetensors.
+absl::Status WriteCheckpoint(const std::string& dir, const std::vector<SyntheticLayer>& layers);
+
+}  // namespace dequantd::e2e

@@ -1,0 +1,116 @@
+// GrpcResultSink and the hand-encoded chunk message (see grpc_result_sink.h).
+#include "server/grpc_result_sink.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/request.h"
+
+namespace dequantd {
+namespace {
+
+namespace v1 = ::dequant::v1;
+
+// Protobuf wire tags of DequantizeResponse (proto/dequant/v1/dequant.proto): (field << 3) | type.
+constexpr uint8_t kOffsetTag = (2 << 3) | 0;  // int64 offset = 2, varint
+constexpr uint8_t kDataTag = (3 << 3) | 2;    // bytes data = 3, length-delimited
+constexpr size_t kMaxVarintBytes = 10;
+
+// Writes `value` as a protobuf varint at `out`; returns the bytes written (1..10).
+size_t PutVarint(uint64_t value, uint8_t* out) {
+  size_t n = 0;
+  while (value >= 0x80) {
+    out[n++] = static_cast<uint8_t>(value | 0x80);
+    value >>= 7;
+  }
+  out[n++] = static_cast<uint8_t>(value);
+  return n;
+}
+
+}  // namespace
+
+size_t EncodeChunkPrefix(int64_t offset, size_t data_bytes, uint8_t* out) {
+  static_assert(kChunkPrefixMaxBytes == 2 + 2 * kMaxVarintBytes);
+  size_t n = 0;
+  out[n++] = kOffsetTag;
+  n += PutVarint(static_cast<uint64_t>(offset), out + n);
+  out[n++] = kDataTag;
+  n += PutVarint(data_bytes, out + n);
+  return n;
+}
+
+grpc::ByteBuffer EncodeChunkMessage(int64_t offset, absl::Span<const uint8_t> data) {
+  uint8_t prefix[kChunkPrefixMaxBytes];
+  const size_t n = EncodeChunkPrefix(offset, data.size(), prefix);
+  // One slice for the whole message: the only copy of the data on its way to the transport
+  // (the slice must own its bytes: gRPC may still hold it after Write returns, while the
+  // backend reuses its buffer).
+  grpc_slice slice = grpc_slice_malloc(n + data.size());
+  uint8_t* out = GRPC_SLICE_START_PTR(slice);
+  std::memcpy(out, prefix, n);
+  if (!data.empty()) std::memcpy(out + n, data.data(), data.size());
+  grpc::Slice owned(slice, grpc::Slice::STEAL_REF);
+  return grpc::ByteBuffer(&owned, 1);
+}
+
+GrpcResultSink::GrpcResultSink(grpc::ServerContext* context, Writer* writer,
+                               std::vector<ResultLayer> results, bool per_layer, DType out_dtype,
+                               std::string backend, Metrics* metrics, Range range)
+    : context_(context),
+      writer_(writer),
+      results_(std::move(results)),
+      per_layer_(per_layer),
+      out_dtype_(out_dtype),
+      backend_(std::move(backend)),
+      metrics_(metrics),
+      range_(range) {}
+
+absl::Status GrpcResultSink::Begin(const std::string& kernel) {
+  kernel_ = kernel;
+  return per_layer_ ? absl::OkStatus() : SendHeader(0);
+}
+
+absl::Status GrpcResultSink::BeginLayer(int64_t index) {
+  if (index < 0 || index >= static_cast<int64_t>(results_.size())) {
+    return absl::InternalError(absl::StrCat("BeginLayer(", index, ") of ", results_.size()));
+  }
+  return SendHeader(static_cast<size_t>(index));
+}
+
+absl::Status GrpcResultSink::Write(int64_t offset, absl::Span<const uint8_t> bytes) {
+  if (absl::Status s = Send(EncodeChunkMessage(offset, bytes)); !s.ok()) return s;
+  metrics_->AddOutputBytes(static_cast<int64_t>(bytes.size()));
+  return absl::OkStatus();
+}
+
+absl::Status GrpcResultSink::SendHeader(size_t index) {
+  const ResultLayer& result = results_[index];
+  v1::DequantizeResponse response;
+  v1::DequantizeHeader* header = response.mutable_header();
+  header->add_shape(result.shape.K);
+  header->add_shape(result.shape.N);
+  header->set_dtype(DTypeToProto(out_dtype_));
+  header->set_total_bytes(result.shape.output_bytes(out_dtype_));
+  header->set_backend(backend_);
+  header->set_kernel(kernel_);
+  header->set_tensor(result.tensor);
+  grpc::ByteBuffer message;
+  bool own_buffer = false;
+  if (grpc::Status s = grpc::SerializationTraits<v1::DequantizeResponse>::Serialize(
+          response, &message, &own_buffer);
+      !s.ok()) {
+    return absl::InternalError(absl::StrCat("serializing a header: ", s.error_message()));
+  }
+  return Send(message);
+}
+
+absl::Status GrpcResultSink::Send(const grpc::ByteBuffer& message) {
+  if (context_->IsCancelled()) return absl::CancelledError("the client cancelled the call");
+  if (!writer_->Write(message)) {
+    return absl::CancelledError("the client closed the stream before the result was sent");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dequantd
