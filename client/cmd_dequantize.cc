@@ -11,6 +11,7 @@
 #include "client/compare.h"
 #include "client/output_file.h"
 #include "client/packed_input.h"
+#include "client/shm_client.h"
 
 namespace dequantd {
 namespace {
@@ -102,7 +103,9 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
     return s;
   };
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<v1::DequantizeHeader> header = client.Dequantize(request, sink);
+  absl::StatusOr<v1::DequantizeHeader> header =
+      options.shm.empty() ? client.Dequantize(request, sink)
+                          : DequantizeThroughShm(client, options.shm, request, sink);
   if (!header.ok()) return header.status();
   if (file) {
     status = file->Finish();

@@ -33,6 +33,8 @@ struct DequantizeOptions {
   int64_t chunk_bytes = 0;     // --chunk-bytes: 0 = server default
   std::string compare;         // --compare: REF.safetensors[:TENSOR]; empty = no comparison
   std::string compare_layout = "auto";  // --compare-layout: auto, kn or nk
+  std::string shm;  // --shm: a region name ([A-Za-z0-9._-]): the result comes through a host
+                    // shared-memory region (client/shm_client.h) instead of the stream
 };
 // Usage checks: exactly one of tensor / packed, prefix only with packed, dtype, layout.
 absl::Status CheckDequantizeOptions(const DequantizeOptions& options);

@@ -26,7 +26,7 @@ const std::vector<Subcommand>& Subcommands() {
       {"info", {}},
       {"dequantize",
        {"tensor", "packed", "prefix", "group_size", "out", "dtype", "chunk_bytes", "compare",
-        "compare_layout"}},
+        "compare_layout", "shm"}},
       {"dequantize-layers", {"tensors", "dtype", "chunk_bytes", "out_dir", "out"}},
       {"benchmark",
        {"shapes", "tensors", "group_size", "dtype", "variants", "trials", "runs",

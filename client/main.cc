@@ -48,6 +48,10 @@ ABSL_FLAG(std::string, compare, "",
           "stats)");
 ABSL_FLAG(std::string, compare_layout, "auto",
           "dequantize --compare: reference layout: auto, kn ((K, N)) or nk ((N, K), nn.Linear)");
+ABSL_FLAG(std::string, shm, "",
+          "dequantize: receive the result through a POSIX shared-memory region NAME (created, "
+          "registered, read and removed by dequantctl) instead of the stream; the server must "
+          "run on this host with --shared-memory=host or all");
 ABSL_FLAG(std::string, shapes, "", "benchmark: comma-separated KxN shapes");
 ABSL_FLAG(std::string, tensors, "",
           "benchmark, dequantize-layers: comma-separated layers of the loaded model");
@@ -73,7 +77,9 @@ usage:
   dequantctl [--server HOST:PORT] dequantize --packed FILE.safetensors --prefix PREFIX
              [--group-size G] [--out FILE] [--dtype ...]
       [--compare REF.safetensors[:TENSOR]|REF.npy [--compare-layout auto|kn|nk]]
-      [--chunk-bytes B]
+      [--chunk-bytes B] [--shm NAME]
+      --shm NAME: the result comes through a shared-memory region NAME (same host; the server
+        runs with --shared-memory=host|all) instead of the stream
       --compare-layout: kn = (K, N) like the result, nk = (N, K) (nn.Linear.weight); auto
         tells them apart by shape and refuses a square reference (K == N)
       FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes; the
@@ -237,6 +243,7 @@ int main(int argc, char** argv) {
     dequantize.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
     dequantize.compare = absl::GetFlag(FLAGS_compare);
     dequantize.compare_layout = absl::GetFlag(FLAGS_compare_layout);
+    dequantize.shm = absl::GetFlag(FLAGS_shm);
     if (absl::Status s = dequantd::CheckDequantizeOptions(dequantize); !s.ok()) {
       return UsageError(std::string(s.message()));
     }

@@ -60,6 +60,20 @@ ABSL_FLAG(double, shutdown_deadline, 5.0,
           "seconds (0..86400) in-flight calls get to finish on SIGINT/SIGTERM/SIGHUP before "
           "they are cancelled; a second signal ends dequantd at once");
 
+// Shared-memory regions (issue 9; docs/architecture.md "Shared-memory regions").
+ABSL_FLAG(std::string, shared_memory, "off",
+          "off, host, cuda or all: which shared-memory regions same-host clients may register "
+          "and name as Dequantize outputs (host: POSIX shm under /dev/shm; cuda: CUDA IPC device "
+          "buffers). Off by default: a region makes dequantd write into memory at a client's "
+          "request, with dequantd's own permissions");
+ABSL_FLAG(int, shared_memory_max_regions, 64, "most regions registered at once, 0..100000");
+ABSL_FLAG(int64_t, shared_memory_max_bytes, int64_t{64} << 30,
+          "most bytes of all registered regions together");
+ABSL_FLAG(double, shared_memory_idle_release, 0,
+          "seconds (0..31536000) after which a region no call has used is released (a client "
+          "that died without unregistering); 0 = regions live until unregistered or dequantd "
+          "stops");
+
 namespace {
 
 constexpr int kUsageErrorExitCode = 2;
@@ -186,6 +200,10 @@ int main(int argc, char** argv) {
   options.tune_cache = absl::GetFlag(FLAGS_tune_cache);
   options.pretune = absl::GetFlag(FLAGS_pretune);
   options.shutdown_deadline_seconds = absl::GetFlag(FLAGS_shutdown_deadline);
+  options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options.shared_memory_max_regions = absl::GetFlag(FLAGS_shared_memory_max_regions);
+  options.shared_memory_max_bytes = absl::GetFlag(FLAGS_shared_memory_max_bytes);
+  options.shared_memory_idle_release_seconds = absl::GetFlag(FLAGS_shared_memory_idle_release);
 
   if (options.model_dir.empty()) {
     spdlog::warn("no model loaded (--model is empty): only inline Dequantize requests are served");

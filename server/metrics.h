@@ -38,6 +38,11 @@
 //   dequantd_build_info{version,cuda}                 gauge: always 1 (cuda: runtime or "none")
 //   dequantd_device_info{device,name,compute_capability,driver}  gauge: always 1
 //   dequantd_model_layers                             gauge: quantized layers of the model
+// Shared-memory regions (issue 9)
+//   dequantd_delivered_bytes_total{destination}       counter: result bytes delivered, bytes
+//       (destination: stream, host_region, device_region)
+//   dequantd_shared_memory_regions{kind}              gauge: regions registered (host, device)
+//   dequantd_shared_memory_region_bytes{kind}         gauge: their registered bytes, bytes
 #pragma once
 
 #include <cstdint>
@@ -87,8 +92,15 @@ class Metrics final : public BackendObserver {
   void RpcStarted(std::string_view method);
   // Marks it finished with gRPC status code `code` (0..16) after `seconds` of wall time.
   void RpcFinished(std::string_view method, int code, double seconds);
-  // Adds `bytes` of dequantized output sent to a client.
+  // Adds `bytes` of dequantized output sent to a client (also delivered{destination="stream"}).
   void AddOutputBytes(int64_t bytes);
+
+  // --- Shared-memory regions (server/region_service.cc) ---
+  // Adds `bytes` of result written into a region; `destination` "host_region" or
+  // "device_region".
+  void AddDeliveredBytes(std::string_view destination, int64_t bytes);
+  // The regions of `kind` ("host" or "device") registered now: how many, and their bytes.
+  void SetSharedMemoryRegions(std::string_view kind, int64_t count, int64_t bytes);
 
   // --- Process (server/server.cc, once at start) ---
   // One dequantd_device_info series per device of the backend.
@@ -157,6 +169,10 @@ class Metrics final : public BackendObserver {
 
   prometheus::Family<prometheus::Gauge>* device_info_ = nullptr;
   prometheus::Gauge* model_layers_ = nullptr;
+
+  prometheus::Family<prometheus::Counter>* delivered_bytes_total_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* shared_memory_regions_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* shared_memory_region_bytes_ = nullptr;
 
   std::mutex mu_;
   std::map<std::string, double, std::less<>> copy_bytes_per_second_;  // by device; guarded by mu_

@@ -53,6 +53,12 @@ class GrpcResultSink final : public LayersSink {
     return SendHeader(static_cast<size_t>(index));
   }
 
+  // Headers from now on name `region` and carry each result's offset in it (output_region).
+  void set_region(std::string region, std::vector<int64_t> offsets) {
+    region_ = std::move(region);
+    region_offsets_ = std::move(offsets);
+  }
+
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
     chunk_.set_offset(offset);
     chunk_.set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -73,6 +79,10 @@ class GrpcResultSink final : public LayersSink {
     header->set_backend(backend_);
     header->set_kernel(kernel_);
     header->set_tensor(result.tensor);
+    if (index < region_offsets_.size()) {
+      header->set_region(region_);
+      header->set_region_offset(region_offsets_[index]);
+    }
     return Send(response);
   }
 
@@ -93,6 +103,8 @@ class GrpcResultSink final : public LayersSink {
   Metrics* const metrics_;
   std::string kernel_;
   v1::DequantizeResponse chunk_;  // reused: its data string keeps its capacity
+  std::string region_;                   // output_region calls: the region's name
+  std::vector<int64_t> region_offsets_;  // and each result's offset in it, bytes
 };
 
 }  // namespace
@@ -231,6 +243,11 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   GrpcResultSink sink(context, writer, {ResultLayer{.tensor = "", .shape = shape}},
                       /*per_layer=*/false, *out_dtype, backend_info_.name, metrics_);
+  if (request.has_output_region()) {
+    return RunIntoRegion(context, request.output_region(), {output_bytes}, sink, [&](auto& s) {
+      return backend_->Dequantize(source, *out_dtype, *chunk_bytes, s);
+    });
+  }
   return backend_->Dequantize(source, *out_dtype, *chunk_bytes, sink);
 }
 
@@ -271,7 +288,9 @@ absl::Status DequantService::DoDequantizeLayers(
   std::vector<ResultLayer> results;
   results.reserve(layers.size());
   int64_t output_bytes = 0;
+  std::vector<int64_t> result_bytes;  // output_region: each result's bytes
   for (const QuantizedLayer* layer : layers) {
+    result_bytes.push_back(layer->view.shape.output_bytes(*out_dtype));
     output_bytes += layer->view.shape.output_bytes(*out_dtype);
     results.push_back(ResultLayer{.tensor = layer->name, .shape = layer->view.shape});
   }
@@ -288,7 +307,79 @@ absl::Status DequantService::DoDequantizeLayers(
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   GrpcResultSink sink(context, writer, std::move(results), /*per_layer=*/true, *out_dtype,
                       backend_info_.name, metrics_);
+  if (request.has_output_region()) {
+    return RunIntoRegion(context, request.output_region(), std::move(result_bytes), sink,
+                         [&](LayersSink& s) {
+                           return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, s);
+                         });
+  }
   return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, sink);
+}
+
+template <typename Sink, typename Run>
+absl::Status DequantService::RunIntoRegion(grpc::ServerContext* context,
+                                           const v1::OutputRegion& output,
+                                           std::vector<int64_t> result_bytes, Sink& headers,
+                                           Run&& run) {
+  if (options_.regions == nullptr) {
+    return absl::FailedPreconditionError("output_region: this server serves no regions");
+  }
+  absl::StatusOr<std::unique_ptr<regions::RegionSink>> region = options_.regions->MakeSink(
+      context->peer(), output, std::move(result_bytes), headers,
+      [context] { return context->IsCancelled(); });
+  if (!region.ok()) return region.status();
+  headers.set_region(output.name(), (*region)->result_offsets());
+  return run(**region);
+}
+
+template <typename Call>
+grpc::Status DequantService::HandleRegions(const char* method, grpc::ServerContext* context,
+                                           Call&& call) {
+  return Handle(method, [&]() -> absl::Status {
+    if (options_.regions == nullptr) {
+      return absl::FailedPreconditionError("this server serves no shared-memory regions");
+    }
+    return call(*options_.regions, context->peer());
+  });
+}
+
+grpc::Status DequantService::RegisterSystemSharedMemory(
+    grpc::ServerContext* context, const v1::RegisterSystemSharedMemoryRequest* request,
+    v1::RegisterSystemSharedMemoryResponse* response) {
+  return HandleRegions("RegisterSystemSharedMemory", context, [&](RegionService& r, auto peer) {
+    return r.RegisterSystem(peer, *request, response);
+  });
+}
+
+grpc::Status DequantService::UnregisterSystemSharedMemory(
+    grpc::ServerContext* context, const v1::UnregisterSystemSharedMemoryRequest* request,
+    v1::UnregisterSystemSharedMemoryResponse* response) {
+  return HandleRegions("UnregisterSystemSharedMemory", context, [&](RegionService& r, auto peer) {
+    return r.UnregisterSystem(peer, *request, response);
+  });
+}
+
+grpc::Status DequantService::RegisterCudaSharedMemory(
+    grpc::ServerContext* context, const v1::RegisterCudaSharedMemoryRequest* request,
+    v1::RegisterCudaSharedMemoryResponse* response) {
+  return HandleRegions("RegisterCudaSharedMemory", context, [&](RegionService& r, auto peer) {
+    return r.RegisterCuda(peer, *request, response);
+  });
+}
+
+grpc::Status DequantService::UnregisterCudaSharedMemory(
+    grpc::ServerContext* context, const v1::UnregisterCudaSharedMemoryRequest* request,
+    v1::UnregisterCudaSharedMemoryResponse* response) {
+  return HandleRegions("UnregisterCudaSharedMemory", context, [&](RegionService& r, auto peer) {
+    return r.UnregisterCuda(peer, *request, response);
+  });
+}
+
+grpc::Status DequantService::SharedMemoryStatus(grpc::ServerContext* context,
+                                                const v1::SharedMemoryStatusRequest*,
+                                                v1::SharedMemoryStatusResponse* response) {
+  return HandleRegions("SharedMemoryStatus", context,
+                       [&](RegionService& r, auto peer) { return r.Status(peer, response); });
 }
 
 grpc::Status DequantService::GetServerInfo(grpc::ServerContext*, const v1::GetServerInfoRequest*,
