@@ -30,8 +30,11 @@ class CudaRegion final : public Region {
   RegionKind kind() const override { return RegionKind::kDevice; }
   uint8_t* data() const override { return static_cast<uint8_t*>(base_) + spec().offset; }
   absl::Status CopyIn(int64_t offset, absl::Span<const uint8_t> bytes) override {
-    const cudaError_t error =
+    // cudaMemcpy from pageable memory may return before its DMA ends: wait, so that the reply
+    // means the bytes are in device memory (this is the fallback path; see RegionSink::Write).
+    cudaError_t error =
         cudaMemcpy(data() + offset, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
+    if (error == cudaSuccess) error = cudaStreamSynchronize(cudaStreamLegacy);
     if (error == cudaSuccess) return absl::OkStatus();
     return absl::InternalError(absl::StrCat("region \"", spec().name, "\": copy of ", bytes.size(),
                                             " bytes to device offset ", offset,
