@@ -8,6 +8,13 @@ set -uo pipefail
 OUT=${OUT:-$PWD/out}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
+# Stubs: generated here by grpc_tools when the machine has it (matching its protobuf), else the
+# carried ones made by Debian's protoc (PYTHONPATH).
+if python3 -c "import grpc_tools" 2>/dev/null && [ -f "$HERE/dequant.proto" ]; then
+  stubs=$(mktemp -d)
+  python3 -m grpc_tools.protoc -I"$HERE" --python_out="$stubs" --grpc_python_out="$stubs" \
+    "$HERE/dequant.proto" && export PYTHONPATH="$stubs${PYTHONPATH:+:$PYTHONPATH}"
+fi
 model=$(mktemp -d)/model
 python3 "$HERE/torch_ipc_demo.py" make-model "$model" || exit 1
 port=50551
