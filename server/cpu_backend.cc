@@ -136,8 +136,8 @@ class CpuBackend final : public Backend {
     const auto report = [&](int64_t done, bool last) -> absl::Status {
       while (reported < done && (last || done - reported >= chunk_bytes)) {
         const int64_t n = std::min(chunk_bytes, done - reported);
-        if (absl::Status s = sink.Write(reported, absl::Span<const uint8_t>(
-                                                      destination->data + reported, n));
+        if (absl::Status s =
+                sink.Write(reported, absl::Span<const uint8_t>(destination->data + reported, n));
             !s.ok()) {
           return s;
         }
@@ -155,8 +155,8 @@ class CpuBackend final : public Backend {
       kernel_seconds += SecondsSince(kernel_start);
       const absl::Span<const uint8_t> bytes(out, static_cast<size_t>((row_end - row) * row_bytes));
       const Clock::time_point send_start = Clock::now();
-      if (absl::Status s = destination != nullptr ? report(row_end * row_bytes, false)
-                                                  : writer.Append(bytes);
+      if (absl::Status s =
+              destination != nullptr ? report(row_end * row_bytes, false) : writer.Append(bytes);
           !s.ok()) {
         return s;
       }

@@ -414,8 +414,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   service_options.max_output_bytes = options.max_output_bytes;
   service_options.default_chunk_bytes = options.default_chunk_bytes;
   service_options.autotuner = server->autotuner_.get();
-  server->regions_ =
-      MakeRegionService(options, server->backend_info_, server->metrics_.get());
+  server->regions_ = MakeRegionService(options, server->backend_info_, server->metrics_.get());
   service_options.regions = server->regions_.get();
   BenchmarkServiceOptions benchmark_options;
   benchmark_options.backend = server->backend_info_.name;

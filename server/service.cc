@@ -102,7 +102,7 @@ class GrpcResultSink final : public LayersSink {
   const std::string backend_;
   Metrics* const metrics_;
   std::string kernel_;
-  v1::DequantizeResponse chunk_;  // reused: its data string keeps its capacity
+  v1::DequantizeResponse chunk_;         // reused: its data string keeps its capacity
   std::string region_;                   // output_region calls: the region's name
   std::vector<int64_t> region_offsets_;  // and each result's offset in it, bytes
 };
@@ -324,9 +324,9 @@ absl::Status DequantService::RunIntoRegion(grpc::ServerContext* context,
   if (options_.regions == nullptr) {
     return absl::FailedPreconditionError("output_region: this server serves no regions");
   }
-  absl::StatusOr<std::unique_ptr<regions::RegionSink>> region = options_.regions->MakeSink(
-      context->peer(), output, std::move(result_bytes), headers,
-      [context] { return context->IsCancelled(); });
+  absl::StatusOr<std::unique_ptr<regions::RegionSink>> region =
+      options_.regions->MakeSink(context->peer(), output, std::move(result_bytes), headers,
+                                 [context] { return context->IsCancelled(); });
   if (!region.ok()) return region.status();
   headers.set_region(output.name(), (*region)->result_offsets());
   return run(**region);

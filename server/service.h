@@ -77,8 +77,7 @@ class DequantService final : public dequant::v1::DequantService::Service {
       grpc::ServerContext* context, const dequant::v1::RegisterSystemSharedMemoryRequest* request,
       dequant::v1::RegisterSystemSharedMemoryResponse* response) override;
   grpc::Status UnregisterSystemSharedMemory(
-      grpc::ServerContext* context,
-      const dequant::v1::UnregisterSystemSharedMemoryRequest* request,
+      grpc::ServerContext* context, const dequant::v1::UnregisterSystemSharedMemoryRequest* request,
       dequant::v1::UnregisterSystemSharedMemoryResponse* response) override;
   grpc::Status RegisterCudaSharedMemory(
       grpc::ServerContext* context, const dequant::v1::RegisterCudaSharedMemoryRequest* request,

@@ -164,8 +164,7 @@ TEST_F(DequantctlTest, DequantizeThroughShmWritesTheSameNpyAndCleansUp) {
     leftover |= absl::StrContains(entry.path().filename().string(), ".ctl-test");
   }
   EXPECT_FALSE(leftover) << "dequantctl left its shm object in /dev/shm";
-  absl::StatusOr<v1::SharedMemoryStatusResponse> status =
-      RegionClient(client().channel()).Status();
+  absl::StatusOr<v1::SharedMemoryStatusResponse> status = RegionClient(client().channel()).Status();
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->regions_size(), 0);
 }

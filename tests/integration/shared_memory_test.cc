@@ -220,5 +220,24 @@ TEST(SharedMemoryOffTest, EverythingIsFailedPreconditionByDefault) {
   EXPECT_EQ(status->mode(), "off");
 }
 
+TEST(SharedMemoryOptionsTest, BadValuesAreInvalidArgumentNamingTheFlag) {
+  const auto start = [](auto set) {
+    ServerOptions options;
+    set(options);
+    return StartCpuServer(options).status();
+  };
+  absl::Status s = start([](ServerOptions& o) { o.shared_memory = "on"; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--shared-memory"));
+  s = start([](ServerOptions& o) { o.shared_memory_max_regions = -1; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--shared-memory-max-regions"));
+  s = start([](ServerOptions& o) { o.shared_memory_max_bytes = -1; });
+  EXPECT_THAT(s.message(), HasSubstr("--shared-memory-max-bytes"));
+  s = start([](ServerOptions& o) { o.shared_memory_idle_release_seconds = -0.5; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--shared-memory-idle-release"));
+}
+
 }  // namespace
 }  // namespace dequantd::testing

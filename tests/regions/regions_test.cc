@@ -22,6 +22,7 @@
 #include "server/regions/peer.h"
 #include "server/regions/region_sink.h"
 #include "server/regions/registry.h"
+#include "tests/observability/metrics_series.h"
 #include "tests/regions/shm_file.h"
 #include "tests/server/test_layer.h"
 
@@ -453,6 +454,51 @@ TEST(RegionServiceTest, ADeviceTheBackendDoesNotUseIsFailedPrecondition) {
   s = cpu.RegisterCuda("ipv4:127.0.0.1:1", cuda, &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("cpu backend"));
+}
+
+TEST(RegionServiceTest, MetricsCountRegionsAndDeliveredBytesPerDestination) {
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create("", "test");
+  ASSERT_TRUE(metrics.ok());
+  const auto value = [&](const std::string& name, const testing::Labels& labels) {
+    return testing::SeriesValue(**metrics, name, labels).value_or(-1);
+  };
+  const PackedLayer layer = RandomPackedLayer({.K = 64, .N = 256, .group_size = 64}, 5);
+  const int64_t bytes = layer.shape.output_bytes(DType::kF16);
+  ShmFile shm("metrics", bytes);
+  ASSERT_TRUE(shm.ok());
+  RegionService service(Mode(SharedMemoryMode::kHost), metrics->get());
+  EXPECT_EQ(value("dequantd_shared_memory_regions", {{"kind", "host"}}), 0);
+  EXPECT_EQ(value("dequantd_shared_memory_region_bytes", {{"kind", "device"}}), 0);
+  dequant::v1::RegisterSystemSharedMemoryRequest request;
+  request.set_name("m");
+  request.set_key(shm.key());
+  request.set_byte_size(bytes);
+  dequant::v1::RegisterSystemSharedMemoryResponse response;
+  ASSERT_TRUE(service.RegisterSystem("unix:", request, &response).ok());
+  EXPECT_EQ(value("dequantd_shared_memory_regions", {{"kind", "host"}}), 1);
+  EXPECT_EQ(value("dequantd_shared_memory_region_bytes", {{"kind", "host"}}), bytes);
+
+  HeaderRecorder headers;
+  dequant::v1::OutputRegion output;
+  output.set_name("m");
+  absl::StatusOr<std::unique_ptr<RegionSink>> sink =
+      service.MakeSink("unix:", output, {bytes}, headers, nullptr);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  DequantSource source;
+  source.host = layer.view();
+  ASSERT_TRUE(MakeCpuBackend(1)->Dequantize(source, DType::kF16, 4096, **sink).ok());
+  sink->reset();
+  EXPECT_EQ(value("dequantd_delivered_bytes_total", {{"destination", "host_region"}}), bytes);
+  EXPECT_EQ(value("dequantd_delivered_bytes_total", {{"destination", "device_region"}}), 0);
+  EXPECT_EQ(shm.Read(0, bytes),
+            std::string(reinterpret_cast<const char*>(ReferenceBytes(layer, DType::kF16).data()),
+                        static_cast<size_t>(bytes)));
+  dequant::v1::UnregisterSystemSharedMemoryRequest unregister;
+  dequant::v1::UnregisterSystemSharedMemoryResponse released;
+  ASSERT_TRUE(service.UnregisterSystem("unix:", unregister, &released).ok());
+  EXPECT_EQ(released.released(), 1);
+  EXPECT_EQ(value("dequantd_shared_memory_regions", {{"kind", "host"}}), 0);
+  EXPECT_EQ(value("dequantd_shared_memory_region_bytes", {{"kind", "host"}}), 0);
 }
 
 TEST(RegionServiceTest, ParsesTheModeFlag) {
