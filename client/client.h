@@ -128,6 +128,10 @@ class DequantClient {
   absl::StatusOr<std::vector<DequantizedTensor>> DequantizeLayersToMemory(
       const v1::DequantizeLayersRequest& request);
 
+  // The channel and options (for RegionClient, client/shm_client.h, on the same connection).
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  const ClientOptions& options() const { return options_; }
+
  private:
   void SetDeadline(grpc::ClientContext* context) const;
 

@@ -12,6 +12,7 @@
 #include "client/output_file.h"
 #include "client/packed_input.h"
 #include "client/ranged_fetch.h"
+#include "client/shm_client.h"
 
 namespace dequantd {
 namespace {
@@ -152,8 +153,9 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
   };
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<v1::DequantizeHeader> header =
-      streams > 0 ? FetchRangesInto(client, more, request, total_bytes, streams, file.get())
-                  : client.Dequantize(request, sink);
+      !options.shm.empty() ? DequantizeThroughShm(client, options.shm, request, sink)
+      : streams > 0        ? FetchRangesInto(client, more, request, total_bytes, streams, file.get())
+                           : client.Dequantize(request, sink);
   if (!header.ok()) return header.status();
   if (file) {
     status = file->Finish();

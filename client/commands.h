@@ -37,6 +37,8 @@ struct DequantizeOptions {
   std::string compare_layout = "auto";  // --compare-layout: auto, kn or nk
   int streams =
       0;  // --streams: parallel range streams, 0..kMaxStreams; 0 = by size (ranged_fetch.h)
+  std::string shm;  // --shm: a region name ([A-Za-z0-9._-]): the result comes through a host
+                    // shared-memory region (client/shm_client.h) instead of the stream
 };
 
 // Makes a client on its own connection number `connection` (>= 1) to the same server, for the

@@ -27,7 +27,7 @@ const std::vector<Subcommand>& Subcommands() {
       {"info", {}},
       {"dequantize",
        {"tensor", "packed", "prefix", "group_size", "out", "dtype", "chunk_bytes", "compare",
-        "streams", "compare_layout"}},
+        "streams", "compare_layout", "shm"}},
       {"dequantize-layers", {"tensors", "dtype", "chunk_bytes", "out_dir", "out", "streams"}},
       {"benchmark",
        {"shapes", "tensors", "group_size", "dtype", "variants", "trials", "runs",

@@ -57,6 +57,10 @@ ABSL_FLAG(std::string, compare, "",
           "stats)");
 ABSL_FLAG(std::string, compare_layout, "auto",
           "dequantize --compare: reference layout: auto, kn ((K, N)) or nk ((N, K), nn.Linear)");
+ABSL_FLAG(std::string, shm, "",
+          "dequantize: receive the result through a POSIX shared-memory region NAME (created, "
+          "registered, read and removed by dequantctl) instead of the stream; the server must "
+          "run on this host with --shared-memory=host or all");
 ABSL_FLAG(std::string, shapes, "", "benchmark: comma-separated KxN shapes");
 ABSL_FLAG(std::string, tensors, "",
           "benchmark, dequantize-layers: comma-separated layers of the loaded model");
@@ -86,10 +90,12 @@ usage:
   dequantctl [--server HOST:PORT] dequantize --packed FILE.safetensors --prefix PREFIX
              [--group-size G] [--out FILE] [--dtype ...]
       [--compare REF.safetensors[:TENSOR]|REF.npy [--compare-layout auto|kn|nk]]
-      [--chunk-bytes B] [--streams S]
+      [--chunk-bytes B] [--streams S] [--shm NAME]
       --streams: S byte ranges fetched at once on S connections and written in place (default:
         1 below 64 MB, else 4; not with --compare or a .safetensors/device --out); a broken
         range stream is resumed from its last byte (4 times at most)
+      --shm NAME: the result comes through a shared-memory region NAME (same host; the server
+        runs with --shared-memory=host|all) instead of the stream (--streams does not apply)
       --compare-layout: kn = (K, N) like the result, nk = (N, K) (nn.Linear.weight); auto
         tells them apart by shape and refuses a square reference (K == N)
       FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes; the
@@ -261,6 +267,7 @@ int main(int argc, char** argv) {
         dequantize.streams == 0) {
       return UsageError("--streams must be in 1..64 (leave it out to choose by size)");
     }
+    dequantize.shm = absl::GetFlag(FLAGS_shm);
     if (absl::Status s = dequantd::CheckDequantizeOptions(dequantize); !s.ok()) {
       return UsageError(std::string(s.message()));
     }

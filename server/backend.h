@@ -91,7 +91,9 @@ class ChunkSink {
 // Receives the result of one DequantizeLayers call, in order: Begin(kernel) once, then for each
 // layer of the request, BeginLayer(index) followed by that layer's chunks through Write, whose
 // offsets restart at 0 for each layer (the ChunkSink contract, one layer at a time). Called on
-// the thread that called DequantizeLayers.
+// the thread that called DequantizeLayers. A LayersSink's destination() holds the whole call's
+// results one after another in request order (layer i starts after the bytes of layers 0..i-1);
+// Write offsets still restart at 0 per layer.
 class LayersSink : public ChunkSink {
  public:
   // Before the chunks of layer `index` (an index into the request's layer list, ascending).

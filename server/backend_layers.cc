@@ -7,11 +7,25 @@ namespace dequantd {
 namespace {
 
 // Forwards one layer's Dequantize to the LayersSink: the first layer's Begin becomes the call's
-// Begin, every layer's Begin becomes BeginLayer(index).
+// Begin, every layer's Begin becomes BeginLayer(index). When the sink has a destination (the
+// whole call's results, one after another in request order), the layer's part of it,
+// `layer_start` bytes in, is this layer's destination.
 class LayerAdapter final : public ChunkSink {
  public:
-  LayerAdapter(LayersSink& sink, int64_t index, bool* begun)
-      : sink_(sink), index_(index), begun_(begun) {}
+  LayerAdapter(LayersSink& sink, int64_t index, bool* begun, int64_t layer_start,
+               int64_t layer_bytes)
+      : sink_(sink), index_(index), begun_(begun) {
+    if (const ResultDestination* whole = sink.destination(); whole != nullptr) {
+      destination_ = *whole;
+      destination_.data = whole->data + layer_start;
+      destination_.bytes = layer_bytes;
+      has_destination_ = true;
+    }
+  }
+
+  const ResultDestination* destination() const override {
+    return has_destination_ ? &destination_ : nullptr;
+  }
 
   absl::Status Begin(const std::string& kernel) override {
     if (!*begun_) {
@@ -28,6 +42,8 @@ class LayerAdapter final : public ChunkSink {
   LayersSink& sink_;
   const int64_t index_;
   bool* const begun_;
+  ResultDestination destination_;
+  bool has_destination_ = false;
 };
 
 }  // namespace
@@ -39,8 +55,11 @@ absl::Status Backend::DequantizeLayers(absl::Span<const QuantizedLayer* const> l
       return absl::InvalidArgumentError(absl::StrCat("layer ", i, " is null"));
   }
   bool begun = false;
+  int64_t layer_start = 0;  // bytes of the results before layer i
   for (size_t i = 0; i < layers.size(); ++i) {
-    LayerAdapter adapter(sink, static_cast<int64_t>(i), &begun);
+    const int64_t layer_bytes = layers[i]->view.shape.output_bytes(out_dtype);
+    LayerAdapter adapter(sink, static_cast<int64_t>(i), &begun, layer_start, layer_bytes);
+    layer_start += layer_bytes;
     DequantSource source;
     source.layer = layers[i];
     if (absl::Status s = Dequantize(source, out_dtype, chunk_bytes, adapter); !s.ok()) return s;

@@ -126,17 +126,47 @@ class CpuBackend final : public Backend {
     const int64_t rows_per_block =
         std::clamp<int64_t>((block_target + row_bytes - 1) / row_bytes, 1, last_row - first_row);
 
+    // A host destination (a shared-memory region): each block is computed in place there and
+    // Write only reports the chunks it completed; otherwise blocks go through `block`.
+    const ResultDestination* destination = sink.destination();
+    if (destination != nullptr && destination->memory != ResultDestination::Memory::kHost) {
+      return absl::FailedPreconditionError(
+          "the cpu backend cannot write into device memory (a device region)");
+    }
+    if (destination != nullptr && (range_begin != 0 || range_end != K * row_bytes)) {
+      return absl::InvalidArgumentError(
+          "a byte range cannot be combined with a destination: the whole result is placed there");
+    }
+    if (destination != nullptr && destination->bytes < K * row_bytes) {
+      return absl::InternalError(absl::StrCat("the destination holds ", destination->bytes,
+                                              " bytes, the result is ", K * row_bytes));
+    }
     if (absl::Status s = sink.Begin(absl::StrCat("cpu threads=", threads_)); !s.ok()) return s;
-    std::vector<uint8_t> block(static_cast<size_t>(rows_per_block * row_bytes));
+    std::vector<uint8_t> block(
+        destination != nullptr ? 0 : static_cast<size_t>(rows_per_block * row_bytes));
     BufferUse buffer_use(*this, static_cast<int64_t>(block.size()));
     double kernel_seconds = 0;
     double send_seconds = 0;
     ChunkWriter writer(chunk_bytes, sink, range_begin);
+    int64_t reported = 0;  // destination: result bytes reported through Write so far
+    // Reports the whole chunks of the destination's [reported, done) (all of it when `last`).
+    const auto report = [&](int64_t done, bool last) -> absl::Status {
+      while (reported < done && (last || done - reported >= chunk_bytes)) {
+        const int64_t n = std::min(chunk_bytes, done - reported);
+        if (absl::Status s =
+                sink.Write(reported, absl::Span<const uint8_t>(destination->data + reported, n));
+            !s.ok()) {
+          return s;
+        }
+        reported += n;
+      }
+      return absl::OkStatus();
+    };
     for (int64_t row = first_row; row < last_row; row += rows_per_block) {
       const int64_t row_end = std::min(last_row, row + rows_per_block);
+      uint8_t* out = destination != nullptr ? destination->data + row * row_bytes : block.data();
       const Clock::time_point kernel_start = Clock::now();
-      if (absl::Status s = DequantizeCpu(view, out_dtype, row, row_end, block.data(), threads_);
-          !s.ok()) {
+      if (absl::Status s = DequantizeCpu(view, out_dtype, row, row_end, out, threads_); !s.ok()) {
         return s;
       }
       kernel_seconds += SecondsSince(kernel_start);
@@ -144,14 +174,21 @@ class CpuBackend final : public Backend {
       // the range.
       const int64_t begin = std::max(range_begin, row * row_bytes);
       const int64_t end = std::min(range_end, row_end * row_bytes);
-      const absl::Span<const uint8_t> bytes(block.data() + (begin - row * row_bytes),
+      const absl::Span<const uint8_t> bytes(out + (begin - row * row_bytes),
                                             static_cast<size_t>(end - begin));
       const Clock::time_point send_start = Clock::now();
-      if (absl::Status s = writer.Append(bytes); !s.ok()) return s;
+      if (absl::Status s =
+              destination != nullptr ? report(row_end * row_bytes, false) : writer.Append(bytes);
+          !s.ok()) {
+        return s;
+      }
       send_seconds += SecondsSince(send_start);
     }
     const Clock::time_point send_start = Clock::now();
-    if (absl::Status s = writer.Finish(); !s.ok()) return s;
+    if (absl::Status s = destination != nullptr ? report(K * row_bytes, true) : writer.Finish();
+        !s.ok()) {
+      return s;
+    }
     send_seconds += SecondsSince(send_start);
     if (observer_ != nullptr) {
       const AwqShape& shape = view.shape;

@@ -95,6 +95,10 @@ absl::Status GrpcResultSink::SendHeader(size_t index) {
   header->set_backend(backend_);
   header->set_kernel(kernel_);
   header->set_tensor(result.tensor);
+  if (index < region_offsets_.size()) {
+    header->set_region(region_);
+    header->set_region_offset(region_offsets_[index]);
+  }
   grpc::ByteBuffer message;
   bool own_buffer = false;
   if (grpc::Status s = grpc::SerializationTraits<v1::DequantizeResponse>::Serialize(

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -57,6 +58,13 @@ class GrpcResultSink final : public LayersSink {
   absl::Status BeginLayer(int64_t index) override;
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override;
 
+  // Headers from now on name `region` and carry each result's offset in it, bytes (output_region
+  // calls, issue 9: the data then goes to the region, not the stream).
+  void set_region(std::string region, std::vector<int64_t> offsets) {
+    region_ = std::move(region);
+    region_offsets_ = std::move(offsets);
+  }
+
  private:
   absl::Status SendHeader(size_t index);
   absl::Status Send(const grpc::ByteBuffer& message);
@@ -70,6 +78,8 @@ class GrpcResultSink final : public LayersSink {
   Metrics* const metrics_;
   const Range range_;
   std::string kernel_;
+  std::string region_;                   // output_region calls: the region's name
+  std::vector<int64_t> region_offsets_;  // and each result's offset in it, bytes
 };
 
 }  // namespace dequantd

@@ -90,6 +90,19 @@ ABSL_FLAG(std::string, health_listen, "",
           "Kubernetes probes); empty: none");
 ABSL_FLAG(int, credentials_refresh_seconds, 5,
           "seconds (1..3600) between checks of the --tls-* and --auth-tokens files for changes");
+// Shared-memory regions (issue 9; docs/architecture.md "Shared-memory regions").
+ABSL_FLAG(std::string, shared_memory, "off",
+          "off, host, cuda or all: which shared-memory regions same-host clients may register "
+          "and name as Dequantize outputs (host: POSIX shm under /dev/shm; cuda: CUDA IPC device "
+          "buffers). Off by default: a region makes dequantd write into memory at a client's "
+          "request, with dequantd's own permissions");
+ABSL_FLAG(int, shared_memory_max_regions, 64, "most regions registered at once, 0..100000");
+ABSL_FLAG(int64_t, shared_memory_max_bytes, int64_t{64} << 30,
+          "most bytes of all registered regions together");
+ABSL_FLAG(double, shared_memory_idle_release, 0,
+          "seconds (0..31536000) after which a region no call has used is released (a client "
+          "that died without unregistering); 0 = regions live until unregistered or dequantd "
+          "stops");
 
 namespace {
 
@@ -241,6 +254,10 @@ int main(int argc, char** argv) {
     return kUsageErrorExitCode;
   }
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options.shared_memory_max_regions = absl::GetFlag(FLAGS_shared_memory_max_regions);
+  options.shared_memory_max_bytes = absl::GetFlag(FLAGS_shared_memory_max_bytes);
+  options.shared_memory_idle_release_seconds = absl::GetFlag(FLAGS_shared_memory_idle_release);
 
   if (options.model_dir.empty()) {
     spdlog::warn("no model loaded (--model is empty): only inline Dequantize requests are served");

@@ -217,6 +217,19 @@ void Metrics::CreateSecurityFamilies() {
   auth_denied_total_ =
       &Register(prometheus::BuildCounter(), "dequantd_auth_denied_total",
                 "Calls refused by the token check before any handler ran, by gRPC status code", r);
+
+  delivered_bytes_total_ =
+      &counter("dequantd_delivered_bytes_total",
+               "Dequantized result bytes delivered, by destination (stream: gRPC messages; "
+               "host_region / device_region: written into a client's shared memory), in bytes");
+  for (const char* destination : {"stream", "host_region", "device_region"}) {
+    delivered_bytes_total_->Add({{"destination", destination}});
+  }
+  shared_memory_regions_ = &gauge("dequantd_shared_memory_regions",
+                                  "Shared-memory regions registered now, by kind (host, device)");
+  shared_memory_region_bytes_ =
+      &gauge("dequantd_shared_memory_region_bytes",
+             "Bytes of the shared-memory regions registered now, by kind (host, device)");
 }
 
 Metrics::~Metrics() = default;
@@ -237,6 +250,18 @@ void Metrics::RpcFinished(std::string_view method, int code, double seconds) {
 
 void Metrics::AddOutputBytes(int64_t bytes) {
   output_bytes_total_->Increment(static_cast<double>(bytes));
+  AddDeliveredBytes("stream", bytes);
+}
+
+void Metrics::AddDeliveredBytes(std::string_view destination, int64_t bytes) {
+  delivered_bytes_total_->Add({{"destination", std::string(destination)}})
+      .Increment(static_cast<double>(bytes));
+}
+
+void Metrics::SetSharedMemoryRegions(std::string_view kind, int64_t count, int64_t bytes) {
+  const prometheus::Labels labels = {{"kind", std::string(kind)}};
+  shared_memory_regions_->Add(labels).Set(static_cast<double>(count));
+  shared_memory_region_bytes_->Add(labels).Set(static_cast<double>(bytes));
 }
 
 void Metrics::SetDevices(const BackendInfo& info) {

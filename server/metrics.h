@@ -47,6 +47,11 @@
 //   dequantd_auth_tokens_reload_errors_total           counter: changed token files refused
 //   dequantd_auth_denied_total{code}                   counter: calls refused before any handler
 //       (code: UNAUTHENTICATED or PERMISSION_DENIED)
+// Shared-memory regions (issue 9)
+//   dequantd_delivered_bytes_total{destination}       counter: result bytes delivered, bytes
+//       (destination: stream, host_region, device_region)
+//   dequantd_shared_memory_regions{kind}              gauge: regions registered (host, device)
+//   dequantd_shared_memory_region_bytes{kind}         gauge: their registered bytes, bytes
 #pragma once
 
 #include <cstdint>
@@ -97,8 +102,15 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
   void RpcStarted(std::string_view method);
   // Marks it finished with gRPC status code `code` (0..16) after `seconds` of wall time.
   void RpcFinished(std::string_view method, int code, double seconds);
-  // Adds `bytes` of dequantized output sent to a client.
+  // Adds `bytes` of dequantized output sent to a client (also delivered{destination="stream"}).
   void AddOutputBytes(int64_t bytes);
+
+  // --- Shared-memory regions (server/region_service.cc) ---
+  // Adds `bytes` of result written into a region; `destination` "host_region" or
+  // "device_region".
+  void AddDeliveredBytes(std::string_view destination, int64_t bytes);
+  // The regions of `kind` ("host" or "device") registered now: how many, and their bytes.
+  void SetSharedMemoryRegions(std::string_view kind, int64_t count, int64_t bytes);
 
   // --- Process (server/server.cc, once at start) ---
   // One dequantd_device_info series per device of the backend.
@@ -183,6 +195,9 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
   prometheus::Gauge* auth_tokens_ = nullptr;
   prometheus::Counter* auth_tokens_reload_errors_total_ = nullptr;
   prometheus::Family<prometheus::Counter>* auth_denied_total_ = nullptr;
+  prometheus::Family<prometheus::Counter>* delivered_bytes_total_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* shared_memory_regions_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* shared_memory_region_bytes_ = nullptr;
 
   std::mutex mu_;
   std::map<std::string, double, std::less<>> copy_bytes_per_second_;  // by device; guarded by mu_

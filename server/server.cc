@@ -23,6 +23,7 @@
 #include "server/checkpoint.h"
 #include "server/metrics.h"
 #include "server/pretune.h"
+#include "server/region_service.h"
 #include "server/service.h"
 #include "spdlog/spdlog.h"
 #if DEQUANTD_HAVE_CUDA
@@ -108,6 +109,50 @@ absl::Status CheckHostPort(const char* option, const std::string& address) {
   return absl::OkStatus();
 }
 
+absl::Status CheckSharedMemoryOptions(const ServerOptions& options) {
+  if (absl::StatusOr<SharedMemoryMode> mode = ParseSharedMemoryMode(options.shared_memory);
+      !mode.ok()) {
+    return mode.status();
+  }
+  if (options.shared_memory_max_regions < 0 || options.shared_memory_max_regions > 100000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared_memory_max_regions (--shared-memory-max-regions) must be in "
+                     "0..100000, got ",
+                     options.shared_memory_max_regions));
+  }
+  if (options.shared_memory_max_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared_memory_max_bytes (--shared-memory-max-bytes) must be >= 0, got ",
+                     options.shared_memory_max_bytes));
+  }
+  if (!(options.shared_memory_idle_release_seconds >= 0 &&
+        options.shared_memory_idle_release_seconds <= 31536000)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared_memory_idle_release (--shared-memory-idle-release) must be a number of seconds "
+        "in 0..31536000, got ",
+        options.shared_memory_idle_release_seconds));
+  }
+  return absl::OkStatus();
+}
+
+// The RegionService for the options and the backend (device regions on the backend's GPUs;
+// host regions pinned when the backend is CUDA).
+std::unique_ptr<RegionService> MakeRegionService(const ServerOptions& options,
+                                                 const BackendInfo& backend, Metrics* metrics) {
+  RegionServiceOptions region_options;
+  region_options.mode = *ParseSharedMemoryMode(options.shared_memory);  // checked by CheckOptions
+  region_options.limits.max_regions = options.shared_memory_max_regions;
+  region_options.limits.max_bytes = options.shared_memory_max_bytes;
+  region_options.idle_release_seconds = options.shared_memory_idle_release_seconds;
+  region_options.pin_host_regions = backend.name == "cuda";
+  if (backend.name == "cuda") {
+    for (const DeviceDescription& device : backend.devices) {
+      region_options.cuda_devices.push_back(device.index);
+    }
+  }
+  return std::make_unique<RegionService>(std::move(region_options), metrics);
+}
+
 absl::Status CheckOptions(const ServerOptions& options) {
   if (options.max_request_bytes <= 0 || options.max_request_bytes > kMaxRequestBytesLimit) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -135,6 +180,7 @@ absl::Status CheckOptions(const ServerOptions& options) {
         absl::StrCat("shutdown_deadline (--shutdown-deadline) must be a number of seconds in 0..",
                      kMaxShutdownDeadlineSeconds, ", got ", options.shutdown_deadline_seconds));
   }
+  if (absl::Status s = CheckSharedMemoryOptions(options); !s.ok()) return s;
   if (options.listen.empty()) {
     return absl::InvalidArgumentError("listen (--listen) must not be empty");
   }
@@ -312,6 +358,7 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
           c.misses, c.tunings, c.tune_failures, c.entries,
           autotuner_->store_description().empty() ? "memory" : autotuner_->store_description());
     }
+    regions_.reset();   // no call writes into a region any more; its idle thread reports metrics
     security_.reset();  // stops the TLS/token file watchers, which report into metrics_
     metrics_.reset();   // stops the HTTP endpoint; no handler or tuning uses it any more
     lock.lock();
@@ -359,6 +406,7 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
   std::unique_ptr<Backend> backend_;
   BackendInfo backend_info_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<RegionService> regions_;
   std::unique_ptr<DequantService> service_;
   // Shutdown destroys it once server_ has stopped, before metrics_ (which it reports to).
   std::unique_ptr<auth::ServerSecurity> security_;
@@ -442,7 +490,12 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   service_options.max_output_bytes = options.max_output_bytes;
   service_options.default_chunk_bytes = options.default_chunk_bytes;
   service_options.autotuner = server->autotuner_.get();
+<<<<<<< HEAD
   service_options.max_concurrent_streams = options.max_concurrent_streams;
+=======
+  server->regions_ = MakeRegionService(options, server->backend_info_, server->metrics_.get());
+  service_options.regions = server->regions_.get();
+>>>>>>> h9
   BenchmarkServiceOptions benchmark_options;
   benchmark_options.backend = server->backend_info_.name;
   benchmark_options.cpu_threads = options.cpu_threads;

@@ -49,6 +49,13 @@ struct ServerOptions {
   // Most Dequantize + DequantizeLayers streams served at once; past it RESOURCE_EXHAUSTED.
   // 0..kMaxConcurrentStreamsLimit; 0 = no limit.
   int max_concurrent_streams = 0;
+  // Shared-memory regions (issue 9; docs/architecture.md "Shared-memory regions").
+  std::string shared_memory = "off";   // off, host, cuda or all: the region kinds clients may
+                                       // register (off by default: see the docs)
+  int shared_memory_max_regions = 64;  // regions at once, 0..100000
+  int64_t shared_memory_max_bytes = int64_t{64} << 30;  // their total bytes, >= 0
+  double shared_memory_idle_release_seconds = 0;        // release unused regions after this long,
+                                                        // seconds, 0..31536000; 0 = never
 };
 
 class DequantServer {

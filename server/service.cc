@@ -212,6 +212,16 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   GrpcResultSink sink(context, stream, {ResultLayer{.tensor = "", .shape = shape}},
                       /*per_layer=*/false, *out_dtype, backend_info_.name, metrics_,
                       ChunkSink::Range{.offset = range->offset, .length = range->length});
+  if (request.has_output_region()) {
+    if (request.offset() != 0 || request.length() != 0) {
+      return absl::InvalidArgumentError(
+          "output_region: a byte range (offset, length) cannot be combined with an output region; "
+          "the whole result is written into the region");
+    }
+    return RunIntoRegion(context, request.output_region(), {output_bytes}, sink, [&](auto& s) {
+      return backend_->Dequantize(source, *out_dtype, *chunk_bytes, s);
+    });
+  }
   return backend_->Dequantize(source, *out_dtype, *chunk_bytes, sink);
 }
 
@@ -257,7 +267,9 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   std::vector<ResultLayer> results;
   results.reserve(layers.size());
   int64_t output_bytes = 0;
+  std::vector<int64_t> result_bytes;  // output_region: each result's bytes
   for (const QuantizedLayer* layer : layers) {
+    result_bytes.push_back(layer->view.shape.output_bytes(*out_dtype));
     output_bytes += layer->view.shape.output_bytes(*out_dtype);
     results.push_back(ResultLayer{.tensor = layer->name, .shape = layer->view.shape});
   }
@@ -274,7 +286,79 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   GrpcResultSink sink(context, stream, std::move(results), /*per_layer=*/true, *out_dtype,
                       backend_info_.name, metrics_);
+  if (request.has_output_region()) {
+    return RunIntoRegion(context, request.output_region(), std::move(result_bytes), sink,
+                         [&](LayersSink& s) {
+                           return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, s);
+                         });
+  }
   return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, sink);
+}
+
+template <typename Sink, typename Run>
+absl::Status DequantService::RunIntoRegion(grpc::ServerContext* context,
+                                           const v1::OutputRegion& output,
+                                           std::vector<int64_t> result_bytes, Sink& headers,
+                                           Run&& run) {
+  if (options_.regions == nullptr) {
+    return absl::FailedPreconditionError("output_region: this server serves no regions");
+  }
+  absl::StatusOr<std::unique_ptr<regions::RegionSink>> region =
+      options_.regions->MakeSink(context->peer(), output, std::move(result_bytes), headers,
+                                 [context] { return context->IsCancelled(); });
+  if (!region.ok()) return region.status();
+  headers.set_region(output.name(), (*region)->result_offsets());
+  return run(**region);
+}
+
+template <typename Call>
+grpc::Status DequantService::HandleRegions(const char* method, grpc::ServerContext* context,
+                                           Call&& call) {
+  return Handle(method, [&]() -> absl::Status {
+    if (options_.regions == nullptr) {
+      return absl::FailedPreconditionError("this server serves no shared-memory regions");
+    }
+    return call(*options_.regions, context->peer());
+  });
+}
+
+grpc::Status DequantService::RegisterSystemSharedMemory(
+    grpc::ServerContext* context, const v1::RegisterSystemSharedMemoryRequest* request,
+    v1::RegisterSystemSharedMemoryResponse* response) {
+  return HandleRegions("RegisterSystemSharedMemory", context, [&](RegionService& r, auto peer) {
+    return r.RegisterSystem(peer, *request, response);
+  });
+}
+
+grpc::Status DequantService::UnregisterSystemSharedMemory(
+    grpc::ServerContext* context, const v1::UnregisterSystemSharedMemoryRequest* request,
+    v1::UnregisterSystemSharedMemoryResponse* response) {
+  return HandleRegions("UnregisterSystemSharedMemory", context, [&](RegionService& r, auto peer) {
+    return r.UnregisterSystem(peer, *request, response);
+  });
+}
+
+grpc::Status DequantService::RegisterCudaSharedMemory(
+    grpc::ServerContext* context, const v1::RegisterCudaSharedMemoryRequest* request,
+    v1::RegisterCudaSharedMemoryResponse* response) {
+  return HandleRegions("RegisterCudaSharedMemory", context, [&](RegionService& r, auto peer) {
+    return r.RegisterCuda(peer, *request, response);
+  });
+}
+
+grpc::Status DequantService::UnregisterCudaSharedMemory(
+    grpc::ServerContext* context, const v1::UnregisterCudaSharedMemoryRequest* request,
+    v1::UnregisterCudaSharedMemoryResponse* response) {
+  return HandleRegions("UnregisterCudaSharedMemory", context, [&](RegionService& r, auto peer) {
+    return r.UnregisterCuda(peer, *request, response);
+  });
+}
+
+grpc::Status DequantService::SharedMemoryStatus(grpc::ServerContext* context,
+                                                const v1::SharedMemoryStatusRequest*,
+                                                v1::SharedMemoryStatusResponse* response) {
+  return HandleRegions("SharedMemoryStatus", context,
+                       [&](RegionService& r, auto peer) { return r.Status(peer, response); });
 }
 
 grpc::Status DequantService::GetServerInfo(grpc::ServerContext*, const v1::GetServerInfoRequest*,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -17,6 +18,7 @@
 #include "server/backend.h"
 #include "server/checkpoint.h"
 #include "server/metrics.h"
+#include "server/region_service.h"
 
 namespace dequantd {
 
@@ -36,6 +38,8 @@ struct ServiceOptions {
   // Most Dequantize + DequantizeLayers streams served at once (server-wide); a call past it gets
   // RESOURCE_EXHAUSTED. 0 = no limit (gRPC's sync thread pool is then the bound).
   int max_concurrent_streams = 0;
+  RegionService* regions = nullptr;  // shared-memory regions (issue 9); null: the region RPCs
+                                     // and output_region are FAILED_PRECONDITION (not owned)
 };
 
 // Most names one DequantizeLayers request may list.
@@ -75,6 +79,22 @@ class DequantService final : public dequant::v1::DequantService::Service {
   // UNIMPLEMENTED until a BenchmarkRunner is given.
   grpc::Status Benchmark(grpc::ServerContext* context, const dequant::v1::BenchmarkRequest* request,
                          dequant::v1::BenchmarkResponse* response) override;
+  // Shared-memory regions (issue 9): RegionService's, with the caller's peer.
+  grpc::Status RegisterSystemSharedMemory(
+      grpc::ServerContext* context, const dequant::v1::RegisterSystemSharedMemoryRequest* request,
+      dequant::v1::RegisterSystemSharedMemoryResponse* response) override;
+  grpc::Status UnregisterSystemSharedMemory(
+      grpc::ServerContext* context, const dequant::v1::UnregisterSystemSharedMemoryRequest* request,
+      dequant::v1::UnregisterSystemSharedMemoryResponse* response) override;
+  grpc::Status RegisterCudaSharedMemory(
+      grpc::ServerContext* context, const dequant::v1::RegisterCudaSharedMemoryRequest* request,
+      dequant::v1::RegisterCudaSharedMemoryResponse* response) override;
+  grpc::Status UnregisterCudaSharedMemory(
+      grpc::ServerContext* context, const dequant::v1::UnregisterCudaSharedMemoryRequest* request,
+      dequant::v1::UnregisterCudaSharedMemoryResponse* response) override;
+  grpc::Status SharedMemoryStatus(grpc::ServerContext* context,
+                                  const dequant::v1::SharedMemoryStatusRequest* request,
+                                  dequant::v1::SharedMemoryStatusResponse* response) override;
 
  private:
   // Runs `body` (returning absl::Status), times and counts it under `method`, maps the status.
@@ -87,6 +107,14 @@ class DequantService final : public dequant::v1::DequantService::Service {
   absl::Status DoDequantizeLayers(grpc::ServerContext* context,
                                   const dequant::v1::DequantizeLayersRequest& request,
                                   LayersByteStream* stream);
+  // Runs `run` on a RegionSink for `output` (results of `result_bytes` each) around `headers`,
+  // whose headers then name the region and offsets. FAILED_PRECONDITION without regions.
+  template <typename Sink, typename Run>
+  absl::Status RunIntoRegion(grpc::ServerContext* context, const dequant::v1::OutputRegion& output,
+                             std::vector<int64_t> result_bytes, Sink& headers, Run&& run);
+  // The region RPCs' body: FAILED_PRECONDITION without regions, else `call(regions, peer)`.
+  template <typename Call>
+  grpc::Status HandleRegions(const char* method, grpc::ServerContext* context, Call&& call);
   absl::Status DoDequantize(grpc::ServerContext* context,
                             const dequant::v1::DequantizeRequest& request, ByteStream* stream);
   // Counts a stream against max_concurrent_streams for its life; `admitted()` false past it.

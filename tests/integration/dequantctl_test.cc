@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "client/shm_client.h"
 #include "formats/npy.h"
 #include "formats/safetensors.h"
 #include "gmock/gmock.h"
@@ -78,13 +80,20 @@ std::vector<uint8_t> FileBytes(const std::string& path) {
   return std::vector<uint8_t>(s.begin(), s.end());
 }
 
+// The shared server lets dequantctl --shm register host regions.
+ServerOptions HostRegionsOptions() {
+  ServerOptions options;
+  options.shared_memory = "host";
+  return options;
+}
+
 class DequantctlTest : public SharedServerSuite<DequantctlTest> {
  protected:
   static void SetUpTestSuite() {
     StartSharedServer(
         "dequantctl",
-        {MakeRandomLayer("model.layers.0.self_attn.v_proj", 256, 192, 64, DType::kF16, 31)}, 64, {},
-        "model");
+        {MakeRandomLayer("model.layers.0.self_attn.v_proj", 256, 192, 64, DType::kF16, 31)}, 64,
+        HostRegionsOptions(), "model");
   }
 
   static CommandResult Ctl(std::vector<std::string> args) {
@@ -135,6 +144,29 @@ TEST_F(DequantctlTest, DequantizeToNpyWritesExactBytesForEachDType) {
     EXPECT_EQ(array->header.data_offset % 64, 0);
     EXPECT_TRUE(array->data == layer(0).Expected(kernel));
   }
+}
+
+// --shm: the result comes through a POSIX shared-memory region (issue 9), the file is the same,
+// and the region and its object are gone afterwards.
+TEST_F(DequantctlTest, DequantizeThroughShmWritesTheSameNpyAndCleansUp) {
+  const std::string out = Path("v_proj.shm.npy");
+  const CommandResult run =
+      Ctl({"dequantize", "--tensor", layer(0).name, "--out", out, "--shm", "ctl-test"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr(absl::StrCat(layer(0).name, ": shape (256, 192) fp16, ",
+                                              layer(0).shape.output_bytes(DType::kF16), " bytes")));
+  absl::StatusOr<npy::Array> array = npy::ReadFile(out);
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_THAT(array->header.shape, ::testing::ElementsAre(256, 192));
+  EXPECT_TRUE(array->data == layer(0).Expected(DType::kF16));
+  bool leftover = false;
+  for (const fs::directory_entry& entry : fs::directory_iterator("/dev/shm")) {
+    leftover |= absl::StrContains(entry.path().filename().string(), ".ctl-test");
+  }
+  EXPECT_FALSE(leftover) << "dequantctl left its shm object in /dev/shm";
+  absl::StatusOr<v1::SharedMemoryStatusResponse> status = RegionClient(client().channel()).Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->regions_size(), 0);
 }
 
 TEST_F(DequantctlTest, DequantizeToSafetensorsAndRaw) {

@@ -1,0 +1,269 @@
+// ShmObject, RegionClient and DequantizeThroughShm (see shm_client.h).
+#include "client/shm_client.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+
+namespace dequantd {
+namespace {
+
+absl::Status ErrnoStatus(int error, const std::string& what) {
+  const std::string message = absl::StrCat(what, ": ", std::strerror(error));
+  switch (error) {
+    case EEXIST:
+      return absl::AlreadyExistsError(message);
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case EACCES:
+      return absl::PermissionDeniedError(message);
+    case ENOMEM:
+    case ENOSPC:
+      return absl::ResourceExhaustedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+}  // namespace
+
+// ---- ShmObject ------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<ShmObject>> ShmObject::Create(const std::string& key,
+                                                             int64_t bytes) {
+  if (key.size() < 2 || key[0] != '/' || key.find('/', 1) != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("shm key \"", key, "\" must be \"/NAME\""));
+  }
+  if (bytes < 1) return absl::InvalidArgumentError(absl::StrCat("shm bytes ", bytes, " < 1"));
+  const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("shm_open(\"", key, "\")"));
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  if (ftruncate(fd, bytes) != 0) {
+    const int error = errno;
+    shm_unlink(key.c_str());
+    return ErrnoStatus(error, absl::StrCat("ftruncate(\"", key, "\", ", bytes, ")"));
+  }
+  void* map = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) {
+    const int error = errno;
+    shm_unlink(key.c_str());
+    return ErrnoStatus(error, absl::StrCat("mmap(\"", key, "\")"));
+  }
+  return std::unique_ptr<ShmObject>(new ShmObject(key, static_cast<uint8_t*>(map), bytes));
+}
+
+ShmObject::~ShmObject() {
+  munmap(data_, static_cast<size_t>(bytes_));
+  shm_unlink(key_.c_str());
+}
+
+// ---- RegionClient ---------------------------------------------------------------------------
+
+RegionClient::RegionClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
+    : stub_(v1::DequantService::NewStub(std::move(channel))), options_(options) {}
+
+void RegionClient::SetDeadline(grpc::ClientContext* context) const {
+  if (options_.deadline_seconds > 0) {
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                              std::chrono::duration<double>(options_.deadline_seconds)));
+  }
+}
+
+absl::StatusOr<v1::RegisterSystemSharedMemoryResponse> RegionClient::RegisterSystem(
+    const std::string& name, const std::string& key, int64_t offset, int64_t byte_size) {
+  v1::RegisterSystemSharedMemoryRequest request;
+  request.set_name(name);
+  request.set_key(key);
+  request.set_offset(offset);
+  request.set_byte_size(byte_size);
+  v1::RegisterSystemSharedMemoryResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  if (absl::Status s =
+          FromGrpcStatus(stub_->RegisterSystemSharedMemory(&context, request, &response));
+      !s.ok()) {
+    return s;
+  }
+  return response;
+}
+
+absl::StatusOr<int> RegionClient::UnregisterSystem(const std::string& name) {
+  v1::UnregisterSystemSharedMemoryRequest request;
+  request.set_name(name);
+  v1::UnregisterSystemSharedMemoryResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  if (absl::Status s =
+          FromGrpcStatus(stub_->UnregisterSystemSharedMemory(&context, request, &response));
+      !s.ok()) {
+    return s;
+  }
+  return response.released();
+}
+
+absl::Status RegionClient::RegisterCuda(const std::string& name, const std::string& raw_handle,
+                                        int device, int64_t offset, int64_t byte_size) {
+  v1::RegisterCudaSharedMemoryRequest request;
+  request.set_name(name);
+  request.set_raw_handle(raw_handle);
+  request.set_device_id(device);
+  request.set_offset(offset);
+  request.set_byte_size(byte_size);
+  v1::RegisterCudaSharedMemoryResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  return FromGrpcStatus(stub_->RegisterCudaSharedMemory(&context, request, &response));
+}
+
+absl::StatusOr<int> RegionClient::UnregisterCuda(const std::string& name) {
+  v1::UnregisterCudaSharedMemoryRequest request;
+  request.set_name(name);
+  v1::UnregisterCudaSharedMemoryResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  if (absl::Status s =
+          FromGrpcStatus(stub_->UnregisterCudaSharedMemory(&context, request, &response));
+      !s.ok()) {
+    return s;
+  }
+  return response.released();
+}
+
+absl::StatusOr<v1::SharedMemoryStatusResponse> RegionClient::Status() {
+  v1::SharedMemoryStatusResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  if (absl::Status s = FromGrpcStatus(
+          stub_->SharedMemoryStatus(&context, v1::SharedMemoryStatusRequest(), &response));
+      !s.ok()) {
+    return s;
+  }
+  return response;
+}
+
+template <typename Request>
+absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::ReadHeaders(
+    const Request& request, const v1::OutputRegion& region,
+    std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> (v1::DequantService::Stub::*call)(
+        grpc::ClientContext*, const Request&)) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
+      ((*stub_).*call)(&context, request);
+  std::vector<v1::DequantizeHeader> headers;
+  absl::Status malformed;
+  v1::DequantizeResponse response;
+  while (reader->Read(&response)) {
+    if (!malformed.ok()) continue;
+    if (!response.has_header() || !response.data().empty() ||
+        response.header().region() != region.name()) {
+      malformed = absl::DataLossError(absl::StrCat(
+          "Dequantize stream into region \"", region.name(),
+          "\": expected headers naming the region and no data, got a message with ",
+          response.has_header()
+              ? absl::StrCat("a header for region \"", response.header().region(), "\"")
+              : "no header",
+          " and ", response.data().size(), " data bytes"));
+      context.TryCancel();
+      continue;
+    }
+    headers.push_back(response.header());
+  }
+  const absl::Status status = FromGrpcStatus(reader->Finish());
+  if (!malformed.ok()) return malformed;
+  if (!status.ok()) return status;
+  if (headers.empty()) {
+    return absl::DataLossError(
+        absl::StrCat("Dequantize stream into region \"", region.name(), "\": no header"));
+  }
+  return headers;
+}
+
+absl::StatusOr<v1::DequantizeHeader> RegionClient::DequantizeInto(
+    const v1::DequantizeRequest& request) {
+  absl::StatusOr<std::vector<v1::DequantizeHeader>> headers =
+      ReadHeaders(request, request.output_region(), &v1::DequantService::Stub::Dequantize);
+  if (!headers.ok()) return headers.status();
+  if (headers->size() != 1) {
+    return absl::DataLossError(
+        absl::StrCat("Dequantize stream into region: ", headers->size(), " headers, expected 1"));
+  }
+  return headers->front();
+}
+
+absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::DequantizeLayersInto(
+    const v1::DequantizeLayersRequest& request) {
+  return ReadHeaders(request, request.output_region(), &v1::DequantService::Stub::DequantizeLayers);
+}
+
+// ---- DequantizeThroughShm -------------------------------------------------------------------
+
+namespace {
+
+// The result's bytes for `request`: from the inline shape, else the layer in ListTensors.
+absl::StatusOr<int64_t> ResultBytes(DequantClient& client, const v1::DequantizeRequest& request) {
+  const int64_t element = OutputDTypeBytes(
+      request.output_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP16 : request.output_dtype());
+  if (request.has_packed()) {
+    return request.packed().in_features() * request.packed().out_features() * element;
+  }
+  absl::StatusOr<v1::ListTensorsResponse> list = client.ListTensors();
+  if (!list.ok()) return list.status();
+  for (const v1::QuantizedTensorInfo& info : list->tensors()) {
+    if (info.name() == request.tensor()) return info.in_features() * info.out_features() * element;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("tensor '", request.tensor(), "' is not a layer of the server's model"));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::DequantizeHeader> DequantizeThroughShm(DequantClient& client,
+                                                          const std::string& name,
+                                                          const v1::DequantizeRequest& request,
+                                                          const DequantizeSink& sink) {
+  absl::StatusOr<int64_t> bytes = ResultBytes(client, request);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<std::unique_ptr<ShmObject>> shm =
+      ShmObject::Create(absl::StrCat("/dequantctl.", getpid(), ".", name), *bytes);
+  if (!shm.ok()) return shm.status();
+  RegionClient regions(client.channel(), client.options());
+  absl::StatusOr<v1::RegisterSystemSharedMemoryResponse> registered =
+      regions.RegisterSystem(name, (*shm)->key(), 0, *bytes);
+  if (!registered.ok()) return registered.status();
+  absl::Cleanup unregister = [&] { (void)regions.UnregisterSystem(name); };
+  v1::DequantizeRequest into = request;
+  into.mutable_output_region()->set_name(name);
+  into.mutable_output_region()->set_offset(0);
+  absl::StatusOr<v1::DequantizeHeader> header = regions.DequantizeInto(into);
+  if (!header.ok()) return header.status();
+  if (header->total_bytes() != *bytes || header->region_offset() != 0) {
+    return absl::DataLossError(
+        absl::StrCat("Dequantize into region \"", name, "\": header says ", header->total_bytes(),
+                     " bytes at offset ", header->region_offset(), ", expected ", *bytes, " at 0"));
+  }
+  if (sink.on_header) {
+    if (absl::Status s = sink.on_header(*header); !s.ok()) return s;
+  }
+  if (sink.on_chunk) {
+    if (absl::Status s = sink.on_chunk(
+            0, absl::Span<const uint8_t>((*shm)->data(), static_cast<size_t>(*bytes)));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return header;
+}
+
+}  // namespace dequantd

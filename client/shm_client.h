@@ -1,0 +1,90 @@
+// The client side of shared-memory regions (issue 9): a POSIX shared-memory object the client
+// creates (ShmObject), the region RPCs (RegionClient), and Dequantize/DequantizeLayers calls whose
+// result the server writes into a region (the stream then carries only headers).
+// Thread-safe like DequantClient (each call has its own context); ShmObject is not.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "client/client.h"
+
+namespace dequantd {
+
+// A POSIX shared-memory object created and mapped read-write by this process; unmapped and
+// unlinked on destruction.
+class ShmObject {
+ public:
+  // Creates `key` ("/NAME", exclusive: it must not exist) of `bytes` (>= 1) and maps it.
+  // Errors: INVALID_ARGUMENT (key, bytes), ALREADY_EXISTS, errno-derived codes.
+  static absl::StatusOr<std::unique_ptr<ShmObject>> Create(const std::string& key, int64_t bytes);
+  ~ShmObject();
+  ShmObject(const ShmObject&) = delete;
+  ShmObject& operator=(const ShmObject&) = delete;
+
+  const std::string& key() const { return key_; }
+  uint8_t* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  ShmObject(std::string key, uint8_t* data, int64_t bytes)
+      : key_(std::move(key)), data_(data), bytes_(bytes) {}
+  std::string key_;
+  uint8_t* data_;
+  int64_t bytes_;
+};
+
+class RegionClient {
+ public:
+  RegionClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options = {});
+
+  // The region RPCs; each returns the server's status on failure.
+  absl::StatusOr<v1::RegisterSystemSharedMemoryResponse> RegisterSystem(const std::string& name,
+                                                                        const std::string& key,
+                                                                        int64_t offset,
+                                                                        int64_t byte_size);
+  // `name` empty: every host region. Returns how many were released.
+  absl::StatusOr<int> UnregisterSystem(const std::string& name);
+  // `raw_handle`: a cudaIpcMemHandle_t's 64 bytes.
+  absl::Status RegisterCuda(const std::string& name, const std::string& raw_handle, int device,
+                            int64_t offset, int64_t byte_size);
+  absl::StatusOr<int> UnregisterCuda(const std::string& name);
+  absl::StatusOr<v1::SharedMemoryStatusResponse> Status();
+
+  // Dequantize with request.output_region set; returns the header. The result is in the region
+  // once this returns OK. Errors: the server's, DATA_LOSS when the stream is not exactly one
+  // header naming the region (with data, or no header).
+  absl::StatusOr<v1::DequantizeHeader> DequantizeInto(const v1::DequantizeRequest& request);
+  // DequantizeLayers with request.output_region set; returns each layer's header (region_offset
+  // says where it went). Errors: as DequantizeInto.
+  absl::StatusOr<std::vector<v1::DequantizeHeader>> DequantizeLayersInto(
+      const v1::DequantizeLayersRequest& request);
+
+ private:
+  template <typename Request>
+  absl::StatusOr<std::vector<v1::DequantizeHeader>> ReadHeaders(
+      const Request& request, const v1::OutputRegion& region,
+      std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> (v1::DequantService::Stub::*call)(
+          grpc::ClientContext*, const Request&));
+  void SetDeadline(grpc::ClientContext* context) const;
+
+  std::unique_ptr<v1::DequantService::Stub> stub_;
+  ClientOptions options_;
+};
+
+// Dequantize through a host region instead of the stream: creates the POSIX shm object
+// "/dequantctl.<pid>.<name>" of the result's size (from request.packed, else ListTensors),
+// registers it as region `name`, calls Dequantize into it, then hands the header and the region's
+// bytes to `sink` (on_header, then one on_chunk), unregisters the region and removes the object.
+// Errors: the server's, ShmObject's, the sink's, NOT_FOUND (a tensor not in ListTensors).
+absl::StatusOr<v1::DequantizeHeader> DequantizeThroughShm(DequantClient& client,
+                                                          const std::string& name,
+                                                          const v1::DequantizeRequest& request,
+                                                          const DequantizeSink& sink);
+
+}  // namespace dequantd

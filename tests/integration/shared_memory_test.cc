@@ -1,0 +1,243 @@
+// Shared-memory regions end to end (issue 9) on a real server (CPU backend, 127.0.0.1): results
+// written into a client's POSIX shared memory equal the streamed ones byte for byte, the response
+// carries only headers naming the region and offsets, and every refusal has its precise status.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/shm_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/request.h"
+#include "tests/integration/test_support.h"
+
+namespace dequantd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class SharedMemoryTest : public SharedServerSuite<SharedMemoryTest> {
+ protected:
+  static void SetUpTestSuite() {
+    StartSharedServer("shared_memory",
+                      {MakeRandomLayer("l0", 256, 384, 64, DType::kF16, 11),
+                       MakeRandomLayer("l1", 128, 1024, 64, DType::kF16, 12)},
+                      /*group_size=*/64, Options());
+  }
+  static ServerOptions Options() {
+    ServerOptions options;
+    options.shared_memory = "host";
+    options.shared_memory_max_regions = 4;
+    options.shared_memory_max_bytes = int64_t{64} << 20;
+    return options;
+  }
+  void TearDown() override { (void)regions().UnregisterSystem(""); }
+
+  static RegionClient& regions() {
+    static RegionClient* client = new RegionClient(SharedMemoryTest::client().channel());
+    return *client;
+  }
+  static std::unique_ptr<ShmObject> Shm(const std::string& name, int64_t bytes) {
+    absl::StatusOr<std::unique_ptr<ShmObject>> shm =
+        ShmObject::Create(absl::StrCat("/dequantd-it.", getpid(), ".", name), bytes);
+    EXPECT_TRUE(shm.ok()) << shm.status();
+    return shm.ok() ? std::move(*shm) : nullptr;
+  }
+  static std::vector<uint8_t> Bytes(const ShmObject& shm, int64_t offset, int64_t n) {
+    return std::vector<uint8_t>(shm.data() + offset, shm.data() + offset + n);
+  }
+};
+
+TEST_F(SharedMemoryTest, DequantizeIntoAHostRegionEqualsTheReference) {
+  const RandomLayer& l = layer(0);
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int64_t bytes = l.shape.output_bytes(dtype);
+    std::unique_ptr<ShmObject> shm = Shm("one", 48 + bytes + 16);
+    ASSERT_NE(shm, nullptr);
+    absl::StatusOr<v1::RegisterSystemSharedMemoryResponse> registered =
+        regions().RegisterSystem("one", shm->key(), 16, 32 + bytes + 16);
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    EXPECT_FALSE(registered->pinned());  // the CPU backend does not pin
+
+    v1::DequantizeRequest request;
+    *request.mutable_packed() = l.ToInline();
+    request.set_output_dtype(DTypeToProto(dtype));
+    request.mutable_output_region()->set_name("one");
+    request.mutable_output_region()->set_offset(32);
+    absl::StatusOr<v1::DequantizeHeader> header = regions().DequantizeInto(request);
+    ASSERT_TRUE(header.ok()) << header.status();
+    EXPECT_EQ(header->region(), "one");
+    EXPECT_EQ(header->region_offset(), 32);
+    EXPECT_EQ(header->total_bytes(), bytes);
+    EXPECT_THAT(header->shape(), ::testing::ElementsAre(256, 384));
+    // Region offset 32 is object offset 16 + 32.
+    EXPECT_TRUE(Bytes(*shm, 48, bytes) == l.Expected(dtype));
+    EXPECT_EQ(Bytes(*shm, 0, 48), std::vector<uint8_t>(48, 0));
+    EXPECT_EQ(Bytes(*shm, 48 + bytes, 16), std::vector<uint8_t>(16, 0));
+    ASSERT_EQ(*regions().UnregisterSystem("one"), 1);
+  }
+}
+
+TEST_F(SharedMemoryTest, DequantizeLayersFillsOneRegionInRequestOrder) {
+  const int64_t b0 = layer(0).shape.output_bytes(DType::kF16);
+  const int64_t b1 = layer(1).shape.output_bytes(DType::kF16);
+  std::unique_ptr<ShmObject> shm = Shm("layers", 64 + b1 + b0 + b1);
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(regions().RegisterSystem("layers", shm->key(), 0, shm->bytes()).ok());
+  v1::DequantizeLayersRequest request;
+  for (const char* name : {"l1", "l0", "l1"}) request.add_tensors(name);
+  request.mutable_output_region()->set_name("layers");
+  request.mutable_output_region()->set_offset(64);
+  absl::StatusOr<std::vector<v1::DequantizeHeader>> headers =
+      regions().DequantizeLayersInto(request);
+  ASSERT_TRUE(headers.ok()) << headers.status();
+  ASSERT_EQ(headers->size(), 3u);
+  EXPECT_EQ((*headers)[0].tensor(), "l1");
+  EXPECT_EQ((*headers)[0].region_offset(), 64);
+  EXPECT_EQ((*headers)[1].tensor(), "l0");
+  EXPECT_EQ((*headers)[1].region_offset(), 64 + b1);
+  EXPECT_EQ((*headers)[2].region_offset(), 64 + b1 + b0);
+  EXPECT_TRUE(Bytes(*shm, 64, b1) == layer(1).Expected(DType::kF16));
+  EXPECT_TRUE(Bytes(*shm, 64 + b1, b0) == layer(0).Expected(DType::kF16));
+  EXPECT_TRUE(Bytes(*shm, 64 + b1 + b0, b1) == layer(1).Expected(DType::kF16));
+}
+
+TEST_F(SharedMemoryTest, StatusListsRegionsWithTheirOwnerAndUnregisterReleasesThem) {
+  std::unique_ptr<ShmObject> shm = Shm("status", 4096);
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(regions().RegisterSystem("b", shm->key(), 0, 1024).ok());
+  ASSERT_TRUE(regions().RegisterSystem("a", shm->key(), 1024, 2048).ok());
+  absl::StatusOr<v1::SharedMemoryStatusResponse> status = regions().Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->mode(), "host");
+  EXPECT_EQ(status->max_regions(), 4);
+  ASSERT_EQ(status->regions_size(), 2);
+  EXPECT_EQ(status->regions(0).name(), "a");  // sorted
+  EXPECT_EQ(status->regions(0).kind(), "host");
+  EXPECT_EQ(status->regions(0).key(), shm->key());
+  EXPECT_EQ(status->regions(0).offset(), 1024);
+  EXPECT_EQ(status->regions(0).byte_size(), 2048);
+  EXPECT_EQ(status->regions(0).device_id(), -1);
+  EXPECT_THAT(status->regions(0).owner(), HasSubstr("127.0.0.1"));
+  EXPECT_EQ(status->regions(0).calls_in_flight(), 0);
+  EXPECT_EQ(*regions().UnregisterSystem("a"), 1);
+  absl::StatusOr<int> again = regions().UnregisterSystem("a");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*regions().UnregisterSystem(""), 1);
+  EXPECT_EQ(regions().Status()->regions_size(), 0);
+}
+
+TEST_F(SharedMemoryTest, RegistrationErrorsAreExactAndNameTheField) {
+  std::unique_ptr<ShmObject> shm = Shm("errors", 8192);
+  ASSERT_NE(shm, nullptr);
+  const auto code = [](const auto& result) { return result.status().code(); };
+  auto r = regions().RegisterSystem("bad name", shm->key(), 0, 16);
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(NamesField(std::string(r.status().message()), "name")) << r.status();
+  r = regions().RegisterSystem("x", shm->key(), 8, 16);
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(NamesField(std::string(r.status().message()), "offset")) << r.status();
+  r = regions().RegisterSystem("x", shm->key(), 0, 0);
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(NamesField(std::string(r.status().message()), "byte_size")) << r.status();
+  r = regions().RegisterSystem("x", "/etc/passwd", 0, 16);
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(NamesField(std::string(r.status().message()), "key")) << r.status();
+  r = regions().RegisterSystem("x", "/dequantd-it-missing-object", 0, 16);
+  EXPECT_EQ(code(r), absl::StatusCode::kNotFound);
+  r = regions().RegisterSystem("x", shm->key(), 4096, 8192);
+  EXPECT_EQ(code(r), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("offset 4096 + byte_size 8192 runs past its end"));
+
+  ASSERT_TRUE(regions().RegisterSystem("x", shm->key(), 0, 16).ok());
+  EXPECT_EQ(code(regions().RegisterSystem("x", shm->key(), 0, 16)),
+            absl::StatusCode::kAlreadyExists);
+  // Limits: 4 regions, 64 MiB in all.
+  r = regions().RegisterSystem("huge", shm->key(), 0, int64_t{65} << 20);
+  EXPECT_EQ(code(r), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(), HasSubstr("--shared-memory-max-bytes"));
+  for (const char* name : {"y", "z", "w"}) {
+    ASSERT_TRUE(regions().RegisterSystem(name, shm->key(), 0, 16).ok());
+  }
+  r = regions().RegisterSystem("v", shm->key(), 0, 16);
+  EXPECT_EQ(code(r), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(), HasSubstr("--shared-memory-max-regions"));
+
+  // Device regions on the CPU backend (host mode: switched off first).
+  const absl::Status cuda = regions().RegisterCuda("d", std::string(64, '\0'), 0, 0, 16);
+  EXPECT_EQ(cuda.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(cuda.message(), HasSubstr("--shared-memory=host"));
+}
+
+TEST_F(SharedMemoryTest, OutputRegionErrorsNameRegionOffsetAndBytes) {
+  const RandomLayer& l = layer(0);
+  const int64_t bytes = l.shape.output_bytes(DType::kF16);
+  std::unique_ptr<ShmObject> shm = Shm("small", bytes);
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(regions().RegisterSystem("small", shm->key(), 0, bytes).ok());
+  v1::DequantizeRequest request;
+  *request.mutable_packed() = l.ToInline();
+  request.mutable_output_region()->set_name("small");
+  request.mutable_output_region()->set_offset(16);  // 16 + bytes > bytes
+  absl::StatusOr<v1::DequantizeHeader> header = regions().DequantizeInto(request);
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(header.status().message(),
+              HasSubstr(absl::StrCat("output_region: region \"small\" is ", bytes, " bytes; ",
+                                     bytes, " bytes of results at offset 16 run past its end")));
+  request.mutable_output_region()->set_offset(8);
+  header = regions().DequantizeInto(request);
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(header.status().message(), HasSubstr("multiple of 16"));
+  request.mutable_output_region()->set_name("nope");
+  header = regions().DequantizeInto(request);
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(header.status().message(), HasSubstr("output_region.name: no region \"nope\""));
+  EXPECT_EQ(Bytes(*shm, 0, bytes), std::vector<uint8_t>(bytes, 0));  // nothing written
+}
+
+TEST(SharedMemoryOffTest, EverythingIsFailedPreconditionByDefault) {
+  absl::StatusOr<std::unique_ptr<TestServer>> server = StartCpuServer({});
+  ASSERT_TRUE(server.ok()) << server.status();
+  RegionClient regions((*server)->client->channel());
+  const absl::Status s = regions.RegisterSystem("x", "/dequantd-anything", 0, 16).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("--shared-memory=off"));
+  EXPECT_EQ(regions.UnregisterSystem("").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(regions.RegisterCuda("x", std::string(64, '\0'), 0, 0, 16).code(),
+            absl::StatusCode::kFailedPrecondition);
+  const RandomLayer l = MakeRandomLayer("x", 64, 64, 64, DType::kF16, 1);
+  v1::DequantizeRequest request;
+  *request.mutable_packed() = l.ToInline();
+  request.mutable_output_region()->set_name("x");
+  const absl::Status call = regions.DequantizeInto(request).status();
+  EXPECT_EQ(call.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(call.message(), HasSubstr("output_region"));
+  // The status RPC still answers (mode off, no regions).
+  absl::StatusOr<v1::SharedMemoryStatusResponse> status = regions.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->mode(), "off");
+}
+
+TEST(SharedMemoryOptionsTest, BadValuesAreInvalidArgumentNamingTheFlag) {
+  const auto start = [](auto set) {
+    ServerOptions options;
+    set(options);
+    return StartCpuServer(options).status();
+  };
+  absl::Status s = start([](ServerOptions& o) { o.shared_memory = "on"; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--shared-memory"));
+  s = start([](ServerOptions& o) { o.shared_memory_max_regions = -1; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--shared-memory-max-regions"));
+  s = start([](ServerOptions& o) { o.shared_memory_max_bytes = -1; });
+  EXPECT_THAT(s.message(), HasSubstr("--shared-memory-max-bytes"));
+  s = start([](ServerOptions& o) { o.shared_memory_idle_release_seconds = -0.5; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--shared-memory-idle-release"));
+}
+
+}  // namespace
+}  // namespace dequantd::testing
