@@ -490,12 +490,9 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   service_options.max_output_bytes = options.max_output_bytes;
   service_options.default_chunk_bytes = options.default_chunk_bytes;
   service_options.autotuner = server->autotuner_.get();
-<<<<<<< HEAD
   service_options.max_concurrent_streams = options.max_concurrent_streams;
-=======
   server->regions_ = MakeRegionService(options, server->backend_info_, server->metrics_.get());
   service_options.regions = server->regions_.get();
->>>>>>> h9
   BenchmarkServiceOptions benchmark_options;
   benchmark_options.backend = server->backend_info_.name;
   benchmark_options.cpu_threads = options.cpu_threads;

@@ -12,8 +12,8 @@ struct MethodAccess {
 };
 
 // reader: reads the model and computes on it. admin: also holds the device for long (Benchmark)
-// or makes the server write into client memory (shared-memory regions, issue 9: add their
-// registration RPCs here as kAdmin when they land; until then they are denied to everyone).
+// or makes the server write into client memory (the shared-memory region RPCs of issue 9). A
+// reader's Dequantize may name a region an admin registered: registering is what needs trust.
 constexpr MethodAccess kMethods[] = {
     {"/dequant.v1.DequantService/ListTensors", Access::kReader},
     {"/dequant.v1.DequantService/GetServerInfo", Access::kReader},
@@ -21,6 +21,11 @@ constexpr MethodAccess kMethods[] = {
     {"/dequant.v1.DequantService/DequantizeLayers", Access::kReader},
     {"/dequant.v1.DequantService/ReadTensor", Access::kReader},
     {"/dequant.v1.DequantService/Benchmark", Access::kAdmin},
+    {"/dequant.v1.DequantService/RegisterSystemSharedMemory", Access::kAdmin},
+    {"/dequant.v1.DequantService/UnregisterSystemSharedMemory", Access::kAdmin},
+    {"/dequant.v1.DequantService/RegisterCudaSharedMemory", Access::kAdmin},
+    {"/dequant.v1.DequantService/UnregisterCudaSharedMemory", Access::kAdmin},
+    {"/dequant.v1.DequantService/SharedMemoryStatus", Access::kAdmin},
     // Reflection describes the API (the schema is public in proto/); it needs a reader token so
     // that an unauthenticated peer cannot enumerate the service (docs/security.md).
     {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", Access::kReader},
