@@ -193,6 +193,18 @@ void Metrics::CreateFamilies(std::string_view version) {
   model_layers_ =
       &gauge("dequantd_model_layers", "Quantized layers of the loaded model (0: none loaded)")
            .Add({});
+  delivered_bytes_total_ =
+      &counter("dequantd_delivered_bytes_total",
+               "Dequantized result bytes delivered, by destination (stream: gRPC messages; "
+               "host_region / device_region: written into a client's shared memory), in bytes");
+  for (const char* destination : {"stream", "host_region", "device_region"}) {
+    delivered_bytes_total_->Add({{"destination", destination}});
+  }
+  shared_memory_regions_ = &gauge("dequantd_shared_memory_regions",
+                                  "Shared-memory regions registered now, by kind (host, device)");
+  shared_memory_region_bytes_ =
+      &gauge("dequantd_shared_memory_region_bytes",
+             "Bytes of the shared-memory regions registered now, by kind (host, device)");
   CreateSecurityFamilies();
 }
 
@@ -218,18 +230,6 @@ void Metrics::CreateSecurityFamilies() {
       &Register(prometheus::BuildCounter(), "dequantd_auth_denied_total",
                 "Calls refused by the token check before any handler ran, by gRPC status code", r);
 
-  delivered_bytes_total_ =
-      &counter("dequantd_delivered_bytes_total",
-               "Dequantized result bytes delivered, by destination (stream: gRPC messages; "
-               "host_region / device_region: written into a client's shared memory), in bytes");
-  for (const char* destination : {"stream", "host_region", "device_region"}) {
-    delivered_bytes_total_->Add({{"destination", destination}});
-  }
-  shared_memory_regions_ = &gauge("dequantd_shared_memory_regions",
-                                  "Shared-memory regions registered now, by kind (host, device)");
-  shared_memory_region_bytes_ =
-      &gauge("dequantd_shared_memory_region_bytes",
-             "Bytes of the shared-memory regions registered now, by kind (host, device)");
 }
 
 Metrics::~Metrics() = default;
