@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from safetensors import safe_open
+import safetensors
 
 import dequantd
 from dequantd import reference
@@ -31,8 +31,9 @@ def check_checkpoint(out_dir, model_tensors, dtype, max_bytes):
     assert "quantization_config" not in config
     assert config["torch_dtype"] == {"bf16": "bfloat16", "fp16": "float16"}[dtype]
     source.pop("quantization_config")
+    source.pop("torch_dtype", None)
     config.pop("torch_dtype")
-    assert config == source
+    assert config == source  # everything else as the server's config.json
     with open(os.path.join(out_dir, "model.safetensors.index.json")) as f:
         index = json.load(f)
     layers = sorted(n[: -len(".qweight")] for n in model_tensors if n.endswith(".qweight"))
@@ -43,25 +44,28 @@ def check_checkpoint(out_dir, model_tensors, dtype, max_bytes):
     seen = set()
     for shard in sorted(set(index["weight_map"].values())):
         shard_bytes = 0
-        with safe_open(os.path.join(out_dir, shard), framework="numpy") as f:
-            names = list(f.keys())
-            for name in names:
-                assert index["weight_map"][name] == shard
-                seen.add(name)
-                got = f.get_tensor(name)
-                shard_bytes += got.nbytes
-                if name in model_tensors:  # copied unchanged
-                    want = model_tensors[name]
-                    assert got.dtype == want.dtype and got.shape == want.shape, name
-                    assert got.tobytes() == want.tobytes(), name
-                else:
-                    layer = name[: -len(".weight")]
-                    want = reference.dequantize(model_tensors[f"{layer}.qweight"],
-                                                model_tensors[f"{layer}.qzeros"],
-                                                model_tensors[f"{layer}.scales"], dtype=dtype).T
-                    assert got.shape == want.shape, name  # (out_features, in_features)
-                    assert got.tobytes() == np.ascontiguousarray(want).tobytes(), name
-        assert shard_bytes <= max_bytes or len(names) == 1, shard
+        # safetensors' own parser (numpy's safe_open cannot make bf16 arrays): name -> dtype
+        # code, shape, bytes.
+        with open(os.path.join(out_dir, shard), "rb") as f:
+            tensors = safetensors.deserialize(f.read())
+        for name, t in tensors:
+            assert index["weight_map"][name] == shard
+            seen.add(name)
+            shape, data = tuple(t["shape"]), bytes(t["data"])
+            shard_bytes += len(data)
+            if name in model_tensors:  # copied unchanged
+                want = model_tensors[name]
+                assert (t["dtype"], shape) == ("F16", want.shape), name
+                assert data == want.tobytes(), name
+            else:
+                layer = name[: -len(".weight")]
+                want = reference.dequantize(model_tensors[f"{layer}.qweight"],
+                                            model_tensors[f"{layer}.qzeros"],
+                                            model_tensors[f"{layer}.scales"], dtype=dtype).T
+                assert t["dtype"] == {"bf16": "BF16", "fp16": "F16"}[dtype], name
+                assert shape == want.shape, name  # (out_features, in_features)
+                assert data == np.ascontiguousarray(want).tobytes(), name
+        assert shard_bytes <= max_bytes or len(tensors) == 1, shard
         total += shard_bytes
     assert seen == set(index["weight_map"])
     assert index["metadata"]["total_size"] == total

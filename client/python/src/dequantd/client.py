@@ -267,7 +267,8 @@ class Client:
             qweight: int32 (K, N/8), numpy or torch (any device; copied to host).
             qzeros: int32 (K/G, N/8).
             scales: float16 or bfloat16 (K/G, N) (numpy bf16 = ml_dtypes.bfloat16).
-            group_size: G; -1 = K / scales rows (what the arrays imply).
+            group_size: G; -1 = K / scales rows (what the arrays imply; sent as is when that
+                does not divide, and the server then names the field).
             dtype: output dtype, "fp16", "bf16" or "fp32".
             as_torch: return a torch.Tensor (CPU) instead of a numpy array.
             streams: parallel byte-range streams for one result, when the server's protocol has
@@ -300,8 +301,11 @@ class Client:
                 raise ValueError("qweight, qzeros and scales must be 2-D")
             if qw.dtype.itemsize != 4 or qz.dtype.itemsize != 4:
                 raise TypeError("qweight and qzeros must be int32")
+            k, rows = qw.shape[0], sc.shape[0]
+            if group_size == -1 and rows > 0 and k % rows == 0:
+                group_size = k // rows  # what the arrays imply (the wire's -1 would mean K)
             request.packed.CopyFrom(pb.InlinePackedTensor(
-                in_features=qw.shape[0], out_features=sc.shape[1], group_size=group_size,
+                in_features=k, out_features=sc.shape[1], group_size=group_size,
                 scale_dtype=_scale_wire_dtype(scales, sc), qweight=qw.tobytes(),
                 qzeros=qz.tobytes(), scales=sc.tobytes()))
             desc = "inline layer"
