@@ -6,7 +6,8 @@
 #
 #   device_perplexity.sh STAGE_DIR
 # STAGE_DIR holds: sdist.part-* (the sdist split to fit the transfer limit), bundle/ (dequantd and
-# its shared libraries, /work/shared/tools/device-bundle), py/ (the gguf and dequantd packages;
+# its shared libraries, /work/shared/tools/device-bundle), py/ (the gguf package with its
+# dist-info, which transformers reads for the version, and the dequantd package;
 # py-fallback/: protobuf),
 # make_default_model.py and perplexity.py. Needs python3 with numpy, safetensors, grpcio, protobuf,
 # torch and transformers.
