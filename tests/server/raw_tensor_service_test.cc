@@ -22,6 +22,8 @@
 #include "formats/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint.h"
+#include "server/raw_tensor.h"
 #include "server/server.h"
 #include "tests/server/test_layer.h"
 
@@ -273,6 +275,53 @@ TEST_F(RawTensorServiceTest, TruncatedOrReplacedFileIsDataLossNotOtherBytes) {
   r = Read("model.norm.weight");
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DATA_LOSS);
   EXPECT_THAT(r.status.error_message(), HasSubstr("replaced"));
+}
+
+// The index itself, for a sharded checkpoint: each raw tensor points into its own shard, and
+// ReadRawTensor hands its bytes over in pieces of piece_bytes with consecutive offsets.
+TEST_F(RawTensorServiceTest, ShardedCheckpointIndexesEachTensorInItsShard) {
+  const std::string sharded = dir_ + "/sharded";
+  ASSERT_EQ(::mkdir(sharded.c_str(), 0755), 0);
+  std::ofstream(sharded + "/config.json", std::ios::binary) << kConfig;
+  auto write = [&](const std::string& file, const std::vector<std::string>& names) {
+    std::vector<safetensors::TensorToWrite> views;
+    for (const std::string& n : names) {
+      const Owned& t = Named(n);
+      views.push_back({t.name, t.dtype, t.shape, absl::MakeConstSpan(t.bytes)});
+    }
+    ASSERT_TRUE(safetensors::WriteFile(sharded + "/" + file, views).ok());
+  };
+  write("a.safetensors", {"model.layers.0.mlp.down_proj.qweight", "model.norm.weight"});
+  write("b.safetensors", {"model.layers.0.mlp.down_proj.qzeros",
+                          "model.layers.0.mlp.down_proj.scales", "position_ids"});
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(sharded);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const std::vector<RawTensor>& raw = (*ckpt)->raw_tensors();
+  ASSERT_EQ(raw.size(), 2u);
+  EXPECT_EQ(raw[0].name, "model.norm.weight");
+  EXPECT_THAT(raw[0].file, ::testing::EndsWith("/a.safetensors"));
+  EXPECT_EQ(raw[1].name, "position_ids");
+  EXPECT_THAT(raw[1].file, ::testing::EndsWith("/b.safetensors"));
+  EXPECT_EQ((*ckpt)->FindRawTensor("model.layers.0.mlp.down_proj.qweight"), nullptr);
+  for (const RawTensor& t : raw) {
+    std::vector<uint8_t> bytes;
+    std::vector<int64_t> offsets;
+    ASSERT_TRUE(
+        ReadRawTensor(t, /*piece_bytes=*/10, [&](int64_t offset, absl::Span<const uint8_t> piece) {
+          offsets.push_back(offset);
+          bytes.insert(bytes.end(), piece.begin(), piece.end());
+          return absl::OkStatus();
+        }).ok());
+    EXPECT_EQ(bytes, Named(t.name).bytes) << t.name;
+    for (size_t i = 0; i < offsets.size(); ++i)
+      EXPECT_EQ(offsets[i], 10 * static_cast<int64_t>(i)) << t.name;
+  }
+  // The consumer's error stops the read and comes back unchanged.
+  EXPECT_EQ(
+      ReadRawTensor(raw[0], 10,
+                    [](int64_t, absl::Span<const uint8_t>) { return absl::CancelledError("stop"); })
+          .code(),
+      absl::StatusCode::kCancelled);
 }
 
 }  // namespace
