@@ -176,8 +176,8 @@ class Client:
 
     Args:
         target: "host:port" (e.g. "127.0.0.1:50051"), any gRPC target string.
-        timeout: deadline in seconds for the short calls (info, list, benchmark default);
-            None = no deadline. Default 60.
+        timeout: deadline in seconds for the short calls (info, list); None = no deadline.
+            Default 60.
         stream_timeout: deadline in seconds for dequantize / read_tensor / dequantize_layers
             calls; None (default) = none (a whole model may take a while on a slow link).
         credentials: grpc.ChannelCredentials for TLS (grpc.ssl_channel_credentials(...));
@@ -459,12 +459,14 @@ class Client:
                   group_size: int = 0, variants: Sequence[str] = (),
                   output_dtypes: Sequence[str] = (), trials: int = 0, runs: int = 0,
                   hardware_counters: bool = False,
-                  timeout: Optional[float] = ...) -> Dict[str, Any]:  # type: ignore[assignment]
+                  timeout: Optional[float] = None) -> Dict[str, Any]:
         """Times the server's kernel variants (the Benchmark RPC; fields as in the proto).
 
         Args:
             shapes: (K, N) pairs with random inputs; tensors: layer names; none = server default.
             output_dtypes: output dtype names ("fp16", ...); empty = fp16.
+            timeout: deadline in seconds; None (default) = none (a GPU benchmark with hardware
+                counters can take minutes).
 
         Returns:
             {"device", "backend", "peak_copy_bytes_per_second", "note", "rows": [dict per
@@ -480,7 +482,7 @@ class Client:
             tensors=list(tensors), group_size=group_size, variants=list(variants),
             output_dtypes=[dtypes.output_dtype(d) for d in output_dtypes], trials=trials, runs=runs,
             hardware_counters=hardware_counters)
-        r = self._unary(self._stub.Benchmark, request, self._timeout if timeout is ... else timeout)
+        r = self._unary(self._stub.Benchmark, request, timeout)
         out = json_format.MessageToDict(r, preserving_proto_field_name=True)
         out.setdefault("rows", [])
         return out
