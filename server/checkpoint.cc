@@ -238,7 +238,51 @@ absl::Status ReadTensor(const TensorRef& ref, uint8_t* dst) {
   return absl::OkStatus();
 }
 
+// Issue 10: every tensor of `tensors` that is not qweight/qzeros/scales of a layer in
+// `layer_prefixes`, as RawTensor index entries sorted by name. Errors: the errno of fstat.
+absl::StatusOr<std::vector<RawTensor>> IndexRawTensors(
+    const std::map<std::string, TensorRef>& tensors, const std::set<std::string>& layer_prefixes) {
+  std::vector<RawTensor> out;
+  for (const auto& [name, ref] : tensors) {
+    const size_t dot = name.rfind('.');
+    if (dot != std::string::npos && layer_prefixes.count(name.substr(0, dot)) != 0) {
+      const absl::string_view suffix = absl::string_view(name).substr(dot);
+      if (suffix == kQweight || suffix == ".qzeros" || suffix == ".scales") continue;
+    }
+    struct stat st;
+    if (::fstat(ref.shard->fd, &st) != 0) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("stat ", ref.path()));
+    }
+    out.push_back(
+        RawTensor{.name = name,
+                  .dtype = ref.entry->dtype,
+                  .shape = ref.entry->shape,
+                  .file = ref.path(),
+                  .file_offset = ref.shard->map->header().data_start + ref.entry->data_begin,
+                  .bytes = ref.bytes(),
+                  .device = st.st_dev,
+                  .inode = st.st_ino});
+  }
+  return out;  // std::map iterates in name order
+}
+
+// Issue 10: the text of config.json. Errors: as ReadJsonObject's.
+absl::StatusOr<std::string> ReadConfigText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::PermissionDeniedError(absl::StrCat(path.string(), ": cannot be read"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 }  // namespace
+
+const RawTensor* Checkpoint::FindRawTensor(std::string_view name) const {
+  const auto it =
+      std::lower_bound(raw_tensors_.begin(), raw_tensors_.end(), name,
+                       [](const RawTensor& t, std::string_view n) { return t.name < n; });
+  return it != raw_tensors_.end() && it->name == name ? &*it : nullptr;
+}
 
 void Checkpoint::AlignedFree::operator()(uint8_t* p) const {
   ::operator delete[](p, std::align_val_t{kCopyAlignment});
@@ -376,6 +420,14 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   }
   std::sort(ckpt->layers_.begin(), ckpt->layers_.end(),
             [](const QuantizedLayer& a, const QuantizedLayer& b) { return a.name < b.name; });
+  std::set<std::string> layer_prefixes;
+  for (const QuantizedLayer& layer : ckpt->layers_) layer_prefixes.insert(layer.name);
+  absl::StatusOr<std::vector<RawTensor>> raw = IndexRawTensors(tensors, layer_prefixes);
+  if (!raw.ok()) return raw.status();
+  ckpt->raw_tensors_ = *std::move(raw);
+  absl::StatusOr<std::string> config_text = ReadConfigText(root / kConfigFile);
+  if (!config_text.ok()) return config_text.status();
+  ckpt->config_json_ = *std::move(config_text);
   return ckpt;
 }
 

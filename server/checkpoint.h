@@ -16,8 +16,9 @@
 // divide K; it is NOT
 // required to equal the config's group_size. Real AutoAWQ checkpoints use one group size, but
 // our bundled model (tools/make_default_model.py) uses 128 where K % 128 == 0 and 64 elsewhere,
-// as its config.json notes. Each layer then passes ValidateShape (kernels/dequant.h). Tensors
-// without the .qweight suffix (embeddings, norms, lm_head in fp16) are ignored.
+// as its config.json notes. Each layer then passes ValidateShape (kernels/dequant.h). Every other
+// tensor (embeddings, norms, biases, lm_head; any dtype) is indexed as a RawTensor
+// (server/raw_tensor.h): name, dtype, shape and byte range only, its bytes read on demand.
 // Memory: each layer's qweight, qzeros and scales are read (pread) into one buffer the Checkpoint
 // owns, 64-byte aligned, and every shard is closed before Open returns. The server thus holds the
 // packed model in host memory (its packed size), and truncating, rewriting or deleting the files
@@ -35,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "formats/safetensors.h"
 #include "kernels/dequant.h"
+#include "server/raw_tensor.h"
 
 namespace dequantd {
 
@@ -82,6 +84,14 @@ class Checkpoint {
   // already released).
   int64_t ReleaseHostCopies();
 
+  // Issue 10. The tensors that are not qweight/qzeros/scales of a layer, sorted by name (an
+  // index; see server/raw_tensor.h). Not affected by ReleaseHostCopies.
+  const std::vector<RawTensor>& raw_tensors() const { return raw_tensors_; }
+  // nullptr if there is no such tensor.
+  const RawTensor* FindRawTensor(std::string_view name) const;
+  // config.json as read at Open (UTF-8 JSON text).
+  const std::string& config_json() const { return config_json_; }
+
  private:
   Checkpoint() = default;
   std::string dir_;
@@ -91,6 +101,8 @@ class Checkpoint {
   };
   std::vector<std::unique_ptr<uint8_t[], AlignedFree>> copies_;  // one per layer
   std::vector<QuantizedLayer> layers_;
+  std::vector<RawTensor> raw_tensors_;
+  std::string config_json_;
 };
 
 }  // namespace dequantd

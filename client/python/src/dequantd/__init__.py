@@ -1,0 +1,19 @@
+"""dequantd: a Python client for the dequantd service (AWQ 4-bit weights dequantized to
+fp16/bf16/fp32 over gRPC) and whole-model conversion to a plain Hugging Face checkpoint.
+
+    import dequantd
+    with dequantd.Client("127.0.0.1:50051") as c:
+        w = c.dequantize("model.layers.0.self_attn.q_proj", dtype="bf16")  # (K, N)
+    dequantd.convert("127.0.0.1:50051", "out/", dtype="bf16")
+
+See README.md.
+"""
+
+from .client import (Client, LayerInfo, ModelTensors, ServerInfo, TensorInfo,
+                     supports_byte_ranges)
+from .convert import ConvertResult, convert, parse_size
+from .errors import DequantdError
+
+__version__ = "0.1.0"
+__all__ = ["Client", "ConvertResult", "DequantdError", "LayerInfo", "ModelTensors", "ServerInfo",
+           "TensorInfo", "convert", "parse_size", "supports_byte_ranges"]

@@ -1,0 +1,81 @@
+"""Command line: python -m dequantd {info,list,dequantize,convert} --server TARGET ...
+
+Exit status 0 on success, 1 on a DequantdError (printed as "error: CODE: message"), 2 on bad
+arguments (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+import numpy as np
+
+from .client import Client
+from .convert import convert
+from .errors import DequantdError
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m dequantd", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--server", required=True, help="host:port of dequantd")
+        p.add_argument("--timeout", type=float, default=None,
+                       help="deadline per call in seconds (default: 60 for info/list, none for "
+                            "streams)")
+        return p
+
+    command("info", "server version, backend, devices, model")
+    command("list", "quantized layers and other tensors of the loaded model")
+    p = command("dequantize", "one layer to a .npy file ((K, N) row-major)")
+    p.add_argument("--tensor", required=True, help="layer name from `list`")
+    p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
+    p.add_argument("--out", required=True, help=".npy file to write (bf16 as uint16 bits)")
+    p = command("convert", "the whole model to a plain fp16/bf16 Hugging Face checkpoint")
+    p.add_argument("--out", required=True, help="checkpoint directory to write")
+    p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    p.add_argument("--max-shard-size", default="5GB", help="e.g. 5GB (default), 500MB, 2GiB")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    timeouts = {} if args.timeout is None else {"timeout": args.timeout,
+                                                "stream_timeout": args.timeout}
+    try:
+        with Client(args.server, **timeouts) as client:
+            if args.command == "info":
+                info = client.info()
+                print(json.dumps({k: v for k, v in vars(info).items() if k != "model_config"},
+                                 indent=2))
+            elif args.command == "list":
+                listing = client.list()
+                for layer in listing.layers:
+                    print(f"{layer.name}\t({layer.in_features}, {layer.out_features})\t"
+                          f"G={layer.group_size}\t{layer.scale_dtype}")
+                for t in listing.other_tensors:
+                    print(f"{t.name}\t{t.shape}\t{t.dtype}\tstored")
+            elif args.command == "dequantize":
+                w = client.dequantize(args.tensor, dtype=args.dtype, progress=True)
+                np.save(args.out, w.view(np.uint16) if args.dtype == "bf16" else w)
+                print(f"{args.tensor}: {w.shape} {args.dtype} -> {args.out}")
+            else:
+                result = convert(client, args.out, dtype=args.dtype,
+                                 max_shard_size=args.max_shard_size,
+                                 progress=not args.no_progress)
+                print(f"wrote {result.tensors} tensors ({result.total_bytes} bytes) in "
+                      f"{len(result.shards)} shards to {result.out_dir} "
+                      f"({result.shards_kept} kept from an earlier run)")
+    except DequantdError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

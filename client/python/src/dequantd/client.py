@@ -1,0 +1,488 @@
+"""The dequantd gRPC client (see README.md for a walk-through)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import grpc
+import numpy as np
+
+from . import dtypes
+from ._proto import dequant_pb2 as pb
+from ._proto import dequant_pb2_grpc as pb_grpc
+from .errors import DequantdError
+
+MiB = 1 << 20
+
+# Channel defaults. Every response message of dequantd is at most 4 MiB (chunked streams); 64 MiB
+# leaves room for a large ListTensors/Benchmark answer. Sends: inline packed layers up to the
+# server's max_request_bytes (256 MiB by default). Keepalive every 5 minutes: gRPC servers by
+# default refuse pings more often than that on a connection without data (GOAWAY "too_many_pings"),
+# which would kill a long Benchmark call; 5 minutes still finds a dead peer.
+DEFAULT_CHANNEL_OPTIONS: Tuple[Tuple[str, Any], ...] = (
+    ("grpc.max_receive_message_length", 64 * MiB),
+    ("grpc.max_send_message_length", 512 * MiB),
+    ("grpc.keepalive_time_ms", 300_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+)
+
+ArrayLike = Any  # numpy.ndarray or torch.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerInfo:
+    """A quantized layer: `name` is its prefix ("model.layers.0.mlp.down_proj"); results are
+    (in_features, out_features) = (K, N); `scale_dtype` is "fp16" or "bf16"."""
+    name: str
+    in_features: int
+    out_features: int
+    group_size: int
+    scale_dtype: str
+    packed_bytes: int
+    resident_on_device: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """A tensor served as stored (embedding, norm, bias, lm_head): `dtype` is the safetensors
+    code ("F16", "BF16", "F32", "I64", ...), `shape` in elements, `bytes` its size."""
+    name: str
+    dtype: str
+    shape: Tuple[int, ...]
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelTensors:
+    """What ListTensors returns: the model directory, its quantized layers and other tensors,
+    both sorted by name."""
+    model: str
+    layers: List[LayerInfo]
+    other_tensors: List[TensorInfo]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerInfo:
+    """GetServerInfo: version, backend ("cuda"/"cpu"), devices (dicts), model directory, the
+    number of quantized layers, CPU threads, and the model's config.json (dict; {} if none)."""
+    version: str
+    backend: str
+    devices: List[Dict[str, Any]]
+    model: str
+    tensor_count: int
+    cpu_threads: int
+    model_config: Dict[str, Any]
+
+
+def _scale_name(wire: int) -> str:
+    return {pb.DTYPE_FP16: "fp16", pb.DTYPE_BF16: "bf16"}.get(wire, pb.DType.Name(wire))
+
+
+def supports_byte_ranges() -> bool:
+    """Whether this package's proto has DequantizeRequest byte ranges (`offset`, `length`)."""
+    fields = pb.DequantizeRequest.DESCRIPTOR.fields_by_name
+    return "offset" in fields and "length" in fields
+
+
+class _Progress:
+    """A tqdm bar in bytes (bytes/s shown) when enabled and tqdm is installed; else nothing."""
+
+    def __init__(self, enabled: bool, total: Optional[int], desc: str):
+        self._bar = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+            except ImportError:
+                return
+            self._bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024)
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+class _Assembler:
+    """Collects one result's chunks into a preallocated buffer and checks that they add up
+    (DATA_LOSS otherwise): offsets inside the result and, for one stream (`sequential`),
+    consecutive from 0; all bytes received."""
+
+    def __init__(self, name: str, code: str, shape: Tuple[int, ...], total: int,
+                 sequential: bool = True):
+        self.name, self.code, self.shape, self.total = name, code, shape, total
+        self.sequential = sequential
+        expected = int(np.prod(shape, dtype=np.int64)) * dtypes.element_bytes(code)
+        if expected != total:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"{name}: header total_bytes {total} != shape {shape} x {code}")
+        self.buffer = np.empty(total, dtype=np.uint8)
+        self.received = 0
+
+    def add(self, offset: int, data: bytes) -> None:
+        end = offset + len(data)
+        if self.sequential and offset != self.received:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"{self.name}: chunk at offset {offset}, expected {self.received}")
+        if offset < 0 or end > self.total:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"{self.name}: chunk [{offset}, {end}) outside {self.total} bytes")
+        self.buffer[offset:end] = np.frombuffer(data, dtype=np.uint8)
+        self.received += len(data)
+
+    def check(self) -> "_Assembler":
+        """Raises DATA_LOSS unless every byte arrived."""
+        if self.received != self.total:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"{self.name}: received {self.received} of {self.total} bytes")
+        return self
+
+    def result(self, as_torch: bool) -> ArrayLike:
+        self.check()
+        return dtypes.from_bytes(self.buffer, self.code, self.shape, as_torch)
+
+
+def _to_numpy(array: ArrayLike) -> np.ndarray:
+    """A C-contiguous numpy view/copy of a numpy array or (CPU or GPU) torch tensor; torch
+    bfloat16 becomes ml_dtypes-free uint16 bits (only the bytes are sent)."""
+    if hasattr(array, "detach"):  # torch.Tensor
+        t = array.detach().cpu().contiguous()
+        if str(t.dtype) == "torch.bfloat16":
+            import torch  # pylint: disable=import-outside-toplevel
+
+            return t.view(torch.int16).numpy().view(np.uint16)
+        return t.numpy()
+    return np.ascontiguousarray(array)
+
+
+def _scale_wire_dtype(scales: ArrayLike, np_scales: np.ndarray) -> int:
+    name = str(getattr(scales, "dtype", np_scales.dtype))
+    if "bfloat16" in name:
+        return pb.DTYPE_BF16
+    if name in ("float16", "torch.float16"):
+        return pb.DTYPE_FP16
+    raise TypeError(f"scales must be float16 or bfloat16, not {name}")
+
+
+class Client:
+    """A connection to one dequantd server. Thread-safe (gRPC channels are); use as a context
+    manager or call close().
+
+    Args:
+        target: "host:port" (e.g. "127.0.0.1:50051"), any gRPC target string.
+        timeout: deadline in seconds for the short calls (info, list); None = no deadline.
+            Default 60.
+        stream_timeout: deadline in seconds for dequantize / read_tensor / dequantize_layers
+            calls; None (default) = none (a whole model may take a while on a slow link).
+        credentials: grpc.ChannelCredentials for TLS (grpc.ssl_channel_credentials(...));
+            None = plaintext (dequantd serves plaintext today).
+        metadata: extra (key, value) metadata sent with every call (e.g. an auth token header
+            for a proxy in front of dequantd).
+        options: extra gRPC channel options, overriding DEFAULT_CHANNEL_OPTIONS by name.
+        chunk_bytes: payload bytes per streamed message asked for; 0 = the server's default.
+    """
+
+    def __init__(self, target: str, *, timeout: Optional[float] = 60.0,
+                 stream_timeout: Optional[float] = None,
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 metadata: Sequence[Tuple[str, str]] = (),
+                 options: Sequence[Tuple[str, Any]] = (), chunk_bytes: int = 0):
+        merged = dict(DEFAULT_CHANNEL_OPTIONS)
+        merged.update(dict(options))
+        opts = list(merged.items())
+        self.target = target
+        self._channel = (grpc.secure_channel(target, credentials, options=opts)
+                         if credentials is not None else grpc.insecure_channel(target, options=opts))
+        self._stub = pb_grpc.DequantServiceStub(self._channel)
+        self._timeout = timeout
+        self._stream_timeout = stream_timeout
+        self._metadata = tuple(metadata)
+        self._chunk_bytes = chunk_bytes
+
+    def close(self) -> None:
+        """Closes the channel; calls in flight are cancelled."""
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- calls -----------------------------------------------------------------------------
+
+    def _unary(self, method: Callable, request: Any, timeout: Optional[float]) -> Any:
+        try:
+            return method(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise DequantdError.from_rpc_error(e) from None
+
+    def _stream(self, method: Callable, request: Any) -> Iterator[Any]:
+        call = method(request, timeout=self._stream_timeout, metadata=self._metadata)
+        try:
+            yield from call
+        except grpc.RpcError as e:
+            raise DequantdError.from_rpc_error(e) from None
+        finally:
+            call.cancel()  # no-op when finished; stops the server when the caller stops early
+
+    def info(self, *, timeout: Optional[float] = ...) -> ServerInfo:  # type: ignore[assignment]
+        """GetServerInfo. Raises DequantdError (e.g. UNAVAILABLE when nothing listens)."""
+        r = self._unary(self._stub.GetServerInfo, pb.GetServerInfoRequest(),
+                        self._timeout if timeout is ... else timeout)
+        devices = [{"index": d.index, "name": d.name, "compute_capability": d.compute_capability,
+                    "memory_bytes": d.memory_bytes, "driver_version": d.driver_version}
+                   for d in r.devices]
+        config = json.loads(r.model_config_json) if r.model_config_json else {}
+        return ServerInfo(version=r.version, backend=r.backend, devices=devices, model=r.model,
+                          tensor_count=r.tensor_count, cpu_threads=r.cpu_threads,
+                          model_config=config)
+
+    def list(self, *, timeout: Optional[float] = ...) -> ModelTensors:  # type: ignore[assignment]
+        """ListTensors: the quantized layers and the other tensors of the loaded model (empty
+        lists when none is loaded). Raises DequantdError."""
+        r = self._unary(self._stub.ListTensors, pb.ListTensorsRequest(),
+                        self._timeout if timeout is ... else timeout)
+        layers = [LayerInfo(t.name, t.in_features, t.out_features, t.group_size,
+                            _scale_name(t.scale_dtype), t.packed_bytes, t.resident_on_device)
+                  for t in r.tensors]
+        others = [TensorInfo(t.name, t.dtype, tuple(t.shape), t.bytes) for t in r.other_tensors]
+        return ModelTensors(model=r.model, layers=layers, other_tensors=others)
+
+    def dequantize(self, layer: Optional[str] = None, *, qweight: Optional[ArrayLike] = None,
+                   qzeros: Optional[ArrayLike] = None, scales: Optional[ArrayLike] = None,
+                   group_size: int = -1, dtype: str = "fp16", as_torch: bool = False,
+                   streams: Optional[int] = None, progress: bool = False) -> ArrayLike:
+        """Dequantizes one layer: of the loaded model by name, or sent inline as packed arrays.
+
+        Args:
+            layer: a name from list().layers (e.g. "model.layers.0.self_attn.q_proj"); or None
+                and the three packed arrays:
+            qweight: int32 (K, N/8), numpy or torch (any device; copied to host).
+            qzeros: int32 (K/G, N/8).
+            scales: float16 or bfloat16 (K/G, N) (numpy bf16 = ml_dtypes.bfloat16).
+            group_size: G; -1 = K / scales rows (what the arrays imply; sent as is when that
+                does not divide, and the server then names the field).
+            dtype: output dtype, "fp16", "bf16" or "fp32".
+            as_torch: return a torch.Tensor (CPU) instead of a numpy array.
+            streams: parallel byte-range streams for one result, when the server's protocol has
+                byte ranges (supports_byte_ranges()); None = automatic (1 without them, which is
+                the case with this proto), 1 = one stream.
+            progress: show a tqdm bar (bytes, bytes/s).
+
+        Returns:
+            (K, N) = (in_features, out_features) row-major array of `dtype`: numpy float16,
+            ml_dtypes.bfloat16 or float32; or a torch tensor of the same dtype.
+
+        Raises:
+            ValueError / TypeError: bad arguments (checked here before any call).
+            DequantdError: NOT_FOUND (unknown layer), INVALID_ARGUMENT (a packed field, named),
+                RESOURCE_EXHAUSTED (result or request over the server's limits), ...
+        """
+        request = pb.DequantizeRequest(output_dtype=dtypes.output_dtype(dtype),
+                                       chunk_bytes=self._chunk_bytes)
+        packed = (qweight, qzeros, scales)
+        if layer is not None:
+            if any(a is not None for a in packed):
+                raise ValueError("pass either a layer name or qweight/qzeros/scales, not both")
+            request.tensor = layer
+            desc = layer
+        else:
+            if any(a is None for a in packed):
+                raise ValueError("pass a layer name, or all of qweight, qzeros and scales")
+            qw, qz, sc = (_to_numpy(a) for a in packed)
+            if qw.ndim != 2 or qz.ndim != 2 or sc.ndim != 2:
+                raise ValueError("qweight, qzeros and scales must be 2-D")
+            if qw.dtype.itemsize != 4 or qz.dtype.itemsize != 4:
+                raise TypeError("qweight and qzeros must be int32")
+            k, rows = qw.shape[0], sc.shape[0]
+            if group_size == -1 and rows > 0 and k % rows == 0:
+                group_size = k // rows  # what the arrays imply (the wire's -1 would mean K)
+            request.packed.CopyFrom(pb.InlinePackedTensor(
+                in_features=k, out_features=sc.shape[1], group_size=group_size,
+                scale_dtype=_scale_wire_dtype(scales, sc), qweight=qw.tobytes(),
+                qzeros=qz.tobytes(), scales=sc.tobytes()))
+            desc = "inline layer"
+        n_streams = 1 if streams is None or not supports_byte_ranges() else max(1, int(streams))
+        if n_streams > 1:
+            return self._dequantize_ranges(request, n_streams, as_torch, progress, desc)
+        bar = _Progress(progress, None, desc)
+        try:
+            result = None
+            for message in self._stream(self._stub.Dequantize, request):
+                if message.HasField("header"):
+                    h = message.header
+                    result = _Assembler(desc, dtypes.safetensors_code(h.dtype), tuple(h.shape),
+                                        h.total_bytes)
+                    if bar._bar is not None:  # pylint: disable=protected-access
+                        bar._bar.total = h.total_bytes  # pylint: disable=protected-access
+                if message.data:
+                    if result is None:
+                        raise DequantdError(grpc.StatusCode.DATA_LOSS, "data before the header")
+                    result.add(message.offset, message.data)
+                    bar.update(len(message.data))
+        finally:
+            bar.close()
+        if result is None:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS, f"{desc}: the stream had no header")
+        return result.result(as_torch)
+
+    def _dequantize_ranges(self, request: Any, n_streams: int, as_torch: bool, progress: bool,
+                           desc: str) -> ArrayLike:
+        """Byte-range streams (needs DequantizeRequest.offset/length, the result-path issue):
+        the first range's header gives the size; the others fill their part of one buffer.
+        Response offsets are taken as offsets in the whole result."""
+        first = pb.DequantizeRequest()
+        first.CopyFrom(request)
+        first.offset, first.length = 0, 1
+        header = None
+        for message in self._stream(self._stub.Dequantize, first):
+            if message.HasField("header"):
+                header = message.header
+        if header is None:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS, f"{desc}: the stream had no header")
+        result = _Assembler(desc, dtypes.safetensors_code(header.dtype), tuple(header.shape),
+                            header.total_bytes, sequential=False)
+        step = -(-header.total_bytes // n_streams)
+        bar = _Progress(progress, header.total_bytes, desc)
+
+        def fetch(begin: int) -> None:
+            part = pb.DequantizeRequest()
+            part.CopyFrom(request)
+            part.offset, part.length = begin, min(step, header.total_bytes - begin)
+            for message in self._stream(self._stub.Dequantize, part):
+                if message.data:
+                    result.add(message.offset, message.data)
+                    bar.update(len(message.data))
+
+        try:
+            with concurrent.futures.ThreadPoolExecutor(n_streams) as pool:
+                for f in [pool.submit(fetch, b) for b in range(0, header.total_bytes, step)]:
+                    f.result()
+        finally:
+            bar.close()
+        return result.result(as_torch)
+
+    def dequantize_layers(self, names: Optional[Iterable[str]] = None, *, dtype: str = "fp16",
+                          as_torch: bool = False,
+                          progress: bool = False) -> Iterator[Tuple[str, ArrayLike]]:
+        """Dequantizes layers of the loaded model in one call (on CUDA one grouped launch),
+        yielding (name, (K, N) array) in request order as each arrives.
+
+        Args:
+            names: layer names (duplicates allowed, at most 10000); None = every layer, in
+                list() order.
+            dtype, as_torch, progress: as for dequantize (the bar counts all layers' bytes).
+
+        Raises:
+            DequantdError: NOT_FOUND (a name), RESOURCE_EXHAUSTED (results over the server's
+                max_output_bytes), FAILED_PRECONDITION (no model loaded), ...
+        """
+        request = pb.DequantizeLayersRequest(output_dtype=dtypes.output_dtype(dtype),
+                                             chunk_bytes=self._chunk_bytes)
+        if names is not None:
+            request.tensors.extend(names)
+        total = None
+        if progress:
+            wanted = set(request.tensors)
+            total = sum(t.in_features * t.out_features for t in self.list().layers
+                        if not wanted or t.name in wanted) * {"fp16": 2, "bf16": 2, "fp32": 4}[dtype]
+        bar = _Progress(progress, total, "layers")
+        try:
+            for result in self._layer_results(request, bar):
+                yield result.name, result.result(as_torch)
+        finally:
+            bar.close()
+
+    def _layer_results(self, request: Any, bar: Optional[_Progress] = None) -> Iterator[_Assembler]:
+        """The DequantizeLayers stream as one complete _Assembler per layer (raw bytes)."""
+        current: Optional[_Assembler] = None
+        for message in self._stream(self._stub.DequantizeLayers, request):
+            if message.HasField("header"):
+                if current is not None:
+                    yield current.check()
+                h = message.header
+                current = _Assembler(h.tensor, dtypes.safetensors_code(h.dtype), tuple(h.shape),
+                                     h.total_bytes)
+            if message.data:
+                if current is None:
+                    raise DequantdError(grpc.StatusCode.DATA_LOSS, "data before the header")
+                current.add(message.offset, message.data)
+                if bar is not None:
+                    bar.update(len(message.data))
+        if current is not None:
+            yield current.check()
+
+    def read_tensor(self, name: str, *, as_torch: bool = False,
+                    progress: bool = False) -> ArrayLike:
+        """A tensor of the checkpoint served as stored (list().other_tensors: embeddings, norms,
+        biases, lm_head), in its own dtype and shape, bytes unchanged.
+
+        Returns:
+            numpy array (BF16 as ml_dtypes.bfloat16) or torch tensor of the stored shape.
+
+        Raises:
+            DequantdError: NOT_FOUND (name; a quantized layer's name too: use dequantize),
+                INVALID_ARGUMENT (empty name), DATA_LOSS (file changed on the server), ...
+        """
+        bar = _Progress(progress, None, name)
+        try:
+            return self._read_tensor(name, bar).result(as_torch)
+        finally:
+            bar.close()
+
+    def _read_tensor(self, name: str, bar: Optional[_Progress] = None) -> _Assembler:
+        """The ReadTensor stream as one complete _Assembler (raw bytes)."""
+        request = pb.ReadTensorRequest(name=name, chunk_bytes=self._chunk_bytes)
+        result: Optional[_Assembler] = None
+        for message in self._stream(self._stub.ReadTensor, request):
+            if message.HasField("header"):
+                h = message.header
+                result = _Assembler(h.name, h.dtype, tuple(h.shape), h.bytes)
+            if message.data:
+                if result is None:
+                    raise DequantdError(grpc.StatusCode.DATA_LOSS, "data before the header")
+                result.add(message.offset, message.data)
+                if bar is not None:
+                    bar.update(len(message.data))
+        if result is None:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS, f"{name}: the stream had no header")
+        return result.check()
+
+    def benchmark(self, *, shapes: Sequence[Tuple[int, int]] = (), tensors: Sequence[str] = (),
+                  group_size: int = 0, variants: Sequence[str] = (),
+                  output_dtypes: Sequence[str] = (), trials: int = 0, runs: int = 0,
+                  hardware_counters: bool = False,
+                  timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Times the server's kernel variants (the Benchmark RPC; fields as in the proto).
+
+        Args:
+            shapes: (K, N) pairs with random inputs; tensors: layer names; none = server default.
+            output_dtypes: output dtype names ("fp16", ...); empty = fp16.
+            timeout: deadline in seconds; None (default) = none (a GPU benchmark with hardware
+                counters can take minutes).
+
+        Returns:
+            {"device", "backend", "peak_copy_bytes_per_second", "note", "rows": [dict per
+            variant x shape x dtype with the proto's field names]}.
+
+        Raises:
+            DequantdError: RESOURCE_EXHAUSTED (another benchmark runs), INVALID_ARGUMENT, ...
+        """
+        from google.protobuf import json_format  # pylint: disable=import-outside-toplevel
+
+        request = pb.BenchmarkRequest(
+            shapes=[pb.BenchmarkShape(in_features=k, out_features=n) for k, n in shapes],
+            tensors=list(tensors), group_size=group_size, variants=list(variants),
+            output_dtypes=[dtypes.output_dtype(d) for d in output_dtypes], trials=trials, runs=runs,
+            hardware_counters=hardware_counters)
+        r = self._unary(self._stub.Benchmark, request, timeout)
+        out = json_format.MessageToDict(r, preserving_proto_field_name=True)
+        out.setdefault("rows", [])
+        return out

@@ -1,0 +1,44 @@
+// The checkpoint's tensors that are not part of a quantized layer (embeddings, norms, biases,
+// lm_head): indexed at load time, read from the shard file on demand (issue 10).
+//
+// Memory choice: only the index (name, dtype, shape, file, byte range, file identity) is kept;
+// the bytes are read with pread when a client asks for them, a chunk at a time, so serving them
+// costs no resident memory (a 135M model's fp16 embedding alone is 57 MB). The price: the file
+// must stay in place while the server runs. A read checks that the path still names the file
+// that was indexed (device and inode) and is not shorter than the index says; otherwise the read
+// fails with DATA_LOSS instead of returning other bytes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace dequantd {
+
+struct RawTensor {
+  std::string name;            // e.g. "model.embed_tokens.weight"
+  std::string dtype;           // safetensors dtype code as stored: "F16", "BF16", "F32", "I64", ...
+  std::vector<int64_t> shape;  // elements per dimension
+  std::string file;            // path of the shard holding it
+  int64_t file_offset = 0;     // byte offset of its first byte in `file`
+  int64_t bytes = 0;           // its size in bytes
+  dev_t device = 0;            // identity of `file` when indexed
+  ino_t inode = 0;
+};
+
+// Reads all of `tensor`'s bytes, in pieces of at most `piece_bytes` (>= 1), in order, handing
+// each to `consume(offset, bytes)` (offset from the tensor's first byte); stops at the first
+// error `consume` returns. Opens the file for the duration of the call. Errors: NOT_FOUND (the
+// file is gone), DATA_LOSS naming file and tensor (replaced since indexed, or shorter than the
+// index says), the errno of open/pread, `consume`'s. Thread-safe (no shared state).
+absl::Status ReadRawTensor(
+    const RawTensor& tensor, int64_t piece_bytes,
+    const std::function<absl::Status(int64_t offset, absl::Span<const uint8_t> bytes)>& consume);
+
+}  // namespace dequantd

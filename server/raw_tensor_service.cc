@@ -1,0 +1,69 @@
+// Issue 10: ListTensors' other_tensors and the ReadTensor stream (see raw_tensor_service.h).
+#include "server/raw_tensor_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/quoted_name.h"
+#include "server/raw_tensor.h"
+#include "server/request.h"
+
+namespace dequantd {
+namespace {
+
+namespace v1 = ::dequant::v1;
+
+void FillInfo(const RawTensor& tensor, v1::RawTensorInfo& info) {
+  info.set_name(tensor.name);
+  info.set_dtype(tensor.dtype);
+  for (int64_t d : tensor.shape) info.add_shape(d);
+  info.set_bytes(tensor.bytes);
+}
+
+}  // namespace
+
+void AddRawTensorInfos(const Checkpoint& checkpoint, v1::ListTensorsResponse& response) {
+  for (const RawTensor& tensor : checkpoint.raw_tensors()) {
+    FillInfo(tensor, *response.add_other_tensors());
+  }
+}
+
+absl::Status ServeReadTensor(const Checkpoint* checkpoint, int64_t default_chunk_bytes,
+                             const v1::ReadTensorRequest& request, grpc::ServerContext* context,
+                             grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
+  if (checkpoint == nullptr) {
+    return absl::FailedPreconditionError(
+        "no model is loaded (the server was started with --model=): ReadTensor serves the "
+        "tensors of the loaded model");
+  }
+  if (request.name().empty()) return absl::InvalidArgumentError("name: must not be empty");
+  absl::StatusOr<int64_t> chunk_bytes =
+      EffectiveChunkBytes(request.chunk_bytes(), default_chunk_bytes);
+  if (!chunk_bytes.ok()) return chunk_bytes.status();
+  const RawTensor* tensor = checkpoint->FindRawTensor(request.name());
+  if (tensor == nullptr) {
+    const bool is_layer = checkpoint->Find(request.name()) != nullptr;
+    return absl::NotFoundError(
+        absl::StrCat("name ", QuotedName(request.name()), " is not a tensor of the loaded model",
+                     is_layer ? " that is served as stored: it is a quantized layer, use Dequantize"
+                              : " (see ListTensors other_tensors)"));
+  }
+  v1::ReadTensorResponse message;
+  FillInfo(*tensor, *message.mutable_header());
+  auto send = [&](const v1::ReadTensorResponse& m) -> absl::Status {
+    if (context->IsCancelled()) return absl::CancelledError("the client cancelled the call");
+    if (!writer->Write(m)) {
+      return absl::CancelledError("the client closed the stream before the tensor was sent");
+    }
+    return absl::OkStatus();
+  };
+  if (tensor->bytes == 0) return send(message);
+  return ReadRawTensor(
+      *tensor, *chunk_bytes, [&](int64_t offset, absl::Span<const uint8_t> bytes) -> absl::Status {
+        message.set_offset(offset);
+        message.set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        if (absl::Status s = send(message); !s.ok()) return s;
+        message.clear_header();
+        return absl::OkStatus();
+      });
+}
+
+}  // namespace dequantd

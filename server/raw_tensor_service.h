@@ -1,0 +1,31 @@
+// Issue 10: the service side of the checkpoint's other tensors (embeddings, norms, biases,
+// lm_head) and config.json: listing them, streaming one as stored (ReadTensor). Called by the
+// DequantService handlers (server/service.cc), which count and map the returned status.
+#pragma once
+
+#include <cstdint>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "dequant/v1/dequant.grpc.pb.h"
+#include "server/checkpoint.h"
+
+namespace dequantd {
+
+// Appends one RawTensorInfo per raw tensor of `checkpoint` (in name order) to `response`.
+void AddRawTensorInfos(const Checkpoint& checkpoint, dequant::v1::ListTensorsResponse& response);
+
+// Streams raw tensor `request.name()` of `checkpoint` (null: no model loaded): a first message
+// with the header (and, for a non-empty tensor, the first chunk), then chunks of the effective
+// chunk_bytes (request.h, EffectiveChunkBytes) with consecutive offsets from 0 (not counted as
+// dequantized output bytes in the metrics: nothing is dequantized). Errors: FAILED_PRECONDITION (no
+// model loaded), INVALID_ARGUMENT (name empty; chunk_bytes negative), NOT_FOUND (name: not a raw
+// tensor; a quantized layer's name says so), DATA_LOSS (file replaced or truncated, see
+// raw_tensor.h), CANCELLED (the client went away). Thread-safe.
+absl::Status ServeReadTensor(const Checkpoint* checkpoint, int64_t default_chunk_bytes,
+                             const dequant::v1::ReadTensorRequest& request,
+                             grpc::ServerContext* context,
+                             grpc::ServerWriter<dequant::v1::ReadTensorResponse>* writer);
+
+}  // namespace dequantd

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the Python client tests (pytest) in a virtual environment: creates BUILD_DIR/python-venv
+# once (python3 -m venv; Debian: python3-venv), installs ./client/python with its test extras
+# from PyPI (grpcio, protobuf, numpy, safetensors, ml-dtypes, tqdm, pytest; no torch: the torch
+# cases skip), then runs pytest on tests/python against BUILD_DIR's dequantd and dequantctl and
+# $DEQUANTD_MODEL_DIR (default models/smollm2-135m-awq).
+#
+#   tests/python/run.sh BUILD_DIR [pytest args...]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)"
+shift
+venv="$build/python-venv"
+stamp="$(cat "$root/client/python/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+if [[ ! -x "$venv/bin/python" || "$(cat "$venv/.stamp" 2>/dev/null)" != "$stamp" ]]; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$root/client/python[test]"
+  echo "$stamp" > "$venv/.stamp"
+else
+  # The package's own code may have changed: reinstall it alone (no dependency resolution).
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall \
+    "$root/client/python"
+fi
+export DEQUANTD_BUILD_DIR="$build"
+cd "$root/tests/python"
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" .

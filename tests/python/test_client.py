@@ -1,0 +1,188 @@
+"""The client API against a real dequantd serving the bundled model: every call, results
+bit-exact against dequantctl (the C++ client's output of the same server) and against the
+package's numpy reference (which is itself checked against make-model's independently computed
+expected files), bf16, torch, error mapping."""
+
+import json
+import os
+import subprocess
+
+import grpc
+import ml_dtypes
+import numpy as np
+import pytest
+
+import dequantd
+from dequantd import reference
+from conftest import DEQUANTCTL, MODEL
+
+LAYER_Q = "model.layers.0.self_attn.q_proj"     # (576, 576), G = 64
+LAYER_DOWN = "model.layers.0.mlp.down_proj"      # (1536, 576), G = 128
+
+
+def packed(model_tensors, layer):
+    return (model_tensors[f"{layer}.qweight"], model_tensors[f"{layer}.qzeros"],
+            model_tensors[f"{layer}.scales"])
+
+
+def test_info_reports_cpu_backend_model_and_config(client):
+    info = client.info()
+    assert info.backend == "cpu"
+    assert info.version
+    assert info.model == MODEL
+    assert info.tensor_count == 210
+    with open(os.path.join(MODEL, "config.json")) as f:
+        assert info.model_config == json.load(f)
+    assert info.model_config["quantization_config"]["quant_method"] == "awq"
+
+
+def test_list_has_every_layer_and_every_other_tensor(client, model_tensors):
+    listing = client.list()
+    layers = {t.name: t for t in listing.layers}
+    expected_layers = sorted(n[: -len(".qweight")] for n in model_tensors if n.endswith(".qweight"))
+    assert sorted(layers) == expected_layers and len(layers) == 210
+    q = layers[LAYER_Q]
+    assert (q.in_features, q.out_features, q.group_size, q.scale_dtype) == (576, 576, 64, "fp16")
+    assert layers[LAYER_DOWN].group_size == 128
+    parts = {f"{l}.{s}" for l in layers for s in ("qweight", "qzeros", "scales")}
+    others = {t.name: t for t in listing.other_tensors}
+    assert sorted(others) == sorted(set(model_tensors) - parts)
+    assert "model.embed_tokens.weight" in others and "model.norm.weight" in others
+    for name, t in others.items():
+        arr = model_tensors[name]
+        assert t.dtype == "F16" and t.shape == arr.shape and t.bytes == arr.nbytes, name
+
+
+def test_reference_matches_make_models_expected_files(model_tensors):
+    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+
+    for layer in (LAYER_Q, LAYER_DOWN):
+        expected = load_file(os.path.join(f"{MODEL}-reference",
+                                          f"expected.{layer}.fp16.safetensors"))[f"{layer}.weight"]
+        got = reference.dequantize(*packed(model_tensors, layer), dtype="fp16")
+        assert got.dtype == np.float16 and got.shape == expected.shape
+        assert np.array_equal(got.view(np.uint16), expected.view(np.uint16)), layer
+
+
+def dequantctl(server, tmp_path, layer, dtype):
+    out = tmp_path / f"{dtype}.npy"
+    subprocess.run([DEQUANTCTL, f"--server={server}", "--deadline=60", "dequantize",
+                    f"--tensor={layer}", f"--dtype={dtype}", f"--out={out}"], check=True,
+                   capture_output=True)
+    return np.load(out)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("layer", [LAYER_Q, LAYER_DOWN])
+def test_dequantize_by_name_is_bit_exact(client, server, model_tensors, tmp_path, layer, dtype):
+    got = client.dequantize(layer, dtype=dtype)
+    want_dtype = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32}[dtype]
+    assert got.dtype == want_dtype
+    k = model_tensors[f"{layer}.qweight"].shape[0]
+    assert got.shape == (k, model_tensors[f"{layer}.scales"].shape[1])
+    bits = got.view(np.uint32 if dtype == "fp32" else np.uint16)
+    ctl = dequantctl(server, tmp_path, layer, dtype)  # bf16 .npy holds the uint16 bits
+    assert np.array_equal(bits, ctl.view(bits.dtype)), "differs from dequantctl"
+    ref = reference.dequantize(*packed(model_tensors, layer), dtype=dtype)
+    assert np.array_equal(bits, ref.view(bits.dtype)), "differs from the numpy reference"
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_dequantize_inline_packed_arrays(client, model_tensors, dtype):
+    qw, qz, sc = packed(model_tensors, LAYER_DOWN)
+    got = client.dequantize(qweight=qw, qzeros=qz, scales=sc, dtype=dtype)
+    assert np.array_equal(got.view(np.uint16), client.dequantize(LAYER_DOWN, dtype=dtype).view(np.uint16))
+
+
+def test_dequantize_inline_bf16_scales_and_explicit_group_size(client):
+    rng = np.random.default_rng(5)
+    k, n, g = 256, 64, 128
+    qw = rng.integers(-2**31, 2**31, size=(k, n // 8), dtype=np.int64).astype(np.int32)
+    qz = rng.integers(-2**31, 2**31, size=(k // g, n // 8), dtype=np.int64).astype(np.int32)
+    sc = rng.uniform(-0.05, 0.05, size=(k // g, n)).astype(ml_dtypes.bfloat16)
+    got = client.dequantize(qweight=qw, qzeros=qz, scales=sc, group_size=g, dtype="fp32")
+    want = reference.dequantize(qw, qz, sc, dtype="fp32")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_dequantize_as_torch(client):
+    torch = pytest.importorskip("torch")
+    for dtype, tdtype in (("fp16", torch.float16), ("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        t = client.dequantize(LAYER_Q, dtype=dtype, as_torch=True)
+        assert isinstance(t, torch.Tensor) and t.dtype == tdtype and tuple(t.shape) == (576, 576)
+        a = client.dequantize(LAYER_Q, dtype=dtype)
+        assert np.array_equal(t.view(torch.int16 if dtype != "fp32" else torch.int32).numpy(),
+                              a.view(np.int16 if dtype != "fp32" else np.int32))
+
+
+def test_dequantize_layers_yields_requested_layers_in_order(client):
+    names = [LAYER_DOWN, LAYER_Q, LAYER_DOWN]
+    got = list(client.dequantize_layers(names, dtype="bf16", progress=True))
+    assert [n for n, _ in got] == names
+    for name, arr in got:
+        assert np.array_equal(arr.view(np.uint16), client.dequantize(name, dtype="bf16").view(np.uint16))
+
+
+def test_dequantize_layers_all(client):
+    count = 0
+    for name, arr in client.dequantize_layers(dtype="fp16"):
+        count += 1
+        assert arr.dtype == np.float16 and arr.ndim == 2, name
+    assert count == 210
+
+
+def test_read_tensor_returns_stored_bytes(client, model_tensors):
+    for name in ("model.embed_tokens.weight", "model.norm.weight",
+                 "model.layers.3.input_layernorm.weight"):
+        got = client.read_tensor(name, progress=True)
+        want = model_tensors[name]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), name
+
+
+def test_errors_map_to_dequantd_error(client, server):
+    with pytest.raises(dequantd.DequantdError) as e:
+        client.dequantize("no.such.layer")
+    assert e.value.code == grpc.StatusCode.NOT_FOUND and "no.such.layer" in e.value.message
+    with pytest.raises(dequantd.DequantdError) as e:
+        client.read_tensor(LAYER_Q)
+    assert e.value.code == grpc.StatusCode.NOT_FOUND and "Dequantize" in e.value.message
+    with pytest.raises(dequantd.DequantdError) as e:
+        client.read_tensor("")
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(dequantd.DequantdError) as e:
+        list(client.dequantize_layers(["model.norm.weight"]))
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    qw = np.zeros((64, 2), np.int32)
+    with pytest.raises(dequantd.DequantdError) as e:  # scales rows do not divide K: server says so
+        client.dequantize(qweight=qw, qzeros=np.zeros((3, 2), np.int32),
+                          scales=np.zeros((3, 16), np.float16))
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(ValueError):
+        client.dequantize(LAYER_Q, dtype="int8")
+    with pytest.raises(ValueError):
+        client.dequantize()
+    with pytest.raises(dequantd.DequantdError) as e:  # a port nothing listens on
+        with dequantd.Client("127.0.0.1:1", timeout=5) as dead:
+            dead.info()
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(dequantd.DequantdError) as e:
+        with dequantd.Client(server, stream_timeout=1e-4) as hasty:
+            hasty.dequantize(LAYER_DOWN, dtype="fp32")
+    assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_benchmark_runs_on_the_cpu_backend(client):
+    r = client.benchmark(shapes=[(256, 256)], trials=1, runs=1, output_dtypes=["fp16"])
+    assert r["backend"] == "cpu" and r["rows"]
+    for row in r["rows"]:
+        assert int(row["in_features"]) == 256 and int(row["out_features"]) == 256
+        assert row.get("correct") is True, row  # every trial matched the CPU reference
+        assert float(row["median_seconds"]) > 0
+
+
+def test_byte_ranges_are_not_in_this_proto_so_one_stream_is_used(client):
+    if dequantd.supports_byte_ranges():
+        pytest.skip("this proto has byte ranges")
+    a = client.dequantize(LAYER_Q, streams=4)
+    assert np.array_equal(a, client.dequantize(LAYER_Q))

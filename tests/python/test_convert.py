@@ -1,0 +1,139 @@
+"""convert(): the bundled model to a plain Hugging Face checkpoint, every tensor checked against
+an independent computation (the numpy reference on the checkpoint's packed tensors, read with the
+safetensors library), the shard layout, config.json, the CLI, and resume after an interruption
+(kept shards untouched, a corrupted one rewritten)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import safetensors
+
+import dequantd
+from dequantd import reference
+from dequantd.convert import MANIFEST
+from conftest import MODEL
+
+
+class Interrupted(Exception):
+    pass
+
+
+def check_checkpoint(out_dir, model_tensors, dtype, max_bytes):
+    """Every tensor of the converted checkpoint against the source checkpoint."""
+    with open(os.path.join(out_dir, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(MODEL, "config.json")) as f:
+        source = json.load(f)
+    assert "quantization_config" not in config
+    assert config["torch_dtype"] == {"bf16": "bfloat16", "fp16": "float16"}[dtype]
+    source.pop("quantization_config")
+    source.pop("torch_dtype", None)
+    config.pop("torch_dtype")
+    assert config == source  # everything else as the server's config.json
+    with open(os.path.join(out_dir, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    layers = sorted(n[: -len(".qweight")] for n in model_tensors if n.endswith(".qweight"))
+    parts = {f"{l}.{s}" for l in layers for s in ("qweight", "qzeros", "scales")}
+    others = sorted(set(model_tensors) - parts)
+    assert sorted(index["weight_map"]) == sorted([f"{l}.weight" for l in layers] + others)
+    total = 0
+    seen = set()
+    for shard in sorted(set(index["weight_map"].values())):
+        shard_bytes = 0
+        # safetensors' own parser (numpy's safe_open cannot make bf16 arrays): name -> dtype
+        # code, shape, bytes.
+        with open(os.path.join(out_dir, shard), "rb") as f:
+            tensors = safetensors.deserialize(f.read())
+        for name, t in tensors:
+            assert index["weight_map"][name] == shard
+            seen.add(name)
+            shape, data = tuple(t["shape"]), bytes(t["data"])
+            shard_bytes += len(data)
+            if name in model_tensors:  # copied unchanged
+                want = model_tensors[name]
+                assert (t["dtype"], shape) == ("F16", want.shape), name
+                assert data == want.tobytes(), name
+            else:
+                layer = name[: -len(".weight")]
+                want = reference.dequantize(model_tensors[f"{layer}.qweight"],
+                                            model_tensors[f"{layer}.qzeros"],
+                                            model_tensors[f"{layer}.scales"], dtype=dtype).T
+                assert t["dtype"] == {"bf16": "BF16", "fp16": "F16"}[dtype], name
+                assert shape == want.shape, name  # (out_features, in_features)
+                assert data == np.ascontiguousarray(want).tobytes(), name
+        assert shard_bytes <= max_bytes or len(tensors) == 1, shard
+        total += shard_bytes
+    assert seen == set(index["weight_map"])
+    assert index["metadata"]["total_size"] == total
+
+
+def test_convert_bf16_every_tensor_checked(server, model_tensors, tmp_path):
+    out = str(tmp_path / "bf16")
+    result = dequantd.convert(server, out, dtype="bf16", max_shard_size="100MB", progress=True)
+    assert result.shards_kept == 0 and len(result.shards) >= 3
+    assert result.tensors == 210 + len([n for n in model_tensors if not n.endswith(
+        (".qweight", ".qzeros", ".scales"))])
+    check_checkpoint(out, model_tensors, "bf16", 100 * 10**6)
+    assert not [n for n in os.listdir(out) if n.endswith(".tmp")]
+
+
+def test_convert_cli_fp16_then_resume_after_interruption(server, model_tensors, tmp_path):
+    out = str(tmp_path / "fp16")
+    max_bytes = 40 * 2**20
+    written = []
+
+    def stop_after_two(name, index, count):
+        written.append(name)
+        if index == 2:
+            raise Interrupted()
+
+    with pytest.raises(Interrupted):
+        dequantd.convert(server, out, dtype="fp16", max_shard_size="40MiB",
+                         on_shard_written=stop_after_two)
+    assert len(written) == 2
+    assert not os.path.exists(os.path.join(out, "model.safetensors.index.json"))
+    with open(os.path.join(out, MANIFEST)) as f:
+        assert sorted(json.load(f)["shards"]) == written
+    first, second = (os.path.join(out, n) for n in written)
+    first_stat = os.stat(first)
+    # Corrupt the second shard (same size): resume must detect it and rewrite it.
+    with open(second, "r+b") as f:
+        f.seek(os.path.getsize(second) - 1)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
+    # A stale temporary file of an interrupted write is replaced too.
+    with open(os.path.join(out, "model-00003-of-" + written[0][-17:-12] + ".safetensors.tmp"),
+              "wb") as f:
+        f.write(b"partial")
+
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "convert", f"--server={server}",
+                           f"--out={out}", "--dtype=fp16", "--max-shard-size=40MiB",
+                           "--no-progress"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "(1 kept from an earlier run)" in proc.stdout
+    st = os.stat(first)
+    assert (st.st_ino, st.st_mtime_ns) == (first_stat.st_ino, first_stat.st_mtime_ns)
+    check_checkpoint(out, model_tensors, "fp16", max_bytes)
+    assert not [n for n in os.listdir(out) if n.endswith(".tmp")]
+
+    # A third run keeps everything.
+    again = dequantd.convert(server, out, dtype="fp16", max_shard_size="40MiB")
+    assert again.shards_kept == len(again.shards)
+
+
+def test_convert_rejects_bad_arguments(server, tmp_path):
+    with pytest.raises(ValueError):
+        dequantd.convert(server, str(tmp_path), dtype="fp32")
+    with pytest.raises(ValueError):
+        dequantd.convert(server, str(tmp_path), max_shard_size="lots")
+    assert dequantd.parse_size("5GB") == 5 * 10**9
+    assert dequantd.parse_size("2GiB") == 2 * 2**30
+    assert dequantd.parse_size(123) == 123
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "convert", "--server=127.0.0.1:1",
+                           f"--out={tmp_path}", "--timeout=5"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "UNAVAILABLE" in proc.stderr

@@ -1,0 +1,68 @@
+"""The client's checks on what a server streams, against an in-process Python gRPC server that
+misbehaves on purpose (a real dequantd never does): gaps, overlaps, bytes past the end, data
+before the header, a missing header, a header whose size does not match its shape."""
+
+from concurrent import futures
+
+import grpc
+import numpy as np
+import pytest
+
+import dequantd
+from dequantd._proto import dequant_pb2 as pb
+from dequantd._proto import dequant_pb2_grpc as pb_grpc
+
+HEADER = pb.DequantizeHeader(shape=[2, 8], dtype=pb.DTYPE_FP16, total_bytes=32, backend="fake")
+DATA = np.arange(16, dtype=np.float16).tobytes()
+
+# Dequantize responses per layer name.
+STREAMS = {
+    "good": [pb.DequantizeResponse(header=HEADER), pb.DequantizeResponse(offset=0, data=DATA[:16]),
+             pb.DequantizeResponse(offset=16, data=DATA[16:])],
+    "gap": [pb.DequantizeResponse(header=HEADER, offset=0, data=DATA[:8]),
+            pb.DequantizeResponse(offset=16, data=DATA[16:])],
+    "overlap": [pb.DequantizeResponse(header=HEADER, offset=0, data=DATA[:16]),
+                pb.DequantizeResponse(offset=8, data=DATA[8:24])],
+    "past_end": [pb.DequantizeResponse(header=HEADER, offset=0, data=DATA + b"xx")],
+    "short": [pb.DequantizeResponse(header=HEADER, offset=0, data=DATA[:30])],
+    "no_header": [pb.DequantizeResponse(offset=0, data=DATA)],
+    "empty": [],
+    "bad_total": [pb.DequantizeResponse(header=pb.DequantizeHeader(
+        shape=[2, 8], dtype=pb.DTYPE_FP16, total_bytes=30))],
+}
+
+
+class Fake(pb_grpc.DequantServiceServicer):
+    def Dequantize(self, request, context):
+        yield from STREAMS[request.tensor]
+
+
+@pytest.fixture(scope="module")
+def fake():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_DequantServiceServicer_to_server(Fake(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    with dequantd.Client(f"127.0.0.1:{port}") as client:
+        yield client
+    server.stop(0)
+
+
+def test_good_stream(fake):
+    w = fake.dequantize("good")
+    assert w.dtype == np.float16 and w.shape == (2, 8)
+    assert np.array_equal(w.ravel(), np.arange(16, dtype=np.float16))
+
+
+@pytest.mark.parametrize("name", ["gap", "overlap", "past_end", "short", "no_header", "empty",
+                                  "bad_total"])
+def test_bad_stream_is_data_loss(fake, name):
+    with pytest.raises(dequantd.DequantdError) as e:
+        fake.dequantize(name)
+    assert e.value.code == grpc.StatusCode.DATA_LOSS, e.value.message
+
+
+def test_unimplemented_method_maps_too(fake):
+    with pytest.raises(dequantd.DequantdError) as e:
+        fake.info()
+    assert e.value.code == grpc.StatusCode.UNIMPLEMENTED

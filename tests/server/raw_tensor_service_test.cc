@@ -1,0 +1,328 @@
+// Tests for issue 10's service side: ListTensors' other_tensors, GetServerInfo's
+// model_config_json and the ReadTensor stream, against a real DequantServer (CPU backend,
+// 127.0.0.1, ephemeral port) serving a checkpoint written here with known raw tensors: the bytes
+// come back exactly as written, in consecutive chunks, and every bad request gets its exact code
+// with the field named.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/types/span.h"
+#include "dequant/v1/dequant.grpc.pb.h"
+#include "formats/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/checkpoint.h"
+#include "server/raw_tensor.h"
+#include "server/server.h"
+#include "tests/server/test_layer.h"
+
+namespace dequantd {
+namespace {
+
+namespace v1 = ::dequant::v1;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kConfig[] =
+    R"({"model_type":"llama","hidden_size":8,"quantization_config":{"quant_method":"awq",)"
+    R"("bits":4,"group_size":128,"zero_point":true,"version":"gemm"}})";
+
+struct Owned {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> out(n);
+  for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
+  return out;
+}
+
+template <typename T>
+std::vector<uint8_t> AsBytes(const std::vector<T>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(T));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// The whole stream of one ReadTensor call.
+struct ReadResult {
+  grpc::Status status;
+  int headers = 0;
+  bool header_first = false;
+  v1::RawTensorInfo header;
+  std::vector<int64_t> chunk_sizes;
+  bool offsets_consecutive = true;
+  std::vector<uint8_t> bytes;
+};
+
+class RawTensorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = ::testing::TempDir() + "/raw_tensor_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+    std::ofstream(dir_ + "/config.json", std::ios::binary) << kConfig;
+    const AwqShape shape{.K = 128, .N = 16, .group_size = 128, .scale_dtype = DType::kF16};
+    const testing::PackedLayer layer = testing::RandomPackedLayer(shape, 3);
+    tensors_ = {
+        {"model.layers.0.mlp.down_proj.qweight", "I32", {128, 2}, AsBytes(layer.qweight)},
+        {"model.layers.0.mlp.down_proj.qzeros", "I32", {1, 2}, AsBytes(layer.qzeros)},
+        {"model.layers.0.mlp.down_proj.scales", "F16", {1, 16}, AsBytes(layer.scales)},
+        {"model.embed_tokens.weight", "F16", {100, 400}, RandomBytes(100 * 400 * 2, 1)},
+        {"model.norm.weight", "F32", {16}, RandomBytes(16 * 4, 2)},
+        {"lm_head.bias", "BF16", {16}, RandomBytes(16 * 2, 4)},
+        {"position_ids", "I64", {3}, AsBytes(std::vector<int64_t>{7, -1, 1LL << 40})},
+        {"empty", "F16", {0, 4}, {}},
+    };
+    std::vector<safetensors::TensorToWrite> views;
+    for (const Owned& t : tensors_) {
+      views.push_back({t.name, t.dtype, t.shape, absl::MakeConstSpan(t.bytes)});
+    }
+    ASSERT_TRUE(safetensors::WriteFile(dir_ + "/model.safetensors", views).ok());
+  }
+
+  void Start(bool with_model = true) {
+    ServerOptions options;
+    options.model_dir = with_model ? dir_ : "";
+    options.listen = "127.0.0.1:0";
+    options.metrics_listen = "";
+    options.backend = "cpu";
+    options.cpu_threads = 1;
+    absl::StatusOr<std::unique_ptr<DequantServer>> server = DequantServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = v1::DequantService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  }
+
+  ReadResult Read(const std::string& name, int64_t chunk_bytes = 0) {
+    v1::ReadTensorRequest request;
+    request.set_name(name);
+    request.set_chunk_bytes(chunk_bytes);
+    grpc::ClientContext context;
+    auto reader = stub_->ReadTensor(&context, request);
+    ReadResult r;
+    v1::ReadTensorResponse message;
+    int index = 0;
+    while (reader->Read(&message)) {
+      if (message.has_header()) {
+        if (index == 0) r.header_first = true;
+        ++r.headers;
+        r.header = message.header();
+      }
+      if (!message.data().empty()) {
+        if (message.offset() != static_cast<int64_t>(r.bytes.size())) r.offsets_consecutive = false;
+        r.chunk_sizes.push_back(static_cast<int64_t>(message.data().size()));
+        r.bytes.insert(r.bytes.end(), message.data().begin(), message.data().end());
+      }
+      ++index;
+    }
+    r.status = reader->Finish();
+    return r;
+  }
+
+  const Owned& Named(const std::string& name) const {
+    for (const Owned& t : tensors_)
+      if (t.name == name) return t;
+    ADD_FAILURE() << name;
+    return tensors_[0];
+  }
+
+  std::string dir_;
+  std::vector<Owned> tensors_;
+  std::unique_ptr<DequantServer> server_;
+  std::unique_ptr<v1::DequantService::Stub> stub_;
+};
+
+TEST_F(RawTensorServiceTest, ListsOtherTensorsSortedWithDtypeShapeAndBytes) {
+  Start();
+  grpc::ClientContext context;
+  v1::ListTensorsResponse list;
+  ASSERT_TRUE(stub_->ListTensors(&context, {}, &list).ok());
+  ASSERT_EQ(list.tensors_size(), 1);
+  EXPECT_EQ(list.tensors(0).name(), "model.layers.0.mlp.down_proj");
+  std::vector<std::string> names;
+  for (const v1::RawTensorInfo& info : list.other_tensors()) {
+    names.push_back(info.name());
+    const Owned& t = Named(info.name());
+    EXPECT_EQ(info.dtype(), t.dtype) << t.name;
+    EXPECT_EQ(std::vector<int64_t>(info.shape().begin(), info.shape().end()), t.shape) << t.name;
+    EXPECT_EQ(info.bytes(), static_cast<int64_t>(t.bytes.size())) << t.name;
+  }
+  // The layer's qweight/qzeros/scales are not "other" tensors.
+  EXPECT_THAT(names, ElementsAre("empty", "lm_head.bias", "model.embed_tokens.weight",
+                                 "model.norm.weight", "position_ids"));
+}
+
+TEST_F(RawTensorServiceTest, ServerInfoCarriesConfigJsonVerbatim) {
+  Start();
+  grpc::ClientContext context;
+  v1::GetServerInfoResponse info;
+  ASSERT_TRUE(stub_->GetServerInfo(&context, {}, &info).ok());
+  EXPECT_EQ(info.model_config_json(), kConfig);
+}
+
+TEST_F(RawTensorServiceTest, StreamsEveryTensorExactlyAsStored) {
+  Start();
+  for (const char* name :
+       {"model.embed_tokens.weight", "model.norm.weight", "lm_head.bias", "position_ids"}) {
+    const Owned& t = Named(name);
+    const ReadResult r = Read(name);
+    ASSERT_TRUE(r.status.ok()) << name << ": " << r.status.error_message();
+    EXPECT_TRUE(r.header_first) << name;
+    EXPECT_EQ(r.headers, 1) << name;
+    EXPECT_EQ(r.header.name(), name);
+    EXPECT_EQ(r.header.dtype(), t.dtype);
+    EXPECT_EQ(r.header.bytes(), static_cast<int64_t>(t.bytes.size()));
+    EXPECT_TRUE(r.offsets_consecutive) << name;
+    EXPECT_EQ(r.bytes, t.bytes) << name;
+  }
+  // I64 values survive unchanged (little-endian on the wire).
+  const ReadResult ids = Read("position_ids");
+  int64_t values[3];
+  ASSERT_EQ(ids.bytes.size(), sizeof values);
+  std::memcpy(values, ids.bytes.data(), sizeof values);
+  EXPECT_THAT(values, ElementsAre(7, -1, int64_t{1} << 40));
+}
+
+TEST_F(RawTensorServiceTest, ChunksAreChunkBytesLongClampedToTheMinimum) {
+  Start();
+  // 80000 bytes with chunk_bytes 1000, clamped up to 64 KiB: 65536 + 14464.
+  const ReadResult r = Read("model.embed_tokens.weight", 1000);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(r.chunk_sizes, ElementsAre(65536, 80000 - 65536));
+  EXPECT_EQ(r.bytes, Named("model.embed_tokens.weight").bytes);
+}
+
+TEST_F(RawTensorServiceTest, EmptyTensorSendsOnlyTheHeader) {
+  Start();
+  const ReadResult r = Read("empty");
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.headers, 1);
+  EXPECT_THAT(std::vector<int64_t>(r.header.shape().begin(), r.header.shape().end()),
+              ElementsAre(0, 4));
+  EXPECT_EQ(r.header.bytes(), 0);
+  EXPECT_TRUE(r.bytes.empty());
+}
+
+TEST_F(RawTensorServiceTest, BadRequestsGetExactCodesNamingTheField) {
+  Start();
+  ReadResult r = Read("no.such.tensor");
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("name \"no.such.tensor\""));
+  EXPECT_EQ(r.headers, 0);
+
+  r = Read("model.layers.0.mlp.down_proj");
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("quantized layer, use Dequantize"));
+
+  r = Read("model.layers.0.mlp.down_proj.qweight");  // a layer's part is not served raw
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  r = Read("");
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("name"));
+
+  r = Read("model.norm.weight", -1);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("chunk_bytes"));
+
+  // Still serving.
+  EXPECT_TRUE(Read("model.norm.weight").status.ok());
+}
+
+TEST_F(RawTensorServiceTest, NoModelIsFailedPrecondition) {
+  Start(/*with_model=*/false);
+  const ReadResult r = Read("model.norm.weight");
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  grpc::ClientContext context;
+  v1::GetServerInfoResponse info;
+  ASSERT_TRUE(stub_->GetServerInfo(&context, {}, &info).ok());
+  EXPECT_EQ(info.model_config_json(), "");
+}
+
+TEST_F(RawTensorServiceTest, TruncatedOrReplacedFileIsDataLossNotOtherBytes) {
+  Start();
+  const std::string path = dir_ + "/model.safetensors";
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  ASSERT_EQ(::truncate(path.c_str(), st.st_size - 100), 0);  // cuts the last tensor written
+  ReadResult r = Read("position_ids");
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("truncated"));
+
+  // Replaced by another file (a new inode) of the same name.
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream copy;
+  copy << in.rdbuf();
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  std::ofstream(path, std::ios::binary) << copy.str() << std::string(1000, '\0');
+  r = Read("model.norm.weight");
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("replaced"));
+}
+
+// The index itself, for a sharded checkpoint: each raw tensor points into its own shard, and
+// ReadRawTensor hands its bytes over in pieces of piece_bytes with consecutive offsets.
+TEST_F(RawTensorServiceTest, ShardedCheckpointIndexesEachTensorInItsShard) {
+  const std::string sharded = dir_ + "/sharded";
+  ASSERT_EQ(::mkdir(sharded.c_str(), 0755), 0);
+  std::ofstream(sharded + "/config.json", std::ios::binary) << kConfig;
+  auto write = [&](const std::string& file, const std::vector<std::string>& names) {
+    std::vector<safetensors::TensorToWrite> views;
+    for (const std::string& n : names) {
+      const Owned& t = Named(n);
+      views.push_back({t.name, t.dtype, t.shape, absl::MakeConstSpan(t.bytes)});
+    }
+    ASSERT_TRUE(safetensors::WriteFile(sharded + "/" + file, views).ok());
+  };
+  write("a.safetensors", {"model.layers.0.mlp.down_proj.qweight", "model.norm.weight"});
+  write("b.safetensors", {"model.layers.0.mlp.down_proj.qzeros",
+                          "model.layers.0.mlp.down_proj.scales", "position_ids"});
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(sharded);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const std::vector<RawTensor>& raw = (*ckpt)->raw_tensors();
+  ASSERT_EQ(raw.size(), 2u);
+  EXPECT_EQ(raw[0].name, "model.norm.weight");
+  EXPECT_THAT(raw[0].file, ::testing::EndsWith("/a.safetensors"));
+  EXPECT_EQ(raw[1].name, "position_ids");
+  EXPECT_THAT(raw[1].file, ::testing::EndsWith("/b.safetensors"));
+  EXPECT_EQ((*ckpt)->FindRawTensor("model.layers.0.mlp.down_proj.qweight"), nullptr);
+  for (const RawTensor& t : raw) {
+    std::vector<uint8_t> bytes;
+    std::vector<int64_t> offsets;
+    ASSERT_TRUE(
+        ReadRawTensor(t, /*piece_bytes=*/10, [&](int64_t offset, absl::Span<const uint8_t> piece) {
+          offsets.push_back(offset);
+          bytes.insert(bytes.end(), piece.begin(), piece.end());
+          return absl::OkStatus();
+        }).ok());
+    EXPECT_EQ(bytes, Named(t.name).bytes) << t.name;
+    for (size_t i = 0; i < offsets.size(); ++i)
+      EXPECT_EQ(offsets[i], 10 * static_cast<int64_t>(i)) << t.name;
+  }
+  // The consumer's error stops the read and comes back unchanged.
+  EXPECT_EQ(
+      ReadRawTensor(raw[0], 10,
+                    [](int64_t, absl::Span<const uint8_t>) { return absl::CancelledError("stop"); })
+          .code(),
+      absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace dequantd
