@@ -115,6 +115,7 @@ absl::StatusOr<std::unique_ptr<DequantClient>> DequantClient::Connect(
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   args.SetMaxSendMessageSize(options.max_send_message_bytes);
+  if (!options.lb_policy.empty()) args.SetLoadBalancingPolicyName(options.lb_policy);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   return std::make_unique<DequantClient>(std::move(channel), options);

@@ -32,6 +32,10 @@ struct ClientOptions {
   int max_send_message_bytes = -1;
   // Per-call deadline in seconds; 0 = none.
   double deadline_seconds = 0;
+  // gRPC load-balancing policy of the channel: "" = gRPC's default (pick_first: every call on one
+  // connection), "round_robin" = each call to the next ready address of a target that resolves to
+  // several ("ipv4:10.0.0.1:50051,10.0.0.2:50051", "dns:///headless-service:50051").
+  std::string lb_policy;
 };
 
 // Receives a Dequantize result as it streams in: `on_header` once, then `on_chunk` with

@@ -17,7 +17,7 @@ struct Subcommand {
   std::vector<absl::string_view> flags;  // besides the global ones
 };
 
-constexpr absl::string_view kGlobalFlags[] = {"server", "deadline"};
+constexpr absl::string_view kGlobalFlags[] = {"server", "deadline", "lb"};
 
 // Keep in step with the ABSL_FLAGs and the usage text of main.cc.
 const std::vector<Subcommand>& Subcommands() {

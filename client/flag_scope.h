@@ -1,6 +1,6 @@
 // Which dequantctl flags apply to which subcommand, so that a flag given to a subcommand that
-// would ignore it is a usage error instead of being silently dropped. --server and --deadline
-// apply to every subcommand. Flag names are absl's spelling, with '_' ("out_dir"); messages
+// would ignore it is a usage error instead of being silently dropped. --server, --deadline and
+// --lb apply to every subcommand. Flag names are absl's spelling, with '_' ("out_dir"); messages
 // spell them with '-' ("--out-dir"). Thread-safe (reads constant tables).
 #pragma once
 
