@@ -4,13 +4,15 @@
 // (bench/ is), only a load generator whose counters a test can check.
 //
 //   scaleout_driver --server TARGET [--lb round_robin] --tensor LAYER --expect RAW_FILE
-//                   --streams S (--calls-per-stream N | --until-stdin-eof)
+//                   --streams S (--calls_per_stream N | --calls_per_stream 0)
 //
-// Every call asks for LAYER as fp16; its bytes must equal RAW_FILE (the row-major (K, N) fp16
-// result, computed independently). A call that fails with UNAVAILABLE is retried once (a replica
-// that went away while the call was in flight); other failures are not retried. With
-// --until-stdin-eof the streams run until stdin reaches end of file, and one progress line
-// "progress ok=N" is printed after every 20 successful calls. At the end one JSON line:
+// (absl flags: spelled with '_'.) Every call asks for LAYER as fp16; its bytes must equal RAW_FILE
+// (the row-major (K, N) fp16 result, computed independently). A call that fails with UNAVAILABLE is
+// retried once (a replica that went away while the call was in flight); other failures are not
+// retried. With
+// --calls_per_stream 0 the streams run until stdin reaches end of file, and a progress line
+// "progress ok=N" is printed whenever the count of successful calls reaches a multiple of 20. At
+// the end one JSON line:
 //   {"ok":N,"unavailable":U,"retried_ok":R,"failed":F,"mismatched":M,"seconds":T,"bytes":B}
 // ok: calls that returned the expected bytes (first try or retry); unavailable: attempts that
 // ended UNAVAILABLE; retried_ok: calls whose retry succeeded; failed: calls that failed for good
@@ -108,7 +110,7 @@ int main(int argc, char** argv) {
   }
   dequantd::v1::DequantizeRequest request;
   request.set_tensor(absl::GetFlag(FLAGS_tensor));
-  request.set_output_dtype(dequantd::v1::FP16);
+  request.set_output_dtype(dequantd::v1::DTYPE_FP16);
 
   Counters counters;
   std::mutex log_mutex;
