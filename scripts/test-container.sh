@@ -83,7 +83,8 @@ trap cleanup EXIT
 build_start=$(date +%s)
 if [[ ${DEQUANTD_CONTAINER_FROM_SOURCE:-0} == 1 ]]; then
   step "building $image from source (CUDA=none)"
-  timeout 3600 podman build "${build_flags[@]}" --build-arg CUDA=none -t "$image" . > "$cache/build.log" 2>&1 ||
+  timeout 3600 podman build "${build_flags[@]}" --build-arg ARTIFACTS=from-source \
+    --build-arg CUDA=none -t "$image" . > "$cache/build.log" 2>&1 ||
     { tail -n 30 "$cache/build.log"; fail "podman build failed"; }
 else
   step "building $image from build/ and $model (prebuilt artifacts stage)"

@@ -6,13 +6,12 @@
 //   scaleout_driver --server TARGET [--lb round_robin] --tensor LAYER --expect RAW_FILE
 //                   --streams S (--calls_per_stream N | --calls_per_stream 0)
 //
-// (absl flags: spelled with '_'.) Every call asks for LAYER as fp16; its bytes must equal RAW_FILE
-// (the row-major (K, N) fp16 result, computed independently). A call that fails with UNAVAILABLE is
-// retried once (a replica that went away while the call was in flight); other failures are not
-// retried. With
-// --calls_per_stream 0 the streams run until stdin reaches end of file, and a progress line
-// "progress ok=N" is printed whenever the count of successful calls reaches a multiple of 20. At
-// the end one JSON line:
+// absl spells the flags with '_'. Every call asks for LAYER as fp16; its bytes must equal
+// RAW_FILE (the row-major (K, N) fp16 result, computed independently). A call that fails with
+// UNAVAILABLE is retried once (a replica that went away while the call was in flight); other
+// failures are not retried. With --calls_per_stream 0 the streams run until stdin reaches end of
+// file, and a progress line "progress ok=N" is printed whenever the count of successful calls
+// reaches a multiple of 20. At the end one JSON line:
 //   {"ok":N,"unavailable":U,"retried_ok":R,"failed":F,"mismatched":M,"seconds":T,"bytes":B}
 // ok: calls that returned the expected bytes (first try or retry); unavailable: attempts that
 // ended UNAVAILABLE; retried_ok: calls whose retry succeeded; failed: calls that failed for good

@@ -12,7 +12,8 @@ compared byte for byte with the model's reference weights (numpy, independent of
  3. --lb round_robin: the calls spread over all three (each serves at least half its share) and
     the replicas' counts add up to the client's.
  4. Failover: while 6 streams call without pause, replica 3 is killed (SIGKILL); the calls in
-    flight on it fail with UNAVAILABLE and are retried once (counted), no call fails for good,
+    flight on it (and any sent to it before the channel saw the connection close) fail with
+    UNAVAILABLE and are retried once (counted; at most 2 per stream), no call fails for good,
     the other replicas keep serving; replica 3 is restarted on its address and gets calls again.
  5. Throughput (printed, never asserted): 16 streams against one replica, then against three.
 
@@ -201,8 +202,12 @@ def check_failover(args, replicas):
     print(f"4. failover: killed replica 3 at ok={ok_at_kill}; {ok_after - ok_at_kill}+ calls "
           f"on after; driver {summary}")
     assert summary["failed"] == 0 and summary["mismatched"] == 0, (summary, stderr[-2000:])
-    assert summary["unavailable"] <= streams, \
-        f"{summary['unavailable']} UNAVAILABLE attempts > {streams} calls that can be in flight"
+    # What the kill may cost: the calls in flight on replica 3 (at most one per stream) and the
+    # calls the channel sent to it before it saw the connection close (each of those streams had
+    # its retry succeed, failed == 0, so the channel had moved on by its next call): at most two
+    # UNAVAILABLE attempts per stream, every one retried successfully.
+    assert summary["unavailable"] <= 2 * streams, \
+        f"{summary['unavailable']} UNAVAILABLE attempts > 2 x {streams} streams"
     assert summary["retried_ok"] == summary["unavailable"], summary
     grew = [a > b for a, b in zip(survivors_after, survivors_at_kill)]
     assert all(grew), f"a surviving replica stopped serving: {survivors_at_kill} -> " \
