@@ -64,7 +64,10 @@ RUN echo /usr/local/lib/dequantd > /etc/ld.so.conf.d/dequantd.conf && ldconfig \
     && install -d -o 10001 -g 10001 /var/cache/dequantd
 COPY --from=artifacts /out/bin/ /usr/local/bin/
 COPY --from=artifacts /out/models/ /opt/dequantd/models/
-ENV XDG_CACHE_HOME=/var/cache
+# The NVIDIA container toolkit mounts the driver's compute libraries only when asked to (the
+# nvidia/cuda images set the same). Which GPUs is left to `--gpus` or the device plugin.
+ENV XDG_CACHE_HOME=/var/cache \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
 WORKDIR /opt/dequantd
 EXPOSE 50051 9464
