@@ -8,15 +8,15 @@
 //
 // absl spells the flags with '_'. Every call asks for LAYER as fp16; its bytes must equal
 // RAW_FILE (the row-major (K, N) fp16 result, computed independently). A call that fails with
-// UNAVAILABLE is retried once (a replica that went away while the call was in flight); other
-// failures are not retried. With --calls_per_stream 0 the streams run until stdin reaches end of
-// file, and a progress line "progress ok=N" is printed whenever the count of successful calls
-// reaches a multiple of 20. At the end one JSON line:
+// UNAVAILABLE (a replica that went away while the call was in flight) is retried after a short
+// pause, at most twice; other failures are not retried. With --calls_per_stream 0 the streams run
+// until stdin reaches end of file, and a progress line "progress ok=N" is printed whenever the
+// count of successful calls reaches a multiple of 20. At the end one JSON line:
 //   {"ok":N,"unavailable":U,"retried_ok":R,"failed":F,"mismatched":M,"seconds":T,"bytes":B}
 // ok: calls that returned the expected bytes (first try or retry); unavailable: attempts that
-// ended UNAVAILABLE; retried_ok: calls whose retry succeeded; failed: calls that failed for good
-// (any code, after the retry for UNAVAILABLE); mismatched: calls whose bytes differed.
-// Exit status: 0 when failed == 0 and mismatched == 0, 1 otherwise, 2 usage error.
+// ended UNAVAILABLE; retried_ok: calls that succeeded on a retry; failed: calls that failed for
+// good (any code other than UNAVAILABLE, or UNAVAILABLE on every attempt); mismatched: calls whose
+// bytes differed. Exit status: 0 when failed == 0 and mismatched == 0, 1 otherwise, 2 usage error.
 #include <unistd.h>
 
 #include <atomic>
@@ -51,10 +51,19 @@ struct Counters {
   std::atomic<int64_t> ok{0}, unavailable{0}, retried_ok{0}, failed{0}, mismatched{0}, bytes{0};
 };
 
-// One call: true when it returned `expected`. Counts into `counters`.
+// Attempts per call: a call that fails with UNAVAILABLE is tried again, after a short pause, up to
+// this many times in all.
+constexpr int kAttempts = 3;
+
+// One call, retried on UNAVAILABLE. Counts into `counters`.
 void CallOnce(dequantd::DequantClient& client, const dequantd::v1::DequantizeRequest& request,
               const std::vector<uint8_t>& expected, Counters& counters, std::mutex& log_mutex) {
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    if (attempt > 0) {
+      // A retry sent at once may be picked for the replica that just went away, before the
+      // channel has seen its connection close; a pause of 20 ms, then 40 ms, lets it see that.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 * attempt));
+    }
     absl::StatusOr<dequantd::DequantizedTensor> result = client.DequantizeToMemory(request);
     if (result.ok()) {
       if (result->data != expected) {

@@ -13,8 +13,9 @@ compared byte for byte with the model's reference weights (numpy, independent of
     the replicas' counts add up to the client's.
  4. Failover: while 6 streams call without pause, replica 3 is killed (SIGKILL); the calls in
     flight on it (and any sent to it before the channel saw the connection close) fail with
-    UNAVAILABLE and are retried once (counted; at most 2 per stream), no call fails for good,
-    the other replicas keep serving; replica 3 is restarted on its address and gets calls again.
+    UNAVAILABLE and are retried after a pause (counted; at most 2 calls per stream), no call
+    fails for good, the other replicas keep serving; replica 3 is restarted on its address and
+    gets calls again.
  5. Throughput (printed, never asserted): 16 streams against one replica, then against three.
 
 Usage: scaleout_test.py --dequantd D --dequantctl C --driver S [--throughput-calls N]
@@ -203,17 +204,18 @@ def check_failover(args, replicas):
           f"on after; driver {summary}")
     assert summary["failed"] == 0 and summary["mismatched"] == 0, (summary, stderr[-2000:])
     # What the kill may cost: the calls in flight on replica 3 (at most one per stream) and the
-    # calls the channel sent to it before it saw the connection close (each of those streams had
-    # its retry succeed, failed == 0, so the channel had moved on by its next call): at most two
-    # UNAVAILABLE attempts per stream, every one retried successfully.
-    assert summary["unavailable"] <= 2 * streams, \
-        f"{summary['unavailable']} UNAVAILABLE attempts > 2 x {streams} streams"
-    assert summary["retried_ok"] == summary["unavailable"], summary
+    # calls the channel sent to it before it saw the connection close; each such call is retried
+    # after a pause and succeeds (failed == 0), and a stream whose call was retried then finds
+    # the channel updated, so at most two calls per stream are affected.
+    assert summary["retried_ok"] <= 2 * streams, \
+        f"{summary['retried_ok']} calls needed a retry > 2 x {streams} streams"
+    assert summary["unavailable"] >= summary["retried_ok"], summary
     grew = [a > b for a, b in zip(survivors_after, survivors_at_kill)]
     assert all(grew), f"a surviving replica stopped serving: {survivors_at_kill} -> " \
                       f"{survivors_after}"
     assert rejoined >= 5, f"the restarted replica 3 served {rejoined} calls within 60 s"
-    print(f"   UNAVAILABLE (retried, all OK): {summary['unavailable']}; survivors kept serving "
+    print(f"   UNAVAILABLE attempts {summary['unavailable']}, calls retried OK "
+          f"{summary['retried_ok']}; survivors kept serving "
           f"{survivors_at_kill} -> {survivors_after}; restarted replica 3 served {rejoined}+; "
           f"calls before the kill per replica {before}")
 
