@@ -132,6 +132,7 @@ absl::StatusOr<std::unique_ptr<DequantClient>> DequantClient::Connect(const std:
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt("dequantd.connection", connection);
   }
+  if (!options.lb_policy.empty()) args.SetLoadBalancingPolicyName(options.lb_policy);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       CreateClientChannel(target, options.security, std::move(args));
   if (!channel.ok()) return channel.status();

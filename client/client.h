@@ -35,6 +35,10 @@ struct ClientOptions {
   double deadline_seconds = 0;
   // TLS, mutual TLS and the bearer token (client/credentials.h); default: plaintext, no token.
   ClientSecurityOptions security;
+  // gRPC load-balancing policy of the channel: "" = gRPC's default (pick_first: every call on one
+  // connection), "round_robin" = each call to the next ready address of a target that resolves to
+  // several ("ipv4:10.0.0.1:50051,10.0.0.2:50051", "dns:///headless-service:50051").
+  std::string lb_policy;
 };
 
 // Receives a Dequantize result as it streams in: `on_header` once, then `on_chunk` with

@@ -1,7 +1,7 @@
 // Which dequantctl flags apply to which subcommand, so that a flag given to a subcommand that
 // would ignore it is a usage error instead of being silently dropped. --server, --deadline and
-// the TLS/token flags (--tls-ca, --tls-cert, --tls-key, --tls-server-name, --token-file) apply to
-// every subcommand. Flag names are absl's spelling, with '_' ("out_dir"); messages
+// --lb and the TLS/token flags (--tls-ca, --tls-cert, --tls-key, --tls-server-name, --token-file)
+// apply to every subcommand. Flag names are absl's spelling, with '_' ("out_dir"); messages
 // spell them with '-' ("--out-dir"). Thread-safe (reads constant tables).
 #pragma once
 

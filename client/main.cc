@@ -31,7 +31,12 @@
 #include "client/flag_scope.h"
 #include "client/temp_file_guard.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "dequantd address, HOST:PORT or unix:PATH");
+ABSL_FLAG(std::string, server, "127.0.0.1:50051",
+          "dequantd address, HOST:PORT, or a gRPC target that may resolve to several replicas "
+          "(ipv4:A:P,B:P,... or dns:///NAME:PORT), or unix:PATH");
+ABSL_FLAG(std::string, lb, "",
+          "load balancing over the addresses --server resolves to: pick_first (gRPC's default: "
+          "all calls to one) or round_robin (each call to the next ready one)");
 ABSL_FLAG(double, deadline, 0, "per-call deadline in seconds, > 0; not given = none");
 // Security (client/credentials.h; README.md, Security).
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA that verifies the server's certificate: use TLS");
@@ -109,9 +114,12 @@ usage:
              [--hardware-counters]
       --hardware-counters: DRAM/cache counters per kernel row (CUDA build with CUPTI; replays)
 every subcommand: --server HOST:PORT (default 127.0.0.1:50051), --deadline SECONDS (per call,
-  > 0; default none), --tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]
-  (TLS, mutual TLS), --token-file FILE (else $DEQUANTD_TOKEN). A flag that does not apply to
-  the subcommand is a usage error.
+  > 0; default none), --lb pick_first|round_robin, --tls-ca FILE [--tls-cert FILE --tls-key FILE]
+  [--tls-server-name NAME] (TLS, mutual TLS), --token-file FILE (else $DEQUANTD_TOKEN). A flag
+  that does not apply to the subcommand is a usage error.
+  --server also takes gRPC targets: ipv4:10.0.0.1:50051,10.0.0.2:50051 (several replicas),
+  dns:///NAME:PORT (every address NAME resolves to, e.g. a Kubernetes headless Service),
+  unix:PATH. With several addresses, --lb round_robin spreads the calls over them.
 exit status: 0 ok, 1 the call failed, 2 usage error)";
 
 // While absl parses flags it may exit(1) on a bad value; make that a usage exit.
@@ -242,6 +250,10 @@ int main(int argc, char** argv) {
   if (absl::Status s = CheckServerAddress(absl::GetFlag(FLAGS_server)); !s.ok()) {
     return UsageError(std::string(s.message()));
   }
+  const std::string lb = absl::GetFlag(FLAGS_lb);
+  if (!lb.empty() && lb != "pick_first" && lb != "round_robin") {
+    return UsageError(absl::StrCat("--lb must be pick_first or round_robin, got '", lb, "'"));
+  }
   const double deadline = absl::GetFlag(FLAGS_deadline);
   if (std::find(specified.begin(), specified.end(), "deadline") != specified.end() &&
       !(deadline > 0 && deadline <= kMaxDeadlineSeconds)) {
@@ -314,6 +326,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::string> token = dequantd::ResolveToken(absl::GetFlag(FLAGS_token_file));
   if (!token.ok()) return UsageError(std::string(token.status().message()));
   client_options.security.token = std::move(*token);
+  client_options.lb_policy = lb;
   absl::StatusOr<std::unique_ptr<dequantd::DequantClient>> client =
       dequantd::DequantClient::Connect(absl::GetFlag(FLAGS_server), client_options);
   if (!client.ok()) return UsageError(std::string(client.status().message()));

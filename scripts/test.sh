@@ -8,3 +8,9 @@ scripts/build.sh
 scripts/make-model.sh
 export DEQUANTD_MODEL_DIR="$PWD/models/smollm2-135m-awq"
 ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 900
+# The container image built from build/ and run, and the deploy/ manifests validated (Podman on a
+# debootstrap Debian 12 base; 10-13 minutes on a fresh 2-core machine, docs/container.md).
+# DEQUANTD_SKIP_CONTAINER_TEST=1 leaves it out (it needs root).
+if [[ ${DEQUANTD_SKIP_CONTAINER_TEST:-0} != 1 ]]; then
+  scripts/test-container.sh
+fi

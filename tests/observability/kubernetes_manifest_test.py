@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""deploy/kubernetes/dequantd.yaml: the probes and the Prometheus annotations.
+"""deploy/kubernetes/dequantd.yaml (Deployment or StatefulSet): probes and Prometheus annotations.
 
 gRPC listens only after the model is loaded, uploaded and (--pretune) tuned, so the container
 needs a startup probe on the gRPC health service that allows at least 10 minutes
@@ -25,7 +25,8 @@ def port_of(args, flag):
 
 
 def check(documents):
-    deployment = next(d for d in documents if d and d.get("kind") == "Deployment")
+    deployment = next(d for d in documents
+                      if d and d.get("kind") in ("Deployment", "StatefulSet"))
     pod = deployment["spec"]["template"]
     container = next(c for c in pod["spec"]["containers"] if c["name"] == "dequantd")
     grpc_port = port_of(container["args"], "listen")
