@@ -60,6 +60,24 @@ ABSL_FLAG(double, shutdown_deadline, 5.0,
           "seconds (0..86400) in-flight calls get to finish on SIGINT/SIGTERM/SIGHUP before "
           "they are cancelled; a second signal ends dequantd at once");
 
+// Abuse limits (docs/hardening.md).
+ABSL_FLAG(double, stall_timeout, 60.0,
+          "seconds (0..86400) a result write may wait for a client that stopped reading before "
+          "the call is cancelled (counted in dequantd_stalled_calls_cancelled_total); 0 = never");
+ABSL_FLAG(bool, accept_compressed_requests, false,
+          "accept gzip/deflate-compressed requests. Off: gRPC 1.51 inflates a compressed request "
+          "whole before checking its size, so such requests are refused (UNIMPLEMENTED)");
+ABSL_FLAG(int64_t, grpc_memory_quota_bytes, int64_t{1} << 30,
+          "gRPC ResourceQuota for transport buffers, bytes (1 MiB..1 TiB)");
+ABSL_FLAG(int, max_threads, 256,
+          "gRPC server threads (4..4096), about the most calls served at once; more get "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(double, malloc_trim_interval, 2.0,
+          "seconds (0..3600) between checks that give freed heap memory back to the OS "
+          "(malloc_trim when over 32 MiB is free); 0 = never");
+ABSL_FLAG(int, max_streams_per_connection, 64,
+          "HTTP/2 concurrent streams per client connection (1..65536)");
+
 namespace {
 
 constexpr int kUsageErrorExitCode = 2;
@@ -186,6 +204,13 @@ int main(int argc, char** argv) {
   options.tune_cache = absl::GetFlag(FLAGS_tune_cache);
   options.pretune = absl::GetFlag(FLAGS_pretune);
   options.shutdown_deadline_seconds = absl::GetFlag(FLAGS_shutdown_deadline);
+  // Abuse limits.
+  options.stall_timeout_seconds = absl::GetFlag(FLAGS_stall_timeout);
+  options.malloc_trim_interval_seconds = absl::GetFlag(FLAGS_malloc_trim_interval);
+  options.transport.accept_compressed_requests = absl::GetFlag(FLAGS_accept_compressed_requests);
+  options.transport.memory_quota_bytes = absl::GetFlag(FLAGS_grpc_memory_quota_bytes);
+  options.transport.max_threads = absl::GetFlag(FLAGS_max_threads);
+  options.transport.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
 
   if (options.model_dir.empty()) {
     spdlog::warn("no model loaded (--model is empty): only inline Dequantize requests are served");

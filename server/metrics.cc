@@ -193,6 +193,11 @@ void Metrics::CreateFamilies(std::string_view version) {
   model_layers_ =
       &gauge("dequantd_model_layers", "Quantized layers of the loaded model (0: none loaded)")
            .Add({});
+
+  stalled_calls_cancelled_total_ =
+      &counter("dequantd_stalled_calls_cancelled_total",
+               "Calls cancelled because a result write made no progress for --stall-timeout")
+           .Add({});
 }
 
 Metrics::~Metrics() = default;
@@ -227,6 +232,8 @@ void Metrics::SetDevices(const BackendInfo& info) {
 }
 
 void Metrics::SetModelLayers(int64_t layers) { model_layers_->Set(static_cast<double>(layers)); }
+
+void Metrics::AddStalledCall() { stalled_calls_cancelled_total_->Increment(); }
 
 void Metrics::SetAutotuneTotals(uint64_t hits, uint64_t misses, int64_t entries) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -38,6 +38,8 @@
 //   dequantd_build_info{version,cuda}                 gauge: always 1 (cuda: runtime or "none")
 //   dequantd_device_info{device,name,compute_capability,driver}  gauge: always 1
 //   dequantd_model_layers                             gauge: quantized layers of the model
+// Abuse limits
+//   dequantd_stalled_calls_cancelled_total            counter: calls cancelled by --stall-timeout
 #pragma once
 
 #include <cstdint>
@@ -113,6 +115,10 @@ class Metrics final : public BackendObserver {
   //   "dram__bytes_write.sum"                              -> dram_written_bytes
   void RecordBenchmark(const dequant::v1::BenchmarkResponse& response);
 
+  // --- Abuse limits (server/stall_watchdog.h via server.cc) ---
+  // One call cancelled by --stall-timeout: dequantd_stalled_calls_cancelled_total.
+  void AddStalledCall();
+
   // --- BackendObserver (backends) ---
   void ObserveStage(DequantizeStage stage, double seconds) override;
   void ObserveKernel(std::string_view device, std::string_view backend, std::string_view variant,
@@ -157,6 +163,8 @@ class Metrics final : public BackendObserver {
 
   prometheus::Family<prometheus::Gauge>* device_info_ = nullptr;
   prometheus::Gauge* model_layers_ = nullptr;
+
+  prometheus::Counter* stalled_calls_cancelled_total_ = nullptr;
 
   std::mutex mu_;
   std::map<std::string, double, std::less<>> copy_bytes_per_second_;  // by device; guarded by mu_

@@ -10,6 +10,7 @@
 #include <climits>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,9 +18,14 @@
 #include "server/backend.h"
 #include "server/benchmark_service.h"
 #include "server/checkpoint.h"
+#include "server/drain.h"
+#include "server/memory_trim.h"
 #include "server/metrics.h"
+#include "server/protobuf_errors.h"
 #include "server/server_autotuner.h"
 #include "server/service.h"
+#include "server/stall_watchdog.h"
+#include "server/transport_limits.h"
 #include "spdlog/spdlog.h"
 #if DEQUANTD_HAVE_CUDA
 #include "server/cuda_autotune.h"
@@ -101,7 +107,26 @@ absl::Status CheckHostPort(const char* option, const std::string& address) {
   return absl::OkStatus();
 }
 
+// The abuse-limit options (their own block; see docs/hardening.md).
+absl::Status CheckAbuseLimits(const ServerOptions& options) {
+  if (absl::Status s = CheckTransportLimits(options.transport); !s.ok()) return s;
+  if (!(options.stall_timeout_seconds >= 0 &&
+        options.stall_timeout_seconds <= kMaxShutdownDeadlineSeconds)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stall-timeout must be a number of seconds in 0..",
+                     kMaxShutdownDeadlineSeconds, ", got ", options.stall_timeout_seconds));
+  }
+  if (!(options.malloc_trim_interval_seconds >= 0 &&
+        options.malloc_trim_interval_seconds <= 3600)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--malloc-trim-interval must be a number of seconds in 0..3600, got ",
+                     options.malloc_trim_interval_seconds));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOptions(const ServerOptions& options) {
+  if (absl::Status s = CheckAbuseLimits(options); !s.ok()) return s;
   if (options.max_request_bytes <= 0 || options.max_request_bytes > kMaxRequestBytesLimit) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_request_bytes (--max-request-bytes) must be in 1..", kMaxRequestBytesLimit,
@@ -226,6 +251,7 @@ class RunningServer final : public DequantServer {
       const auto deadline = std::chrono::system_clock::now() +
                             std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                 std::chrono::duration<double>(std::max(0.0, deadline_seconds)));
+      DrainBeforeShutdown(deadline_seconds);
       server_->Shutdown(deadline);  // returns when every handler has returned
       server_->Wait();
     }
@@ -247,6 +273,23 @@ class RunningServer final : public DequantServer {
   }
 
  private:
+  // Before gRPC's Shutdown (which sends GOAWAY and closes each connection as soon as its last
+  // stream ends): health NOT_SERVING, then wait for in-flight calls and for every connection's
+  // send queue to empty, so no stream loses its tail to a TCP reset (server/drain.h).
+  void DrainBeforeShutdown(double deadline_seconds) {
+    if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+      health->SetServingStatus(false);
+    }
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(std::max(0.0, deadline_seconds)));
+    if (WaitForDrain(call_tracker_, port_, deadline)) {
+      // Time for the clients' last acknowledgements and WINDOW_UPDATEs to arrive before close.
+      std::this_thread::sleep_until(
+          std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+    }
+  }
+
   friend absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(
       const ServerOptions& options);
 
@@ -285,7 +328,10 @@ class RunningServer final : public DequantServer {
   std::unique_ptr<Backend> backend_;
   BackendInfo backend_info_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<StallWatchdog> stall_watchdog_;  // null with --stall-timeout 0
+  std::unique_ptr<MemoryTrimmer> memory_trimmer_;  // null with --malloc-trim-interval 0
   std::unique_ptr<DequantService> service_;
+  CallTracker call_tracker_;  // counts dequant.v1 calls for the drain; outlives server_
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   int metrics_port_ = 0;
@@ -366,6 +412,16 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   service_options.max_output_bytes = options.max_output_bytes;
   service_options.default_chunk_bytes = options.default_chunk_bytes;
   service_options.autotuner = server->autotuner_.get();
+  if (options.stall_timeout_seconds > 0) {
+    Metrics* metrics_for_stalls = server->metrics_.get();
+    server->stall_watchdog_ = std::make_unique<StallWatchdog>(
+        options.stall_timeout_seconds,
+        [metrics_for_stalls] { metrics_for_stalls->AddStalledCall(); });
+    service_options.stall_watchdog = server->stall_watchdog_.get();
+  }
+  if (options.malloc_trim_interval_seconds > 0) {
+    server->memory_trimmer_ = std::make_unique<MemoryTrimmer>(options.malloc_trim_interval_seconds);
+  }
   BenchmarkServiceOptions benchmark_options;
   benchmark_options.backend = server->backend_info_.name;
   benchmark_options.cpu_threads = options.cpu_threads;
@@ -384,6 +440,12 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.SetMaxReceiveMessageSize(GrpcReceiveLimitBytes(options.max_request_bytes));
+  ApplyTransportLimits(options.transport, builder);
+  InstallProtobufLogHandler();
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeMalformedRequestInterceptorFactory(server->metrics_.get()));
+  interceptors.push_back(server->call_tracker_.MakeInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/transport_limits.h"
 
 namespace dequantd {
 
@@ -39,6 +40,12 @@ struct ServerOptions {
                          // whole model's grouped fp16 plan (DequantizeLayers)
   double shutdown_deadline_seconds = 5.0;  // what main passes to Shutdown on SIGINT/SIGTERM;
                                            // 0..86400 (NaN refused)
+  // Abuse limits (docs/hardening.md).
+  TransportLimits transport;                  // compression, gRPC memory/thread quota, streams
+  double stall_timeout_seconds = 60.0;        // cancel a result write blocked this long; 0 = never;
+                                              // 0..86400
+  double malloc_trim_interval_seconds = 2.0;  // how often freed heap memory is given back to
+                                              // the OS (server/memory_trim.h); 0 = never; 0..3600
 };
 
 class DequantServer {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/quoted_name.h"
 #include "server/request.h"
+#include "server/stall_watchdog.h"
 #include "server/status.h"
 #include "spdlog/spdlog.h"
 
@@ -53,6 +54,9 @@ class GrpcResultSink final : public LayersSink {
     return SendHeader(static_cast<size_t>(index));
   }
 
+  // Writes that block longer than its timeout are cancelled (null: never).
+  void set_stall_watchdog(StallWatchdog* watchdog) { stall_watchdog_ = watchdog; }
+
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
     chunk_.set_offset(offset);
     chunk_.set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -78,7 +82,13 @@ class GrpcResultSink final : public LayersSink {
 
   absl::Status Send(const v1::DequantizeResponse& response) {
     if (context_->IsCancelled()) return absl::CancelledError("the client cancelled the call");
+    StallWatchdog::Write watch(stall_watchdog_, [this] { context_->TryCancel(); });
     if (!writer_->Write(response)) {
+      if (watch.stalled()) {
+        return absl::DeadlineExceededError(absl::StrCat("the client read nothing for ",
+                                                        stall_watchdog_->timeout_seconds(),
+                                                        " s (--stall-timeout): call cancelled"));
+      }
       return absl::CancelledError("the client closed the stream before the result was sent");
     }
     return absl::OkStatus();
@@ -93,6 +103,7 @@ class GrpcResultSink final : public LayersSink {
   Metrics* const metrics_;
   std::string kernel_;
   v1::DequantizeResponse chunk_;  // reused: its data string keeps its capacity
+  StallWatchdog* stall_watchdog_ = nullptr;
 };
 
 }  // namespace
@@ -231,6 +242,7 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   GrpcResultSink sink(context, writer, {ResultLayer{.tensor = "", .shape = shape}},
                       /*per_layer=*/false, *out_dtype, backend_info_.name, metrics_);
+  sink.set_stall_watchdog(options_.stall_watchdog);
   return backend_->Dequantize(source, *out_dtype, *chunk_bytes, sink);
 }
 
@@ -288,6 +300,7 @@ absl::Status DequantService::DoDequantizeLayers(
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   GrpcResultSink sink(context, writer, std::move(results), /*per_layer=*/true, *out_dtype,
                       backend_info_.name, metrics_);
+  sink.set_stall_watchdog(options_.stall_watchdog);
   return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, sink);
 }
 

@@ -16,6 +16,7 @@
 #include "server/checkpoint.h"
 #include "server/metrics.h"
 #include "server/server_autotuner.h"
+#include "server/stall_watchdog.h"
 
 namespace dequantd {
 
@@ -32,6 +33,8 @@ struct ServiceOptions {
   int64_t default_chunk_bytes = int64_t{1} << 20;  // payload per message when chunk_bytes is 0
   const ServerAutotuner* autotuner = nullptr;      // the CUDA backend's, for GetServerInfo's
                                                    // autotune_* fields; null: none (not owned)
+  StallWatchdog* stall_watchdog = nullptr;  // cancels result writes stalled past --stall-timeout;
+                                            // null: none (not owned)
 };
 
 // Most names one DequantizeLayers request may list.
