@@ -38,7 +38,7 @@ for target in "${targets[@]}"; do
   build-fuzz/tests/fuzz/"${target}"_fuzzer -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
     -artifact_prefix=build-fuzz/artifacts/"$target"- "$scratch" tests/fuzz/corpus/"$target" \
-    2>&1 | grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|artifact_prefix)|ERROR' || true
+    2>&1 | grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY|artifact_prefix)' || true
   status=${PIPESTATUS[0]}
   rm -rf "$scratch"
   if [ "$status" != 0 ]; then
