@@ -6,16 +6,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "formats/atomic_file.h"
+#include "formats/strict_json.h"
 #include "nlohmann/json.hpp"
 
 namespace dequantd::safetensors {
@@ -126,6 +129,29 @@ absl::StatusOr<TensorEntry> ParseEntry(const std::string& name, const json& j, i
   return e;
 }
 
+// INVALID_ARGUMENT naming both tensors when two non-empty byte ranges share a byte (a reader would
+// serve one tensor's bytes as the other's).
+absl::Status CheckNoOverlap(const std::map<std::string, TensorEntry>& tensors) {
+  std::vector<const TensorEntry*> by_begin;
+  for (const auto& [name, e] : tensors) {
+    if (e.data_end > e.data_begin) by_begin.push_back(&e);
+  }
+  std::sort(by_begin.begin(), by_begin.end(), [](const TensorEntry* a, const TensorEntry* b) {
+    return a->data_begin < b->data_begin;
+  });
+  const TensorEntry* furthest = nullptr;  // the range ending last among those before
+  for (const TensorEntry* e : by_begin) {
+    if (furthest != nullptr && e->data_begin < furthest->data_end) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", e->name, "': field 'data_offsets' [", e->data_begin, ", ",
+                       e->data_end, ") overlaps tensor '", furthest->name, "' [",
+                       furthest->data_begin, ", ", furthest->data_end, ")"));
+    }
+    if (furthest == nullptr || e->data_end > furthest->data_end) furthest = e;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t DTypeBytes(const std::string& dtype) {
@@ -156,9 +182,12 @@ absl::StatusOr<Header> ParseHeader(absl::Span<const uint8_t> file_bytes) {
   header.data_start = 8 + static_cast<int64_t>(n);
   const int64_t data_bytes = total - header.data_start;
 
-  const auto* begin = reinterpret_cast<const char*>(file_bytes.data() + 8);
-  const json root = json::parse(begin, begin + n, /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return absl::InvalidArgumentError("header is not valid JSON");
+  absl::StatusOr<json> parsed = formats::ParseJsonNoDuplicateKeys(
+      absl::string_view(reinterpret_cast<const char*>(file_bytes.data() + 8), n));
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("header: ", parsed.status().message()));
+  }
+  const json& root = *parsed;
   if (!root.is_object()) return absl::InvalidArgumentError("header JSON is not an object");
 
   for (const auto& [key, value] : root.items()) {
@@ -179,6 +208,7 @@ absl::StatusOr<Header> ParseHeader(absl::Span<const uint8_t> file_bytes) {
     if (!entry.ok()) return entry.status();
     header.tensors.emplace(key, *std::move(entry));
   }
+  if (absl::Status s = CheckNoOverlap(header.tensors); !s.ok()) return s;
   return header;
 }
 

@@ -28,14 +28,16 @@ struct TensorEntry {
 inline constexpr int64_t kMaxHeaderBytes = 100'000'000;
 
 // A parsed header. Validation: the JSON parses, every entry has a known dtype, a shape of
-// non-negative dims, data_offsets with begin <= end inside the data section, and end - begin
-// equal to the element count times the dtype size (overlapping tensors are not rejected).
+// non-negative dims, data_offsets with begin <= end inside the data section, end - begin equal to
+// the element count times the dtype size, no two non-empty tensors sharing a byte, and no key
+// twice in one JSON object (nlohmann::json would keep the last silently).
 // Errors, naming the tensor and field:
 //   DATA_LOSS: file under 8 bytes; header length past the end of the file; data_offsets past the
 //     end of the data section (a truncated file).
 //   INVALID_ARGUMENT: header length over kMaxHeaderBytes; JSON that does not parse or is not an
-//     object; unknown dtype; negative or non-integer dims; bad data_offsets; size mismatch; a
-//     non-string __metadata__ value.
+//     object; a key twice in one object; unknown dtype; negative or non-integer dims; bad
+//     data_offsets; size mismatch; overlapping data_offsets (naming both tensors); a non-string
+//     __metadata__ value.
 struct Header {
   int64_t data_start = 0;  // byte offset of the data section in the file (8 + N)
   std::map<std::string, TensorEntry> tensors;

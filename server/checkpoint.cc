@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <new>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -22,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "formats/awq_tensors.h"
+#include "formats/strict_json.h"
 #include "nlohmann/json.hpp"
 
 namespace dequantd {
@@ -40,28 +43,52 @@ bool IsRegularFile(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
-// Reads and parses a JSON file. Errors: NOT_FOUND, INVALID_ARGUMENT (not JSON / not an object).
+// Reads and parses a JSON file. Errors: NOT_FOUND, INVALID_ARGUMENT (not JSON, a key twice in
+// one object, not an object).
 absl::StatusOr<json> ReadJsonObject(const fs::path& path) {
   if (!IsRegularFile(path)) return absl::NotFoundError(absl::StrCat(path.string(), ": not found"));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::PermissionDeniedError(absl::StrCat(path.string(), ": cannot be read"));
   std::stringstream text;
   text << in.rdbuf();
-  json j = json::parse(text.str(), /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not valid JSON"));
+  absl::StatusOr<json> parsed = formats::ParseJsonNoDuplicateKeys(text.str());
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", parsed.status().message()));
+  }
+  json j = *std::move(parsed);
   if (!j.is_object())
     return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
   return j;
 }
 
-// The first of `keys` present in `obj`, or nullptr.
-const json* FindAny(const json& obj, std::initializer_list<const char*> keys) {
+// The first of `keys` present in `obj`, or nullptr; `*found` is set to its key.
+const json* FindAny(const json& obj, std::initializer_list<const char*> keys,
+                    const char** found = nullptr) {
   for (const char* k : keys) {
     const auto it = obj.find(k);
-    if (it != obj.end()) return &*it;
+    if (it != obj.end()) {
+      if (found != nullptr) *found = k;
+      return &*it;
+    }
   }
   return nullptr;
+}
+
+// The exact integer under the first of `keys` in `qc` (nullopt if none is present), or
+// INVALID_ARGUMENT naming the key as written: "quantization_config field 'w_bit' must be an
+// integer, got 4.0". Never narrowed: 4294967300 stays 4294967300.
+absl::StatusOr<std::optional<int64_t>> ReadConfigInteger(const fs::path& config_path,
+                                                         const json& qc,
+                                                         std::initializer_list<const char*> keys) {
+  const char* key = nullptr;
+  const json* value = FindAny(qc, keys, &key);
+  if (value == nullptr) return std::nullopt;
+  absl::StatusOr<int64_t> exact = formats::ExactInteger(*value, key, INT64_MIN, INT64_MAX);
+  if (!exact.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_path.string(), ": quantization_config ", exact.status().message()));
+  }
+  return *exact;
 }
 
 absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const fs::path& config_path) {
@@ -87,16 +114,17 @@ absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const fs::path& confi
   }
 
   // AutoAWQ's own quant_config.json spells these w_bit / q_group_size.
-  const json* bits = FindAny(qc, {"bits", "w_bit"});
-  if (bits == nullptr || !bits->is_number_integer()) return error("bits", "is missing");
-  out.bits = bits->get<int>();
-  if (out.bits != 4) return error("bits", absl::StrCat("is ", out.bits, ", only 4 is served"));
+  absl::StatusOr<std::optional<int64_t>> bits =
+      ReadConfigInteger(config_path, qc, {"bits", "w_bit"});
+  if (!bits.ok()) return bits.status();
+  if (!bits->has_value()) return error("bits", "is missing");
+  if (**bits != 4) return error("bits", absl::StrCat("is ", **bits, ", only 4 is served"));
+  out.bits = 4;
 
-  const json* group = FindAny(qc, {"group_size", "q_group_size"});
-  if (group != nullptr) {
-    if (!group->is_number_integer()) return error("group_size", "is not an integer");
-    out.group_size = group->get<int64_t>();
-  }
+  absl::StatusOr<std::optional<int64_t>> group =
+      ReadConfigInteger(config_path, qc, {"group_size", "q_group_size"});
+  if (!group.ok()) return group.status();
+  if (group->has_value()) out.group_size = **group;
   if (out.group_size != -1 && out.group_size <= 0) {
     return error("group_size", absl::StrCat("is ", out.group_size, ", want -1 or positive"));
   }

@@ -111,7 +111,13 @@ absl::Status GrpcResultSink::SendHeader(size_t index) {
 
 absl::Status GrpcResultSink::Send(const grpc::ByteBuffer& message) {
   if (context_->IsCancelled()) return absl::CancelledError("the client cancelled the call");
+  StallWatchdog::Write watch(stall_watchdog_, [this] { context_->TryCancel(); });
   if (!writer_->Write(message)) {
+    if (watch.stalled()) {
+      return absl::DeadlineExceededError(absl::StrCat("the client read nothing for ",
+                                                      stall_watchdog_->timeout_seconds(),
+                                                      " s (--stall-timeout): call cancelled"));
+    }
     return absl::CancelledError("the client closed the stream before the result was sent");
   }
   return absl::OkStatus();

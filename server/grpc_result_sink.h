@@ -19,6 +19,7 @@
 #include "dequant/v1/dequant.pb.h"
 #include "server/backend.h"
 #include "server/metrics.h"
+#include "server/stall_watchdog.h"
 
 namespace dequantd {
 
@@ -58,6 +59,9 @@ class GrpcResultSink final : public LayersSink {
   absl::Status BeginLayer(int64_t index) override;
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override;
 
+  // Writes that block longer than its timeout are cancelled (null: never; --stall-timeout).
+  void set_stall_watchdog(StallWatchdog* watchdog) { stall_watchdog_ = watchdog; }
+
   // Headers from now on name `region` and carry each result's offset in it, bytes (output_region
   // calls, issue 9: the data then goes to the region, not the stream).
   void set_region(std::string region, std::vector<int64_t> offsets) {
@@ -80,6 +84,7 @@ class GrpcResultSink final : public LayersSink {
   std::string kernel_;
   std::string region_;                   // output_region calls: the region's name
   std::vector<int64_t> region_offsets_;  // and each result's offset in it, bytes
+  StallWatchdog* stall_watchdog_ = nullptr;
 };
 
 }  // namespace dequantd

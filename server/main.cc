@@ -103,6 +103,24 @@ ABSL_FLAG(double, shared_memory_idle_release, 0,
           "seconds (0..31536000) after which a region no call has used is released (a client "
           "that died without unregistering); 0 = regions live until unregistered or dequantd "
           "stops");
+// Abuse limits (docs/hardening.md).
+ABSL_FLAG(double, stall_timeout, 60.0,
+          "seconds (0..86400) a result write may wait for a client that stopped reading before "
+          "the call is cancelled (counted in dequantd_stalled_calls_cancelled_total); 0 = never");
+ABSL_FLAG(bool, accept_compressed_requests, true,
+          "accept gzip/deflate-compressed requests; false refuses them (UNIMPLEMENTED) before "
+          "inflating, but gRPC 1.51 then stops serving after about 550 refusals "
+          "(docs/hardening.md)");
+ABSL_FLAG(int64_t, grpc_memory_quota_bytes, int64_t{1} << 30,
+          "gRPC ResourceQuota for transport buffers, bytes (1 MiB..1 TiB)");
+ABSL_FLAG(int, max_threads, 256,
+          "gRPC server threads (4..4096), about the most calls served at once; more get "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(double, malloc_trim_interval, 2.0,
+          "seconds (0..3600) between checks that give freed heap memory back to the OS "
+          "(malloc_trim when over 32 MiB is free); 0 = never");
+ABSL_FLAG(int, max_streams_per_connection, 64,
+          "HTTP/2 concurrent streams per client connection (1..65536)");
 
 namespace {
 
@@ -258,6 +276,13 @@ int main(int argc, char** argv) {
   options.shared_memory_max_regions = absl::GetFlag(FLAGS_shared_memory_max_regions);
   options.shared_memory_max_bytes = absl::GetFlag(FLAGS_shared_memory_max_bytes);
   options.shared_memory_idle_release_seconds = absl::GetFlag(FLAGS_shared_memory_idle_release);
+  // Abuse limits.
+  options.stall_timeout_seconds = absl::GetFlag(FLAGS_stall_timeout);
+  options.malloc_trim_interval_seconds = absl::GetFlag(FLAGS_malloc_trim_interval);
+  options.transport.accept_compressed_requests = absl::GetFlag(FLAGS_accept_compressed_requests);
+  options.transport.memory_quota_bytes = absl::GetFlag(FLAGS_grpc_memory_quota_bytes);
+  options.transport.max_threads = absl::GetFlag(FLAGS_max_threads);
+  options.transport.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
 
   if (options.model_dir.empty()) {
     spdlog::warn("no model loaded (--model is empty): only inline Dequantize requests are served");

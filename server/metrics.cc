@@ -205,6 +205,10 @@ void Metrics::CreateFamilies(std::string_view version) {
   shared_memory_region_bytes_ =
       &gauge("dequantd_shared_memory_region_bytes",
              "Bytes of the shared-memory regions registered now, by kind (host, device)");
+  stalled_calls_cancelled_total_ =
+      &counter("dequantd_stalled_calls_cancelled_total",
+               "Calls cancelled because a result write made no progress for --stall-timeout")
+           .Add({});
   CreateSecurityFamilies();
 }
 
@@ -229,7 +233,6 @@ void Metrics::CreateSecurityFamilies() {
   auth_denied_total_ =
       &Register(prometheus::BuildCounter(), "dequantd_auth_denied_total",
                 "Calls refused by the token check before any handler ran, by gRPC status code", r);
-
 }
 
 Metrics::~Metrics() = default;
@@ -276,6 +279,8 @@ void Metrics::SetDevices(const BackendInfo& info) {
 }
 
 void Metrics::SetModelLayers(int64_t layers) { model_layers_->Set(static_cast<double>(layers)); }
+
+void Metrics::AddStalledCall() { stalled_calls_cancelled_total_->Increment(); }
 
 void Metrics::SetTlsCertificateExpiry(int64_t not_after_unix_seconds) {
   tls_certificate_expiry_->Add({}).Set(static_cast<double>(not_after_unix_seconds));

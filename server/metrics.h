@@ -52,6 +52,8 @@
 //       (destination: stream, host_region, device_region)
 //   dequantd_shared_memory_regions{kind}              gauge: regions registered (host, device)
 //   dequantd_shared_memory_region_bytes{kind}         gauge: their registered bytes, bytes
+// Abuse limits
+//   dequantd_stalled_calls_cancelled_total            counter: calls cancelled by --stall-timeout
 #pragma once
 
 #include <cstdint>
@@ -143,6 +145,9 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
   void AddAuthTokensReloadError();
   // One call refused by the token check with gRPC status code `code` (16 or 7).
   void AddAuthDenied(int code);
+  // --- Abuse limits (server/stall_watchdog.h via server.cc) ---
+  // One call cancelled by --stall-timeout: dequantd_stalled_calls_cancelled_total.
+  void AddStalledCall();
 
   // --- BackendObserver (backends) ---
   void ObserveStage(DequantizeStage stage, double seconds) override;
@@ -198,6 +203,7 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
   prometheus::Family<prometheus::Counter>* delivered_bytes_total_ = nullptr;
   prometheus::Family<prometheus::Gauge>* shared_memory_regions_ = nullptr;
   prometheus::Family<prometheus::Gauge>* shared_memory_region_bytes_ = nullptr;
+  prometheus::Counter* stalled_calls_cancelled_total_ = nullptr;
 
   std::mutex mu_;
   std::map<std::string, double, std::less<>> copy_bytes_per_second_;  // by device; guarded by mu_

@@ -8,10 +8,13 @@
 #include <CivetServer.h>
 #include <civetweb.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -113,9 +116,54 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   http->server_->addHandler("**", http->handler_.get());
   const std::vector<int> ports = http->server_->getListeningPorts();
   http->port_ = ports.empty() ? 0 : ports.front();
+  http->host_ = listen.substr(0, listen.rfind(':'));
   return http;
 }
 
-MetricsHttpServer::~MetricsHttpServer() = default;
+namespace {
+
+// Connects to `port` on the loopback (or `host` when it names one address) and closes at once:
+// wakes civetweb's master thread out of its poll(2).
+void PokeListener(const std::string& host, int port) {
+  std::string target = host;
+  if (target.size() >= 2 && target.front() == '[' && target.back() == ']') {
+    target = target.substr(1, target.size() - 2);
+  }
+  if (target.empty() || target == "0.0.0.0") target = "127.0.0.1";
+  if (target == "::") target = "::1";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* addresses = nullptr;
+  if (::getaddrinfo(target.c_str(), std::to_string(port).c_str(), &hints, &addresses) != 0) return;
+  const int fd =
+      ::socket(addresses->ai_family, addresses->ai_socktype | SOCK_CLOEXEC, addresses->ai_protocol);
+  if (fd >= 0) {
+    ::connect(fd, addresses->ai_addr, addresses->ai_addrlen);
+    ::close(fd);
+  }
+  ::freeaddrinfo(addresses);
+}
+
+}  // namespace
+
+MetricsHttpServer::~MetricsHttpServer() {
+  if (server_ == nullptr) return;
+  // civetweb 1.15's master thread polls its listening sockets with a fixed 2 s timeout
+  // (SOCKET_TIMEOUT_QUANTUM) and only then sees the stop flag, so mg_stop took about 2 s, and a
+  // dequantd restarted within that time found the port still bound ("Address already in use").
+  // A connection to the listener wakes the poll: poke it until the stop has finished.
+  std::atomic<bool> stopped{false};
+  std::thread waker([this, &stopped] {
+    while (!stopped.load()) {
+      PokeListener(host_, port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  server_->close();  // mg_stop: joins civetweb's threads and closes the listening socket
+  stopped = true;
+  waker.join();
+}
 
 }  // namespace dequantd

@@ -39,7 +39,9 @@ class MetricsHttpServer final {
   // it. The caller names the flag and the address.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
       const std::string& listen, std::shared_ptr<prometheus::Collectable> collectable);
-  // Stops accepting and waits for the requests in progress (civetweb's shutdown takes about 2 s).
+  // Stops accepting and waits for the requests in progress; returns in milliseconds when idle
+  // (civetweb's own stop waits out a 2 s poll; see the destructor) and the port can be bound again
+  // at once.
   ~MetricsHttpServer();
 
   MetricsHttpServer(const MetricsHttpServer&) = delete;
@@ -56,6 +58,7 @@ class MetricsHttpServer final {
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<CivetServer> server_;
   int port_ = 0;
+  std::string host_;  // the HOST of `listen`
 };
 
 }  // namespace dequantd

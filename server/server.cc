@@ -21,10 +21,14 @@
 #include "server/backend.h"
 #include "server/benchmark_service.h"
 #include "server/checkpoint.h"
+#include "server/memory_trim.h"
 #include "server/metrics.h"
 #include "server/pretune.h"
+#include "server/protobuf_errors.h"
 #include "server/region_service.h"
 #include "server/service.h"
+#include "server/stall_watchdog.h"
+#include "server/transport_limits.h"
 #include "spdlog/spdlog.h"
 #if DEQUANTD_HAVE_CUDA
 #include "server/cuda_autotune.h"
@@ -135,6 +139,24 @@ absl::Status CheckSharedMemoryOptions(const ServerOptions& options) {
   return absl::OkStatus();
 }
 
+// The abuse-limit options (their own block; see docs/hardening.md).
+absl::Status CheckAbuseLimits(const ServerOptions& options) {
+  if (absl::Status s = CheckTransportLimits(options.transport); !s.ok()) return s;
+  if (!(options.stall_timeout_seconds >= 0 &&
+        options.stall_timeout_seconds <= kMaxShutdownDeadlineSeconds)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stall-timeout must be a number of seconds in 0..",
+                     kMaxShutdownDeadlineSeconds, ", got ", options.stall_timeout_seconds));
+  }
+  if (!(options.malloc_trim_interval_seconds >= 0 &&
+        options.malloc_trim_interval_seconds <= 3600)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--malloc-trim-interval must be a number of seconds in 0..3600, got ",
+                     options.malloc_trim_interval_seconds));
+  }
+  return absl::OkStatus();
+}
+
 // The RegionService for the options and the backend (device regions on the backend's GPUs;
 // host regions pinned when the backend is CUDA).
 std::unique_ptr<RegionService> MakeRegionService(const ServerOptions& options,
@@ -154,6 +176,7 @@ std::unique_ptr<RegionService> MakeRegionService(const ServerOptions& options,
 }
 
 absl::Status CheckOptions(const ServerOptions& options) {
+  if (absl::Status s = CheckAbuseLimits(options); !s.ok()) return s;
   if (options.max_request_bytes <= 0 || options.max_request_bytes > kMaxRequestBytesLimit) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_request_bytes (--max-request-bytes) must be in 1..", kMaxRequestBytesLimit,
@@ -407,6 +430,8 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
   BackendInfo backend_info_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<RegionService> regions_;
+  std::unique_ptr<StallWatchdog> stall_watchdog_;  // null with --stall-timeout 0
+  std::unique_ptr<MemoryTrimmer> memory_trimmer_;  // null with --malloc-trim-interval 0
   std::unique_ptr<DequantService> service_;
   // Shutdown destroys it once server_ has stopped, before metrics_ (which it reports to).
   std::unique_ptr<auth::ServerSecurity> security_;
@@ -493,6 +518,16 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   service_options.max_concurrent_streams = options.max_concurrent_streams;
   server->regions_ = MakeRegionService(options, server->backend_info_, server->metrics_.get());
   service_options.regions = server->regions_.get();
+  if (options.stall_timeout_seconds > 0) {
+    Metrics* metrics_for_stalls = server->metrics_.get();
+    server->stall_watchdog_ = std::make_unique<StallWatchdog>(
+        options.stall_timeout_seconds,
+        [metrics_for_stalls] { metrics_for_stalls->AddStalledCall(); });
+    service_options.stall_watchdog = server->stall_watchdog_.get();
+  }
+  if (options.malloc_trim_interval_seconds > 0) {
+    server->memory_trimmer_ = std::make_unique<MemoryTrimmer>(options.malloc_trim_interval_seconds);
+  }
   BenchmarkServiceOptions benchmark_options;
   benchmark_options.backend = server->backend_info_.name;
   benchmark_options.cpu_threads = options.cpu_threads;
@@ -515,6 +550,11 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->security_->AddTo(builder, options.listen, &server->port_, &server->health_port_);
   builder.SetMaxReceiveMessageSize(GrpcReceiveLimitBytes(options.max_request_bytes));
+  ApplyTransportLimits(options.transport, builder);
+  InstallProtobufLogHandler();
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeMalformedRequestInterceptorFactory(server->metrics_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

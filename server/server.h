@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/auth/security_options.h"
+#include "server/transport_limits.h"
 
 namespace dequantd {
 
@@ -56,6 +57,12 @@ struct ServerOptions {
   int64_t shared_memory_max_bytes = int64_t{64} << 30;  // their total bytes, >= 0
   double shared_memory_idle_release_seconds = 0;        // release unused regions after this long,
                                                         // seconds, 0..31536000; 0 = never
+  // Abuse limits (docs/hardening.md).
+  TransportLimits transport;                  // compression, gRPC memory/thread quota, streams
+  double stall_timeout_seconds = 60.0;        // cancel a result write blocked this long; 0 = never;
+                                              // 0..86400
+  double malloc_trim_interval_seconds = 2.0;  // how often freed heap memory is given back to
+                                              // the OS (server/memory_trim.h); 0 = never; 0..3600
 };
 
 class DequantServer {

@@ -13,6 +13,7 @@
 #include "server/quoted_name.h"
 #include "server/raw_tensor_service.h"
 #include "server/request.h"
+#include "server/stall_watchdog.h"
 #include "server/status.h"
 #include "spdlog/spdlog.h"
 
@@ -214,6 +215,7 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   GrpcResultSink sink(context, stream, {ResultLayer{.tensor = "", .shape = shape}},
                       /*per_layer=*/false, *out_dtype, backend_info_.name, metrics_,
                       ChunkSink::Range{.offset = range->offset, .length = range->length});
+  sink.set_stall_watchdog(options_.stall_watchdog);
   if (request.has_output_region()) {
     if (request.offset() != 0 || request.length() != 0) {
       return absl::InvalidArgumentError(
@@ -288,6 +290,7 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   GrpcResultSink sink(context, stream, std::move(results), /*per_layer=*/true, *out_dtype,
                       backend_info_.name, metrics_);
+  sink.set_stall_watchdog(options_.stall_watchdog);
   if (request.has_output_region()) {
     return RunIntoRegion(context, request.output_region(), std::move(result_bytes), sink,
                          [&](LayersSink& s) {

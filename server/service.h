@@ -19,6 +19,7 @@
 #include "server/checkpoint.h"
 #include "server/metrics.h"
 #include "server/region_service.h"
+#include "server/stall_watchdog.h"
 
 namespace dequantd {
 
@@ -40,6 +41,8 @@ struct ServiceOptions {
   int max_concurrent_streams = 0;
   RegionService* regions = nullptr;  // shared-memory regions (issue 9); null: the region RPCs
                                      // and output_region are FAILED_PRECONDITION (not owned)
+  StallWatchdog* stall_watchdog = nullptr;  // cancels result writes stalled past --stall-timeout;
+                                            // null: none (not owned)
 };
 
 // Most names one DequantizeLayers request may list.

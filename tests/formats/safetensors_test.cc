@@ -269,6 +269,51 @@ TEST(SafetensorsParseTest, MetadataMustHoldStrings) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(SafetensorsParseTest, OverlappingTensorsAreInvalidArgumentNamingBoth) {
+  // "s" lies inside "q"'s bytes [0, 8): a reader would serve q's bytes as s.
+  absl::StatusOr<Header> h = ParseHeader(
+      absl::MakeConstSpan(MakeFile(R"({"q":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},)"
+                                   R"("s":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}})",
+                                   12)));
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.status().message(),
+            "tensor 's': field 'data_offsets' [4, 8) overlaps tensor 'q' [0, 8)");
+  // A range overlapping an earlier, longer one that is not its direct predecessor.
+  EXPECT_EQ(ParseCode(MakeFile(R"({"a":{"dtype":"U8","shape":[10],"data_offsets":[0,10]},)"
+                               R"("b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]},)"
+                               R"("c":{"dtype":"U8","shape":[1],"data_offsets":[5,6]}})",
+                               12)),
+            absl::StatusCode::kInvalidArgument);
+  // Adjacent ranges and empty tensors sharing an offset are fine.
+  absl::StatusOr<Header> ok = ParseHeader(
+      absl::MakeConstSpan(MakeFile(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                                   R"("e":{"dtype":"U8","shape":[0],"data_offsets":[2,2]},)"
+                                   R"("b":{"dtype":"U8","shape":[8],"data_offsets":[4,12]}})",
+                                   12)));
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+TEST(SafetensorsParseTest, DuplicateKeysAreInvalidArgumentNamingTheKey) {
+  // nlohmann::json keeps the last of two equal keys; the file is ambiguous and is refused.
+  absl::StatusOr<Header> h = ParseHeader(
+      absl::MakeConstSpan(MakeFile(R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                                   R"("w":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+                                   12)));
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.status().message(), "header: key 'w' appears twice in one object");
+  // A repeated field inside one entry.
+  h = ParseHeader(absl::MakeConstSpan(MakeFile(
+      R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4],"data_offsets":[4,8]}})", 12)));
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(h.status().message()), HasSubstr("'data_offsets' appears twice"));
+  // Equal keys in different objects are fine.
+  EXPECT_TRUE(ParseHeader(absl::MakeConstSpan(
+                              MakeFile(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                                       R"("__metadata__":{"dtype":"x"}})",
+                                       12)))
+                  .ok());
+}
+
 TEST(SafetensorsMappedFileTest, MissingFileIsNotFound) {
   EXPECT_EQ(MappedFile::Open("/nonexistent/dir/x.safetensors").status().code(),
             absl::StatusCode::kNotFound);

@@ -413,6 +413,55 @@ TEST_F(CheckpointTest, NonAwqConfigsAreInvalidArgument) {
   EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
 }
 
+// Every number is read exactly: 4294967300 (= 2^32 + 4) used to be narrowed to int and read as 4,
+// and 4.0 or "4" used to be reported as "missing".
+TEST_F(CheckpointTest, ConfigNumbersAreReadExactlyAndWrongTypesAreNamed) {
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 64, 8, 1)).ok());
+  const std::string config = dir_ + "/config.json";
+  const struct {
+    const char* qc;
+    std::string message;
+  } cases[] = {
+      {R"("bits":4294967300,"group_size":64)",
+       "quantization_config field 'bits' is 4294967300, only 4 is served"},
+      {R"("bits":4.0,"group_size":64)",
+       "quantization_config field 'bits' must be an integer, got 4.0"},
+      {R"("bits":"4","group_size":64)",
+       "quantization_config field 'bits' must be an integer, got the string \"4\""},
+      {R"("w_bit":null,"group_size":64)",
+       "quantization_config field 'w_bit' must be an integer, got null"},
+      {R"("bits":-4294967292,"group_size":64)",
+       "quantization_config field 'bits' is -4294967292, only 4 is served"},
+      {R"("bits":18446744073709551620,"group_size":64)",
+       "quantization_config field 'bits' must be an integer, got 1.8446744073709552e+19"},
+      {R"("bits":9223372036854775812,"group_size":64)",
+       "quantization_config field 'bits' is 9223372036854775812, outside "
+       "-9223372036854775808..9223372036854775807"},
+      {R"("bits":4,"group_size":64.0)",
+       "quantization_config field 'group_size' must be an integer, got 64.0"},
+      {R"("bits":4,"q_group_size":"64")",
+       "quantization_config field 'q_group_size' must be an integer, got the string \"64\""},
+      {R"("bits":4,"group_size":[64])",
+       "quantization_config field 'group_size' must be an integer, got array"},
+      {R"("bits":4,"group_size":-4294967297)",
+       "quantization_config field 'group_size' is -4294967297, want -1 or positive"},
+      {R"("bits":4,"bits":8,"group_size":64)", "key 'bits' appears twice in one object"},
+  };
+  for (const auto& c : cases) {
+    WriteText(config,
+              std::string(R"({"quantization_config":{"quant_method":"awq",)") + c.qc + "}}");
+    EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument) << c.qc;
+    EXPECT_EQ(OpenMessage(), config + ": " + c.message) << c.qc;
+  }
+  // The same numbers written exactly are accepted.
+  WriteText(config,
+            R"({"quantization_config":{"quant_method":"awq","w_bit":4,"q_group_size":64}})");
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ok = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)->config().bits, 4);
+  EXPECT_EQ((*ok)->config().group_size, 64);
+}
+
 TEST_F(CheckpointTest, RegularFileIsInvalidArgumentNotADirectory) {
   absl::Status s = Checkpoint::Open(dir_ + "/config.json").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
