@@ -40,6 +40,31 @@ class DequantServiceStub(object):
                 request_serializer=dequant_dot_v1_dot_dequant__pb2.DequantizeLayersRequest.SerializeToString,
                 response_deserializer=dequant_dot_v1_dot_dequant__pb2.DequantizeResponse.FromString,
                 )
+        self.RegisterSystemSharedMemory = channel.unary_unary(
+                '/dequant.v1.DequantService/RegisterSystemSharedMemory',
+                request_serializer=dequant_dot_v1_dot_dequant__pb2.RegisterSystemSharedMemoryRequest.SerializeToString,
+                response_deserializer=dequant_dot_v1_dot_dequant__pb2.RegisterSystemSharedMemoryResponse.FromString,
+                )
+        self.UnregisterSystemSharedMemory = channel.unary_unary(
+                '/dequant.v1.DequantService/UnregisterSystemSharedMemory',
+                request_serializer=dequant_dot_v1_dot_dequant__pb2.UnregisterSystemSharedMemoryRequest.SerializeToString,
+                response_deserializer=dequant_dot_v1_dot_dequant__pb2.UnregisterSystemSharedMemoryResponse.FromString,
+                )
+        self.RegisterCudaSharedMemory = channel.unary_unary(
+                '/dequant.v1.DequantService/RegisterCudaSharedMemory',
+                request_serializer=dequant_dot_v1_dot_dequant__pb2.RegisterCudaSharedMemoryRequest.SerializeToString,
+                response_deserializer=dequant_dot_v1_dot_dequant__pb2.RegisterCudaSharedMemoryResponse.FromString,
+                )
+        self.UnregisterCudaSharedMemory = channel.unary_unary(
+                '/dequant.v1.DequantService/UnregisterCudaSharedMemory',
+                request_serializer=dequant_dot_v1_dot_dequant__pb2.UnregisterCudaSharedMemoryRequest.SerializeToString,
+                response_deserializer=dequant_dot_v1_dot_dequant__pb2.UnregisterCudaSharedMemoryResponse.FromString,
+                )
+        self.SharedMemoryStatus = channel.unary_unary(
+                '/dequant.v1.DequantService/SharedMemoryStatus',
+                request_serializer=dequant_dot_v1_dot_dequant__pb2.SharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=dequant_dot_v1_dot_dequant__pb2.SharedMemoryStatusResponse.FromString,
+                )
         self.ReadTensor = channel.unary_stream(
                 '/dequant.v1.DequantService/ReadTensor',
                 request_serializer=dequant_dot_v1_dot_dequant__pb2.ReadTensorRequest.SerializeToString,
@@ -60,7 +85,8 @@ class DequantServiceServicer(object):
     def Dequantize(self, request, context):
         """Dequantizes one layer (of the loaded model, or sent inline). The (K, N) row-major result is
         streamed in chunks; the first message carries the header. No size limit from gRPC's
-        message size on the output.
+        message size on the output. A byte range of the result (offset, length) streams only those
+        bytes. Both streaming RPCs: RESOURCE_EXHAUSTED past the server's --max-concurrent-streams.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -92,6 +118,54 @@ class DequantServiceServicer(object):
         (output_dtype, more than 10000 tensors), NOT_FOUND (a name, given), RESOURCE_EXHAUSTED (the
         results add up to more than the server's max_output_bytes, or do not fit device memory),
         FAILED_PRECONDITION (the server has no model loaded).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterSystemSharedMemory(self, request, context):
+        """Same-host zero copy (issue 9; docs/architecture.md "Shared-memory regions"). A client on the
+        same host (a loopback or Unix-socket peer; others get PERMISSION_DENIED) registers memory
+        under a name, then names it as a Dequantize/DequantizeLayers output_region: the server writes
+        the result there instead of streaming it. Off unless the server runs with
+        --shared-memory=host|cuda|all (FAILED_PRECONDITION otherwise).
+        Registers a POSIX shared-memory object (or a file under /dev/shm), mapped once here. Errors:
+        INVALID_ARGUMENT (a field, named), NOT_FOUND (no such object), ALREADY_EXISTS (the name),
+        RESOURCE_EXHAUSTED (--shared-memory-max-regions / --shared-memory-max-bytes),
+        FAILED_PRECONDITION (host regions switched off), PERMISSION_DENIED (a remote peer).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterSystemSharedMemory(self, request, context):
+        """Unregisters a host region (empty name: every host region). Waits for calls writing into it
+        to stop (they end with ABORTED); after the reply the server never touches the memory again.
+        Errors: NOT_FOUND (the name), PERMISSION_DENIED, FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterCudaSharedMemory(self, request, context):
+        """Registers a client's CUDA device buffer by its cudaIpcMemHandle_t, opened once here
+        (cudaIpcOpenMemHandle). Errors: as RegisterSystemSharedMemory, and FAILED_PRECONDITION for a
+        device the backend does not compute on (or a server without CUDA), INVALID_ARGUMENT for a
+        handle the driver refuses.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterCudaSharedMemory(self, request, context):
+        """Unregisters a device region (empty name: every device region), as the host variant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SharedMemoryStatus(self, request, context):
+        """The registered regions (host and device), by name.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -136,6 +210,31 @@ def add_DequantServiceServicer_to_server(servicer, server):
                     servicer.DequantizeLayers,
                     request_deserializer=dequant_dot_v1_dot_dequant__pb2.DequantizeLayersRequest.FromString,
                     response_serializer=dequant_dot_v1_dot_dequant__pb2.DequantizeResponse.SerializeToString,
+            ),
+            'RegisterSystemSharedMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterSystemSharedMemory,
+                    request_deserializer=dequant_dot_v1_dot_dequant__pb2.RegisterSystemSharedMemoryRequest.FromString,
+                    response_serializer=dequant_dot_v1_dot_dequant__pb2.RegisterSystemSharedMemoryResponse.SerializeToString,
+            ),
+            'UnregisterSystemSharedMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterSystemSharedMemory,
+                    request_deserializer=dequant_dot_v1_dot_dequant__pb2.UnregisterSystemSharedMemoryRequest.FromString,
+                    response_serializer=dequant_dot_v1_dot_dequant__pb2.UnregisterSystemSharedMemoryResponse.SerializeToString,
+            ),
+            'RegisterCudaSharedMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterCudaSharedMemory,
+                    request_deserializer=dequant_dot_v1_dot_dequant__pb2.RegisterCudaSharedMemoryRequest.FromString,
+                    response_serializer=dequant_dot_v1_dot_dequant__pb2.RegisterCudaSharedMemoryResponse.SerializeToString,
+            ),
+            'UnregisterCudaSharedMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterCudaSharedMemory,
+                    request_deserializer=dequant_dot_v1_dot_dequant__pb2.UnregisterCudaSharedMemoryRequest.FromString,
+                    response_serializer=dequant_dot_v1_dot_dequant__pb2.UnregisterCudaSharedMemoryResponse.SerializeToString,
+            ),
+            'SharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.SharedMemoryStatus,
+                    request_deserializer=dequant_dot_v1_dot_dequant__pb2.SharedMemoryStatusRequest.FromString,
+                    response_serializer=dequant_dot_v1_dot_dequant__pb2.SharedMemoryStatusResponse.SerializeToString,
             ),
             'ReadTensor': grpc.unary_stream_rpc_method_handler(
                     servicer.ReadTensor,
@@ -234,6 +333,91 @@ class DequantService(object):
         return grpc.experimental.unary_stream(request, target, '/dequant.v1.DequantService/DequantizeLayers',
             dequant_dot_v1_dot_dequant__pb2.DequantizeLayersRequest.SerializeToString,
             dequant_dot_v1_dot_dequant__pb2.DequantizeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RegisterSystemSharedMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/dequant.v1.DequantService/RegisterSystemSharedMemory',
+            dequant_dot_v1_dot_dequant__pb2.RegisterSystemSharedMemoryRequest.SerializeToString,
+            dequant_dot_v1_dot_dequant__pb2.RegisterSystemSharedMemoryResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def UnregisterSystemSharedMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/dequant.v1.DequantService/UnregisterSystemSharedMemory',
+            dequant_dot_v1_dot_dequant__pb2.UnregisterSystemSharedMemoryRequest.SerializeToString,
+            dequant_dot_v1_dot_dequant__pb2.UnregisterSystemSharedMemoryResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RegisterCudaSharedMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/dequant.v1.DequantService/RegisterCudaSharedMemory',
+            dequant_dot_v1_dot_dequant__pb2.RegisterCudaSharedMemoryRequest.SerializeToString,
+            dequant_dot_v1_dot_dequant__pb2.RegisterCudaSharedMemoryResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def UnregisterCudaSharedMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/dequant.v1.DequantService/UnregisterCudaSharedMemory',
+            dequant_dot_v1_dot_dequant__pb2.UnregisterCudaSharedMemoryRequest.SerializeToString,
+            dequant_dot_v1_dot_dequant__pb2.UnregisterCudaSharedMemoryResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SharedMemoryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/dequant.v1.DequantService/SharedMemoryStatus',
+            dequant_dot_v1_dot_dequant__pb2.SharedMemoryStatusRequest.SerializeToString,
+            dequant_dot_v1_dot_dequant__pb2.SharedMemoryStatusResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
