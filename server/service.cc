@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/grpc_result_sink.h"
+#include "server/protobuf_errors.h"
 #include "server/quoted_name.h"
 #include "server/raw_tensor_service.h"
 #include "server/request.h"
@@ -142,11 +143,16 @@ grpc::Status DequantService::ListTensors(grpc::ServerContext*, const v1::ListTen
 
 namespace {
 
-// The one request of a streaming call: INVALID_ARGUMENT if the client sent none.
+// The one request of a streaming call: INVALID_ARGUMENT if the client sent none or one that does
+// not parse (naming libprotobuf's reason, e.g. a string field that is not UTF-8, when it gave one:
+// these handlers read the request themselves, so protobuf_errors.h's interceptor never sees it).
 template <typename Request, typename Stream>
 absl::Status ReadRequest(Stream* stream, Request* request) {
   if (!stream->Read(request)) {
-    return absl::InvalidArgumentError("the call carried no request message");
+    std::string reason = TakeLastProtobufError();
+    if (reason.empty()) reason = "it does not parse as protobuf, or the call carried none";
+    return absl::InvalidArgumentError(
+        absl::StrCat("request is not a valid ", Request::descriptor()->full_name(), ": ", reason));
   }
   return absl::OkStatus();
 }
