@@ -181,8 +181,11 @@ def test_benchmark_runs_on_the_cpu_backend(client):
         assert float(row["median_seconds"]) > 0
 
 
-def test_byte_ranges_are_not_in_this_proto_so_one_stream_is_used(client):
-    if dequantd.supports_byte_ranges():
-        pytest.skip("this proto has byte ranges")
-    a = client.dequantize(LAYER_Q, streams=4)
-    assert np.array_equal(a, client.dequantize(LAYER_Q))
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("streams", [2, 3, 4, 7])
+def test_byte_range_streams_equal_one_stream(client, dtype, streams):
+    assert dequantd.supports_byte_ranges()
+    one = client.dequantize(LAYER_Q, dtype=dtype)
+    many = client.dequantize(LAYER_Q, dtype=dtype, streams=streams)
+    assert many.shape == one.shape and many.dtype == one.dtype
+    assert one.tobytes() == many.tobytes()

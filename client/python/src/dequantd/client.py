@@ -338,9 +338,12 @@ class Client:
         """Byte-range streams (needs DequantizeRequest.offset/length, the result-path issue):
         the first range's header gives the size; the others fill their part of one buffer.
         Response offsets are taken as offsets in the whole result."""
+        # One element (ranges must be multiples of the output dtype's size): only its header.
+        element = dtypes.element_bytes(dtypes.safetensors_code(
+            request.output_dtype or pb.DTYPE_FP16))
         first = pb.DequantizeRequest()
         first.CopyFrom(request)
-        first.offset, first.length = 0, 1
+        first.offset, first.length = 0, element
         header = None
         for message in self._stream(self._stub.Dequantize, first):
             if message.HasField("header"):
@@ -350,6 +353,7 @@ class Client:
         result = _Assembler(desc, dtypes.safetensors_code(header.dtype), tuple(header.shape),
                             header.total_bytes, sequential=False)
         step = -(-header.total_bytes // n_streams)
+        step = -(-step // element) * element  # whole elements per range
         bar = _Progress(progress, header.total_bytes, desc)
 
         def fetch(begin: int) -> None:
