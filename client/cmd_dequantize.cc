@@ -70,8 +70,13 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options) {
   }
   if (options.chunk_bytes < 0) return absl::InvalidArgumentError("--chunk-bytes must be >= 0");
   if (options.streams < 0 || options.streams > kMaxStreams) {
-    return absl::InvalidArgumentError(absl::StrCat("--streams must be in 0..", kMaxStreams,
-                                                   " (0 = by size), got ", options.streams));
+    return absl::InvalidArgumentError(absl::StrCat("--streams must be in 1..", kMaxStreams,
+                                                   " (leave it out to choose by size), got ",
+                                                   options.streams));
+  }
+  if (options.streams > 0 && !options.shm.empty()) {
+    return absl::InvalidArgumentError(
+        "--streams does not apply with --shm: the result is written into the region in one call");
   }
   absl::StatusOr<v1::DType> dtype = ParseOutputDType(options.dtype);
   if (!dtype.ok()) return dtype.status();
@@ -154,8 +159,8 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<v1::DequantizeHeader> header =
       !options.shm.empty() ? DequantizeThroughShm(client, options.shm, request, sink)
-      : streams > 0        ? FetchRangesInto(client, more, request, total_bytes, streams, file.get())
-                           : client.Dequantize(request, sink);
+      : streams > 0 ? FetchRangesInto(client, more, request, total_bytes, streams, file.get())
+                    : client.Dequantize(request, sink);
   if (!header.ok()) return header.status();
   if (file) {
     status = file->Finish();
