@@ -17,9 +17,8 @@ struct Subcommand {
   std::vector<absl::string_view> flags;  // besides the global ones
 };
 
-constexpr absl::string_view kGlobalFlags[] = {"server",   "deadline", "lb",
-                                              "tls_ca",   "tls_cert", "tls_key",
-                                              "tls_server_name", "token_file"};
+constexpr absl::string_view kGlobalFlags[] = {
+    "server", "deadline", "lb", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "token_file"};
 
 // Keep in step with the ABSL_FLAGs and the usage text of main.cc.
 const std::vector<Subcommand>& Subcommands() {

@@ -52,8 +52,8 @@ struct ResultDestination {
   Memory memory = Memory::kHost;
   uint8_t* data = nullptr;  // where the first byte the call produces goes (the range's start)
   int64_t bytes = 0;        // capacity in bytes; the sink's creator checked it against the result
-  bool pinned = false;      // kHost: registered with cudaHostRegister (device-to-host DMA lands here)
-  int device = -1;          // kDevice: the CUDA device index that owns `data`
+  bool pinned = false;  // kHost: registered with cudaHostRegister (device-to-host DMA lands here)
+  int device = -1;      // kDevice: the CUDA device index that owns `data`
 };
 
 // Receives the result of one Dequantize call, in order. Called on the thread that called

@@ -14,10 +14,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "formats/tune_store.h"
 #include "kernels/autotune.h"
 #include "server/auth/server_security.h"
-#include "absl/strings/string_view.h"
 #include "server/backend.h"
 #include "server/benchmark_service.h"
 #include "server/checkpoint.h"

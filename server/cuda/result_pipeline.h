@@ -32,8 +32,8 @@ namespace dequantd::cuda {
 // One call's work: the results to deliver, in sink order.
 struct ResultJob {
   struct Entry {
-    PackedTensorView in;   // device pointers (unset for the inline entry: staged by the pipeline)
-    int64_t result = 0;    // equal values: the same result (computed once per slab)
+    PackedTensorView in;  // device pointers (unset for the inline entry: staged by the pipeline)
+    int64_t result = 0;   // equal values: the same result (computed once per slab)
     int64_t result_bytes = 0;  // K * N * sizeof(out_dtype)
   };
   std::vector<Entry> entries;

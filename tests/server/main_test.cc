@@ -22,8 +22,8 @@
 namespace dequantd {
 namespace {
 
-using ::testing::HasSubstr;
 using ::dequantd::testing::DequantdProcess;
+using ::testing::HasSubstr;
 
 struct ProcessResult {
   int exit_code = -1;  // -1: did not exit normally
