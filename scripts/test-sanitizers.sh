@@ -15,6 +15,8 @@ ninja -C build-asan -j "$jobs"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-# Excluded: the Python checks (no C++ of ours runs in them) and the benchmarks' timing tests.
+# Excluded: the Python checks (no C++ of ours runs in them), the benchmarks' timing tests, and the
+# soak test, whose RSS bound does not hold under ASan (its quarantine keeps freed memory: 411 MiB
+# after the load against 199 MiB idle on 2026-12-01; the soak test runs in the normal build).
 ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 \
-  -E '(prometheus_dashboard|kubernetes_manifest)'
+  -E '(prometheus_dashboard|kubernetes_manifest|SoakTest)'
