@@ -27,6 +27,7 @@
 #include "server/grpc_result_sink.h"
 #include "server/request.h"
 #include "server/server.h"
+#include "tests/server/cpu_test_server.h"
 #include "tests/server/test_layer.h"
 
 namespace dequantd {
@@ -156,23 +157,10 @@ struct Streamed {
 class RangeServiceTest : public ::testing::Test {
  protected:
   void Start(ServerOptions options) {
-    if (options.listen.empty() || options.listen == ServerOptions().listen) {
-      options.listen = "127.0.0.1:0";
-    }
-    options.metrics_listen = "";
-    options.backend = "cpu";
-    options.cpu_threads = 1;
-    absl::StatusOr<std::unique_ptr<DequantServer>> server = DequantServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    const std::string target = options.listen.rfind("unix:", 0) == 0
-                                   ? options.listen
-                                   : "127.0.0.1:" + std::to_string(server_->port());
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetMaxSendMessageSize(-1);
-    stub_ = v1::DequantService::NewStub(
-        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+    absl::StatusOr<testing::CpuTestServer> started = testing::StartCpuTestServer(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    stub_ = std::move(started->stub);
   }
 
   Streamed Fetch(const v1::DequantizeRequest& request) {

@@ -25,6 +25,7 @@
 #include "server/checkpoint.h"
 #include "server/raw_tensor.h"
 #include "server/server.h"
+#include "tests/server/cpu_test_server.h"
 #include "tests/server/test_layer.h"
 
 namespace dequantd {
@@ -99,15 +100,10 @@ class RawTensorServiceTest : public ::testing::Test {
   void Start(bool with_model = true) {
     ServerOptions options;
     options.model_dir = with_model ? dir_ : "";
-    options.listen = "127.0.0.1:0";
-    options.metrics_listen = "";
-    options.backend = "cpu";
-    options.cpu_threads = 1;
-    absl::StatusOr<std::unique_ptr<DequantServer>> server = DequantServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    stub_ = v1::DequantService::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+    absl::StatusOr<testing::CpuTestServer> started = testing::StartCpuTestServer(options);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    stub_ = std::move(started->stub);
   }
 
   ReadResult Read(const std::string& name, int64_t chunk_bytes = 0) {

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "server/quoted_name.h"
 #include "server/server.h"
+#include "tests/server/cpu_test_server.h"
 
 namespace dequantd {
 namespace {
@@ -44,16 +45,10 @@ TEST(QuotedNameTest, CutDoesNotSplitAUtf8Character) {
 class NoModelServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerOptions options;
-    options.listen = "127.0.0.1:0";
-    options.metrics_listen = "";
-    options.backend = "cpu";
-    options.cpu_threads = 1;
-    absl::StatusOr<std::unique_ptr<DequantServer>> server = DequantServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    stub_ = v1::DequantService::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+    absl::StatusOr<testing::CpuTestServer> started = testing::StartCpuTestServer({});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    stub_ = std::move(started->stub);
   }
 
   // Reads the whole stream; returns the call's status and the number of messages in `messages`.

@@ -28,6 +28,7 @@
 #include "kernels/dequant.h"
 #include "server/checkpoint.h"
 #include "server/server.h"
+#include "tests/server/cpu_test_server.h"
 #include "tests/server/test_layer.h"
 
 namespace dequantd {
@@ -77,20 +78,13 @@ class ServiceTest : public ::testing::Test {
  protected:
   // `with_metrics`: also serve /metrics (stopping civetweb's HTTP server takes about 2 s).
   void StartServer(ServerOptions options, bool with_metrics = false) {
-    options.listen = "127.0.0.1:0";
-    options.metrics_listen = with_metrics ? "127.0.0.1:0" : "";
-    options.backend = "cpu";
-    options.cpu_threads = 1;
-    absl::StatusOr<std::unique_ptr<DequantServer>> server = DequantServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
+    absl::StatusOr<testing::CpuTestServer> started =
+        testing::StartCpuTestServer(std::move(options), with_metrics);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
     ASSERT_GT(server_->port(), 0);
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetMaxSendMessageSize(-1);
-    channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                         grpc::InsecureChannelCredentials(), args);
-    stub_ = v1::DequantService::NewStub(channel_);
+    channel_ = std::move(started->channel);
+    stub_ = std::move(started->stub);
   }
 
   Result Dequantize(const v1::DequantizeRequest& request) {
