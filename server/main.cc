@@ -62,9 +62,7 @@ ABSL_FLAG(std::string, tune_cache, "",
 ABSL_FLAG(bool, pretune, false,
           "CUDA backend: before serving, tune the launch configuration of every distinct layer "
           "shape of the model (fp16 output) that the cache does not hold yet, instead of on the "
-          "first request for it, and build the whole model's grouped fp16 plan for "
-          "DequantizeLayers (holding a device buffer for the whole model's result). The CPU "
-          "backend has nothing to tune");
+          "first request for it. The CPU backend has nothing to tune");
 ABSL_FLAG(double, shutdown_deadline, 5.0,
           "seconds (0..86400) in-flight calls get to finish on SIGINT/SIGTERM/SIGHUP before "
           "they are cancelled; a second signal ends dequantd at once");
