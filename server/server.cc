@@ -21,6 +21,7 @@
 #include "server/backend.h"
 #include "server/benchmark_service.h"
 #include "server/checkpoint.h"
+#include "server/listen_probe.h"
 #include "server/memory_trim.h"
 #include "server/metrics.h"
 #include "server/pretune.h"
@@ -296,6 +297,14 @@ void LogSecurity(const ServerOptions& options, const auth::ServerSecurity& secur
   }
 }
 
+// The reason gRPC could not listen on `listen`, as a probe bind finds it.
+std::string ListenFailure(const std::string& listen) {
+  std::string why = WhyCannotListen(listen);
+  return why.empty() ? "gRPC refused it, but a plain bind there succeeds now (a race with another "
+                       "process, or a transport gRPC does not support?)"
+                     : why;
+}
+
 #if DEQUANTD_HAVE_CUDA
 // Whether CreateBackend will create the CUDA backend for `kind` (with no GPU it refuses "cuda"
 // with FAILED_PRECONDITION and picks the CPU for "auto").
@@ -559,13 +568,14 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     server->server_.reset();
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve gRPC on \"", options.listen,
-        "\" (address in use, not HOST:PORT, or a unix: path that cannot be created?)"));
+    return absl::UnavailableError(
+        absl::StrCat("listen (--listen) \"", options.listen,
+                     "\": cannot serve gRPC there: ", ListenFailure(options.listen)));
   }
   if (!options.security.health_listen.empty() && server->health_port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("--health-listen \"", options.security.health_listen,
-                                               "\": cannot serve (address in use?)"));
+    return absl::UnavailableError(
+        absl::StrCat("--health-listen \"", options.security.health_listen,
+                     "\": cannot serve there: ", ListenFailure(options.security.health_listen)));
   }
   LogSecurity(options, *server->security_);
   return server;

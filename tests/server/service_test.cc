@@ -22,6 +22,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_cat.h"
 #include "dequant/v1/dequant.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -659,6 +660,9 @@ TEST_F(ServiceTest, SecondServerOnAPortInUseRefusesToStart) {
   absl::StatusOr<std::unique_ptr<DequantServer>> started = DequantServer::Start(second);
   ASSERT_FALSE(started.ok());
   EXPECT_EQ(started.status().code(), absl::StatusCode::kUnavailable) << started.status();
+  EXPECT_EQ(started.status().message(),
+            absl::StrCat("listen (--listen) \"", second.listen,
+                         "\": cannot serve gRPC there: Address already in use"));
 }
 
 TEST_F(ServiceTest, ShutdownIsIdempotentAndWaitReturns) {
