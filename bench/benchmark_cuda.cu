@@ -273,10 +273,6 @@ bool CudaDeviceAvailable(int device) {
 absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request) {
   std::vector<std::string> offered;
   for (KernelVariant v : cuda::AllVariants()) offered.emplace_back(cuda::VariantName(v));
-  if (!request.variants.empty()) {  // issue 13's experiments: timed only when named
-    for (KernelVariant v : {KernelVariant::kV4Cap32, KernelVariant::kV4OneUnit})
-      offered.emplace_back(cuda::VariantName(v));
-  }
   std::vector<std::string> requested;  // short names ("v4") spelled out
   for (const std::string& name : request.variants) {
     KernelVariant v;

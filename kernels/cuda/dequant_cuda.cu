@@ -75,34 +75,6 @@ bool UseProgrammaticLaunch(const AwqShape& shape) {
   return ClassifyLayer(shape) != LayerSize::kMid;
 }
 
-// Experiments of issue 13 (KernelVariant::kV4Cap32, kV4OneUnit).
-struct Vec16Cap32Policy : Vec16DefaultPolicy {
-  static constexpr int MinBlocksPerSm(int tile_words) { return tile_words <= 2 ? 4 : 1; }
-};
-struct Vec16OneUnitPolicy : Vec16DefaultPolicy {
-  static constexpr bool kLoadAhead = false;
-};
-
-// v4 with `Policy`: the (words_per_thread, rows_per_thread) instance of LaunchVec16.
-template <DType kScale, DType kOut, class Policy>
-absl::Status LaunchV4(const LaunchConfig& config, const DequantParams& p, const AwqShape& shape,
-                      cudaStream_t stream) {
-  return DispatchInt<1, 2, 4>(config.words_per_thread, "words_per_thread", [&](auto w_c) {
-    return DispatchInt<1, 2, 4, 8, 16>(
-        config.rows_per_thread, "rows_per_thread", [&](auto r_c) -> absl::Status {
-          constexpr int kWords = decltype(w_c)::value;
-          constexpr int kRows = decltype(r_c)::value;
-          if constexpr (kWords * kRows > kV4MaxTileWords) {
-            return absl::InvalidArgumentError("v4 tile too large");  // CanImplement refuses
-          } else {
-            DEQUANTD_CUDA_RETURN_IF_ERROR((LaunchVec16<kScale, kOut, kWords, kRows, Policy>(
-                p, config.block_size, /*max_blocks=*/0, UseProgrammaticLaunch(shape), stream)));
-            return absl::OkStatus();
-          }
-        });
-  });
-}
-
 bool AlignedTo(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -126,7 +98,7 @@ absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
   p.words_per_row = shape.N / awq::kPackFactor;
   p.group_size = shape.group_size;
 
-  if (IsV4(v) && (!AlignedTo(in.scales, 16) || !AlignedTo(out, 16)))
+  if (v == KernelVariant::kV4Vec16 && (!AlignedTo(in.scales, 16) || !AlignedTo(out, 16)))
     return absl::InvalidArgumentError("v4_vec16 needs 16-byte aligned scales and out pointers");
 
   return DispatchDTypes(shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
@@ -142,11 +114,21 @@ absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
         return Launch(DequantPerWordKernel<kScale, kOut>, shape.qweight_elements(),
                       config.block_size, p, stream);
       case KernelVariant::kV4Vec16:
-        return LaunchV4<kScale, kOut, Vec16DefaultPolicy>(config, p, shape, stream);
-      case KernelVariant::kV4Cap32:
-        return LaunchV4<kScale, kOut, Vec16Cap32Policy>(config, p, shape, stream);
-      case KernelVariant::kV4OneUnit:
-        return LaunchV4<kScale, kOut, Vec16OneUnitPolicy>(config, p, shape, stream);
+        return DispatchInt<1, 2, 4>(config.words_per_thread, "words_per_thread", [&](auto w_c) {
+          return DispatchInt<1, 2, 4, 8, 16>(
+              config.rows_per_thread, "rows_per_thread", [&](auto r_c) -> absl::Status {
+                constexpr int kWords = decltype(w_c)::value;
+                constexpr int kRows = decltype(r_c)::value;
+                if constexpr (kWords * kRows > kV4MaxTileWords) {
+                  return absl::InvalidArgumentError("v4 tile too large");  // CanImplement refuses
+                } else {
+                  DEQUANTD_CUDA_RETURN_IF_ERROR((LaunchVec16<kScale, kOut, kWords, kRows>(
+                      p, config.block_size, /*max_blocks=*/0, UseProgrammaticLaunch(shape),
+                      stream)));
+                  return absl::OkStatus();
+                }
+              });
+        });
     }
     return absl::InvalidArgumentError("unknown kernel variant");
   });

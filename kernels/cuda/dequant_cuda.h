@@ -22,20 +22,9 @@ enum class KernelVariant : int {
   kV3PerWordBlock = 3,  // v2 with the block size as a run-time parameter
   kV4Vec16 = 4,         // the fast kernel: coalesced 16-byte stores (and scale loads), Lop3Unpack +
                         // packed half math, several words and rows per thread
-  // Experiments of issue 13 (register pressure of v4 on large layers), not in AllVariants: v4's
-  // code, configs and checks with __launch_bounds__(512, 4) on tiles of <= 2 words (<= 32
-  // registers per thread), or without loading the next unit ahead (one unit per thread).
-  kV4Cap32 = 5,
-  kV4OneUnit = 6,
 };
 
-// v4 and its experiments (kV4Cap32, kV4OneUnit): one launch-config space.
-inline bool IsV4(KernelVariant v) {
-  return v == KernelVariant::kV4Vec16 || v == KernelVariant::kV4Cap32 ||
-         v == KernelVariant::kV4OneUnit;
-}
-
-// "v1_per_element", "v2_per_word", "v3_per_word_block", "v4_vec16" ("v4_cap32", "v4_oneunit").
+// "v1_per_element", "v2_per_word", "v3_per_word_block", "v4_vec16".
 std::string_view VariantName(KernelVariant v);
 bool ParseVariant(std::string_view name, KernelVariant* out);
 std::vector<KernelVariant> AllVariants();
@@ -52,8 +41,8 @@ std::vector<LaunchConfig> CandidateConfigs(KernelVariant v, const AwqShape& shap
 
 // Whether the autotuner times (v, shape, out_dtype)'s candidates; when false, DefaultConfig is
 // launched without a tuning (the rule-based default). False for a variant with one candidate, and
-// for v4 on small layers (LayerSize::kSmall: fewer than 4M outputs, e.g. 1536x1536), whose
-// candidates' launches are a few microseconds apart by tens of nanoseconds: less than a tuning
+// for v4 on small layers (LayerSize::kSmall: fewer than 4M outputs, e.g. 1536x1536), where
+// launches take a few microseconds and candidates differ by tens of nanoseconds: less than a tuning
 // separates reliably (on the H200 one tuning in three chose a configuration 1.2% slower than
 // DefaultConfig there, which was the best of the 15 candidates by the benchmark's method for
 // fp16 and bf16, latency and throughput: docs/performance.md, issue 13). ValidateShape must

@@ -94,13 +94,6 @@ struct Vec16DefaultPolicy {
   __device__ __forceinline__ static uint4 LoadScales(const uint4* p) { return __ldg(p); }
   // The output is written once and not read back by this kernel: streaming stores.
   __device__ __forceinline__ static void Store(uint4* p, uint4 v) { __stcs(p, v); }
-  // Resident blocks of kV4MaxBlockSize threads the compiler must allow per SM for a tile of
-  // `tile_words` words (__launch_bounds__' second argument: 1 leaves registers uncapped, 4 caps
-  // them at 65536 / (4 * 512) = 32 per thread).
-  static constexpr int MinBlocksPerSm(int /*tile_words*/) { return 1; }
-  // Whether a thread loads its next unit before it stores the current one (grid smaller than the
-  // work); costs a second tile of registers.
-  static constexpr bool kLoadAhead = true;
 };
 
 // The inputs of one v4 work unit: kRows rows x kWords words of qweight, and the group's zero words
@@ -178,22 +171,14 @@ __device__ __forceinline__ void StoreVec16Tile(const Vec16Params& v,
 // preceding grid (griddepcontrol.wait, a no-op without PDL) before touching memory, and lets the
 // next grid launch at once. Requires 16-byte aligned scales and output.
 template <DType kScale, DType kOut, int kWords, int kRows, class Policy = Vec16DefaultPolicy>
-requires(kWords* kRows <= kV4MaxTileWords) __global__
-    void __launch_bounds__(kV4MaxBlockSize, Policy::MinBlocksPerSm(kWords* kRows))
-        DequantVec16Kernel(Vec16Params v) {
+requires(kWords* kRows <= kV4MaxTileWords) __global__ void __launch_bounds__(kV4MaxBlockSize)
+    DequantVec16Kernel(Vec16Params v) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
   const uint32_t stride = gridDim.x * blockDim.x;
   uint32_t u = blockIdx.x * blockDim.x + threadIdx.x;
   if (u >= v.units) return;
   Vec16Tile<kWords, kRows> tile;
-  if constexpr (!Policy::kLoadAhead) {
-    for (; u < v.units; u += stride) {
-      LoadVec16Tile<kOut, kWords, kRows, Policy>(v, u, tile);
-      StoreVec16Tile<kScale, kOut, kWords, kRows, Policy>(v, tile);
-    }
-    return;
-  }
   LoadVec16Tile<kOut, kWords, kRows, Policy>(v, u, tile);
   while (true) {
     const uint32_t next = u + stride;  // < 2^32: u and stride are below 2^31

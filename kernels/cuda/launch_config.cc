@@ -14,8 +14,8 @@
 namespace dequantd::cuda {
 namespace {
 
-constexpr std::array<std::string_view, 6> kVariantNames = {
-    "v1_per_element", "v2_per_word", "v3_per_word_block", "v4_vec16", "v4_cap32", "v4_oneunit"};
+constexpr std::array<std::string_view, 4> kVariantNames = {"v1_per_element", "v2_per_word",
+                                                           "v3_per_word_block", "v4_vec16"};
 
 bool IsV4WordsPerThread(int w) { return w == 1 || w == 2 || w == 4; }
 bool IsV4RowsPerThread(int r) { return r == 1 || r == 2 || r == 4 || r == 8 || r == 16; }
@@ -37,7 +37,7 @@ std::string_view VariantName(KernelVariant v) {
 bool ParseVariant(std::string_view name, KernelVariant* out) {
   for (int i = 0; i < static_cast<int>(kVariantNames.size()); ++i) {
     const std::string short_name = absl::StrCat("v", i + 1);
-    if (name == kVariantNames[i] || (i < 4 && name == short_name)) {
+    if (name == kVariantNames[i] || name == short_name) {
       *out = static_cast<KernelVariant>(i + 1);
       return true;
     }
@@ -58,7 +58,7 @@ std::vector<KernelVariant> AllVariants() {
 // 256-thread blocks on mid-size layers (1536x8960: 85.9%).
 LaunchConfig DefaultConfig(KernelVariant v, const AwqShape& shape, DType out_dtype) {
   LaunchConfig c;
-  if (!IsV4(v)) return c;
+  if (v != KernelVariant::kV4Vec16) return c;
   c.block_size = 128;
   c.words_per_thread = 1;
   const int64_t G = shape.group_size > 0 ? shape.group_size : 1;
@@ -94,8 +94,6 @@ std::vector<LaunchConfig> CandidateConfigs(KernelVariant v, const AwqShape& shap
       for (int b : {64, 128, 256, 512, 1024}) add({.block_size = b});
       break;
     case KernelVariant::kV4Vec16:
-    case KernelVariant::kV4Cap32:
-    case KernelVariant::kV4OneUnit:
       // At most 16: the sweep's leaders on every measured shape.
       for (int b : {128, 256})
         for (int r : {1, 2, 4, 8, 16})
@@ -111,7 +109,7 @@ std::vector<LaunchConfig> CandidateConfigs(KernelVariant v, const AwqShape& shap
 }
 
 bool IsTunable(KernelVariant v, const AwqShape& shape, DType out_dtype) {
-  if (IsV4(v) && ClassifyLayer(shape) == LayerSize::kSmall) return false;
+  if (v == KernelVariant::kV4Vec16 && ClassifyLayer(shape) == LayerSize::kSmall) return false;
   return CandidateConfigs(v, shape, out_dtype).size() > 1;
 }
 
@@ -129,14 +127,12 @@ absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const Awq
       return absl::OkStatus();
     case KernelVariant::kV3PerWordBlock:
     case KernelVariant::kV4Vec16:
-    case KernelVariant::kV4Cap32:
-    case KernelVariant::kV4OneUnit:
       break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown kernel variant ", static_cast<int>(v)));
   }
-  const int max_block = IsV4(v) ? kV4MaxBlockSize : 1024;
+  const int max_block = v == KernelVariant::kV4Vec16 ? kV4MaxBlockSize : 1024;
   if (config.block_size < 32 || config.block_size > max_block || config.block_size % 32 != 0)
     return absl::InvalidArgumentError(absl::StrCat("block_size must be a multiple of 32 in [32, ",
                                                    max_block, "], got ", config.block_size));
