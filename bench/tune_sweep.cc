@@ -10,6 +10,11 @@
 //
 //   dequantd_tune_sweep [--shapes KxN,...] [--dtypes fp16,bf16] [--objectives latency,throughput]
 //                       [--tunings 3] [--reference-rounds 11] [--group-size 128] [--device 0]
+//                       [--variant v4_vec16]
+//
+// Where cuda::IsTunable is false (v4 on small layers) the tunings return DefaultConfig untimed;
+// the reference sweep still times every candidate, so the row shows how far that default is from
+// the best.
 //
 // Exit status: 0 when every row met both targets (choice within 1% of the best, choices within
 // 1% of each other), 1 when a row missed one, 2 on an error.
@@ -42,6 +47,7 @@ struct Options {
   int reference_rounds = 11;
   int64_t group_size = 128;
   int device = 0;
+  cuda::KernelVariant variant = cuda::KernelVariant::kV4Vec16;
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -79,6 +85,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       ok = absl::SimpleAtoi(value, &o->group_size);
     } else if (flag == "--device") {
       ok = absl::SimpleAtoi(value, &o->device);
+    } else if (flag == "--variant") {
+      ok = cuda::ParseVariant(value, &o->variant);
     } else {
       ok = false;
     }
@@ -104,14 +112,13 @@ struct Row {
 
 absl::StatusOr<Row> SweepOne(const Options& o, const TuneDevice& device, const AwqShape& shape,
                              DType out, TuneObjective objective) {
-  const std::vector<LaunchConfig> candidates =
-      cuda::CandidateConfigs(cuda::KernelVariant::kV4Vec16, shape, out);
+  const std::vector<LaunchConfig> candidates = cuda::CandidateConfigs(o.variant, shape, out);
   cuda::TuneOptions reference;
   reference.rounds = o.reference_rounds;
   reference.sample_seconds = 5e-3;  // the benchmark's graph length (bench/benchmark_cuda.cu)
   reference.max_launches_per_sample = 2000;
-  absl::StatusOr<std::vector<CandidateSamples>> swept = cuda::MeasureCandidates(
-      cuda::KernelVariant::kV4Vec16, shape, out, objective, candidates, reference);
+  absl::StatusOr<std::vector<CandidateSamples>> swept =
+      cuda::MeasureCandidates(o.variant, shape, out, objective, candidates, reference);
   if (!swept.ok()) return swept.status();
   std::vector<double> medians;
   for (const CandidateSamples& c : *swept) medians.push_back(Median(c.seconds));
@@ -128,8 +135,8 @@ absl::StatusOr<Row> SweepOne(const Options& o, const TuneDevice& device, const A
   for (int t = 0; t < o.tunings; ++t) {
     Autotuner fresh;  // a fresh (memory-only) cache per tuning
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<LaunchConfig> c = cuda::GetOrTuneLaunchConfig(
-        fresh, device, cuda::KernelVariant::kV4Vec16, shape, out, objective);
+    absl::StatusOr<LaunchConfig> c =
+        cuda::GetOrTuneLaunchConfig(fresh, device, o.variant, shape, out, objective);
     wall_ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count());
@@ -166,9 +173,10 @@ int Run(const Options& o) {
     return 2;
   }
   std::printf(
-      "device: %s (sm_%d); v4_vec16, group %lld, fp16 scales; reference: %d rounds of "
+      "device: %s (sm_%d); %s, group %lld, fp16 scales; reference: %d rounds of "
       "~5 ms graphs; tunings: default TuneOptions (5 rounds of ~1 ms graphs)\n\n",
-      device->name.c_str(), device->compute_capability, static_cast<long long>(o.group_size),
+      device->name.c_str(), device->compute_capability,
+      std::string(cuda::VariantName(o.variant)).c_str(), static_cast<long long>(o.group_size),
       o.reference_rounds);
   std::printf(
       "| shape | out | objective | candidates | best (ref) | best us/launch | tuner's "
@@ -204,7 +212,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: dequantd_tune_sweep [--shapes KxN,...] [--dtypes fp16,bf16] "
                  "[--objectives latency,throughput] [--tunings 3] [--reference-rounds 11] "
-                 "[--group-size 128] [--device 0]\n");
+                 "[--group-size 128] [--device 0] [--variant v4_vec16]\n");
     return 2;
   }
   return dequantd::bench::Run(options);

@@ -40,6 +40,7 @@ TuneKey CudaTuneTarget::Key(const AwqShape& shape, DType out_dtype) const {
 }
 
 int CudaTuneTarget::CandidateCount(const AwqShape& shape, DType out_dtype) const {
+  if (!cuda::IsTunable(variant_, shape, out_dtype)) return 1;  // DefaultConfig, untimed
   return static_cast<int>(cuda::CandidateConfigs(variant_, shape, out_dtype).size());
 }
 

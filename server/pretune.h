@@ -25,7 +25,8 @@ class TuneTarget {
   virtual ~TuneTarget() = default;
   // The key of (shape, out_dtype) on this target (TuneKey::For).
   virtual TuneKey Key(const AwqShape& shape, DType out_dtype) const = 0;
-  // Number of candidate launch configurations; at most 1 means there is nothing to tune.
+  // Number of candidate launch configurations a tuning chooses among; at most 1 means there is
+  // nothing to tune (e.g. cuda::IsTunable is false: DefaultConfig is launched untimed).
   virtual int CandidateCount(const AwqShape& shape, DType out_dtype) const = 0;
   // Measures the candidates and returns the winner.
   virtual absl::StatusOr<TuneEntry> Tune(const AwqShape& shape, DType out_dtype) = 0;
@@ -36,7 +37,7 @@ struct PretuneReport {
   int keys = 0;              // (shape, out dtype) pairs considered
   int tuned = 0;             // tuned now
   int cached = 0;            // already held (e.g. loaded from the cache file)
-  int untunable = 0;         // a single candidate: nothing to tune
+  int untunable = 0;         // nothing to tune (one candidate, or a rule-based default)
   int failed = 0;            // tunings that returned an error (the server still starts)
   absl::Status first_error;  // the first failure, naming its key; OK if none
   double wall_seconds = 0;   // total host wall time, seconds

@@ -250,8 +250,8 @@ absl::StatusOr<LaunchConfig> GetOrTuneLaunchConfig(Autotuner& tuner, const TuneD
                                                    Autotuner::Result* result,
                                                    const TuneOptions& options) {
   if (absl::Status s = ValidateShape(shape, out_dtype); !s.ok()) return s;
+  if (!IsTunable(v, shape, out_dtype)) return DefaultConfig(v, shape, out_dtype);
   const size_t candidates = CandidateConfigs(v, shape, out_dtype).size();
-  if (candidates <= 1) return DefaultConfig(v, shape, out_dtype);
   const TuneKey key = TuneKey::For(device, VariantName(v), shape, out_dtype, objective);
   absl::StatusOr<Autotuner::Result> r = tuner.GetOrTune(key, static_cast<int>(candidates), [&] {
     return TuneLaunchConfig(v, shape, out_dtype, objective, options);

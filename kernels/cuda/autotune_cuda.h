@@ -57,9 +57,9 @@ absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const AwqShape& shap
 
 // The configuration to launch (v, shape, out_dtype) with on `device` for `objective`: through
 // tuner.GetOrTune with TuneKey::For(device, VariantName(v), shape, out_dtype, objective) and
-// TuneLaunchConfig on the current device on a miss. A variant with a single candidate is not
-// tuned (nor counted): DefaultConfig. `result` (optional) receives GetOrTune's result.
-// Errors: ValidateShape's; TuneLaunchConfig's.
+// TuneLaunchConfig on the current device on a miss. Where IsTunable is false (a variant with a
+// single candidate, v4 on a small layer) nothing is tuned nor counted: DefaultConfig. `result`
+// (optional) receives GetOrTune's result. Errors: ValidateShape's; TuneLaunchConfig's.
 absl::StatusOr<LaunchConfig> GetOrTuneLaunchConfig(Autotuner& tuner, const TuneDevice& device,
                                                    KernelVariant v, const AwqShape& shape,
                                                    DType out_dtype, TuneObjective objective,

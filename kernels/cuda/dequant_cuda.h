@@ -39,6 +39,16 @@ LaunchConfig DefaultConfig(KernelVariant v, const AwqShape& shape, DType out_dty
 // The configurations the autotuner sweeps for (v, shape, out_dtype); DefaultConfig is among them.
 std::vector<LaunchConfig> CandidateConfigs(KernelVariant v, const AwqShape& shape, DType out_dtype);
 
+// Whether the autotuner times (v, shape, out_dtype)'s candidates; when false, DefaultConfig is
+// launched without a tuning (the rule-based default). False for a variant with one candidate, and
+// for v4 on small layers (LayerSize::kSmall: fewer than 4M outputs, e.g. 1536x1536), where
+// launches take a few microseconds and candidates differ by tens of nanoseconds: less than a tuning
+// separates reliably (on the H200 one tuning in three chose a configuration 1.2% slower than
+// DefaultConfig there, which was the best of the 15 candidates by the benchmark's method for
+// fp16 and bf16, latency and throughput: docs/performance.md, issue 13). ValidateShape must
+// accept the shape.
+bool IsTunable(KernelVariant v, const AwqShape& shape, DType out_dtype);
+
 // ValidateShape plus the variant's own limits on `config` (INVALID_ARGUMENT naming the field).
 absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const AwqShape& shape,
                           DType out_dtype);

@@ -108,6 +108,11 @@ std::vector<LaunchConfig> CandidateConfigs(KernelVariant v, const AwqShape& shap
   return out;
 }
 
+bool IsTunable(KernelVariant v, const AwqShape& shape, DType out_dtype) {
+  if (v == KernelVariant::kV4Vec16 && ClassifyLayer(shape) == LayerSize::kSmall) return false;
+  return CandidateConfigs(v, shape, out_dtype).size() > 1;
+}
+
 absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const AwqShape& shape,
                           DType out_dtype) {
   if (absl::Status st = ValidateShape(shape, out_dtype); !st.ok()) return st;

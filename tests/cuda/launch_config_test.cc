@@ -134,5 +134,20 @@ TEST(CandidateConfigsTest, AllImplementableAndIncludeTheDefault) {
   }
 }
 
+// The rule-based default: v4 on small layers (< 4M outputs) is not timed; mid and large layers
+// are; variants with one candidate never are.
+TEST(IsTunableTest, SmallLayersTakeTheDefaultLargerOnesAreTuned) {
+  for (DType out : {DType::kF16, DType::kBF16, DType::kF32}) {
+    EXPECT_FALSE(IsTunable(KernelVariant::kV4Vec16, Shape(1536, 1536, 128), out));
+    EXPECT_FALSE(IsTunable(KernelVariant::kV4Vec16, Shape(2048, 2040, 128), out));  // 4M - 16K
+    EXPECT_TRUE(IsTunable(KernelVariant::kV4Vec16, Shape(2048, 2048, 128), out));   // 4M
+    EXPECT_TRUE(IsTunable(KernelVariant::kV4Vec16, Shape(1536, 8960, 128), out));
+    EXPECT_TRUE(IsTunable(KernelVariant::kV4Vec16, Shape(8192, 28672, 128, DType::kBF16), out));
+    EXPECT_TRUE(IsTunable(KernelVariant::kV3PerWordBlock, Shape(1536, 1536, 128), out));
+    EXPECT_FALSE(IsTunable(KernelVariant::kV2PerWord, Shape(8192, 28672, 128), out));
+    EXPECT_FALSE(IsTunable(KernelVariant::kV1PerElement, Shape(8192, 28672, 128), out));
+  }
+}
+
 }  // namespace
 }  // namespace dequantd::cuda

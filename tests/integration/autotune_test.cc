@@ -17,12 +17,13 @@ namespace {
 namespace fs = std::filesystem;
 
 // Two layers of one shape and one of another: two distinct shapes for --pretune. The shapes have
-// several v4 candidate configurations (N / 8 divisible by 4, G divisible by 16).
+// several v4 candidate configurations (N / 8 divisible by 4, G divisible by 16) and at least 4M
+// outputs, so they are tuned (cuda::IsTunable: smaller layers get DefaultConfig untimed).
 std::vector<RandomLayer> Layers() {
   return {
-      MakeRandomLayer("model.layers.0.mlp.down_proj", 1024, 2048, 128, DType::kF16, 71),
-      MakeRandomLayer("model.layers.0.mlp.up_proj", 2048, 1024, 128, DType::kF16, 72),
-      MakeRandomLayer("model.layers.1.mlp.down_proj", 1024, 2048, 128, DType::kF16, 73),
+      MakeRandomLayer("model.layers.0.mlp.down_proj", 2048, 2048, 128, DType::kF16, 71),
+      MakeRandomLayer("model.layers.0.mlp.up_proj", 4096, 2048, 128, DType::kF16, 72),
+      MakeRandomLayer("model.layers.1.mlp.down_proj", 2048, 2048, 128, DType::kF16, 73),
   };
 }
 
@@ -69,7 +70,7 @@ TEST(AutotuneTest, FirstRequestTunesSecondHitsAndARestartDoesNotTune) {
     EXPECT_EQ(info.tune_cache(), cache);
     EXPECT_EQ(info.autotune_entries(), 0);
 
-    ExpectBitExact(*server, layers[0]);  // miss: tunes 1024x2048
+    ExpectBitExact(*server, layers[0]);  // miss: tunes 2048x2048
     info = Info(*server);
     EXPECT_EQ(info.autotune_misses(), 1);
     EXPECT_EQ(info.autotune_hits(), 0);
@@ -105,7 +106,7 @@ TEST(AutotuneTest, PretuneTunesEachDistinctShapeBeforeServing) {
   if (skip) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
   ASSERT_NE(server, nullptr);
   v1::GetServerInfoResponse info = Info(*server);
-  EXPECT_EQ(info.autotune_tunings(), 2);  // 1024x2048 and 2048x1024, fp16 output
+  EXPECT_EQ(info.autotune_tunings(), 2);  // 2048x2048 and 4096x2048, fp16 output
   EXPECT_EQ(info.autotune_entries(), 2);
   for (const RandomLayer& l : layers) ExpectBitExact(*server, l);
   info = Info(*server);
@@ -132,8 +133,8 @@ TEST(AutotuneTest, CudaBenchmarkRpcUsesTheKernelVariants) {
   ASSERT_EQ(response->rows_size(), 2);  // v4_vec16, copy
   EXPECT_EQ(response->rows(0).variant(), "v4_vec16");
   EXPECT_TRUE(response->rows(0).correct());
-  EXPECT_EQ(response->rows(0).in_features(), 2048);
-  EXPECT_EQ(response->rows(0).out_features(), 1024);
+  EXPECT_EQ(response->rows(0).in_features(), 4096);
+  EXPECT_EQ(response->rows(0).out_features(), 2048);
   EXPECT_GT(response->rows(0).throughput_seconds(), 0);
   EXPECT_GT(response->rows(0).throughput_fraction_of_peak(), 0);
 }
