@@ -132,20 +132,17 @@ class PipelineCall {
   }
 
  private:
-  // Progress reports for `bytes` placed at `placed` (result offset `offset`, a chunk boundary):
-  // one Write per chunk, pointing at the placed bytes.
+  // One progress report for `bytes` placed at `placed` (result offset `offset`): the sink checks
+  // bounds, cancellation and unregistration there and copies nothing. One report per placed piece
+  // (a whole result when the kernel wrote it), not per chunk: a report costs the sink a few
+  // microseconds (checks, metrics), which per 1 MiB chunk added up to a millisecond on a 470 MB
+  // result that the kernel writes in 0.15 ms.
   absl::Status Progress(const uint8_t* placed, int64_t offset, int64_t bytes) {
     const Clock::time_point send_start = Clock::now();
-    for (int64_t done = 0; done < bytes; done += chunk_bytes_) {
-      const int64_t n = std::min(chunk_bytes_, bytes - done);
-      if (absl::Status s = sink_.Write(offset + done,
-                                       absl::MakeConstSpan(placed + done, static_cast<size_t>(n)));
-          !s.ok()) {
-        return s;
-      }
-    }
+    const absl::Status s =
+        sink_.Write(offset, absl::MakeConstSpan(placed, static_cast<size_t>(bytes)));
     times_.send += SecondsSince(send_start);
-    return absl::OkStatus();
+    return s;
   }
 
   const PipelineOptions& options_;
