@@ -136,6 +136,7 @@ struct Row {
   std::string destination, what;
   int64_t bytes = 0;
   double p50 = 0, p99 = 0;  // seconds per call, as the client sees it
+  double mean = 0;          // seconds per call, mean (beside the server's means)
   std::string ceiling;      // the ceiling's name
   double ceiling_bps = 0;   // its bytes per second (output bytes)
   ServerAccount server;     // per call
@@ -211,6 +212,7 @@ Row Measure(RegionClient& client, int metrics_port, const Workload& w, const Des
   row.server = ServerAccount::Scrape(metrics_port, w.method()).PerCallSince(before);
   row.p50 = Percentile(times, 0.5);
   row.p99 = Percentile(times, 0.99);
+  for (double t : times) row.mean += t / static_cast<double>(times.size());
   if (absl::Status s = Check(w, d); !s.ok()) {
     row.correct = false;
     row.error = s.ToString();
@@ -233,7 +235,7 @@ std::string Us(double seconds) { return absl::StrFormat("%.0f", seconds * 1e6); 
 
 void PrintRows(const std::vector<Row>& rows, double empty_rpc, std::ostream& out) {
   out << "| destination | result | MB | p50 ms | p99 ms | GB/s | ceiling | ceiling GB/s | fraction "
-         "| kernel ms | kernel / device copy | call - kernel us | correct |\n"
+         "| kernel ms | kernel / device copy | call - kernel us (means) | correct |\n"
       << "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|\n";
   for (const Row& r : rows) {
     const double gbps = r.p50 > 0 ? static_cast<double>(r.bytes) / r.p50 / 1e9 : 0;
@@ -246,20 +248,22 @@ void PrintRows(const std::vector<Row>& rows, double empty_rpc, std::ostream& out
         r.server.kernel * 1e3,
         r.copy_bps > 0 && kernel_rate > 0 ? absl::StrFormat("%.2f", kernel_rate / (2 * r.copy_bps))
                                           : "-",
-        r.server.kernel > 0 ? Us(r.p50 - r.server.kernel) : "-",
+        r.server.kernel > 0 ? Us(r.mean - r.server.kernel) : "-",
         r.error.empty() ? (r.correct ? "yes" : "NO") : "ERROR " + r.error);
   }
-  out << "\nwhere a call's time goes (mean per timed call; dequantd's metrics, us): client p50 = "
-         "server handler + transport and client\n\n"
-      << "| destination | result | client p50 | handler | queue_wait | kernel | device_to_host "
+  out << "\nwhere a call's time goes (means per timed call, us; the server's from its metrics): "
+         "client = handler + transport and client; handler = queue_wait + kernel + device_to_host "
+         "+ "
+         "send + other\n\n"
+      << "| destination | result | client | handler | queue_wait | kernel | device_to_host "
          "| send (sink writes) | handler other | transport + client |\n"
       << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const Row& r : rows) {
     const ServerAccount& s = r.server;
     out << absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.destination,
-                           r.what, Us(r.p50), Us(s.handler), Us(s.queue), Us(s.kernel), Us(s.d2h),
+                           r.what, Us(r.mean), Us(s.handler), Us(s.queue), Us(s.kernel), Us(s.d2h),
                            Us(s.send), Us(s.handler - s.queue - s.kernel - s.d2h - s.send),
-                           Us(r.p50 - s.handler));
+                           Us(r.mean - s.handler));
   }
   out << absl::StrFormat(
       "\nan empty unary RPC (SharedMemoryStatus) from the same client: p50 %s us\n", Us(empty_rpc));
