@@ -280,9 +280,15 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
       absl::StatusOr<std::string> kernel = launch_slab(s + 1);
       return kernel.status();
     };
-    // The slab's kernel is done before anything is copied out of its buffer (or, for a direct
-    // destination, reported); it ran while the previous slab's last piece was sent.
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot->kernel_end[s % 2].get()));
+    // The slab's kernel is done before anything is copied out of its buffer; it ran while the
+    // previous slab's last piece was sent. A direct destination needs no copy: its progress
+    // reports (and a LayersSink's headers, one per result) go out while the kernel still writes,
+    // and the wait after the loop keeps the rule that Run returns only once the bytes are there.
+    // (Reported after the kernel, the 224 results of an 8B-shaped model added ~7 ms of header
+    // writes and cancellation polls to a 4.6 ms kernel.)
+    if (!direct) {
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot->kernel_end[s % 2].get()));
+    }
     for (size_t i = slabs[s].first; i < slabs[s].end; ++i) {
       if (layers != nullptr) {
         if (absl::Status st = layers->BeginLayer(static_cast<int64_t>(i)); !st.ok()) return st;
