@@ -67,7 +67,11 @@ class ChunkSink {
   // computes into it; CUDA copies device-to-host into it, or launches the kernel into it for
   // kDevice), and still calls Begin and Write in order, with `bytes` pointing at the bytes it
   // placed there (device memory for kDevice: the sink must not read them). Write is then only a
-  // progress report. Null (the default): the bytes arrive through Write.
+  // progress report, consecutive but of any size (not chunk_bytes: the CUDA backend reports each
+  // placed piece once, a whole result when the kernel wrote it). For kDevice a report may come
+  // while the kernel still writes (in stream order before the call returns): Dequantize's
+  // return, not Write, means the bytes are there. Null (the default): the bytes arrive through
+  // Write.
   virtual const ResultDestination* destination() const { return nullptr; }
   // The bytes of the result this sink wants: [offset, offset + length) of the row-major (K, N)
   // result, already validated against the result's size by whoever made the sink (the service

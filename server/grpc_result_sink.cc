@@ -106,11 +106,13 @@ absl::Status GrpcResultSink::SendHeader(size_t index) {
       !s.ok()) {
     return absl::InternalError(absl::StrCat("serializing a header: ", s.error_message()));
   }
-  return Send(message);
+  return Send(message, /*poll_cancelled=*/region_.empty());
 }
 
-absl::Status GrpcResultSink::Send(const grpc::ByteBuffer& message) {
-  if (context_->IsCancelled()) return absl::CancelledError("the client cancelled the call");
+absl::Status GrpcResultSink::Send(const grpc::ByteBuffer& message, bool poll_cancelled) {
+  if (poll_cancelled && context_->IsCancelled()) {
+    return absl::CancelledError("the client cancelled the call");
+  }
   StallWatchdog::Write watch(stall_watchdog_, [this] { context_->TryCancel(); });
   if (!writer_->Write(message)) {
     if (watch.stalled()) {

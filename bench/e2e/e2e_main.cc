@@ -37,6 +37,7 @@
 #include "bench/e2e/dequantd_process.h"
 #include "bench/e2e/device_copy.h"
 #include "bench/e2e/raw_stream_service.h"
+#include "bench/e2e/region_rows.h"
 #include "bench/e2e/synthetic_model.h"
 #include "client/ranged_fetch.h"
 #include "kernels/dequant.h"
@@ -53,6 +54,9 @@ ABSL_FLAG(bool, inline_requests, true, "also time inline requests (packed tensor
 ABSL_FLAG(bool, unix_socket, true, "also run dequantd and the raw stream on a Unix socket");
 ABSL_FLAG(std::string, work_dir, "",
           "where the synthetic checkpoint and logs go; empty = a temp dir");
+ABSL_FLAG(std::string, region_model, "none",
+          "shared-memory region rows (issue 9, bench/e2e/region_rows.h): none, sizes (the --sizes "
+          "checkpoint) or llama-8b (a generated 8B-shaped model and an 8192 x 28672 layer)");
 ABSL_FLAG(bool, check, false,
           "correctness only (CI): exit 1 when any fetched byte differs; times are still printed");
 
@@ -375,6 +379,19 @@ int Main() {
   bool ok = true;
   for (const std::vector<Row>* table : {&ceilings, &encodings, &rows}) {
     for (const Row& r : *table) ok = ok && r.correct && r.error.empty();
+  }
+  if (absl::GetFlag(FLAGS_region_model) != "none") {
+    ok = RunRegionRows({.dequantd = absl::GetFlag(FLAGS_dequantd),
+                        .backend = absl::GetFlag(FLAGS_backend),
+                        .work_dir = work,
+                        .model = absl::GetFlag(FLAGS_region_model),
+                        .sizes_model_dir = work + "/model",
+                        .sizes_layers = &layers,
+                        .trials = trials,
+                        .chunk_bytes = chunk,
+                        .pinned_d2h_bytes_per_second = d2h},
+                       std::cout) &&
+         ok;
   }
   if (!ok) std::cerr << "dequantd_e2e_bench: some fetched bytes were wrong or a call failed\n";
   if (absl::GetFlag(FLAGS_work_dir).empty()) std::filesystem::remove_all(work);

@@ -26,13 +26,13 @@ AwqShape ShapeForBytes(int64_t output_bytes) {
       .K = std::max<int64_t>(128, rows), .N = N, .group_size = 128, .scale_dtype = DType::kF16};
 }
 
-std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes, uint32_t seed) {
+std::vector<SyntheticLayer> MakeLayersOf(const std::vector<LayerSpec>& specs, uint32_t seed) {
   std::vector<SyntheticLayer> layers;
   std::mt19937 rng(seed);
-  for (size_t i = 0; i < output_bytes.size(); ++i) {
+  for (const LayerSpec& spec : specs) {
     SyntheticLayer layer;
-    layer.shape = ShapeForBytes(output_bytes[i]);
-    layer.name = absl::StrCat("layers.", i, ".", layer.shape.K, "x", layer.shape.N);
+    layer.shape = spec.shape;
+    layer.name = spec.name;
     layer.qweight.resize(static_cast<size_t>(layer.shape.qweight_elements()));
     layer.qzeros.resize(static_cast<size_t>(layer.shape.qzeros_elements()));
     layer.scales.resize(static_cast<size_t>(layer.shape.scales_elements()));
@@ -44,6 +44,36 @@ std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes,
     layers.push_back(std::move(layer));
   }
   return layers;
+}
+
+std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes, uint32_t seed) {
+  std::vector<LayerSpec> specs;
+  for (size_t i = 0; i < output_bytes.size(); ++i) {
+    const AwqShape shape = ShapeForBytes(output_bytes[i]);
+    specs.push_back({absl::StrCat("layers.", i, ".", shape.K, "x", shape.N), shape});
+  }
+  return MakeLayersOf(specs, seed);
+}
+
+std::vector<LayerSpec> Llama8BLayers() {
+  struct Projection {
+    const char* name;
+    int64_t K, N;
+  };
+  constexpr Projection kBlock[] = {
+      {"self_attn.q_proj", 4096, 4096}, {"self_attn.k_proj", 4096, 1024},
+      {"self_attn.v_proj", 4096, 1024}, {"self_attn.o_proj", 4096, 4096},
+      {"mlp.gate_proj", 4096, 14336},   {"mlp.up_proj", 4096, 14336},
+      {"mlp.down_proj", 14336, 4096}};
+  std::vector<LayerSpec> specs;
+  for (int block = 0; block < 32; ++block) {
+    for (const Projection& p : kBlock) {
+      specs.push_back(
+          {absl::StrCat("model.layers.", block, ".", p.name),
+           AwqShape{.K = p.K, .N = p.N, .group_size = 128, .scale_dtype = DType::kF16}});
+    }
+  }
+  return specs;
 }
 
 absl::Status WriteCheckpoint(const std::string& dir, const std::vector<SyntheticLayer>& layers) {

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "server/regions/guarded_copy.h"
 #if DEQUANTD_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -59,6 +60,7 @@ class HostRegion final : public Region {
   RegionKind kind() const override { return RegionKind::kHost; }
   uint8_t* data() const override { return data_; }
   bool pinned() const override { return pinned_; }
+  bool direct_writes() const override { return pinned_; }
   absl::Status CheckUsable() const override {
     struct stat st {};
     const int64_t end = spec().offset + spec().byte_size;
@@ -70,8 +72,14 @@ class HostRegion final : public Region {
     return absl::OkStatus();
   }
   absl::Status CopyIn(int64_t offset, absl::Span<const uint8_t> bytes) override {
-    std::memcpy(data_ + offset, bytes.data(), bytes.size());
-    return absl::OkStatus();
+    if (GuardedCopy(data_ + offset, bytes.data(), bytes.size(), static_cast<uint8_t*>(map_),
+                    map_bytes_)) {
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "region \"", spec().name, "\": its object ", spec().key,
+        " was truncated while a result was written into it (the write of ", bytes.size(),
+        " bytes at region offset ", offset, " faulted); its bytes are incomplete"));
   }
 
  private:

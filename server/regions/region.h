@@ -44,13 +44,20 @@ class Region {
   virtual uint8_t* data() const = 0;
   // Host: registered with cudaHostRegister (device-to-host DMA can land in it directly).
   virtual bool pinned() const { return false; }
+  // Whether a backend may write data() itself (its threads, or DMA) as the call's
+  // ResultDestination. False for a host mapping that is not pinned: the client may truncate its
+  // object at any time, and a CPU write to a page past the new end raises SIGBUS, so those bytes
+  // go through RegionSink::Write and CopyIn, which copies with GuardedCopy (guarded_copy.h). A
+  // pinned mapping keeps its pages for DMA when the object shrinks: written directly.
+  virtual bool direct_writes() const { return true; }
   // OK when the region can be written now. Host: FAILED_PRECONDITION when its object was
   // truncated below offset + byte_size since registration (a write would fault). Checked at
-  // the start of every call that writes into it.
+  // the start of every call that writes into it, and at every Write of its sink.
   virtual absl::Status CheckUsable() const { return absl::OkStatus(); }
   // Copies host `bytes` to byte `offset` of the region (the sink's fallback when a backend did
   // not place the bytes itself). The caller checked offset + bytes.size() <= byte_size.
-  // Errors: INTERNAL from the device.
+  // Errors: INTERNAL from the device; FAILED_PRECONDITION for a host region whose object was
+  // truncated during the copy (the copy faulted, GuardedCopy caught it; the bytes are incomplete).
   virtual absl::Status CopyIn(int64_t offset, absl::Span<const uint8_t> bytes) = 0;
 
  private:

@@ -21,6 +21,7 @@ RegionSink::RegionSink(RegionLease lease, int64_t region_offset, std::vector<int
     total += bytes;
   }
   const Region& region = lease_.region();
+  direct_ = region.direct_writes();
   destination_.memory = region.kind() == RegionKind::kHost ? ResultDestination::Memory::kHost
                                                            : ResultDestination::Memory::kDevice;
   destination_.data = region.data() + region_offset;
@@ -57,6 +58,9 @@ absl::Status RegionSink::Write(int64_t offset, absl::Span<const uint8_t> bytes) 
         current_ < result_offsets_.size() ? result_offsets_[current_] : 0, " (region byte_size ",
         region.spec().byte_size, ")"));
   }
+  // A host object truncated during the call: stop before writing (a pinned region's DMA landed
+  // in pages the object no longer holds; an unpinned one's copy would fault).
+  if (absl::Status s = region.CheckUsable(); !s.ok()) return s;
   const int64_t region_offset = result_offsets_[current_] + offset;
   // A backend that placed the bytes hands back a pointer into the region; any other (one that
   // does not honour destination()) hands its own buffer, which is copied in here.

@@ -30,12 +30,18 @@ class RegionSink final : public LayersSink {
   // Each result's offset in the region, bytes (for the headers).
   const std::vector<int64_t>& result_offsets() const { return result_offsets_; }
 
-  const ResultDestination* destination() const override { return &destination_; }
+  // The region at the offset, when its memory may be written by the backend directly
+  // (Region::direct_writes); null otherwise (the bytes then come through Write).
+  const ResultDestination* destination() const override {
+    return direct_ ? &destination_ : nullptr;
+  }
   absl::Status Begin(const std::string& kernel) override;
   absl::Status BeginLayer(int64_t index) override;
   // Errors: CANCELLED (the client went away), ABORTED (the region was unregistered during the
-  // call: its bytes are incomplete), INVALID_ARGUMENT (a write outside the current result's
-  // bytes, naming region, offset and bytes), the region's CopyIn error.
+  // call: its bytes are incomplete), FAILED_PRECONDITION (a host region's object was truncated
+  // during the call, seen before the write or caught by the guarded copy), INVALID_ARGUMENT (a
+  // write outside the current result's bytes, naming region, offset and bytes), the region's CopyIn
+  // error.
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override;
 
  private:
@@ -46,7 +52,8 @@ class RegionSink final : public LayersSink {
   const std::function<bool()> cancelled_;
   const std::function<void(RegionKind, int64_t)> delivered_;
   ResultDestination destination_;
-  size_t current_ = 0;  // the result being written
+  bool direct_ = false;  // Region::direct_writes
+  size_t current_ = 0;   // the result being written
 };
 
 }  // namespace dequantd::regions

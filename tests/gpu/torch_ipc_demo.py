@@ -197,6 +197,14 @@ def run(args):
     rows = []
     t = timed(lambda: call(request), args.reps)
     rows.append(("Dequantize -> device region (call)", t))
+    # What the Python client adds: an empty unary RPC and a 1 MB region call, many times each.
+    small_request = pb.DequantizeRequest(tensor="small.proj",
+                                         output_region=pb.OutputRegion(name="small"))
+    python_floor = [
+        ("python: empty unary RPC (SharedMemoryStatus)",
+         timed(lambda: stub.SharedMemoryStatus(pb.SharedMemoryStatusRequest()), 200)),
+        ("python: Dequantize 512x1024 -> device region", timed(lambda: call(small_request), 200)),
+    ]
     got = big.cpu().numpy().view(np.uint16)
     checks.expect("device region 470 MB: bit for bit", np.array_equal(got, expected["big.proj"]))
 
@@ -253,6 +261,8 @@ def run(args):
         print(f"{label:46s} {seconds * 1e3:8.2f} {out_bytes / seconds / 1e9:12.1f}")
     dev_call = rows[0][1]
     host_call = rows[1][1]
+    for label, seconds in python_floor:
+        print(f"{label:46s} {seconds * 1e6:8.0f} us")
     print(f"host region call vs pinned D2H: {d2h / host_call:.2f}")
     print(f"device region call vs device copy (output bytes): {d2d / dev_call:.2f}")
 

@@ -1,8 +1,13 @@
 // Shared-memory regions end to end (issue 9) on a real server (CPU backend, 127.0.0.1): results
 // written into a client's POSIX shared memory equal the streamed ones byte for byte, the response
 // carries only headers naming the region and offsets, and every refusal has its precise status.
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -195,6 +200,54 @@ TEST_F(SharedMemoryTest, OutputRegionErrorsNameRegionOffsetAndBytes) {
   EXPECT_EQ(header.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(header.status().message(), HasSubstr("output_region.name: no region \"nope\""));
   EXPECT_EQ(Bytes(*shm, 0, bytes), std::vector<uint8_t>(bytes, 0));  // nothing written
+}
+
+// A client that truncates its object while the server writes into it (issue 9, the SIGBUS
+// risk): every call ends OK or FAILED_PRECONDITION naming the truncation, never with the server
+// dead (it runs in this process: a SIGBUS would end the test binary); a call after the truncation
+// is FAILED_PRECONDITION; grown back, the region takes a whole correct result again.
+TEST_F(SharedMemoryTest, TruncatingTheObjectDuringWritesFailsThoseCallsAndTheServerServesOn) {
+  const RandomLayer big = MakeRandomLayer("big", 1024, 4096, 64, DType::kF16, 21);
+  const int64_t bytes = big.shape.output_bytes(DType::kF16);  // 8 MiB: 8 chunks of 1 MiB
+  std::unique_ptr<ShmObject> shm = Shm("truncated", bytes);
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(regions().RegisterSystem("t", shm->key(), 0, bytes).ok());
+  v1::DequantizeRequest request;
+  *request.mutable_packed() = big.ToInline();
+  request.mutable_output_region()->set_name("t");
+  const std::string path = "/dev/shm" + shm->key();
+
+  std::atomic<bool> stop{false};
+  std::thread truncator([&] {  // shrinks and regrows the object as fast as it can
+    while (!stop.load()) {
+      ASSERT_EQ(truncate(path.c_str(), 4096), 0);
+      std::this_thread::yield();
+      ASSERT_EQ(truncate(path.c_str(), bytes), 0);
+    }
+  });
+  int failed = 0;
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<v1::DequantizeHeader> header = regions().DequantizeInto(request);
+    if (header.ok()) continue;
+    ++failed;
+    EXPECT_EQ(header.status().code(), absl::StatusCode::kFailedPrecondition) << header.status();
+    EXPECT_THAT(header.status().message(), HasSubstr("region \"t\": its object"));
+    EXPECT_THAT(header.status().message(), HasSubstr("was truncated"));
+  }
+  stop = true;
+  truncator.join();
+  std::printf("calls failed by a truncation: %d of 20\n", failed);
+
+  ASSERT_EQ(truncate(path.c_str(), 4096), 0);
+  absl::StatusOr<v1::DequantizeHeader> header = regions().DequantizeInto(request);
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(header.status().message(), HasSubstr("was truncated to 4096 bytes"));
+
+  ASSERT_EQ(truncate(path.c_str(), bytes), 0);
+  header = regions().DequantizeInto(request);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_TRUE(Bytes(*shm, 0, bytes) == big.Expected(DType::kF16));
+  EXPECT_TRUE(client().ListTensors().ok());  // and the other RPCs still answer
 }
 
 TEST(SharedMemoryOffTest, EverythingIsFailedPreconditionByDefault) {

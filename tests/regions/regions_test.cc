@@ -1,11 +1,15 @@
 // server/regions: the same-host peer rule, host regions (open, map, bounds, truncation), the
 // registry (names, limits, leases that make Unregister wait, idle release) and RegionSink
-// (bounds, Unregister during a call, the copy-in fallback), and the CPU backend computing into a
-// region's destination.
+// (bounds, Unregister during a call, the copy-in fallback), the CPU backend computing into a
+// region's destination, and truncation under a write (GuardedCopy: the server fails the call and
+// lives on).
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -18,6 +22,7 @@
 #include "server/backend.h"
 #include "server/region_service.h"
 #include "server/regions/cuda_region.h"
+#include "server/regions/guarded_copy.h"
 #include "server/regions/host_region.h"
 #include "server/regions/peer.h"
 #include "server/regions/region_sink.h"
@@ -384,6 +389,125 @@ TEST(RegionSinkTest, WritesAreBoundsCheckedAndForeignBytesAreCopiedIn) {
   EXPECT_EQ(region->copies, 1);  // nothing written out of bounds
   cancelled = true;
   EXPECT_EQ(sink.Write(0, bytes).code(), absl::StatusCode::kCancelled);
+}
+
+// A shared mapping of `shm` (every byte), unmapped on destruction.
+class Mapping {
+ public:
+  Mapping(const ShmFile& shm, size_t bytes) : bytes_(bytes) {
+    const int fd = shm_open(shm.key().c_str(), O_RDWR, 0);
+    if (fd >= 0) {
+      void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      close(fd);
+      if (map != MAP_FAILED) data_ = static_cast<uint8_t*>(map);
+    }
+  }
+  ~Mapping() {
+    if (data_ != nullptr) munmap(data_, bytes_);
+  }
+  uint8_t* data() const { return data_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t bytes_;
+};
+
+TEST(GuardedCopyTest, ATruncatedObjectEndsTheCopyWithFalseAndTheProcessLivesOn) {
+  constexpr size_t kBytes = 16 * 4096;
+  ShmFile shm("guarded", kBytes);
+  ASSERT_TRUE(shm.ok());
+  Mapping map(shm, kBytes);
+  ASSERT_NE(map.data(), nullptr);
+  const std::vector<uint8_t> source(kBytes, 0x5A);
+  EXPECT_TRUE(GuardedCopy(map.data(), source.data(), kBytes, map.data(), kBytes));
+  EXPECT_EQ(shm.Read(kBytes - 1, 1), "\x5A");
+  // Shrunk to 4 pages: a plain memcpy into page 4 would raise SIGBUS.
+  ASSERT_TRUE(shm.Truncate(4 * 4096));
+  EXPECT_FALSE(GuardedCopy(map.data(), source.data(), kBytes, map.data(), kBytes));
+  EXPECT_FALSE(GuardedCopy(map.data() + 8 * 4096, source.data(), 100, map.data(), kBytes));
+  // The pages below the new end still take writes; grown back, the whole mapping does.
+  EXPECT_TRUE(GuardedCopy(map.data(), source.data(), 4 * 4096, map.data(), kBytes));
+  ASSERT_TRUE(shm.Truncate(kBytes));
+  EXPECT_TRUE(GuardedCopy(map.data(), source.data(), kBytes, map.data(), kBytes));
+  EXPECT_EQ(shm.Read(kBytes - 1, 1), "\x5A");
+}
+
+TEST(GuardedCopyDeathTest, AFaultOutsideAGuardedCopyStillKillsWithSigbus) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  constexpr size_t kBytes = 4 * 4096;
+  ShmFile shm("unguarded", kBytes);
+  ASSERT_TRUE(shm.ok());
+  const std::vector<uint8_t> source(kBytes, 1);
+  uint8_t elsewhere[64];
+  EXPECT_EXIT(
+      {
+        Mapping map(shm, kBytes);
+        GuardedCopy(elsewhere, source.data(), sizeof elsewhere, elsewhere, sizeof elsewhere);
+        shm.Truncate(0);
+        // The handler is installed; this write is in no guarded range: the default action.
+        volatile uint8_t* page = map.data() + 4096;
+        *page = 1;
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+  EXPECT_EXIT(
+      {
+        Mapping map(shm, kBytes);
+        shm.Truncate(0);
+        // A guarded copy whose range is another buffer does not cover this mapping.
+        GuardedCopy(map.data(), source.data(), kBytes, elsewhere, sizeof elsewhere);
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
+TEST(HostRegionTest, CopyInToATruncatedObjectIsFailedPrecondition) {
+  ShmFile shm("copy-in", 8 * 4096);
+  ASSERT_TRUE(shm.ok());
+  absl::StatusOr<std::unique_ptr<Region>> region =
+      OpenHostRegion(Spec("r", shm.key(), 0, 8 * 4096), /*pin=*/false);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_FALSE((*region)->direct_writes());  // not pinned: the server's CPU writes are guarded
+  ASSERT_TRUE(shm.Truncate(4096));
+  const std::vector<uint8_t> bytes(4096, 3);
+  const absl::Status s = (*region)->CopyIn(2 * 4096, bytes);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("region \"r\": its object " + shm.key() +
+                                     " was truncated while a result was written into it"));
+  EXPECT_THAT(s.message(), HasSubstr("at region offset 8192"));
+  EXPECT_TRUE((*region)->CopyIn(0, bytes).ok());  // below the new end: fine
+}
+
+TEST(RegionSinkTest, ATruncationDuringACpuCallFailsItPreciselyAndTheNextCallWorks) {
+  const PackedLayer layer = RandomPackedLayer({.K = 1024, .N = 2048, .group_size = 128}, 5);
+  const std::vector<uint8_t> expected = ReferenceBytes(layer, DType::kF16);
+  const int64_t bytes = static_cast<int64_t>(expected.size());
+  ShmFile shm("during", bytes);
+  ASSERT_TRUE(shm.ok());
+  RegionRegistry registry({});
+  absl::StatusOr<std::unique_ptr<Region>> region =
+      OpenHostRegion(Spec("r", shm.key(), 0, bytes), /*pin=*/false);
+  ASSERT_TRUE(region.ok()) << region.status();
+  ASSERT_TRUE(registry.Add(std::move(*region)).ok());
+  std::unique_ptr<Backend> backend = MakeCpuBackend(2);
+  DequantSource source;
+  source.host = layer.view();
+  {
+    // The object shrinks after the call's check at Acquire, before the first byte is written.
+    HeaderRecorder headers;
+    headers.on_begin = [&] { ASSERT_TRUE(shm.Truncate(4096)); };
+    RegionSink sink(*registry.Acquire("r"), 0, {bytes}, headers, nullptr, nullptr);
+    EXPECT_EQ(sink.destination(), nullptr);  // unpinned host memory: written through CopyIn
+    const absl::Status s = backend->Dequantize(source, DType::kF16, 1 << 20, sink);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(s.message(), HasSubstr("truncated to 4096 bytes"));
+  }
+  // Grown back, the same region takes the next call whole.
+  ASSERT_TRUE(shm.Truncate(bytes));
+  HeaderRecorder headers;
+  RegionSink sink(*registry.Acquire("r"), 0, {bytes}, headers, nullptr, nullptr);
+  ASSERT_TRUE(backend->Dequantize(source, DType::kF16, 1 << 20, sink).ok());
+  EXPECT_TRUE(shm.Read(0, bytes) == std::string(expected.begin(), expected.end()));
 }
 
 RegionServiceOptions Mode(SharedMemoryMode mode, std::vector<int> cuda_devices = {}) {

@@ -1,0 +1,42 @@
+// The shared-memory rows of the end-to-end benchmark (issue 9): one layer and a whole model
+// written by a real dequantd (--shared-memory=all) into a host region (a POSIX shared-memory
+// object this process creates) and into a device region (a cudaMalloc buffer of this process,
+// exported by CUDA IPC), the whole call timed as the client sees it (request, work, reply) with
+// the C++ client library (client/shm_client.h), beside the ceilings measured in the same run:
+// pinned device-to-host copy for the host region, device-to-device copy for the device region.
+// dequantd's own account of each call (handler time, kernel time and stages, read from its
+// /metrics before and after the timed calls) says where the call's time goes.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "bench/e2e/synthetic_model.h"
+
+namespace dequantd::e2e {
+
+struct RegionRowsOptions {
+  std::string dequantd;  // the dequantd binary
+  std::string backend;   // its --backend
+  std::string work_dir;  // where a generated model and the server's log go
+  // "sizes": the checkpoint the caller wrote at `sizes_model_dir` from `sizes_layers` (the
+  // single-layer rows use the largest, the model rows all of them); "llama-8b": a generated
+  // Llama-3-8B-shaped model (Llama8BLayers(), 224 layers, 13.96 GB of fp16) plus one 8192 x 28672
+  // layer (470 MB) for the single-layer rows.
+  std::string model = "sizes";
+  std::string sizes_model_dir;
+  const std::vector<SyntheticLayer>* sizes_layers = nullptr;
+  int trials = 5;                          // timed calls per row, after one untimed warm-up
+  int64_t chunk_bytes = 0;                 // the requests' chunk_bytes (0: the server's default)
+  double pinned_d2h_bytes_per_second = 0;  // the host region's ceiling, measured by the caller
+};
+
+// Runs the rows and prints their tables to `out`. Every row's result is compared with the CPU
+// reference after its last timed call (the region is poisoned before that call). Returns false
+// when a result differed or a call failed (named in the table); device rows are skipped, not
+// failed, without a GPU.
+bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out);
+
+}  // namespace dequantd::e2e
