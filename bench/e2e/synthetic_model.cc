@@ -46,7 +46,11 @@ std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes,
   return layers;
 }
 
-absl::Status WriteCheckpoint(const std::string& dir, const std::vector<SyntheticLayer>& layers) {
+namespace {
+
+// Writes config.json and model.safetensors holding `layers[i]`'s data under `names[i]`.
+absl::Status WriteNamedLayers(const std::string& dir, const std::vector<std::string>& names,
+                              const std::vector<const SyntheticLayer*>& layers) {
   std::filesystem::create_directories(dir);
   std::ofstream config(std::filesystem::path(dir) / "config.json");
   config << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",)"
@@ -55,14 +59,84 @@ absl::Status WriteCheckpoint(const std::string& dir, const std::vector<Synthetic
   config.close();
   if (!config) return absl::InternalError(absl::StrCat("cannot write ", dir, "/config.json"));
   std::vector<safetensors::TensorToWrite> tensors;
-  for (const SyntheticLayer& l : layers) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const SyntheticLayer& l = *layers[i];
     const int64_t words = l.shape.N / 8;
-    tensors.push_back({l.name + ".qweight", "I32", {l.shape.K, words}, Bytes(l.qweight)});
-    tensors.push_back({l.name + ".qzeros", "I32", {l.shape.groups(), words}, Bytes(l.qzeros)});
-    tensors.push_back({l.name + ".scales", "F16", {l.shape.groups(), l.shape.N}, Bytes(l.scales)});
+    tensors.push_back({names[i] + ".qweight", "I32", {l.shape.K, words}, Bytes(l.qweight)});
+    tensors.push_back({names[i] + ".qzeros", "I32", {l.shape.groups(), words}, Bytes(l.qzeros)});
+    tensors.push_back(
+        {names[i] + ".scales", "F16", {l.shape.groups(), l.shape.N}, Bytes(l.scales)});
   }
   return safetensors::WriteFile((std::filesystem::path(dir) / "model.safetensors").string(),
                                 tensors);
+}
+
+// Random packed data of one (K, N) layer (as MakeLayers makes it).
+SyntheticLayer RandomLayer(std::string name, int64_t K, int64_t N, std::mt19937& rng) {
+  SyntheticLayer layer;
+  layer.name = std::move(name);
+  layer.shape = AwqShape{.K = K, .N = N, .group_size = 128, .scale_dtype = DType::kF16};
+  layer.qweight.resize(static_cast<size_t>(layer.shape.qweight_elements()));
+  layer.qzeros.resize(static_cast<size_t>(layer.shape.qzeros_elements()));
+  layer.scales.resize(static_cast<size_t>(layer.shape.scales_elements()));
+  for (int32_t& w : layer.qweight) w = static_cast<int32_t>(rng());
+  for (int32_t& z : layer.qzeros) z = static_cast<int32_t>(rng());
+  // fp16 magnitudes 2^-12 .. ~2^-5, either sign.
+  for (uint16_t& s : layer.scales)
+    s = static_cast<uint16_t>(0x0C00u + rng() % 0x0C00u) | ((rng() & 1u) << 15);
+  return layer;
+}
+
+}  // namespace
+
+absl::Status WriteCheckpoint(const std::string& dir, const std::vector<SyntheticLayer>& layers) {
+  std::vector<std::string> names;
+  std::vector<const SyntheticLayer*> data;
+  for (const SyntheticLayer& l : layers) {
+    names.push_back(l.name);
+    data.push_back(&l);
+  }
+  return WriteNamedLayers(dir, names, data);
+}
+
+int64_t SyntheticModel::fp16_bytes() const {
+  int64_t total = 0;
+  for (size_t d : data_of) total += distinct[d].shape.output_bytes(DType::kF16);
+  return total;
+}
+
+SyntheticModel MakeLlamaShapedModel(int blocks, int shrink, uint32_t seed) {
+  struct Projection {
+    const char* name;
+    int64_t K, N;
+  };
+  constexpr Projection kBlock[] = {
+      {"self_attn.q_proj", 4096, 4096}, {"self_attn.k_proj", 4096, 1024},
+      {"self_attn.v_proj", 4096, 1024}, {"self_attn.o_proj", 4096, 4096},
+      {"mlp.gate_proj", 4096, 14336},   {"mlp.up_proj", 4096, 14336},
+      {"mlp.down_proj", 14336, 4096}};
+  SyntheticModel model;
+  std::mt19937 rng(seed);
+  for (const Projection& p : kBlock) {
+    model.distinct.push_back(RandomLayer(p.name, p.K / shrink, p.N / shrink, rng));
+  }
+  std::vector<std::pair<std::string, size_t>> layers;
+  for (int b = 0; b < blocks; ++b) {
+    for (size_t p = 0; p < std::size(kBlock); ++p) {
+      layers.emplace_back(absl::StrCat("model.layers.", b, ".", kBlock[p].name), p);
+    }
+  }
+  std::sort(layers.begin(), layers.end());
+  for (auto& [name, p] : layers) {
+    model.names.push_back(std::move(name));
+    model.data_of.push_back(p);
+  }
+  return model;
+}
+
+absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::string>& names,
+                             const std::vector<const SyntheticLayer*>& data) {
+  return WriteNamedLayers(dir, names, data);
 }
 
 }  // namespace dequantd::e2e

@@ -32,4 +32,24 @@ std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes,
 // Writes `dir`/config.json (awq, 4 bits, group_size 128, gemm) and `dir`/model.safetensors.
 absl::Status WriteCheckpoint(const std::string& dir, const std::vector<SyntheticLayer>& layers);
 
+// A Llama-3-8B-shaped model: `blocks` blocks of the 7 projections (q 4096x4096, k and v
+// 4096x1024, o 4096x4096, gate and up 4096x14336, down 14336x4096; every dimension divided by
+// `shrink`, 1 = the real shapes: 32 blocks = 224 layers, 13.96 GB of fp16), named
+// "model.layers.<b>.<self_attn|mlp>.<proj>". The blocks share the packed data of one block (so
+// the reference is computed for 7 layers), in ListTensors' name order.
+struct SyntheticModel {
+  std::vector<SyntheticLayer> distinct;  // the 7 projections' data
+  std::vector<std::string> names;        // every layer, sorted by name (ListTensors' order)
+  std::vector<size_t> data_of;           // names[i]'s data: distinct[data_of[i]]
+  int64_t fp16_bytes() const;            // the whole model's fp16 result, bytes
+};
+// `shrink` must divide 1024 and leave K a multiple of 128 (1, 2, 4, 8: 14336 / 8 = 1792;
+// 16: 256/64/896, whose K 896 is 7 x 128).
+SyntheticModel MakeLlamaShapedModel(int blocks, int shrink, uint32_t seed);
+// Writes a checkpoint as WriteCheckpoint does, holding `data[i]`'s packed tensors under the layer
+// name `names[i]` (so layers can share data: a SyntheticModel's names and distinct data, plus
+// any other layers).
+absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::string>& names,
+                             const std::vector<const SyntheticLayer*>& data);
+
 }  // namespace dequantd::e2e
