@@ -106,10 +106,10 @@ std::string FormatProfile(
         rest_threads += g.threads;
         continue;
       }
-      absl::StrAppend(
-          &out, absl::StrFormat("| %s | %s | %d | %.3f | %.0f%% |\n", process, g.name, g.threads,
-                                g.cpu_seconds,
-                                wall_seconds > 0 ? 100 * g.cpu_seconds / wall_seconds : 0.0));
+      absl::StrAppend(&out,
+                      absl::StrFormat("| %s | %s | %s | %.3f | %.0f%% |\n", process, g.name,
+                                      g.threads > 0 ? absl::StrCat(g.threads) : "-", g.cpu_seconds,
+                                      wall_seconds > 0 ? 100 * g.cpu_seconds / wall_seconds : 0.0));
     }
     if (rest > 0) {
       absl::StrAppend(
