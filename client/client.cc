@@ -239,6 +239,9 @@ absl::Status Deliver(ResponseStreamChecker& checker, const DequantizeSink& sink,
   absl::Status status = checker.Next(response.has_header() ? &response.header() : nullptr,
                                      response.offset(), response.data_bytes());
   if (status.ok() && first && sink.on_header) status = sink.on_header(checker.header());
+  if (status.ok() && response.data_bytes() > 0 && sink.on_message) {
+    sink.on_message(response.offset(), response.data_bytes());
+  }
   if (status.ok() && response.data_bytes() > 0 && sink.on_chunk) {
     int64_t offset = response.offset();
     for (absl::Span<const uint8_t> piece : response.data()) {

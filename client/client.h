@@ -49,6 +49,9 @@ struct ClientOptions {
 struct DequantizeSink {
   std::function<absl::Status(const v1::DequantizeHeader& header)> on_header;
   std::function<absl::Status(int64_t offset, absl::Span<const uint8_t> data)> on_chunk;
+  // Optional: once per response message that carries data, before its pieces go to on_chunk,
+  // with the message's `offset` and data size in bytes (the server's chunking, as sent).
+  std::function<void(int64_t offset, int64_t bytes)> on_message;
 };
 
 // Receives a DequantizeLayers result as it streams in: per layer, `on_header` (header.tensor
