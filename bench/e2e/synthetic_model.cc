@@ -17,6 +17,22 @@ absl::Span<const uint8_t> Bytes(const std::vector<T>& v) {
   return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)};
 }
 
+// Random packed data of one (K, N) layer, G = 128, fp16 scales.
+SyntheticLayer RandomLayer(std::string name, int64_t K, int64_t N, std::mt19937& rng) {
+  SyntheticLayer layer;
+  layer.name = std::move(name);
+  layer.shape = AwqShape{.K = K, .N = N, .group_size = 128, .scale_dtype = DType::kF16};
+  layer.qweight.resize(static_cast<size_t>(layer.shape.qweight_elements()));
+  layer.qzeros.resize(static_cast<size_t>(layer.shape.qzeros_elements()));
+  layer.scales.resize(static_cast<size_t>(layer.shape.scales_elements()));
+  for (int32_t& w : layer.qweight) w = static_cast<int32_t>(rng());
+  for (int32_t& z : layer.qzeros) z = static_cast<int32_t>(rng());
+  // fp16 magnitudes 2^-12 .. ~2^-5, either sign.
+  for (uint16_t& s : layer.scales)
+    s = static_cast<uint16_t>(0x0C00u + rng() % 0x0C00u) | ((rng() & 1u) << 15);
+  return layer;
+}
+
 }  // namespace
 
 AwqShape ShapeForBytes(int64_t output_bytes) {
@@ -30,27 +46,15 @@ std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes,
   std::vector<SyntheticLayer> layers;
   std::mt19937 rng(seed);
   for (size_t i = 0; i < output_bytes.size(); ++i) {
-    SyntheticLayer layer;
-    layer.shape = ShapeForBytes(output_bytes[i]);
-    layer.name = absl::StrCat("layers.", i, ".", layer.shape.K, "x", layer.shape.N);
-    layer.qweight.resize(static_cast<size_t>(layer.shape.qweight_elements()));
-    layer.qzeros.resize(static_cast<size_t>(layer.shape.qzeros_elements()));
-    layer.scales.resize(static_cast<size_t>(layer.shape.scales_elements()));
-    for (int32_t& w : layer.qweight) w = static_cast<int32_t>(rng());
-    for (int32_t& z : layer.qzeros) z = static_cast<int32_t>(rng());
-    // fp16 magnitudes 2^-12 .. ~2^-5, either sign.
-    for (uint16_t& s : layer.scales)
-      s = static_cast<uint16_t>(0x0C00u + rng() % 0x0C00u) | ((rng() & 1u) << 15);
-    layers.push_back(std::move(layer));
+    const AwqShape shape = ShapeForBytes(output_bytes[i]);
+    layers.push_back(
+        RandomLayer(absl::StrCat("layers.", i, ".", shape.K, "x", shape.N), shape.K, shape.N, rng));
   }
   return layers;
 }
 
-namespace {
-
-// Writes config.json and model.safetensors holding `layers[i]`'s data under `names[i]`.
-absl::Status WriteNamedLayers(const std::string& dir, const std::vector<std::string>& names,
-                              const std::vector<const SyntheticLayer*>& layers) {
+absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::string>& names,
+                             const std::vector<const SyntheticLayer*>& layers) {
   std::filesystem::create_directories(dir);
   std::ofstream config(std::filesystem::path(dir) / "config.json");
   config << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",)"
@@ -71,24 +75,6 @@ absl::Status WriteNamedLayers(const std::string& dir, const std::vector<std::str
                                 tensors);
 }
 
-// Random packed data of one (K, N) layer (as MakeLayers makes it).
-SyntheticLayer RandomLayer(std::string name, int64_t K, int64_t N, std::mt19937& rng) {
-  SyntheticLayer layer;
-  layer.name = std::move(name);
-  layer.shape = AwqShape{.K = K, .N = N, .group_size = 128, .scale_dtype = DType::kF16};
-  layer.qweight.resize(static_cast<size_t>(layer.shape.qweight_elements()));
-  layer.qzeros.resize(static_cast<size_t>(layer.shape.qzeros_elements()));
-  layer.scales.resize(static_cast<size_t>(layer.shape.scales_elements()));
-  for (int32_t& w : layer.qweight) w = static_cast<int32_t>(rng());
-  for (int32_t& z : layer.qzeros) z = static_cast<int32_t>(rng());
-  // fp16 magnitudes 2^-12 .. ~2^-5, either sign.
-  for (uint16_t& s : layer.scales)
-    s = static_cast<uint16_t>(0x0C00u + rng() % 0x0C00u) | ((rng() & 1u) << 15);
-  return layer;
-}
-
-}  // namespace
-
 absl::Status WriteCheckpoint(const std::string& dir, const std::vector<SyntheticLayer>& layers) {
   std::vector<std::string> names;
   std::vector<const SyntheticLayer*> data;
@@ -96,7 +82,7 @@ absl::Status WriteCheckpoint(const std::string& dir, const std::vector<Synthetic
     names.push_back(l.name);
     data.push_back(&l);
   }
-  return WriteNamedLayers(dir, names, data);
+  return WriteCheckpoint(dir, names, data);
 }
 
 int64_t SyntheticModel::fp16_bytes() const {
@@ -132,11 +118,6 @@ SyntheticModel MakeLlamaShapedModel(int blocks, int shrink, uint32_t seed) {
     model.data_of.push_back(p);
   }
   return model;
-}
-
-absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::string>& names,
-                             const std::vector<const SyntheticLayer*>& data) {
-  return WriteNamedLayers(dir, names, data);
 }
 
 }  // namespace dequantd::e2e
