@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "client/response_view.h"
 
 namespace dequantd {
 namespace {
@@ -66,9 +67,15 @@ absl::StatusOr<v1::DType> ParseOutputDType(const std::string& name) {
 // ---- ResponseStreamChecker ----------------------------------------------------------------
 
 absl::Status ResponseStreamChecker::Next(const v1::DequantizeResponse& response) {
+  return Next(response.has_header() ? &response.header() : nullptr, response.offset(),
+              static_cast<int64_t>(response.data().size()));
+}
+
+absl::Status ResponseStreamChecker::Next(const v1::DequantizeHeader* header, int64_t offset,
+                                         int64_t data_bytes) {
   if (!has_header_) {
-    if (!response.has_header()) return DataLoss("first message has no header");
-    const v1::DequantizeHeader& h = response.header();
+    if (header == nullptr) return DataLoss("first message has no header");
+    const v1::DequantizeHeader& h = *header;
     const int64_t element_bytes = OutputDTypeBytes(h.dtype());
     if (h.shape_size() != 2 || h.shape(0) < 0 || h.shape(1) < 0 || element_bytes == 0) {
       return DataLoss(absl::StrCat("header has shape of ", h.shape_size(), " dims and dtype ",
@@ -82,24 +89,23 @@ absl::Status ResponseStreamChecker::Next(const v1::DequantizeResponse& response)
     }
     header_ = h;
     has_header_ = true;
-  } else if (response.has_header()) {
-    return DataLoss(absl::StrCat("second header at offset ", response.offset()));
+  } else if (header != nullptr) {
+    return DataLoss(absl::StrCat("second header at offset ", offset));
   }
   const int64_t expected = range_offset_ + bytes_received_;
   // A message without data (a header) carries no position: its offset field is 0 whatever the
   // range.
-  if (response.data().empty()) return absl::OkStatus();
-  if (response.offset() != expected) {
-    return DataLoss(absl::StrCat("chunk at offset ", response.offset(), ", expected ", expected,
+  if (data_bytes == 0) return absl::OkStatus();
+  if (offset != expected) {
+    return DataLoss(absl::StrCat("chunk at offset ", offset, ", expected ", expected,
                                  " (chunks not contiguous)"));
   }
-  const int64_t size = static_cast<int64_t>(response.data().size());
-  if (size > RangeEnd() - expected) {
+  if (data_bytes > RangeEnd() - expected) {
     return DataLoss(absl::StrCat(
-        "chunk [", response.offset(), ", ", response.offset() + size, ") runs past ",
+        "chunk [", offset, ", ", offset + data_bytes, ") runs past ",
         RangeEnd() == header_.total_bytes() ? "total_bytes " : "the range's end ", RangeEnd()));
   }
-  bytes_received_ += size;
+  bytes_received_ += data_bytes;
   return absl::OkStatus();
 }
 
@@ -184,17 +190,40 @@ absl::StatusOr<v1::BenchmarkResponse> DequantClient::Benchmark(
 
 namespace {
 
-// Reads every message of a server stream into `next`. On next's first error, cancels the call,
-// drains the stream and returns that error; otherwise returns the call's status.
-template <typename Response, typename Next>
-absl::Status ReadStream(grpc::ClientContext& context, grpc::ClientReader<Response>& reader,
+// The full method name of a DequantService RPC ("/dequant.v1.DequantService/<rpc>").
+std::string MethodName(const char* rpc) {
+  return absl::StrCat("/", v1::DequantService::service_full_name(), "/", rpc);
+}
+
+// Starts a server-streaming DequantService call whose responses arrive as raw ByteBuffers (read
+// by ResponseView, without protobuf's copy of the data), as the generated stub would start it.
+template <typename Request>
+std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> StartStream(grpc::Channel* channel,
+                                                                  const std::string& method,
+                                                                  grpc::ClientContext* context,
+                                                                  const Request& request) {
+  const grpc::internal::RpcMethod rpc(method.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING);
+  return std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel, rpc, context,
+                                                                    request));
+}
+
+// Reads every message of a server stream into `next` (as a ResponseView). On next's first error
+// (or a message that does not parse), cancels the call, drains the stream and returns that
+// error; otherwise returns the call's status.
+template <typename Next>
+absl::Status ReadStream(grpc::ClientContext& context, grpc::ClientReader<grpc::ByteBuffer>& reader,
                         Next&& next) {
   absl::Status local;  // first error found on this side (malformed stream or a sink's error)
-  Response response;
-  while (local.ok() && reader.Read(&response)) local = next(response);
+  grpc::ByteBuffer message;
+  ResponseView response;
+  while (local.ok() && reader.Read(&message)) {
+    local = response.Parse(message);
+    if (local.ok()) local = next(response);
+  }
   if (!local.ok()) {
     context.TryCancel();
-    while (reader.Read(&response)) {
+    while (reader.Read(&message)) {
     }
     static_cast<void>(reader.Finish());  // cancelled: our own error is the one to report
     return local;
@@ -203,17 +232,23 @@ absl::Status ReadStream(grpc::ClientContext& context, grpc::ClientReader<Respons
 }
 
 // Feeds one response message to `checker` and the sink's callbacks (on_header when the message
-// starts a result).
+// starts a result; on_chunk once per piece of its data, at consecutive offsets).
 absl::Status Deliver(ResponseStreamChecker& checker, const DequantizeSink& sink,
-                     const v1::DequantizeResponse& response) {
+                     const ResponseView& response) {
   const bool first = !checker.has_header();
-  absl::Status status = checker.Next(response);
+  absl::Status status = checker.Next(response.has_header() ? &response.header() : nullptr,
+                                     response.offset(), response.data_bytes());
   if (status.ok() && first && sink.on_header) status = sink.on_header(checker.header());
-  if (status.ok() && !response.data().empty() && sink.on_chunk) {
-    status =
-        sink.on_chunk(response.offset(),
-                      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(response.data().data()),
-                                          response.data().size()));
+  if (status.ok() && response.data_bytes() > 0 && sink.on_message) {
+    sink.on_message(response.offset(), response.data_bytes());
+  }
+  if (status.ok() && response.data_bytes() > 0 && sink.on_chunk) {
+    int64_t offset = response.offset();
+    for (absl::Span<const uint8_t> piece : response.data()) {
+      status = sink.on_chunk(offset, piece);
+      if (!status.ok()) break;
+      offset += static_cast<int64_t>(piece.size());
+    }
   }
   return status;
 }
@@ -240,10 +275,11 @@ absl::StatusOr<v1::DequantizeHeader> DequantClient::Dequantize(const v1::Dequant
                                                                const DequantizeSink& sink) {
   grpc::ClientContext context;
   SetDeadline(&context);
-  std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
-      stub_->Dequantize(&context, request);
+  static const std::string method = MethodName("Dequantize");
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader =
+      StartStream(channel_.get(), method, &context, request);
   ResponseStreamChecker checker(request.offset(), request.length());
-  absl::Status status = ReadStream(context, *reader, [&](const v1::DequantizeResponse& response) {
+  absl::Status status = ReadStream(context, *reader, [&](const ResponseView& response) {
     return Deliver(checker, sink, response);
   });
   if (!status.ok()) return status;
@@ -256,11 +292,12 @@ absl::StatusOr<std::vector<v1::DequantizeHeader>> DequantClient::DequantizeLayer
     const v1::DequantizeLayersRequest& request, const LayersSink& sink) {
   grpc::ClientContext context;
   SetDeadline(&context);
-  std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
-      stub_->DequantizeLayers(&context, request);
+  static const std::string method = MethodName("DequantizeLayers");
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader =
+      StartStream(channel_.get(), method, &context, request);
   std::vector<v1::DequantizeHeader> headers;
   ResponseStreamChecker checker;  // of the current layer
-  absl::Status status = ReadStream(context, *reader, [&](const v1::DequantizeResponse& response) {
+  absl::Status status = ReadStream(context, *reader, [&](const ResponseView& response) {
     if (response.has_header() && checker.has_header()) {  // the next layer starts
       if (absl::Status s = checker.Finish(); !s.ok()) {
         return DataLoss(absl::StrCat("layer \"", checker.header().tensor(), "\": ", s.message()));

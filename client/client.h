@@ -42,11 +42,16 @@ struct ClientOptions {
 };
 
 // Receives a Dequantize result as it streams in: `on_header` once, then `on_chunk` with
-// consecutive bytes of the row-major (K, N) result, starting at offset 0. A non-OK status from
+// consecutive bytes of the row-major (K, N) result, starting at offset 0, in pieces of any size
+// (views into the received messages as the transport read them, client/response_view.h; valid
+// only during the call). A non-OK status from
 // either callback cancels the call and is returned by Dequantize.
 struct DequantizeSink {
   std::function<absl::Status(const v1::DequantizeHeader& header)> on_header;
   std::function<absl::Status(int64_t offset, absl::Span<const uint8_t> data)> on_chunk;
+  // Optional: once per response message that carries data, before its pieces go to on_chunk,
+  // with the message's `offset` and data size in bytes (the server's chunking, as sent).
+  std::function<void(int64_t offset, int64_t bytes)> on_message;
 };
 
 // Receives a DequantizeLayers result as it streams in: per layer, `on_header` (header.tensor
@@ -74,6 +79,9 @@ class ResponseStreamChecker {
   // offset is not where the previous data ended (the range's start for the first), or the data
   // runs past the range's end (or total_bytes).
   absl::Status Next(const v1::DequantizeResponse& response);
+  // The same for a message given as its parts: its header (null: none), its `offset` and the
+  // size of its `data` in bytes.
+  absl::Status Next(const v1::DequantizeHeader* header, int64_t offset, int64_t data_bytes);
   // At the end of the stream: DATA_LOSS if no header came or fewer bytes than the range (or
   // total_bytes) arrived.
   absl::Status Finish() const;

@@ -16,11 +16,11 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
+#include "client/layers_file.h"
 #include "client/output_file.h"
 #include "client/ranged_fetch.h"
 #include "client/table.h"
 #include "client/temp_file_guard.h"
-#include "formats/safetensors.h"
 
 namespace dequantd {
 namespace {
@@ -44,69 +44,29 @@ absl::Status CreateOutDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
-// --out FILE.safetensors: every distinct layer collected in memory, written at the end.
-// Thread-safe between streams: each stream passes its own `current` (the layer it receives).
-class SafetensorsCollector {
- public:
-  struct Tensor;
-  absl::Status Begin(const v1::DequantizeHeader& header, Tensor** current) {
-    absl::StatusOr<std::string> dtype = SafetensorsDTypeFor(header.dtype());
-    if (!dtype.ok()) return dtype.status();
-    std::lock_guard<std::mutex> lock(mu_);
-    auto [it, inserted] = tensors_.try_emplace(header.tensor());
-    *current = inserted ? &it->second : nullptr;  // a repeated layer is kept once
-    if (inserted) {
-      order_.push_back(header.tensor());
-      it->second.dtype = *dtype;
-      it->second.shape.assign(header.shape().begin(), header.shape().end());
-      it->second.data.reserve(static_cast<size_t>(header.total_bytes()));
-    }
-    return absl::OkStatus();
-  }
-  static void Add(Tensor* current, absl::Span<const uint8_t> data) {
-    if (current != nullptr) current->data.insert(current->data.end(), data.begin(), data.end());
-  }
-  absl::Status Write(const std::string& path) const {
-    std::vector<safetensors::TensorToWrite> tensors;
-    for (const std::string& name : order_) {
-      const Tensor& t = tensors_.at(name);
-      tensors.push_back({.name = name, .dtype = t.dtype, .shape = t.shape, .bytes = t.data});
-    }
-    const ScopedSignalDeferral defer;  // WriteFile's temporary file is not registered
-    return safetensors::WriteFile(path, tensors);
-  }
-
-  struct Tensor {
-    std::string dtype;
-    std::vector<int64_t> shape;
-    std::vector<uint8_t> data;
-  };
-
- private:
-  std::mutex mu_;
-  std::map<std::string, Tensor> tensors_;  // nodes stay put while others are inserted
-  std::vector<std::string> order_;         // first appearance
-};
-
-// The layer names of the request, or every layer of the model (ListTensors) when it names none,
-// with their result sizes in bytes (for balancing the streams).
-absl::Status ListLayers(DequantClient& client, std::vector<std::string>& names,
-                        std::vector<int64_t>& bytes, int64_t element_bytes) {
+// The layers of the request, or every layer of the model (ListTensors) when it names none, with
+// their result shapes (0 x 0 for a name the server does not list: its answer is NOT_FOUND).
+absl::StatusOr<std::vector<LayersSafetensorsFile::Layer>> ListLayers(
+    DequantClient& client, const std::vector<std::string>& names) {
   absl::StatusOr<v1::ListTensorsResponse> list = client.ListTensors();
   if (!list.ok()) return list.status();
-  std::map<std::string, int64_t> sizes;
+  std::map<std::string, std::pair<int64_t, int64_t>> shapes;
   for (const v1::QuantizedTensorInfo& info : list->tensors()) {
-    sizes[info.name()] = info.in_features() * info.out_features() * element_bytes;
+    shapes[info.name()] = {info.in_features(), info.out_features()};
   }
+  std::vector<LayersSafetensorsFile::Layer> layers;
   if (names.empty()) {
-    for (const v1::QuantizedTensorInfo& info : list->tensors()) names.push_back(info.name());
+    for (const v1::QuantizedTensorInfo& info : list->tensors()) {
+      layers.push_back({info.name(), info.in_features(), info.out_features()});
+    }
+    return layers;
   }
-  bytes.clear();
   for (const std::string& name : names) {
-    auto it = sizes.find(name);
-    bytes.push_back(it == sizes.end() ? 0 : it->second);  // unknown: the server says NOT_FOUND
+    auto it = shapes.find(name);
+    layers.push_back({name, it == shapes.end() ? 0 : it->second.first,
+                      it == shapes.end() ? 0 : it->second.second});
   }
-  return absl::OkStatus();
+  return layers;
 }
 
 // --tensors "a,b": the names in order; "" = none (every layer). INVALID_ARGUMENT for an empty
@@ -157,21 +117,41 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   for (const std::string& name : *tensors) request.add_tensors(name);
   request.set_output_dtype(*ParseOutputDType(options.dtype));
   request.set_chunk_bytes(options.chunk_bytes);
+  const v1::DType dtype =
+      request.output_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP16 : request.output_dtype();
+
+  // The layers and their shapes: for splitting them over streams and for laying out --out.
+  int streams = more ? options.streams : 1;
+  std::vector<LayersSafetensorsFile::Layer> layers;
+  std::unique_ptr<LayersSafetensorsFile> file;  // --out
+  if (streams > 1 || !options.out.empty()) {
+    absl::StatusOr<std::vector<LayersSafetensorsFile::Layer>> listed = ListLayers(client, *tensors);
+    if (!listed.ok()) return listed.status();
+    layers = *std::move(listed);
+    const bool all_known =
+        std::all_of(layers.begin(), layers.end(), [](const auto& l) { return l.K > 0 && l.N > 0; });
+    if (!options.out.empty() && all_known) {  // else the server's NOT_FOUND comes first
+      absl::StatusOr<std::unique_ptr<LayersSafetensorsFile>> created =
+          LayersSafetensorsFile::Create(options.out, layers, dtype);
+      if (!created.ok()) return created.status();
+      file = *std::move(created);
+      if (!file->in_place()) streams = 1;  // a device or FIFO: written in order
+    }
+  }
 
   // One stream per subset of the layers (one subset, the request as given, for one stream).
   std::vector<std::vector<std::string>> subsets = {*tensors};
   std::vector<std::unique_ptr<DequantClient>> extra;
   std::vector<DequantClient*> clients = {&client};
-  if (options.streams > 1 && more) {
-    std::vector<std::string> names = *tensors;
+  if (streams > 1) {
     std::vector<int64_t> sizes;
-    const int64_t element_bytes = OutputDTypeBytes(
-        request.output_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP16 : request.output_dtype());
-    if (absl::Status s = ListLayers(client, names, sizes, element_bytes); !s.ok()) return s;
-    if (!names.empty()) subsets.clear();  // no layers listed: one call, the server's answer
-    for (const std::vector<size_t>& subset : SplitLayers(sizes, options.streams)) {
+    for (const LayersSafetensorsFile::Layer& l : layers) {
+      sizes.push_back(l.K * l.N * OutputDTypeBytes(dtype));
+    }
+    if (!layers.empty()) subsets.clear();  // no layers listed: one call, the server's answer
+    for (const std::vector<size_t>& subset : SplitLayers(sizes, streams)) {
       subsets.emplace_back();
-      for (size_t i : subset) subsets.back().push_back(names[i]);
+      for (size_t i : subset) subsets.back().push_back(layers[i].name);
     }
     for (size_t i = 1; i < subsets.size(); ++i) {
       absl::StatusOr<std::unique_ptr<DequantClient>> c = more(static_cast<int>(i));
@@ -181,13 +161,12 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
     }
   }
 
-  // Per stream: the current layer's .npy (--out-dir) or collected tensor (--out).
+  // Per stream: the current layer's .npy (--out-dir) or its index in the --out file.
   struct StreamState {
-    std::unique_ptr<OutputFile> file;
-    SafetensorsCollector::Tensor* tensor = nullptr;
+    std::unique_ptr<OutputFile> npy;
+    size_t layer = 0;
   };
   std::vector<StreamState> states(subsets.size());
-  SafetensorsCollector collected;  // --out
   std::mutex dir_mu;
   bool dir_created = false;
   std::atomic<int64_t> bytes{0};
@@ -195,10 +174,16 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
     StreamState& state = states[stream];
     LayersSink sink;
     sink.on_header = [&](const v1::DequantizeHeader& header) -> absl::Status {
-      if (!options.out.empty()) return collected.Begin(header, &state.tensor);
+      if (!options.out.empty()) {
+        if (file == nullptr) return absl::DataLossError("a layer arrived that ListTensors lacks");
+        absl::StatusOr<size_t> layer = file->Begin(header);
+        if (!layer.ok()) return layer.status();
+        state.layer = *layer;
+        return absl::OkStatus();
+      }
       if (options.out_dir.empty()) return absl::OkStatus();
-      if (state.file) {
-        if (absl::Status s = state.file->Finish(); !s.ok()) return s;
+      if (state.npy) {
+        if (absl::Status s = state.npy->Finish(); !s.ok()) return s;
       }
       {
         // The first result: a call that fails before it leaves no directory behind.
@@ -208,14 +193,14 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
           dir_created = true;
         }
       }
-      state.file =
+      state.npy =
           OutputFile::ForPath(NpyPathFor(options.out_dir, header.tensor()), header.tensor());
-      return state.file->Begin(header);
+      return state.npy->Begin(header);
     };
-    sink.on_chunk = [&](int64_t, absl::Span<const uint8_t> data) -> absl::Status {
+    sink.on_chunk = [&](int64_t offset, absl::Span<const uint8_t> data) -> absl::Status {
       bytes += static_cast<int64_t>(data.size());
-      if (!options.out.empty()) SafetensorsCollector::Add(state.tensor, data);
-      return state.file ? state.file->Write(data) : absl::OkStatus();
+      if (file != nullptr) return file->WriteAt(state.layer, offset, data);
+      return state.npy ? state.npy->Write(data) : absl::OkStatus();
     };
     return sink;
   };
@@ -224,12 +209,13 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
       FetchLayerSubsets(clients, request, subsets, make_sink);
   if (!headers.ok()) return headers.status();
   for (StreamState& state : states) {
-    if (state.file) {
-      if (absl::Status s = state.file->Finish(); !s.ok()) return s;
+    if (state.npy) {
+      if (absl::Status s = state.npy->Finish(); !s.ok()) return s;
     }
   }
-  if (!options.out.empty()) {
-    if (absl::Status s = collected.Write(options.out); !s.ok()) return s;
+  if (file != nullptr) {
+    const ScopedSignalDeferral defer;  // the rename, and the temporary file's unregistration
+    if (absl::Status s = file->Finish(); !s.ok()) return s;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

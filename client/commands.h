@@ -77,6 +77,9 @@ absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options
 // prints one summary line (layers, dtype, bytes, wall time, GB/s, backend and kernel).
 // With streams > 1 the layers (every layer: from ListTensors) are split over that many calls on
 // their own connections (made by `more`; null: one call), balanced by bytes, all at once.
+// --out FILE.safetensors is laid out first (names and shapes from ListTensors) and written in
+// place by every stream as bytes arrive (client/layers_file.h); a FILE that is not a regular file
+// is written in order over one stream.
 absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOptions& options,
                                  std::ostream& out, const ClientFactory& more = nullptr);
 

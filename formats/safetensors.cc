@@ -263,17 +263,18 @@ absl::StatusOr<absl::Span<const uint8_t>> MappedFile::TensorBytes(const std::str
                              static_cast<size_t>(e.data_end - e.data_begin));
 }
 
-absl::Status WriteFile(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+absl::StatusOr<FileLayout> PlanFile(const std::vector<TensorSpec>& tensors,
+                                    const std::map<std::string, std::string>& metadata) {
   json root = json::object();
   if (!metadata.empty()) {
     json meta = json::object();
     for (const auto& [k, v] : metadata) meta[k] = v;
     root["__metadata__"] = std::move(meta);
   }
+  FileLayout layout;
   int64_t offset = 0;
   std::set<std::string> names;
-  for (const TensorToWrite& t : tensors) {
+  for (const TensorSpec& t : tensors) {
     if (t.name == "__metadata__" || !names.insert(t.name).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor name '", t.name, "' is reserved or repeated"));
@@ -283,25 +284,41 @@ absl::Status WriteFile(const std::string& path, const std::vector<TensorToWrite>
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", t.name, "': field 'dtype' is unknown: '", t.dtype, "'"));
     }
-    absl::StatusOr<int64_t> want = ByteCount(t.name, t.shape, dtype_bytes);
-    if (!want.ok()) return want.status();
-    if (static_cast<int64_t>(t.bytes.size()) != *want) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", t.bytes.size(),
-                                                     " bytes given, shape and dtype need ", *want));
-    }
+    absl::StatusOr<int64_t> bytes = ByteCount(t.name, t.shape, dtype_bytes);
+    if (!bytes.ok()) return bytes.status();
     root[t.name] = {
-        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + *want}}};
-    offset += *want;
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + *bytes}}};
+    layout.tensor_bytes.push_back(*bytes);
+    layout.data_offsets.push_back(offset);
+    offset += *bytes;
   }
   std::string header_json = root.dump();
   header_json.append((8 - header_json.size() % 8) % 8, ' ');
   uint8_t prefix[8];
   WriteLe64(header_json.size(), prefix);
+  layout.header.assign(reinterpret_cast<const char*>(prefix), sizeof prefix);
+  layout.header += header_json;
+  for (int64_t& o : layout.data_offsets) o += static_cast<int64_t>(layout.header.size());
+  layout.file_bytes = static_cast<int64_t>(layout.header.size()) + offset;
+  return layout;
+}
 
+absl::Status WriteFile(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> specs;
+  for (const TensorToWrite& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
+  absl::StatusOr<FileLayout> layout = PlanFile(specs, metadata);
+  if (!layout.ok()) return layout.status();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (static_cast<int64_t>(tensors[i].bytes.size()) != layout->tensor_bytes[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", tensors[i].name, "': ", tensors[i].bytes.size(),
+                       " bytes given, shape and dtype need ", layout->tensor_bytes[i]));
+    }
+  }
   absl::StatusOr<formats::AtomicFileWriter> file = formats::AtomicFileWriter::Create(path);
   if (!file.ok()) return file.status();
-  absl::Status status = file->Write(absl::MakeConstSpan(prefix));
-  if (status.ok()) status = file->Write(header_json);
+  absl::Status status = file->Write(layout->header);
   for (const TensorToWrite& t : tensors) {
     if (!status.ok()) break;
     status = file->Write(t.bytes);

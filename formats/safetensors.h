@@ -84,6 +84,27 @@ struct TensorToWrite {
   absl::Span<const uint8_t> bytes;  // element count * dtype size bytes
 };
 
+// One tensor of a file to be laid out (its bytes come later, e.g. written in place).
+struct TensorSpec {
+  std::string name;
+  std::string dtype;  // safetensors dtype string
+  std::vector<int64_t> shape;
+};
+
+// Where everything goes in a safetensors file, in the layout WriteFile writes: the tensors one
+// after another in the given order after the header.
+struct FileLayout {
+  std::string header;                 // the file's first bytes: 8-byte length + JSON (padded)
+  std::vector<int64_t> data_offsets;  // each tensor's first byte, offset in the FILE (bytes)
+  std::vector<int64_t> tensor_bytes;  // each tensor's size in bytes
+  int64_t file_bytes = 0;             // the whole file's size
+};
+
+// Lays out `tensors` (and `metadata`). Errors: INVALID_ARGUMENT (unknown dtype, negative dim,
+// repeated or reserved name).
+absl::StatusOr<FileLayout> PlanFile(const std::vector<TensorSpec>& tensors,
+                                    const std::map<std::string, std::string>& metadata = {});
+
 // Writes a safetensors file (header padded with spaces to a multiple of 8 bytes, tensors laid
 // out in the given order), atomically (temporary file in the same directory, fsync, rename).
 // Errors: INVALID_ARGUMENT (unknown dtype, negative dim, byte count not matching shape and dtype,

@@ -40,12 +40,19 @@ absl::StatusOr<std::unique_ptr<DequantdProcess>> DequantdProcess::Start(
     const std::string& binary, const std::string& model_dir, const std::string& backend,
     const std::string& unix_socket, const std::string& log_path,
     const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {binary, "--model=" + model_dir, "--backend=" + backend,
+                                   "--metrics-listen="};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return StartCommand(std::move(args), "--listen", unix_socket, log_path);
+}
+
+absl::StatusOr<std::unique_ptr<DequantdProcess>> DequantdProcess::StartCommand(
+    std::vector<std::string> args, const std::string& listen_flag, const std::string& unix_socket,
+    const std::string& log_path) {
   auto process = std::make_unique<DequantdProcess>();
   process->target_ = unix_socket.empty() ? absl::StrCat("127.0.0.1:", FreePort())
                                          : absl::StrCat("unix:", unix_socket);
-  std::vector<std::string> args = {binary, "--model=" + model_dir, "--backend=" + backend,
-                                   "--metrics-listen=", "--listen=" + process->target_};
-  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  args.push_back(listen_flag + "=" + process->target_);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -66,16 +73,16 @@ absl::StatusOr<std::unique_ptr<DequantdProcess>> DequantdProcess::Start(
     if (::waitpid(process->pid_, &status, WNOHANG) == process->pid_) {
       process->pid_ = -1;
       return absl::UnavailableError(
-          absl::StrCat("dequantd exited at start-up (status ", status, "); see ", log_path));
+          absl::StrCat(args[0], " exited at start-up (status ", status, "); see ", log_path));
     }
     absl::StatusOr<v1::GetServerInfoResponse> info = (*client)->GetServerInfo();
-    if (info.ok()) {
-      process->backend_ = info->backend();
+    if (info.ok() || info.status().code() == absl::StatusCode::kUnimplemented) {
+      process->backend_ = info.ok() ? info->backend() : "";
       return process;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return absl::UnavailableError(absl::StrCat("dequantd did not answer in 300 s; see ", log_path));
+  return absl::UnavailableError(absl::StrCat(args[0], " did not answer in 300 s; see ", log_path));
 }
 
 DequantdProcess::~DequantdProcess() {

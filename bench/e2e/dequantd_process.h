@@ -1,5 +1,7 @@
-// A real dequantd process for the end-to-end benchmark: started with fork/exec on a free
-// 127.0.0.1 port (or a Unix socket), ready once GetServerInfo answers, stopped with SIGTERM.
+// A real dequantd process for the end-to-end benchmark (or any server of dequant.v1, e.g. the raw
+// stream ceiling in its own process): started with fork/exec on a free 127.0.0.1 port (or a Unix
+// socket), ready once GetServerInfo answers (UNIMPLEMENTED counts as an answer), stopped with
+// SIGTERM.
 #pragma once
 
 #include <sys/types.h>
@@ -22,7 +24,13 @@ class DequantdProcess {
       const std::string& binary, const std::string& model_dir, const std::string& backend,
       const std::string& unix_socket, const std::string& log_path,
       const std::vector<std::string>& extra_args = {});
+  // Runs `argv` plus `listen_flag`=<address> (address as for Start). Errors: as Start.
+  static absl::StatusOr<std::unique_ptr<DequantdProcess>> StartCommand(
+      std::vector<std::string> argv, const std::string& listen_flag, const std::string& unix_socket,
+      const std::string& log_path);
   ~DequantdProcess();  // SIGTERM, then waits for the exit
+
+  pid_t pid() const { return pid_; }
 
   const std::string& target() const { return target_; }  // "127.0.0.1:PORT" or "unix:PATH"
   std::string backend() const { return backend_; }       // from GetServerInfo

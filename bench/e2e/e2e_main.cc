@@ -7,6 +7,11 @@
 //             --sizes entry: resident layers over 1 and S streams, inline requests, C concurrent
 //             clients; over TCP loopback and a Unix socket. The client receives every byte into
 //             memory (ParallelClient::DequantizeInto, client/ranged_fetch.h).
+// With --model_blocks, whole-model rows follow (model_rows.h): DequantizeLayers of a
+// Llama-3-8B-shaped model into the client's memory over S streams, the file system's write rate,
+// and dequantctl's safetensors writing. Rows of --profile_min_mb or more carry a per-thread CPU
+// profile of the server process and of this (client) process (thread_profile.h). The raw stream
+// server runs in its own process (this program with --serve_raw), like dequantd.
 // Each row: p50/p99 latency of one result, GB/s of output delivered (GB = 1e9 bytes; C clients:
 // all bytes / wall time) and the fraction of the matching raw-gRPC ceiling (same transport,
 // size, streams and clients). Every fetch's bytes are compared with the CPU reference (dequantd)
@@ -36,9 +41,11 @@
 #include "absl/strings/str_split.h"
 #include "bench/e2e/dequantd_process.h"
 #include "bench/e2e/device_copy.h"
+#include "bench/e2e/model_rows.h"
 #include "bench/e2e/raw_stream_service.h"
 #include "bench/e2e/region_rows.h"
 #include "bench/e2e/synthetic_model.h"
+#include "bench/e2e/thread_profile.h"
 #include "client/ranged_fetch.h"
 #include "kernels/dequant.h"
 
@@ -57,6 +64,22 @@ ABSL_FLAG(std::string, work_dir, "",
 ABSL_FLAG(std::string, region_model, "none",
           "shared-memory region rows (issue 9, bench/e2e/region_rows.h): none, sizes (the --sizes "
           "checkpoint) or llama-8b (a generated 8B-shaped model and an 8192 x 28672 layer)");
+ABSL_FLAG(double, profile_min_mb, 64,
+          "rows of at least this many MB get a per-thread CPU profile (server and client)");
+ABSL_FLAG(int, model_blocks, 0,
+          "whole-model rows: blocks of the Llama-3-8B-shaped model (32 = 224 layers); 0 = none");
+ABSL_FLAG(int, model_shrink, 1, "divide every dimension of the model's layers by this (1, 16)");
+ABSL_FLAG(std::string, model_streams, "",
+          "S of the whole-model rows, comma-separated; "
+          "empty = 1 and --streams");
+ABSL_FLAG(int, model_trials, 2, "timed repetitions of each whole-model row");
+ABSL_FLAG(std::string, model_out_dir, "",
+          "where the file rows write (a tmpfs such as /dev/shm for the ceiling); empty = "
+          "--work_dir");
+ABSL_FLAG(std::string, serve_raw, "",
+          "internal: serve the raw stream of --sizes on this address until killed");
+ABSL_FLAG(std::string, raw_encoding, "zero_copy",
+          "internal, with --serve_raw: zero_copy, one_copy or protobuf");
 ABSL_FLAG(bool, check, false,
           "correctness only (CI): exit 1 when any fetched byte differs; times are still printed");
 
@@ -86,13 +109,17 @@ struct Row {
   double gbps = 0;          // GB/s delivered
   bool correct = true;
   std::string error;
+  std::string profile;  // per-thread CPU over the timed fetches (rows of --profile_min_mb)
 };
 
 // Times `trials` fetches of `request` (whole result of `bytes`) by `clients` clients at once,
 // each over `streams` range streams on its own connections, after one untimed warm-up each.
 // Compares the first and last fetch of every client with `expected`.
+// With `server_pid` > 0 and a result of --profile_min_mb or more, profiles the server and this
+// process over the timed fetches.
 Row Measure(const std::string& target, const v1::DequantizeRequest& request, int64_t bytes,
-            absl::Span<const uint8_t> expected, int streams, int clients, int trials) {
+            absl::Span<const uint8_t> expected, int streams, int clients, int trials,
+            pid_t server_pid = -1) {
   Row row;
   row.bytes = bytes;
   row.streams = streams;
@@ -133,6 +160,10 @@ Row Measure(const std::string& target, const v1::DequantizeRequest& request, int
   for (int c = 0; c < clients; ++c) threads.emplace_back(run, c);
   for (std::thread& t : threads) t.join();
   threads.clear();
+  const bool profile =
+      server_pid > 0 && static_cast<double>(bytes) >= absl::GetFlag(FLAGS_profile_min_mb) * 1e6;
+  const ThreadSnapshot server_before = profile ? SnapshotThreads(server_pid) : ThreadSnapshot();
+  const ThreadSnapshot client_before = profile ? SnapshotThreads(::getpid()) : ThreadSnapshot();
   const Clock::time_point start = Clock::now();
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
@@ -147,6 +178,12 @@ Row Measure(const std::string& target, const v1::DequantizeRequest& request, int
   }
   for (std::thread& t : threads) t.join();
   const double wall = Seconds(start);
+  if (profile) {
+    row.profile =
+        FormatProfile({{"server", Usage(server_before, SnapshotThreads(server_pid))},
+                       {"client (bench)", Usage(client_before, SnapshotThreads(::getpid()))}},
+                      wall);
+  }
   std::vector<double> all;
   for (int c = 0; c < clients; ++c) {
     if (!statuses[c].ok()) row.error = statuses[c].ToString();
@@ -221,6 +258,41 @@ void PrintRows(const std::vector<Row>& rows, const std::vector<Row>* ceilings) {
   }
 }
 
+// The profiles of `rows` that have one, each under its row's description.
+void PrintProfiles(const std::vector<Row>& rows, const std::string& what) {
+  for (const Row& r : rows) {
+    if (r.profile.empty()) continue;
+    std::cout << absl::StrFormat(
+                     "\nper-thread CPU, %s, %s, %.1f MB, %d streams, %d clients (the timed "
+                     "fetches)\n\n",
+                     what, r.transport, r.bytes / 1e6, r.streams, r.clients)
+              << r.profile;
+  }
+}
+
+// --serve_raw: the raw stream of `layers`' shapes until the process is killed.
+int ServeRaw(const std::vector<int64_t>& sizes) {
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (int64_t bytes : sizes) {
+    const AwqShape shape = ShapeForBytes(bytes);
+    shapes.emplace_back(shape.K, shape.N);
+  }
+  RawStreamService service(shapes);
+  const std::string encoding = absl::GetFlag(FLAGS_raw_encoding);
+  service.set_encoding(encoding == "one_copy"   ? RawStreamService::Encoding::kOneCopy
+                       : encoding == "protobuf" ? RawStreamService::Encoding::kProtobuf
+                                                : RawStreamService::Encoding::kZeroCopy);
+  int port = 0;
+  std::unique_ptr<grpc::Server> server =
+      StartRawServer(&service, absl::GetFlag(FLAGS_serve_raw), &port);
+  if (server == nullptr) {
+    std::cerr << "cannot serve on " << absl::GetFlag(FLAGS_serve_raw) << "\n";
+    return 1;
+  }
+  server->Wait();  // until SIGTERM
+  return 0;
+}
+
 int Main() {
   std::vector<int64_t> sizes;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
@@ -231,6 +303,7 @@ int Main() {
     }
     sizes.push_back(static_cast<int64_t>(mb * 1e6));
   }
+  if (!absl::GetFlag(FLAGS_serve_raw).empty()) return ServeRaw(sizes);
   const int S = std::clamp(absl::GetFlag(FLAGS_streams), 1, kMaxStreams);
   const int C = std::max(1, absl::GetFlag(FLAGS_clients));
   const int trials = std::max(1, absl::GetFlag(FLAGS_trials));
@@ -242,7 +315,18 @@ int Main() {
   std::filesystem::create_directories(work);
 
   const std::vector<SyntheticLayer> layers = MakeLayers(sizes, 42);
-  if (absl::Status s = WriteCheckpoint(work + "/model", layers); !s.ok()) {
+  // The whole model (--model_blocks) shares the checkpoint with the sized layers.
+  const int blocks = std::max(0, absl::GetFlag(FLAGS_model_blocks));
+  const SyntheticModel model =
+      MakeLlamaShapedModel(blocks, std::max(1, absl::GetFlag(FLAGS_model_shrink)), 43);
+  std::vector<std::string> names = model.names;
+  std::vector<const SyntheticLayer*> data;
+  for (size_t d : model.data_of) data.push_back(&model.distinct[d]);
+  for (const SyntheticLayer& l : layers) {
+    names.push_back(l.name);
+    data.push_back(&l);
+  }
+  if (absl::Status s = WriteCheckpoint(work + "/model", names, data); !s.ok()) {
     std::cerr << "cannot write the checkpoint: " << s << "\n";
     return 1;
   }
@@ -250,6 +334,14 @@ int Main() {
   for (const SyntheticLayer& l : layers) {
     reference.emplace_back(static_cast<size_t>(l.shape.output_bytes(DType::kF16)));
     if (!DequantizeCpu(l.view(), DType::kF16, 0, l.shape.K, reference.back().data()).ok()) {
+      std::cerr << "reference failed\n";
+      return 1;
+    }
+  }
+  std::vector<std::vector<uint8_t>> model_reference;
+  for (const SyntheticLayer& l : model.distinct) {
+    model_reference.emplace_back(static_cast<size_t>(l.shape.output_bytes(DType::kF16)));
+    if (!DequantizeCpu(l.view(), DType::kF16, 0, l.shape.K, model_reference.back().data()).ok()) {
       std::cerr << "reference failed\n";
       return 1;
     }
@@ -263,23 +355,26 @@ int Main() {
   std::vector<std::string> transports = {"tcp"};
   if (absl::GetFlag(FLAGS_unix_socket)) transports.push_back("unix");
 
-  // Ceilings: the raw stream.
+  // Ceilings: the raw stream, served by this program in its own process (--serve_raw).
   std::vector<std::pair<int64_t, int64_t>> shapes;
   for (const SyntheticLayer& l : layers) shapes.emplace_back(l.shape.K, l.shape.N);
-  RawStreamService raw(shapes);
+  const RawStreamService raw(shapes);  // the pattern the raw server streams, for the checks
+  const auto start_raw = [&](const std::string& transport, const std::string& encoding) {
+    return DequantdProcess::StartCommand(
+        {std::filesystem::read_symlink("/proc/self/exe").string(),
+         "--sizes=" + absl::GetFlag(FLAGS_sizes), "--raw_encoding=" + encoding},
+        "--serve_raw", transport == "tcp" ? "" : work + "/raw.sock",
+        absl::StrCat(work, "/raw.", transport, ".", encoding, ".log"));
+  };
   std::vector<Row> ceilings;
   std::vector<Row> encodings;  // the raw stream with dequantd's (and the old) message building
   for (const std::string& transport : transports) {
-    int port = 0;
-    const std::string socket = work + "/raw.sock";
-    std::unique_ptr<grpc::Server> server =
-        StartRawServer(&raw, transport == "tcp" ? "127.0.0.1:0" : "unix:" + socket, &port);
-    if (server == nullptr) {
-      std::cerr << "cannot start the raw stream server (" << transport << ")\n";
+    absl::StatusOr<std::unique_ptr<DequantdProcess>> server = start_raw(transport, "zero_copy");
+    if (!server.ok()) {
+      std::cerr << "cannot start the raw stream server (" << transport << "): " << server.status()
+                << "\n";
       return 1;
     }
-    const std::string target =
-        transport == "tcp" ? absl::StrCat("127.0.0.1:", port) : "unix:" + socket;
     for (size_t i = 0; i < layers.size(); ++i) {
       v1::DequantizeRequest request;
       request.set_tensor("raw." + std::to_string(i));
@@ -287,12 +382,14 @@ int Main() {
       const int64_t bytes = static_cast<int64_t>(reference[i].size());
       const absl::Span<const uint8_t> expected(raw.bytes().data(), reference[i].size());
       for (auto [streams, clients] : {std::pair{1, 1}, std::pair{S, 1}, std::pair{1, C}}) {
-        Row row = Measure(target, request, bytes, expected, streams, clients, trials);
+        Row row = Measure((*server)->target(), request, bytes, expected, streams, clients, trials,
+                          (*server)->pid());
         row.what = "raw gRPC";
         row.transport = transport;
         ceilings.push_back(row);
       }
     }
+    server->reset();
     if (transport == "tcp") {
       // The serialization's cost: the largest size, one stream, each way of building a message.
       const size_t i = layers.size() - 1;
@@ -300,23 +397,25 @@ int Main() {
       request.set_tensor("raw." + std::to_string(i));
       request.set_chunk_bytes(chunk);
       const absl::Span<const uint8_t> expected(raw.bytes().data(), reference[i].size());
-      for (auto [encoding, name] :
-           {std::pair{RawStreamService::Encoding::kOneCopy, "raw gRPC, one copy"},
-            std::pair{RawStreamService::Encoding::kProtobuf, "raw gRPC, protobuf bytes"}}) {
-        raw.set_encoding(encoding);
-        Row row = Measure(target, request, static_cast<int64_t>(reference[i].size()), expected, 1,
-                          1, trials);
+      for (auto [encoding, name] : {std::pair{"one_copy", "raw gRPC, one copy"},
+                                    std::pair{"protobuf", "raw gRPC, protobuf bytes"}}) {
+        absl::StatusOr<std::unique_ptr<DequantdProcess>> encoded = start_raw(transport, encoding);
+        if (!encoded.ok()) {
+          std::cerr << "cannot start the raw stream server: " << encoded.status() << "\n";
+          return 1;
+        }
+        Row row = Measure((*encoded)->target(), request, static_cast<int64_t>(reference[i].size()),
+                          expected, 1, 1, trials);
         row.what = name;
         row.transport = transport;
         encodings.push_back(row);
       }
-      raw.set_encoding(RawStreamService::Encoding::kZeroCopy);
     }
-    server->Shutdown();
   }
 
   // dequantd end to end.
   std::vector<Row> rows;
+  std::vector<ModelRow> model_rows;
   std::string backend;
   for (const std::string& transport : transports) {
     absl::StatusOr<std::unique_ptr<DequantdProcess>> process = DequantdProcess::Start(
@@ -334,8 +433,8 @@ int Main() {
       request.set_chunk_bytes(chunk);
       const int64_t bytes = static_cast<int64_t>(reference[i].size());
       for (auto [streams, clients] : {std::pair{1, 1}, std::pair{S, 1}, std::pair{1, C}}) {
-        Row row =
-            Measure((*process)->target(), request, bytes, reference[i], streams, clients, trials);
+        Row row = Measure((*process)->target(), request, bytes, reference[i], streams, clients,
+                          trials, (*process)->pid());
         row.what = "dequantd resident";
         row.transport = transport;
         rows.push_back(row);
@@ -358,6 +457,35 @@ int Main() {
         rows.push_back(row);
       }
     }
+    if (blocks > 0) {
+      ModelRowsOptions options;
+      options.target = (*process)->target();
+      options.transport = transport;
+      options.server_pid = (*process)->pid();
+      options.trials = std::max(1, absl::GetFlag(FLAGS_model_trials));
+      options.out_dir =
+          absl::GetFlag(FLAGS_model_out_dir).empty() ? work : absl::GetFlag(FLAGS_model_out_dir);
+      options.file_rows = transport == transports.back();  // once: the file is the limit there
+      for (absl::string_view v :
+           absl::StrSplit(absl::GetFlag(FLAGS_model_streams), ',', absl::SkipEmpty())) {
+        int n = 0;
+        if (absl::SimpleAtoi(v, &n)) options.streams.push_back(std::clamp(n, 1, kMaxStreams));
+      }
+      if (options.streams.empty())
+        options.streams = S > 1 ? std::vector<int>{1, S} : std::vector<int>{1};
+      options.stream_ceiling = [&, transport](int streams) {
+        double best = 0;  // the raw ceiling of the largest size at these streams, one client
+        for (const Row& c : ceilings) {
+          if (c.transport == transport && c.streams == streams && c.clients == 1 &&
+              c.bytes == largest) {
+            best = c.gbps;
+          }
+        }
+        return best;
+      };
+      std::vector<ModelRow> got = MeasureModel(model, model_reference, options);
+      model_rows.insert(model_rows.end(), got.begin(), got.end());
+    }
   }
 
   std::cout << "dequantd end to end, " << Now() << ", commit " << DEQUANTD_CONFIGURE_COMMIT
@@ -376,6 +504,17 @@ int Main() {
   std::cout << "\ndequantd (every byte received into the client's memory)\n\n";
   PrintRows(rows, &ceilings);
 
+  PrintProfiles(ceilings, "raw gRPC ceiling");
+  PrintProfiles(rows, "dequantd");
+  if (!model_rows.empty()) {
+    std::cout << absl::StrFormat(
+                     "\nwhole model: %d layers of a Llama-3-8B-shaped model (dimensions / %d), "
+                     "%.2f GB of fp16, DequantizeLayers\n\n",
+                     model.names.size(), std::max(1, absl::GetFlag(FLAGS_model_shrink)),
+                     model.fp16_bytes() / 1e9)
+              << FormatModelRows(model_rows);
+  }
+
   bool ok = true;
   for (const std::vector<Row>* table : {&ceilings, &encodings, &rows}) {
     for (const Row& r : *table) ok = ok && r.correct && r.error.empty();
@@ -393,6 +532,7 @@ int Main() {
                        std::cout) &&
          ok;
   }
+  for (const ModelRow& r : model_rows) ok = ok && r.correct && r.error.empty();
   if (!ok) std::cerr << "dequantd_e2e_bench: some fetched bytes were wrong or a call failed\n";
   if (absl::GetFlag(FLAGS_work_dir).empty()) std::filesystem::remove_all(work);
   return ok || !absl::GetFlag(FLAGS_check) ? 0 : 1;

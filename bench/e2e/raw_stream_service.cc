@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "server/grpc_result_sink.h"
+#include "server/transport_limits.h"
 
 namespace dequantd::e2e {
 namespace {
@@ -101,6 +102,7 @@ std::unique_ptr<grpc::Server> StartRawServer(RawStreamService* service, const st
                                              int* port) {
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  ApplyTransportLimits(TransportLimits(), builder);  // dequantd's defaults
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
   builder.RegisterService(service);
   return builder.BuildAndStart();

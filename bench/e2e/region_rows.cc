@@ -113,11 +113,18 @@ struct ServerAccount {
   }
 };
 
+// A layer of the served checkpoint: its name there and its packed data (layers of a
+// SyntheticModel share the data of one block).
+struct NamedLayer {
+  std::string name;
+  const SyntheticLayer* data = nullptr;
+};
+
 // One workload: a Dequantize of one layer, or a DequantizeLayers of a list, into a region.
 struct Workload {
   std::string what;
-  std::vector<const SyntheticLayer*> layers;  // one: Dequantize; several: DequantizeLayers
-  int64_t bytes = 0;                          // fp16 output of all of them
+  std::vector<NamedLayer> layers;  // one: Dequantize; several: DequantizeLayers
+  int64_t bytes = 0;               // fp16 output of all of them
 
   std::string method() const { return layers.size() == 1 ? "Dequantize" : "DequantizeLayers"; }
 };
@@ -149,7 +156,8 @@ struct Row {
 absl::Status Check(const Workload& w, const Destination& d) {
   int64_t offset = 0;
   std::vector<uint8_t> got, want;
-  for (const SyntheticLayer* layer : w.layers) {
+  for (const NamedLayer& named : w.layers) {
+    const SyntheticLayer* layer = named.data;
     const int64_t bytes = layer->shape.output_bytes(DType::kF16);
     got.resize(static_cast<size_t>(bytes));
     want.resize(static_cast<size_t>(bytes));
@@ -159,8 +167,8 @@ absl::Status Check(const Workload& w, const Destination& d) {
       return s;
     }
     if (got != want) {
-      return absl::DataLossError(absl::StrCat(d.kind, ": layer ", layer->name, " at offset ",
-                                              offset, " differs from the CPU reference"));
+      return absl::DataLossError(absl::StrCat(d.kind, ": layer ", named.name, " at offset ", offset,
+                                              " differs from the CPU reference"));
     }
     offset += bytes;
   }
@@ -180,9 +188,9 @@ Row Measure(RegionClient& client, int metrics_port, const Workload& w, const Des
   one.set_chunk_bytes(chunk_bytes);
   many.set_chunk_bytes(chunk_bytes);
   if (w.layers.size() == 1) {
-    one.set_tensor(w.layers.front()->name);
+    one.set_tensor(w.layers.front().name);
   } else {
-    for (const SyntheticLayer* l : w.layers) many.add_tensors(l->name);
+    for (const NamedLayer& l : w.layers) many.add_tensors(l.name);
   }
   const auto call = [&]() -> absl::Status {
     if (w.layers.size() == 1) return client.DequantizeInto(one).status();
@@ -273,45 +281,53 @@ void PrintRows(const std::vector<Row>& rows, double empty_rpc, std::ostream& out
 
 bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
   // The model and the workloads.
-  std::vector<SyntheticLayer> generated;
+  SyntheticModel model;
+  std::vector<SyntheticLayer> big;
   std::string model_dir = options.sizes_model_dir;
-  std::vector<const SyntheticLayer*> all;
-  const SyntheticLayer* single = nullptr;
+  std::vector<NamedLayer> all;
+  NamedLayer single;
   if (options.model == "llama-8b") {
-    std::vector<LayerSpec> specs = Llama8BLayers();
-    specs.push_back(
-        {"big", AwqShape{.K = 8192, .N = 28672, .group_size = 128, .scale_dtype = DType::kF16}});
     const Clock::time_point start = Clock::now();
-    generated = MakeLayersOf(specs, 8);
+    model = MakeLlamaShapedModel(/*blocks=*/32, /*shrink=*/1, /*seed=*/8);
+    big = MakeLayers({470'000'000}, 9);  // 8192 x 28672
+    std::vector<std::string> names = model.names;
+    std::vector<const SyntheticLayer*> data;
+    for (size_t i = 0; i < model.names.size(); ++i) {
+      data.push_back(&model.distinct[model.data_of[i]]);
+      all.push_back({model.names[i], data.back()});
+    }
+    names.push_back(big.front().name);
+    data.push_back(&big.front());
+    single = {big.front().name, &big.front()};
     model_dir = options.work_dir + "/llama-8b";
-    if (absl::Status s = WriteCheckpoint(model_dir, generated); !s.ok()) {
+    if (absl::Status s = WriteCheckpoint(model_dir, names, data); !s.ok()) {
       out << "region rows: cannot write the model: " << s << "\n";
       return false;
     }
     out << absl::StrFormat("region rows: generated the Llama-3-8B-shaped model in %.1f s\n",
                            Seconds(start));
-    for (size_t i = 0; i + 1 < generated.size(); ++i) all.push_back(&generated[i]);
-    single = &generated.back();
   } else {
     if (options.sizes_layers == nullptr || options.sizes_layers->empty()) return false;
-    for (const SyntheticLayer& l : *options.sizes_layers) all.push_back(&l);
+    for (const SyntheticLayer& l : *options.sizes_layers) all.push_back({l.name, &l});
     single = all.back();
   }
-  const auto bytes_of = [](const std::vector<const SyntheticLayer*>& layers) {
+  const auto bytes_of = [](const std::vector<NamedLayer>& layers) {
     int64_t bytes = 0;
-    for (const SyntheticLayer* l : layers) bytes += l->shape.output_bytes(DType::kF16);
+    for (const NamedLayer& l : layers) bytes += l.data->shape.output_bytes(DType::kF16);
     return bytes;
   };
+  const auto label = [](const NamedLayer& l) {
+    return absl::StrCat(l.data->shape.K, "x", l.data->shape.N, " layer");
+  };
   std::vector<Workload> workloads = {
-      {absl::StrCat(single->shape.K, "x", single->shape.N, " layer"), {single}, 0},
-      {absl::StrCat("whole model, ", all.size(), " layers"), all, 0}};
+      {label(single), {single}, 0}, {absl::StrCat("whole model, ", all.size(), " layers"), all, 0}};
   if (options.model == "llama-8b") {
     // The smallest layer: a region call's fixed cost.
-    const SyntheticLayer* small = *std::min_element(all.begin(), all.end(), [](auto* a, auto* b) {
-      return a->shape.output_bytes(DType::kF16) < b->shape.output_bytes(DType::kF16);
-    });
-    workloads.insert(workloads.begin(),
-                     {absl::StrCat(small->shape.K, "x", small->shape.N, " layer"), {small}, 0});
+    const NamedLayer small =
+        *std::min_element(all.begin(), all.end(), [](const NamedLayer& a, const NamedLayer& b) {
+          return a.data->shape.output_bytes(DType::kF16) < b.data->shape.output_bytes(DType::kF16);
+        });
+    workloads.insert(workloads.begin(), {label(small), {small}, 0});
   }
   for (Workload& w : workloads) w.bytes = bytes_of(w.layers);
 
@@ -336,7 +352,7 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
   const double empty_rpc = EmptyRpcSeconds(client, 200);
   const bool gpu = (*process)->backend() == "cuda";
   const double copy_bps =
-      gpu ? DeviceCopyBytesPerSecond(single->shape.output_bytes(DType::kF16)) : 0;
+      gpu ? DeviceCopyBytesPerSecond(single.data->shape.output_bytes(DType::kF16)) : 0;
 
   std::vector<Row> rows;
   for (const Workload& w : workloads) {

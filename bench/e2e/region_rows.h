@@ -23,8 +23,8 @@ struct RegionRowsOptions {
   std::string work_dir;  // where a generated model and the server's log go
   // "sizes": the checkpoint the caller wrote at `sizes_model_dir` from `sizes_layers` (the
   // single-layer rows use the largest, the model rows all of them); "llama-8b": a generated
-  // Llama-3-8B-shaped model (Llama8BLayers(), 224 layers, 13.96 GB of fp16) plus one 8192 x 28672
-  // layer (470 MB) for the single-layer rows.
+  // Llama-3-8B-shaped model (MakeLlamaShapedModel(32, 1, ...), 224 layers, 13.96 GB of fp16) plus
+  // one 8192 x 28672 layer (470 MB) for the single-layer rows.
   std::string model = "sizes";
   std::string sizes_model_dir;
   const std::vector<SyntheticLayer>* sizes_layers = nullptr;

@@ -17,6 +17,22 @@ absl::Span<const uint8_t> Bytes(const std::vector<T>& v) {
   return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)};
 }
 
+// Random packed data of one (K, N) layer, G = 128, fp16 scales.
+SyntheticLayer RandomLayer(std::string name, int64_t K, int64_t N, std::mt19937& rng) {
+  SyntheticLayer layer;
+  layer.name = std::move(name);
+  layer.shape = AwqShape{.K = K, .N = N, .group_size = 128, .scale_dtype = DType::kF16};
+  layer.qweight.resize(static_cast<size_t>(layer.shape.qweight_elements()));
+  layer.qzeros.resize(static_cast<size_t>(layer.shape.qzeros_elements()));
+  layer.scales.resize(static_cast<size_t>(layer.shape.scales_elements()));
+  for (int32_t& w : layer.qweight) w = static_cast<int32_t>(rng());
+  for (int32_t& z : layer.qzeros) z = static_cast<int32_t>(rng());
+  // fp16 magnitudes 2^-12 .. ~2^-5, either sign.
+  for (uint16_t& s : layer.scales)
+    s = static_cast<uint16_t>(0x0C00u + rng() % 0x0C00u) | ((rng() & 1u) << 15);
+  return layer;
+}
+
 }  // namespace
 
 AwqShape ShapeForBytes(int64_t output_bytes) {
@@ -26,36 +42,56 @@ AwqShape ShapeForBytes(int64_t output_bytes) {
       .K = std::max<int64_t>(128, rows), .N = N, .group_size = 128, .scale_dtype = DType::kF16};
 }
 
-std::vector<SyntheticLayer> MakeLayersOf(const std::vector<LayerSpec>& specs, uint32_t seed) {
+std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes, uint32_t seed) {
   std::vector<SyntheticLayer> layers;
   std::mt19937 rng(seed);
-  for (const LayerSpec& spec : specs) {
-    SyntheticLayer layer;
-    layer.shape = spec.shape;
-    layer.name = spec.name;
-    layer.qweight.resize(static_cast<size_t>(layer.shape.qweight_elements()));
-    layer.qzeros.resize(static_cast<size_t>(layer.shape.qzeros_elements()));
-    layer.scales.resize(static_cast<size_t>(layer.shape.scales_elements()));
-    for (int32_t& w : layer.qweight) w = static_cast<int32_t>(rng());
-    for (int32_t& z : layer.qzeros) z = static_cast<int32_t>(rng());
-    // fp16 magnitudes 2^-12 .. ~2^-5, either sign.
-    for (uint16_t& s : layer.scales)
-      s = static_cast<uint16_t>(0x0C00u + rng() % 0x0C00u) | ((rng() & 1u) << 15);
-    layers.push_back(std::move(layer));
+  for (size_t i = 0; i < output_bytes.size(); ++i) {
+    const AwqShape shape = ShapeForBytes(output_bytes[i]);
+    layers.push_back(
+        RandomLayer(absl::StrCat("layers.", i, ".", shape.K, "x", shape.N), shape.K, shape.N, rng));
   }
   return layers;
 }
 
-std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes, uint32_t seed) {
-  std::vector<LayerSpec> specs;
-  for (size_t i = 0; i < output_bytes.size(); ++i) {
-    const AwqShape shape = ShapeForBytes(output_bytes[i]);
-    specs.push_back({absl::StrCat("layers.", i, ".", shape.K, "x", shape.N), shape});
+absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::string>& names,
+                             const std::vector<const SyntheticLayer*>& layers) {
+  std::filesystem::create_directories(dir);
+  std::ofstream config(std::filesystem::path(dir) / "config.json");
+  config << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",)"
+         << R"( "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128,)"
+         << R"( "zero_point": true, "version": "gemm"}})" << '\n';
+  config.close();
+  if (!config) return absl::InternalError(absl::StrCat("cannot write ", dir, "/config.json"));
+  std::vector<safetensors::TensorToWrite> tensors;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const SyntheticLayer& l = *layers[i];
+    const int64_t words = l.shape.N / 8;
+    tensors.push_back({names[i] + ".qweight", "I32", {l.shape.K, words}, Bytes(l.qweight)});
+    tensors.push_back({names[i] + ".qzeros", "I32", {l.shape.groups(), words}, Bytes(l.qzeros)});
+    tensors.push_back(
+        {names[i] + ".scales", "F16", {l.shape.groups(), l.shape.N}, Bytes(l.scales)});
   }
-  return MakeLayersOf(specs, seed);
+  return safetensors::WriteFile((std::filesystem::path(dir) / "model.safetensors").string(),
+                                tensors);
 }
 
-std::vector<LayerSpec> Llama8BLayers() {
+absl::Status WriteCheckpoint(const std::string& dir, const std::vector<SyntheticLayer>& layers) {
+  std::vector<std::string> names;
+  std::vector<const SyntheticLayer*> data;
+  for (const SyntheticLayer& l : layers) {
+    names.push_back(l.name);
+    data.push_back(&l);
+  }
+  return WriteCheckpoint(dir, names, data);
+}
+
+int64_t SyntheticModel::fp16_bytes() const {
+  int64_t total = 0;
+  for (size_t d : data_of) total += distinct[d].shape.output_bytes(DType::kF16);
+  return total;
+}
+
+SyntheticModel MakeLlamaShapedModel(int blocks, int shrink, uint32_t seed) {
   struct Projection {
     const char* name;
     int64_t K, N;
@@ -65,34 +101,23 @@ std::vector<LayerSpec> Llama8BLayers() {
       {"self_attn.v_proj", 4096, 1024}, {"self_attn.o_proj", 4096, 4096},
       {"mlp.gate_proj", 4096, 14336},   {"mlp.up_proj", 4096, 14336},
       {"mlp.down_proj", 14336, 4096}};
-  std::vector<LayerSpec> specs;
-  for (int block = 0; block < 32; ++block) {
-    for (const Projection& p : kBlock) {
-      specs.push_back(
-          {absl::StrCat("model.layers.", block, ".", p.name),
-           AwqShape{.K = p.K, .N = p.N, .group_size = 128, .scale_dtype = DType::kF16}});
+  SyntheticModel model;
+  std::mt19937 rng(seed);
+  for (const Projection& p : kBlock) {
+    model.distinct.push_back(RandomLayer(p.name, p.K / shrink, p.N / shrink, rng));
+  }
+  std::vector<std::pair<std::string, size_t>> layers;
+  for (int b = 0; b < blocks; ++b) {
+    for (size_t p = 0; p < std::size(kBlock); ++p) {
+      layers.emplace_back(absl::StrCat("model.layers.", b, ".", kBlock[p].name), p);
     }
   }
-  return specs;
-}
-
-absl::Status WriteCheckpoint(const std::string& dir, const std::vector<SyntheticLayer>& layers) {
-  std::filesystem::create_directories(dir);
-  std::ofstream config(std::filesystem::path(dir) / "config.json");
-  config << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",)"
-         << R"( "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128,)"
-         << R"( "zero_point": true, "version": "gemm"}})" << '\n';
-  config.close();
-  if (!config) return absl::InternalError(absl::StrCat("cannot write ", dir, "/config.json"));
-  std::vector<safetensors::TensorToWrite> tensors;
-  for (const SyntheticLayer& l : layers) {
-    const int64_t words = l.shape.N / 8;
-    tensors.push_back({l.name + ".qweight", "I32", {l.shape.K, words}, Bytes(l.qweight)});
-    tensors.push_back({l.name + ".qzeros", "I32", {l.shape.groups(), words}, Bytes(l.qzeros)});
-    tensors.push_back({l.name + ".scales", "F16", {l.shape.groups(), l.shape.N}, Bytes(l.scales)});
+  std::sort(layers.begin(), layers.end());
+  for (auto& [name, p] : layers) {
+    model.names.push_back(std::move(name));
+    model.data_of.push_back(p);
   }
-  return safetensors::WriteFile((std::filesystem::path(dir) / "model.safetensors").string(),
-                                tensors);
+  return model;
 }
 
 }  // namespace dequantd::e2e

@@ -1,6 +1,5 @@
 // A synthetic AWQ checkpoint for the end-to-end benchmark: one layer per requested output size
-// (fp16 bytes), or a Llama-3-8B-shaped model, random packed data, written as config.json +
-// model.safetensors.
+// (fp16 bytes), random packed data, written as config.json + model.safetensors.
 #pragma once
 
 #include <cstdint>
@@ -30,22 +29,27 @@ AwqShape ShapeForBytes(int64_t output_bytes);
 // Random layers, one per size, deterministic in `seed`.
 std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes, uint32_t seed);
 
-// A layer to generate: its name in the checkpoint and its shape.
-struct LayerSpec {
-  std::string name;
-  AwqShape shape;
-};
-
-// Random layers of the given names and shapes, deterministic in `seed`.
-std::vector<SyntheticLayer> MakeLayersOf(const std::vector<LayerSpec>& specs, uint32_t seed);
-
-// The quantized linear layers of Llama-3-8B (32 blocks x q, k, v, o, gate, up, down = 224 layers,
-// named "model.layers.<b>.self_attn.q_proj" etc.; K x N = 4096 x 4096, 4096 x 1024, 4096 x 1024,
-// 4096 x 4096, 4096 x 14336, 4096 x 14336, 14336 x 4096), G = 128, fp16 scales: 13.96 GB of fp16
-// output (6.98e9 elements), about 3.6 GB packed.
-std::vector<LayerSpec> Llama8BLayers();
-
 // Writes `dir`/config.json (awq, 4 bits, group_size 128, gemm) and `dir`/model.safetensors.
 absl::Status WriteCheckpoint(const std::string& dir, const std::vector<SyntheticLayer>& layers);
+
+// A Llama-3-8B-shaped model: `blocks` blocks of the 7 projections (q 4096x4096, k and v
+// 4096x1024, o 4096x4096, gate and up 4096x14336, down 14336x4096; every dimension divided by
+// `shrink`, 1 = the real shapes: 32 blocks = 224 layers, 13.96 GB of fp16), named
+// "model.layers.<b>.<self_attn|mlp>.<proj>". The blocks share the packed data of one block (so
+// the reference is computed for 7 layers), in ListTensors' name order.
+struct SyntheticModel {
+  std::vector<SyntheticLayer> distinct;  // the 7 projections' data
+  std::vector<std::string> names;        // every layer, sorted by name (ListTensors' order)
+  std::vector<size_t> data_of;           // names[i]'s data: distinct[data_of[i]]
+  int64_t fp16_bytes() const;            // the whole model's fp16 result, bytes
+};
+// `shrink` must divide 1024 and leave K a multiple of 128 (1, 2, 4, 8: 14336 / 8 = 1792;
+// 16: 256/64/896, whose K 896 is 7 x 128).
+SyntheticModel MakeLlamaShapedModel(int blocks, int shrink, uint32_t seed);
+// Writes a checkpoint as WriteCheckpoint does, holding `data[i]`'s packed tensors under the layer
+// name `names[i]` (so layers can share data: a SyntheticModel's names and distinct data, plus
+// any other layers).
+absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::string>& names,
+                             const std::vector<const SyntheticLayer*>& data);
 
 }  // namespace dequantd::e2e

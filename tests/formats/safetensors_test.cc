@@ -83,6 +83,28 @@ TEST(SafetensorsWriteTest, ExactBytesOfOneInt32Tensor) {
   EXPECT_EQ(ReadAll(dir + "/a.safetensors"), want);
 }
 
+// PlanFile lays out the same file as WriteFile: the header bytes, each tensor's offset in the
+// file and the file's size (the one-tensor file above: 64 header bytes, then 4 data bytes).
+TEST(SafetensorsWriteTest, PlanFileMatchesTheWrittenLayout) {
+  absl::StatusOr<FileLayout> one = PlanFile({{"a", "I32", {1}}});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->header.size(), 64u);
+  EXPECT_EQ(one->header.substr(8, 54), R"({"a":{"data_offsets":[0,4],"dtype":"I32","shape":[1]}})");
+  EXPECT_EQ(one->data_offsets, (std::vector<int64_t>{64}));
+  EXPECT_EQ(one->tensor_bytes, (std::vector<int64_t>{4}));
+  EXPECT_EQ(one->file_bytes, 68);
+  absl::StatusOr<FileLayout> two = PlanFile({{"z", "F16", {3, 5}}, {"b", "F32", {2}}});
+  ASSERT_TRUE(two.ok());
+  const int64_t header = static_cast<int64_t>(two->header.size());
+  EXPECT_EQ(header % 8, 0);
+  EXPECT_EQ(two->data_offsets, (std::vector<int64_t>{header, header + 30}));  // given order
+  EXPECT_EQ(two->file_bytes, header + 38);
+  EXPECT_EQ(PlanFile({{"x", "Q4", {1}}}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanFile({{"x", "F16", {1}}, {"x", "F16", {1}}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanFile({{"x", "F16", {-1}}}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SafetensorsWriteTest, RoundTripThroughMappedFile) {
   const std::string dir = MakeTempDir();
   ASSERT_FALSE(dir.empty());
