@@ -21,6 +21,7 @@
 #include "server/backend.h"
 #include "server/benchmark_service.h"
 #include "server/checkpoint.h"
+#include "server/grpc_log.h"
 #include "server/memory_trim.h"
 #include "server/metrics.h"
 #include "server/pretune.h"
@@ -552,6 +553,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   builder.SetMaxReceiveMessageSize(GrpcReceiveLimitBytes(options.max_request_bytes));
   ApplyTransportLimits(options.transport, builder);
   InstallProtobufLogHandler();
+  InstallGrpcLogHandler();
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MakeMalformedRequestInterceptorFactory(server->metrics_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));

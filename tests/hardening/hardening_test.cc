@@ -4,6 +4,7 @@
 #include <grpc/compression.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cstdio>
@@ -98,6 +99,57 @@ TEST(CompressedRequestTest, AcceptingCompressionLeavesTheSizeCheckToGrpc) {
       "accepted gzip request inflating to 128 MiB: %s; server peak RSS grew %lld MiB\n",
       status.error_message().c_str(),
       static_cast<long long>((PeakResidentBytes(server.process.pid()) - peak_before) / kMiB));
+}
+
+// The soak's stall with --accept-compressed-requests=false: gRPC 1.51 logs one ERROR line per
+// refused gzip'd call from the thread serving the connection; the soak never read the child's
+// output, so after about 570 lines the pipe was full, that thread blocked in write(2) and every
+// call on the connection stalled (other connections were served). dequantd now routes gRPC's log
+// through a per-call-site rate limit. Here too the output is not read while 1,000 gzip'd calls
+// are refused on one connection: each must be UNIMPLEMENTED (without the fix: DEADLINE_EXCEEDED
+// from about the 570th on), the connection must still serve a plain call, and the log holds at
+// most kGrpcLogLinesPerMinute (10) of the refusal lines.
+TEST(CompressedRequestTest, ThousandRefusalsNeitherStallTheConnectionNorFloodTheLog) {
+  DequantdChild server({"--accept-compressed-requests=false"});
+  ASSERT_GT(server.port, 0) << server.process.output();
+  auto stub = v1::DequantService::NewStub(server.Channel());
+  v1::DequantizeRequest request;
+  request.set_tensor("model.layers.0.mlp.down_proj");
+  constexpr int kCalls = 1000;
+  int unimplemented = 0;
+  grpc::Status last;
+  for (int i = 0; i < kCalls; ++i) {
+    grpc::ClientContext context;
+    context.set_compression_algorithm(GRPC_COMPRESS_GZIP);
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    auto reader = stub->Dequantize(&context, request);
+    v1::DequantizeResponse response;
+    while (reader->Read(&response)) {
+    }
+    last = reader->Finish();
+    if (last.error_code() != grpc::StatusCode::UNIMPLEMENTED) break;
+    ++unimplemented;
+  }
+  EXPECT_EQ(unimplemented, kCalls)
+      << "call " << unimplemented + 1 << ": " << last.error_code() << " " << last.error_message();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto reader = stub->Dequantize(&context, ZeroLayerRequest(128, 64, v1::DTYPE_FP16));
+  v1::DequantizeResponse response;
+  while (reader->Read(&response)) {
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  // SIGTERM, then read the whole log.
+  ::kill(server.process.pid(), SIGTERM);
+  EXPECT_EQ(server.process.Wait(), 0);
+  const std::string& log = server.process.output();
+  int refusal_lines = 0;
+  for (size_t at = log.find("is disabled"); at != std::string::npos;
+       at = log.find("is disabled", at + 1)) {
+    ++refusal_lines;
+  }
+  EXPECT_GE(refusal_lines, 1) << log;
+  EXPECT_LE(refusal_lines, 10) << log;
 }
 
 // The probe: clients that stop reading held memory and a thread for as long as they stayed
