@@ -28,7 +28,10 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # - prometheus_dashboard, kubernetes_manifest: Python checks of files; no C++ of ours runs.
 # - e2e_bench_check: a benchmark; the servers and clients it drives are covered by the
 #   integration, security and python_client tests, which do run here.
+# - GracefulShutdownTest.ThirtyTwoWholeModelStreams...: 13.6 GB dequantized on the CPU backend,
+#   minutes under ASan on 2 cores; the drain it checks is plain socket and counter code, and
+#   DrainTest (server_test) covers it here.
 # - SoakTest: its RSS bound does not hold under ASan (the quarantine keeps freed memory: 411 MiB
 #   after the load against 199 MiB idle on 2026-12-01); it runs in the normal build.
 ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 \
-  -E '(prometheus_dashboard|kubernetes_manifest|e2e_bench_check|SoakTest)'
+  -E '(prometheus_dashboard|kubernetes_manifest|e2e_bench_check|ThirtyTwoWholeModelStreams|SoakTest)'
