@@ -91,7 +91,7 @@ TEST(CompressedRequestTest, IsRefusedBeforeItIsInflated) {
 // limit, RESOURCE_EXHAUSTED. The peak growth is printed, not bounded: it is gRPC's behaviour, not
 // ours (docs/hardening.md records it).
 TEST(CompressedRequestTest, AcceptingCompressionLeavesTheSizeCheckToGrpc) {
-  DequantdChild server({"--max-request-bytes=1048576"});
+  DequantdChild server({"--max-request-bytes=1048576", "--accept-compressed-requests=true"});
   ASSERT_GT(server.port, 0) << server.process.output();
   auto stub = v1::DequantService::NewStub(server.Channel());
   const int64_t peak_before = PeakResidentBytes(server.process.pid());
