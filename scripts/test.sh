@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds everything, makes the bundled model, and runs
 # the whole test suite with CTest. GPU tests skip on machines without a GPU.
-# Then the container image is built and run (scripts/test-container.sh) and each libFuzzer target
-# runs for 60 s (scripts/fuzz.sh; issue 11, docs/hardening.md). DEQUANTD_SKIP_CONTAINER_TEST=1 /
-# DEQUANTD_SKIP_FUZZ=1 leave them out of a local run. The ASan + UBSan run of the unit and
-# integration tests (scripts/test-sanitizers.sh) is opt-in, DEQUANTD_SANITIZERS=1: it has not yet
-# completed once on a 2-core machine, so it does not gate CI until it has (docs/hardening.md).
+# Then the container image is built and run (scripts/test-container.sh), the unit and integration
+# tests run again under AddressSanitizer + UndefinedBehaviorSanitizer (scripts/test-sanitizers.sh,
+# a second build in build-asan) and each libFuzzer target runs for 60 s (scripts/fuzz.sh; issue 11,
+# docs/hardening.md). DEQUANTD_SKIP_CONTAINER_TEST=1 / DEQUANTD_SKIP_SANITIZERS=1 /
+# DEQUANTD_SKIP_FUZZ=1 leave them out of a local run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -19,5 +19,5 @@ ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 900
 if [[ ${DEQUANTD_SKIP_CONTAINER_TEST:-0} != 1 ]]; then
   scripts/test-container.sh
 fi
-[ "${DEQUANTD_SANITIZERS:-0}" != 1 ] || scripts/test-sanitizers.sh
+[ "${DEQUANTD_SKIP_SANITIZERS:-0}" = 1 ] || scripts/test-sanitizers.sh
 [ "${DEQUANTD_SKIP_FUZZ:-0}" = 1 ] || scripts/fuzz.sh

@@ -105,10 +105,10 @@ ABSL_FLAG(double, shared_memory_idle_release, 0,
 ABSL_FLAG(double, stall_timeout, 60.0,
           "seconds (0..86400) a result write may wait for a client that stopped reading before "
           "the call is cancelled (counted in dequantd_stalled_calls_cancelled_total); 0 = never");
-ABSL_FLAG(bool, accept_compressed_requests, true,
-          "accept gzip/deflate-compressed requests; false refuses them (UNIMPLEMENTED) before "
-          "inflating, but gRPC 1.51 then stops serving after about 550 refusals "
-          "(docs/hardening.md)");
+ABSL_FLAG(bool, accept_compressed_requests, false,
+          "accept gzip/deflate-compressed requests (gRPC inflates them up to --max-request-bytes "
+          "before any check of ours); default false: refused (UNIMPLEMENTED) when their headers "
+          "arrive, before anything is inflated (docs/hardening.md)");
 ABSL_FLAG(int64_t, grpc_memory_quota_bytes, int64_t{1} << 30,
           "gRPC ResourceQuota for transport buffers, bytes (1 MiB..1 TiB)");
 ABSL_FLAG(int, max_threads, 256,

@@ -3,12 +3,12 @@
 
 #include <google/protobuf/stubs/logging.h>
 
-#include <chrono>
 #include <mutex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/log_rate_limit.h"
 #include "server/metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -19,31 +19,17 @@ constexpr absl::string_view kServicePrefix = "/dequant.v1.DequantService/";
 
 thread_local std::string last_protobuf_error;
 
-// Lines logged in the current one-minute window, and lines dropped.
-std::mutex log_mu;
-std::chrono::steady_clock::time_point window_start;  // guarded by log_mu
-int window_lines = 0;                                // guarded by log_mu
-int64_t dropped_lines = 0;                           // guarded by log_mu
-
 void RateLimitedProtobufLog(google::protobuf::LogLevel level, const char* filename, int line,
                             const std::string& message) {
   if (level >= google::protobuf::LOGLEVEL_ERROR) last_protobuf_error = message;
-  std::lock_guard<std::mutex> lock(log_mu);
-  const auto now = std::chrono::steady_clock::now();
-  if (now - window_start >= std::chrono::minutes(1)) {
-    if (dropped_lines > 0) {
-      spdlog::warn("libprotobuf: {} more lines dropped in the last minute (rate limit {}/min)",
-                   dropped_lines, kProtobufLogLinesPerMinute);
-    }
-    window_start = now;
-    window_lines = 0;
-    dropped_lines = 0;
+  // One budget for all of libprotobuf (it logs a parse failure from one of several call sites).
+  static LogRateLimiter* limiter = new LogRateLimiter(kProtobufLogLinesPerMinute);  // never freed
+  const LogRateLimiter::Decision decision = limiter->Admit("libprotobuf");
+  if (!decision.admit) return;
+  if (decision.dropped_before > 0) {
+    spdlog::warn("libprotobuf: {} more lines dropped in the last minute (rate limit {}/min)",
+                 decision.dropped_before, kProtobufLogLinesPerMinute);
   }
-  if (window_lines >= kProtobufLogLinesPerMinute) {
-    ++dropped_lines;
-    return;
-  }
-  ++window_lines;
   const spdlog::level::level_enum spd_level =
       level >= google::protobuf::LOGLEVEL_ERROR     ? spdlog::level::err
       : level == google::protobuf::LOGLEVEL_WARNING ? spdlog::level::warn

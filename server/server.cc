@@ -9,6 +9,7 @@
 #include <climits>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,8 @@
 #include "server/backend.h"
 #include "server/benchmark_service.h"
 #include "server/checkpoint.h"
+#include "server/drain.h"
+#include "server/grpc_log.h"
 #include "server/listen_probe.h"
 #include "server/memory_trim.h"
 #include "server/metrics.h"
@@ -380,6 +383,7 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
       const auto deadline = std::chrono::system_clock::now() +
                             std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                 std::chrono::duration<double>(std::max(0.0, deadline_seconds)));
+      DrainBeforeShutdown(deadline_seconds);
       server_->Shutdown(deadline);  // returns when every handler has returned
       server_->Wait();
     }
@@ -404,6 +408,23 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
   }
 
  private:
+  // Before gRPC's Shutdown (which sends GOAWAY and closes each connection as soon as its last
+  // stream ends): health NOT_SERVING, then wait for in-flight calls and for every connection's
+  // send queue to empty, so no stream loses its tail to a TCP reset (server/drain.h).
+  void DrainBeforeShutdown(double deadline_seconds) {
+    if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+      health->SetServingStatus(false);
+    }
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(std::max(0.0, deadline_seconds)));
+    if (WaitForDrain(call_tracker_, port_, deadline)) {
+      // Time for the clients' last acknowledgements and WINDOW_UPDATEs to arrive before close.
+      std::this_thread::sleep_until(
+          std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+    }
+  }
+
   friend absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(
       const ServerOptions& options);
 
@@ -444,6 +465,7 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
   std::unique_ptr<DequantService> service_;
   // Shutdown destroys it once server_ has stopped, before metrics_ (which it reports to).
   std::unique_ptr<auth::ServerSecurity> security_;
+  CallTracker call_tracker_;  // counts dequant.v1 calls for the drain; outlives server_
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   int metrics_port_ = 0;
@@ -561,8 +583,10 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   builder.SetMaxReceiveMessageSize(GrpcReceiveLimitBytes(options.max_request_bytes));
   ApplyTransportLimits(options.transport, builder);
   InstallProtobufLogHandler();
+  InstallGrpcLogHandler();
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MakeMalformedRequestInterceptorFactory(server->metrics_.get()));
+  interceptors.push_back(server->call_tracker_.MakeInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();

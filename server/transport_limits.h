@@ -13,12 +13,12 @@ class ServerBuilder;
 namespace dequantd {
 
 struct TransportLimits {
-  // Accept gzip/deflate-compressed requests (gRPC's own handling: gRPC 1.51.1 refused a request
-  // inflating to 128 MiB against a 1 MiB limit with RESOURCE_EXHAUSTED after 17 MiB of peak RSS
-  // growth). false refuses them with UNIMPLEMENTED when their headers arrive (identity-only
-  // compression), but the soak found that after about 550 such refusals gRPC 1.51 stops serving
-  // every call (docs/hardening.md, open defect): leave it on until that is understood.
-  bool accept_compressed_requests = true;
+  // Accept gzip/deflate-compressed requests. false (the default): refused with UNIMPLEMENTED when
+  // their headers arrive (identity-only compression), before anything is inflated. true: gRPC's
+  // own handling (1.51.1 refused a request inflating to 128 MiB against a 1 MiB limit with
+  // RESOURCE_EXHAUSTED after 17 MiB of peak RSS growth). gRPC logs each refusal; dequantd
+  // rate-limits that log (server/grpc_log.h: the log once stalled a connection, docs/hardening.md).
+  bool accept_compressed_requests = false;
   // gRPC ResourceQuota memory for transport buffers (bytes; 1 MiB..1 TiB). Under pressure gRPC
   // shrinks its read buffers and flow-control windows.
   int64_t memory_quota_bytes = int64_t{1} << 30;

@@ -12,8 +12,10 @@ See README.md.
 from .client import (Client, LayerInfo, ModelTensors, ServerInfo, TensorInfo,
                      supports_byte_ranges)
 from .convert import ConvertResult, convert, parse_size
+from .credentials import resolve_token, security_options
 from .errors import DequantdError
 
 __version__ = "0.1.0"
 __all__ = ["Client", "ConvertResult", "DequantdError", "LayerInfo", "ModelTensors", "ServerInfo",
-           "TensorInfo", "convert", "parse_size", "supports_byte_ranges"]
+           "TensorInfo", "convert", "parse_size", "resolve_token", "security_options",
+           "supports_byte_ranges"]

@@ -1,5 +1,8 @@
 """Command line: python -m dequantd {info,list,dequantize,convert} --server TARGET ...
 
+Security, as dequantctl: --tls-ca FILE (TLS), --tls-cert FILE --tls-key FILE (mutual TLS),
+--tls-server-name NAME, --token-file FILE (else $DEQUANTD_TOKEN) (README.md, Security).
+
 Exit status 0 on success, 1 on a DequantdError (printed as "error: CODE: message"), 2 on bad
 arguments (argparse).
 """
@@ -15,6 +18,7 @@ import numpy as np
 
 from .client import Client
 from .convert import convert
+from .credentials import security_options
 from .errors import DequantdError
 
 
@@ -28,6 +32,18 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--timeout", type=float, default=None,
                        help="deadline per call in seconds (default: 60 for info/list, none for "
                             "streams)")
+        g = p.add_argument_group("security (README.md, Security)")
+        g.add_argument("--tls-ca", metavar="FILE",
+                       help="PEM CA that verifies the server's certificate: use TLS")
+        g.add_argument("--tls-cert", metavar="FILE",
+                       help="PEM client certificate chain for mutual TLS (with --tls-key)")
+        g.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+        g.add_argument("--tls-server-name", metavar="NAME",
+                       help="name to verify in the server's certificate (default: the host of "
+                            "--server)")
+        g.add_argument("--token-file", metavar="FILE",
+                       help="file whose first line is the bearer token to send; default: "
+                            "$DEQUANTD_TOKEN if set")
         return p
 
     command("info", "server version, backend, devices, model")
@@ -49,7 +65,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     timeouts = {} if args.timeout is None else {"timeout": args.timeout,
                                                 "stream_timeout": args.timeout}
     try:
-        with Client(args.server, **timeouts) as client:
+        credentials, options, metadata = security_options(
+            tls_ca=args.tls_ca, tls_cert=args.tls_cert, tls_key=args.tls_key,
+            tls_server_name=args.tls_server_name, token_file=args.token_file)
+        with Client(args.server, credentials=credentials, options=options, metadata=metadata,
+                    **timeouts) as client:
             if args.command == "info":
                 info = client.info()
                 print(json.dumps({k: v for k, v in vars(info).items() if k != "model_config"},

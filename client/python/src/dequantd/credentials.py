@@ -1,0 +1,66 @@
+"""TLS and token options for a Client, as dequantctl takes them (client/credentials.cc):
+
+    creds, options, metadata = security_options(tls_ca="ca.pem", token_file="token")
+    Client(target, credentials=creds, options=options, metadata=metadata)
+
+TLS is used when a CA or a client certificate is given (the system's CA store verifies the
+server when only a client certificate is given). The token (first line of `token_file`, else
+$DEQUANTD_TOKEN) is sent as `authorization: Bearer TOKEN` on every call; dequantd refuses
+tokens over plaintext unless it listens on loopback or a Unix socket (README.md, Security).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List, Optional, Sequence, Tuple
+
+import grpc
+
+TOKEN_ENV = "DEQUANTD_TOKEN"
+
+
+def _read(flag: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: {e.strerror}") from None
+
+
+def resolve_token(token_file: Optional[str] = None) -> str:
+    """The bearer token: the first line of `token_file` (stripped), else $DEQUANTD_TOKEN
+    (stripped), else "". Raises ValueError naming --token-file for an unreadable file or an empty
+    first line."""
+    if not token_file:
+        return os.environ.get(TOKEN_ENV, "").strip()
+    first_line = _read("--token-file", token_file).decode("utf-8", "replace").split("\n", 1)[0]
+    token = first_line.strip()
+    if not token:
+        raise ValueError(f"--token-file {token_file}: the first line holds no token")
+    return token
+
+
+def security_options(*, tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                     tls_key: Optional[str] = None, tls_server_name: Optional[str] = None,
+                     token_file: Optional[str] = None
+                     ) -> Tuple[Optional[grpc.ChannelCredentials], List[Tuple[str, Any]],
+                                Sequence[Tuple[str, str]]]:
+    """(credentials, channel options, metadata) for Client(...). Reads the PEM files and the token
+    now. Raises ValueError naming the flag: unreadable file, --tls-cert without --tls-key or the
+    reverse, --tls-server-name without TLS, an empty --token-file."""
+    if bool(tls_cert) != bool(tls_key):
+        raise ValueError("--tls-cert and --tls-key go together (mutual TLS): give both or neither")
+    credentials = None
+    options: List[Tuple[str, Any]] = []
+    if tls_ca or tls_cert:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read("--tls-ca", tls_ca) if tls_ca else None,
+            private_key=_read("--tls-key", tls_key) if tls_key else None,
+            certificate_chain=_read("--tls-cert", tls_cert) if tls_cert else None)
+        if tls_server_name:
+            options.append(("grpc.ssl_target_name_override", tls_server_name))
+    elif tls_server_name:
+        raise ValueError("--tls-server-name needs TLS: give --tls-ca")
+    token = resolve_token(token_file)
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    return credentials, options, metadata
