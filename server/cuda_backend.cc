@@ -82,8 +82,8 @@ class DeviceWorker {
   // failed device returns to every call).
   absl::Status Probe() const {
     if (launch_failures_.failed()) {
-      return absl::InternalError(absl::StrCat("cudaErrorLaunchFailure (injected by ",
-                                              kInjectDeviceFailureEnv, ")"));
+      return absl::InternalError(
+          absl::StrCat("cudaErrorLaunchFailure (injected by ", kInjectDeviceFailureEnv, ")"));
     }
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     size_t free = 0;
@@ -246,8 +246,8 @@ class DeviceWorker {
 
   const int device_;
   const CudaBackendOptions options_;
-  BackendObserver* const observer_;  // may be null
-  const std::string label_;          // "cuda:<device>[.<k>]", the metrics' device label
+  BackendObserver* const observer_;         // may be null
+  const std::string label_;                 // "cuda:<device>[.<k>]", the metrics' device label
   LaunchFailureCountdown launch_failures_;  // injected failures (none unless armed)
   DeviceDescription description_;
   cuda::ResidentModel model_;  // written only in Upload (before requests)
@@ -324,10 +324,10 @@ class CudaBackend final : public Backend {
     if (live.empty()) return absl::UnavailableError("no CUDA device is in rotation");
     std::vector<int64_t> capacity;
     std::vector<std::string> labels;
-    const int64_t reserve = options_.reserve_bytes >= 0
-                                ? options_.reserve_bytes
-                                : options_.slots_per_device * 2 * options_.result_slab_bytes +
-                                      (int64_t{1} << 30);
+    const int64_t reserve =
+        options_.reserve_bytes >= 0
+            ? options_.reserve_bytes
+            : options_.slots_per_device * 2 * options_.result_slab_bytes + (int64_t{1} << 30);
     for (int w : live) {
       DeviceWorker& worker = *entries_[static_cast<size_t>(w)].worker;
       const auto same_gpu = std::count_if(live.begin(), live.end(), [&](int o) {
@@ -363,8 +363,8 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < layers.size(); ++i) {
       if (std::none_of(holders_[i].begin(), holders_[i].end(),
                        [this](int w) { return router_.serving(w); })) {
-        return absl::UnavailableError(absl::StrCat("layer \"", layers[i].name,
-                                                   "\": every GPU that was to hold it failed"));
+        return absl::UnavailableError(
+            absl::StrCat("layer \"", layers[i].name, "\": every GPU that was to hold it failed"));
       }
     }
     return absl::OkStatus();
@@ -449,8 +449,9 @@ class CudaBackend final : public Backend {
     auto run_part = [&](const LayerPart& part, int preferred, LayersSink& part_sink) {
       return Serve(common(part), preferred, part_sink, &part_sink,
                    [&](DeviceWorker& worker, LayersSink& tracked) {
-                     return worker.DequantizeLayers(layers.subspan(part.begin, part.end - part.begin),
-                                                    out_dtype, chunk_bytes, tracked);
+                     return worker.DequantizeLayers(
+                         layers.subspan(part.begin, part.end - part.begin), out_dtype, chunk_bytes,
+                         tracked);
                    });
     };
     if (parts->size() == 1) return run_part(parts->front(), /*preferred=*/-1, sink);
@@ -458,8 +459,8 @@ class CudaBackend final : public Backend {
     for (const LayerPart& part : *parts) {
       int64_t before = 0;
       for (size_t i = 0; i < part.begin; ++i) before += result_bytes[i];
-      ordered.push_back(OrderedPart{.first_entry = static_cast<int64_t>(part.begin),
-                                    .bytes_before = before});
+      ordered.push_back(
+          OrderedPart{.first_entry = static_cast<int64_t>(part.begin), .bytes_before = before});
     }
     return RunOrderedParts(sink, ordered, [&](size_t k, LayersSink& part_sink) {
       return run_part((*parts)[k], (*parts)[k].worker, part_sink);
@@ -532,9 +533,9 @@ class CudaBackend final : public Backend {
       TouchTrackingSink tracked(sink, layers);
       absl::Status s = call(*entries_[static_cast<size_t>(w)].worker, tracked);
       if (s.ok() || !TakeOutIfFailed(w)) return s;
-      failed = absl::UnavailableError(absl::StrCat(
-          router_.label(w), " failed during this call and was taken out of rotation: ",
-          s.message()));
+      failed = absl::UnavailableError(
+          absl::StrCat(router_.label(w),
+                       " failed during this call and was taken out of rotation: ", s.message()));
       if (tracked.touched()) return failed;
       candidates.erase(std::remove(candidates.begin(), candidates.end(), w), candidates.end());
     }
@@ -601,9 +602,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOption
   const std::vector<std::string> labels = WorkerLabels(ordinals);
   for (const auto& [label, injection] : options.inject_failures) {
     if (std::find(labels.begin(), labels.end(), label) == labels.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(kInjectDeviceFailureEnv, ": no worker \"",
-                                                     label, "\" (workers: ",
-                                                     absl::StrJoin(labels, ", "), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(kInjectDeviceFailureEnv, ": no worker \"", label,
+                       "\" (workers: ", absl::StrJoin(labels, ", "), ")"));
     }
   }
   std::vector<WorkerEntry> entries;

@@ -86,9 +86,9 @@ int CudaDeviceCount();
 // empty). A worker that fails to start is taken out of rotation (on_device_failed, observer) and
 // the others serve; when none starts, the first worker's error is returned. Errors:
 // FAILED_PRECONDITION (no device), INVALID_ARGUMENT (bad options, an ordinal not visible),
-// RESOURCE_EXHAUSTED / INTERNAL / UNAVAILABLE (injected) from the only or every worker. `observer` (may be
-// null) receives stage times, kernel traffic, memory use and each GPU's copy rate (measured once
-// here with a 256 MiB device-to-device copy); it must outlive the backend's calls.
+// RESOURCE_EXHAUSTED / INTERNAL / UNAVAILABLE (injected) from the only or every worker. `observer`
+// (may be null) receives stage times, kernel traffic, memory use and each GPU's copy rate (measured
+// once here with a 256 MiB device-to-device copy); it must outlive the backend's calls.
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options,
                                                          BackendObserver* observer = nullptr);
 

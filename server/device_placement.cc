@@ -27,9 +27,9 @@ absl::StatusOr<std::vector<int>> ParseDeviceList(absl::string_view spec, int vis
                        "\" is not \"all\" or a comma-separated list of CUDA ordinals (e.g. 0,2)"));
     }
     if (ordinal >= visible) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--devices: CUDA device ", ordinal, " does not exist (", visible, " visible",
-          visible > 0 ? absl::StrCat(": 0..", visible - 1) : std::string(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--devices: CUDA device ", ordinal, " does not exist (", visible, " visible",
+                       visible > 0 ? absl::StrCat(": 0..", visible - 1) : std::string(), ")"));
     }
     ordinals.push_back(ordinal);
   }
@@ -92,9 +92,10 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const int64_t> layer_bytes,
     for (size_t i = 0; i < layer_bytes.size(); ++i) {
       // The layer's midpoint decides its worker: contiguous runs, each about total / n bytes.
       const double middle = static_cast<double>(before) + static_cast<double>(layer_bytes[i]) / 2;
-      const int w = total == 0 ? 0
-                               : std::min(workers - 1, static_cast<int>(middle * workers /
-                                                                        static_cast<double>(total)));
+      const int w = total == 0
+                        ? 0
+                        : std::min(workers - 1,
+                                   static_cast<int>(middle * workers / static_cast<double>(total)));
       placement.holders[i] = {w};
       placement.worker_bytes[w] += layer_bytes[i];
       before += layer_bytes[i];

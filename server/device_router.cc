@@ -48,8 +48,8 @@ absl::StatusOr<DeviceRouter::Ticket> DeviceRouter::AcquireLeastLoaded(
     return absl::UnavailableError(
         candidates.empty()
             ? std::string("no CUDA worker holds what this call needs")
-            : absl::StrCat("every CUDA device that could serve this call is out of rotation (",
-                           why, ")"));
+            : absl::StrCat("every CUDA device that could serve this call is out of rotation (", why,
+                           ")"));
   }
   Changed(chosen, load);
   return Ticket(this, chosen);
@@ -109,9 +109,10 @@ std::vector<int64_t> DeviceRouter::loads() const {
   return in_flight_;
 }
 
-absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(
-    absl::Span<const std::vector<int>> candidates, absl::Span<const int64_t> result_bytes,
-    absl::Span<const int64_t> loads, int64_t min_part_bytes) {
+absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(absl::Span<const std::vector<int>> candidates,
+                                                      absl::Span<const int64_t> result_bytes,
+                                                      absl::Span<const int64_t> loads,
+                                                      int64_t min_part_bytes) {
   if (candidates.size() != result_bytes.size() || min_part_bytes < 1) {
     return absl::InvalidArgumentError("PlanLayerParts: one candidate list and size per entry");
   }
@@ -133,7 +134,8 @@ absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(
     std::vector<int> order = candidates[run_begin];
     for (int w : order) {
       if (w < 0 || static_cast<size_t>(w) >= load.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("entry ", run_begin, ": unknown worker ", w));
+        return absl::InvalidArgumentError(
+            absl::StrCat("entry ", run_begin, ": unknown worker ", w));
       }
     }
     std::stable_sort(order.begin(), order.end(), [&load](int a, int b) {
@@ -150,9 +152,10 @@ absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(
     for (size_t i = run_begin; i < run_end; ++i) {
       const double middle = static_cast<double>(before) + static_cast<double>(result_bytes[i]) / 2;
       const int64_t p =
-          bytes == 0 ? 0
-                     : std::min<int64_t>(m - 1, static_cast<int64_t>(middle * static_cast<double>(m) /
-                                                                      static_cast<double>(bytes)));
+          bytes == 0
+              ? 0
+              : std::min<int64_t>(m - 1, static_cast<int64_t>(middle * static_cast<double>(m) /
+                                                              static_cast<double>(bytes)));
       if (p != part) {
         add(part_begin, i, order[static_cast<size_t>(part)]);
         part_begin = i;

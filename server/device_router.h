@@ -90,8 +90,9 @@ struct LayerPart {
 // merge. So a small call stays on one worker, and a replicated model's whole-model call is
 // spread over every GPU. INVALID_ARGUMENT when an entry has no candidate or the spans differ in
 // size; min_part_bytes >= 1.
-absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(
-    absl::Span<const std::vector<int>> candidates, absl::Span<const int64_t> result_bytes,
-    absl::Span<const int64_t> loads, int64_t min_part_bytes);
+absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(absl::Span<const std::vector<int>> candidates,
+                                                      absl::Span<const int64_t> result_bytes,
+                                                      absl::Span<const int64_t> loads,
+                                                      int64_t min_part_bytes);
 
 }  // namespace dequantd

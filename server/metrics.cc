@@ -148,12 +148,11 @@ void Metrics::CreateFamilies(std::string_view version) {
              "The device's copy rate measured at start (bytes read + written per second)");
   device_memory_used_bytes_ = &gauge("dequantd_device_memory_used_bytes",
                                      "Device memory held by dequantd, by kind, in bytes");
-  device_kernel_seconds_total_ =
-      &counter("dequantd_device_kernel_seconds_total",
-               "Kernel time on the device, in seconds (its rate is the device's kernel busy share)");
-  device_kernel_bytes_total_ =
-      &counter("dequantd_device_kernel_bytes_total",
-               "Bytes read + written by kernels on the device, in bytes");
+  device_kernel_seconds_total_ = &counter(
+      "dequantd_device_kernel_seconds_total",
+      "Kernel time on the device, in seconds (its rate is the device's kernel busy share)");
+  device_kernel_bytes_total_ = &counter("dequantd_device_kernel_bytes_total",
+                                        "Bytes read + written by kernels on the device, in bytes");
   device_calls_in_flight_ = &gauge("dequantd_device_calls_in_flight",
                                    "Calls on the device now (in a slot or waiting for one)");
   device_serving_ = &gauge("dequantd_device_serving",
@@ -282,11 +281,20 @@ void Metrics::SetSharedMemoryRegions(std::string_view kind, int64_t count, int64
 void Metrics::SetDevices(const BackendInfo& info) {
   for (const DeviceDescription& device : info.devices) {
     device_info_
-        ->Add({{"device", device.label.empty() ? DeviceLabel(info.name, device.index) : device.label},
-               {"name", device.name},
-               {"compute_capability", device.compute_capability},
-               {"driver", device.driver_version}})
+        ->Add(
+            {{"device", device.label.empty() ? DeviceLabel(info.name, device.index) : device.label},
+             {"name", device.name},
+             {"compute_capability", device.compute_capability},
+             {"driver", device.driver_version}})
         .Set(1);
+    // Per-device series exist from the start: in rotation as Info says, no calls, no failures.
+    const prometheus::Labels labels = {
+        {"device", device.label.empty() ? DeviceLabel(info.name, device.index) : device.label}};
+    device_serving_->Add(labels).Set(device.serving ? 1 : 0);
+    device_calls_in_flight_->Add(labels);
+    device_failures_total_->Add(labels);
+    device_kernel_seconds_total_->Add(labels);
+    device_kernel_bytes_total_->Add(labels);
   }
 }
 

@@ -117,8 +117,9 @@ class PartSink final : public LayersSink {
 
 }  // namespace
 
-absl::Status RunOrderedParts(LayersSink& sink, absl::Span<const OrderedPart> parts,
-                             const std::function<absl::Status(size_t part, LayersSink& sink)>& run) {
+absl::Status RunOrderedParts(
+    LayersSink& sink, absl::Span<const OrderedPart> parts,
+    const std::function<absl::Status(size_t part, LayersSink& sink)>& run) {
   Courier courier(parts.size());
   std::vector<std::unique_ptr<PartSink>> sinks;
   for (size_t k = 0; k < parts.size(); ++k) {

@@ -187,8 +187,8 @@ absl::Status CheckDeviceOptions(const ServerOptions& options) {
     return devices.status();
   }
   if (options.backend == "cpu" && options.devices != "all") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--devices=", options.devices, " names CUDA devices but --backend is cpu"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--devices=", options.devices, " names CUDA devices but --backend is cpu"));
   }
   if (absl::StatusOr<PlacementMode> mode = ParsePlacementMode(options.placement); !mode.ok()) {
     return mode.status();
