@@ -181,10 +181,12 @@ std::unique_ptr<RegionService> MakeRegionService(const ServerOptions& options,
 // --devices (syntax here; the ordinals against the GPUs when the CUDA backend starts),
 // --placement and DEQUANTD_INJECT_DEVICE_FAILURE.
 absl::Status CheckDeviceOptions(const ServerOptions& options) {
-  if (absl::StatusOr<std::vector<int>> devices =
-          ParseDeviceList(options.devices, std::numeric_limits<int>::max());
-      !devices.ok()) {
-    return devices.status();
+  if (options.devices != "all") {  // "all" lists every GPU: nothing to check before they are known
+    if (absl::StatusOr<std::vector<int>> devices =
+            ParseDeviceList(options.devices, std::numeric_limits<int>::max());
+        !devices.ok()) {
+      return devices.status();
+    }
   }
   if (options.backend == "cpu" && options.devices != "all") {
     return absl::InvalidArgumentError(
