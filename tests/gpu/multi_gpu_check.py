@@ -97,7 +97,7 @@ def references(model_dir):
     from safetensors.numpy import load_file
     model = load_file(os.path.join(model_dir, "model.safetensors"))
     return {name: demo.reference(model[f"{name}.qweight"], model[f"{name}.qzeros"],
-                                 model[f"{name}.scales"]).view(np.uint16)
+                                 model[f"{name}.scales"]).view(np.uint16).reshape(-1)
             for name in LAYERS}
 
 

@@ -82,8 +82,9 @@ if start launch-failure DEQUANTD_INJECT_DEVICE_FAILURE="$second=launch@2" -- --d
   check load launch-failure --clients 4 --reps 6
   check info launch-failure --expect-serving "$first" --expect-failed "$second"
   check exact launch-failure
-  grep -q "device $second taken out of rotation" "$OUT/launch-failure.log"
-  echo "ROW [launch-failure] log line \"device $second taken out of rotation\" | $([ $? -eq 0 ] && echo ok || echo FAIL) | $(grep -m1 'taken out' "$OUT/launch-failure.log" | cut -c1-160)" >>"$rows"
+  logged=FAIL
+  grep -q "device $second taken out of rotation" "$OUT/launch-failure.log" && logged=ok
+  echo "ROW [launch-failure] log line \"device $second taken out of rotation\" | $logged | $(grep -m1 'taken out' "$OUT/launch-failure.log" | cut -c1-160)" >>"$rows"
 fi
 # 5. The second worker is unavailable at start: the server starts and serves on the first.
 if start start-failure DEQUANTD_INJECT_DEVICE_FAILURE="$second=start" -- --devices="$devices"; then
