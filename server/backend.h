@@ -27,6 +27,13 @@ struct DeviceDescription {
   std::string compute_capability;  // e.g. "9.0"; empty for the CPU
   int64_t memory_bytes = 0;        // total device memory (host RAM for the CPU), bytes
   std::string driver_version;      // e.g. "13.0"; empty for the CPU
+  // Several GPUs (CUDA; the CPU backend fills label "cpu", serving true, the rest 0/empty).
+  std::string label;            // the metrics' device label, e.g. "cuda:1" (device_placement.h)
+  bool serving = true;          // false once taken out of rotation (failed at start or later)
+  std::string failure;          // why it was taken out; empty while serving
+  int64_t resident_layers = 0;  // layers of the model whose packed weights it holds
+  int64_t resident_bytes = 0;   // their bytes
+  int64_t in_flight = 0;        // calls on it now (in a slot or waiting for one)
 };
 
 struct BackendInfo {
@@ -106,7 +113,7 @@ class LayersSink : public ChunkSink {
 };
 
 // Thread-safety: Prepare is called once, before any other call; after it, Info, IsResident and
-// Dequantize may be called from many threads at once.
+// Dequantize may be called from many threads at once. Info is live (serving, in_flight).
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -56,6 +56,13 @@ class BackendObserver {
   // Bytes of `device`'s memory now held for `kind`.
   virtual void SetDeviceMemoryUsed(std::string_view device, DeviceMemoryKind kind,
                                    int64_t bytes) = 0;
+
+  // Several GPUs (CUDA backend; defaults do nothing). Calls now on `device` (in a slot or waiting
+  // for one).
+  virtual void SetDeviceInFlight(std::string_view /*device*/, int64_t /*calls*/) {}
+  // Whether `device` is in rotation: true at start, false when it is taken out (failed at start,
+  // or a device error in a call); called with false once per device.
+  virtual void SetDeviceServing(std::string_view /*device*/, bool /*serving*/) {}
 };
 
 }  // namespace dequantd

@@ -85,6 +85,7 @@ class CpuBackend final : public Backend {
     device_.index = 0;
     device_.name = CpuModelName();
     device_.memory_bytes = HostMemoryBytes();
+    device_.label = "cpu";
     if (observer_ != nullptr) {
       observer_->SetDeviceCopyBandwidth(kDevice, MeasureHostCopyRate(threads_));
       observer_->SetDeviceMemoryUsed(kDevice, DeviceMemoryKind::kResidentWeights, 0);

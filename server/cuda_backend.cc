@@ -1,28 +1,38 @@
 // The CUDA backend (see cuda_backend.h): the Backend interface over one DeviceWorker per GPU.
 // A worker owns its parts (server/cuda/): the resident model, the request slots, the device
 // buffer cache and the one result pipeline; Dequantize and DequantizeLayers only describe their
-// work (a ResultJob and how to launch a slab of it) and hand it to the pipeline.
+// work (a ResultJob and how to launch a slab of it) and hand it to the pipeline. Which worker
+// serves a call is decided by the CUDA-free parts: device_placement.h (which layers each holds),
+// device_router.h (least loaded, out of rotation, parts of a DequantizeLayers call) and
+// ordered_layers.h (parts delivered in order).
 #include "server/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
+#include <algorithm>
+#include <limits>
 #include <memory>
 #include <optional>
+#include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/cuda/cuda_status.h"
 #include "server/backend.h"
 #include "server/backend_observer.h"
 #include "server/cuda/copy_bandwidth.h"
 #include "server/cuda/device_buffer_cache.h"
+#include "server/cuda/packed_upload.h"
 #include "server/cuda/request_slot.h"
 #include "server/cuda/resident_model.h"
 #include "server/cuda/result_pipeline.h"
+#include "server/device_router.h"
 #include "server/lease_pool.h"
+#include "server/ordered_layers.h"
 
 namespace dequantd {
 namespace {
@@ -37,21 +47,56 @@ std::string DriverVersionString() {
 // buffers, events), the buffer cache, the resident model; none reports to the observer then.
 class DeviceWorker {
  public:
-  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Create(int device,
-                                                              const CudaBackendOptions& options,
-                                                              BackendObserver* observer) {
-    auto worker = std::unique_ptr<DeviceWorker>(new DeviceWorker(device, options, observer));
+  static absl::StatusOr<std::unique_ptr<DeviceWorker>> Create(
+      int device, std::string label, const CudaBackendOptions& options, BackendObserver* observer,
+      const DeviceFailureInjection& injection) {
+    if (injection.at_start) {
+      return absl::UnavailableError(absl::StrCat(
+          label, ": device unavailable at start (injected by ", kInjectDeviceFailureEnv, ")"));
+    }
+    auto worker = std::unique_ptr<DeviceWorker>(
+        new DeviceWorker(device, std::move(label), options, observer, injection));
     if (absl::Status s = worker->Init(); !s.ok()) return s;
     return worker;
   }
   ~DeviceWorker() { cudaSetDevice(device_); }
 
-  const DeviceDescription& description() const { return description_; }
+  int device() const { return device_; }
+  DeviceDescription description() const {
+    DeviceDescription d = description_;
+    d.resident_layers = model_.resident_layers();
+    d.resident_bytes = model_.bytes();
+    return d;
+  }
 
-  // Uploads every layer of `checkpoint` (synchronously) and keeps it resident.
-  absl::Status Upload(const Checkpoint& checkpoint) {
+  // Free device memory now, bytes.
+  absl::StatusOr<int64_t> FreeBytes() const {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    if (absl::Status s = model_.Upload(checkpoint, slots_->front().stream.get()); !s.ok()) {
+    size_t free = 0;
+    size_t total = 0;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+    return static_cast<int64_t>(free);
+  }
+
+  // OK while the device works; else why not (an injected launch failure, or the sticky error a
+  // failed device returns to every call).
+  absl::Status Probe() const {
+    if (launch_failures_.failed()) {
+      return absl::InternalError(
+          absl::StrCat("cudaErrorLaunchFailure (injected by ", kInjectDeviceFailureEnv, ")"));
+    }
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    size_t free = 0;
+    size_t total = 0;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+    return absl::OkStatus();
+  }
+
+  // Uploads the layers of `checkpoint` that `keep` selects (all when empty; synchronously) and
+  // keeps them resident.
+  absl::Status Upload(const Checkpoint& checkpoint, const std::vector<bool>& keep) {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    if (absl::Status s = model_.Upload(checkpoint, slots_->front().stream.get(), keep); !s.ok()) {
       return s;
     }
     if (observer_ != nullptr) {
@@ -79,6 +124,7 @@ class DeviceWorker {
     }
     const cuda::SlabLauncher launch = [this](absl::Span<const cuda::GroupedItem> items, DType dtype,
                                              cudaStream_t stream) -> absl::StatusOr<std::string> {
+      if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
       const cuda::GroupedItem& item = items.front();  // one result: one slab of one item
       cuda::LaunchConfig config = cuda::DefaultConfig(options_.variant, item.in.shape, dtype);
       if (options_.launch_config) {
@@ -129,6 +175,7 @@ class DeviceWorker {
     std::vector<cuda::GroupedPlan> plans;
     const cuda::SlabLauncher launch = [&](absl::Span<const cuda::GroupedItem> items, DType dtype,
                                           cudaStream_t stream) -> absl::StatusOr<std::string> {
+      if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
       absl::StatusOr<cuda::GroupedPlan> plan = cuda::GroupedPlan::Create(items, dtype, grouped);
       if (!plan.ok()) return plan.status();
       plans.push_back(std::move(*plan));
@@ -139,19 +186,28 @@ class DeviceWorker {
   }
 
  private:
-  DeviceWorker(int device, const CudaBackendOptions& options, BackendObserver* observer)
+  DeviceWorker(int device, std::string label, const CudaBackendOptions& options,
+               BackendObserver* observer, const DeviceFailureInjection& injection)
       : device_(device),
         options_(options),
         observer_(observer),
-        label_(DeviceLabel("cuda", device)),
+        label_(std::move(label)),
+        launch_failures_(injection.launches_before_failure),
         cache_(device, options.buffer_cache_bytes, observer, label_) {}
+
+  // The error of an injected launch failure (failure_injection.h), else OK.
+  absl::Status InjectedLaunchFailure() {
+    if (!launch_failures_.NextLaunchFails()) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("cudaErrorLaunchFailure on ", label_, " (injected by ",
+                                            kInjectDeviceFailureEnv, ")"));
+  }
 
   // INVALID_ARGUMENT naming the layer when it is not resident here.
   absl::StatusOr<cuda::ResidentModel::LayerId> Resident(const QuantizedLayer& layer) const {
     std::optional<cuda::ResidentModel::LayerId> id = model_.Find(layer);
     if (!id.has_value()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("layer \"", layer.name, "\" is not resident on device ", device_));
+          absl::StrCat("layer \"", layer.name, "\" is not resident on device ", label_));
     }
     return *id;
   }
@@ -165,6 +221,7 @@ class DeviceWorker {
     description_.compute_capability = absl::StrCat(prop.major, ".", prop.minor);
     description_.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
     description_.driver_version = DriverVersionString();
+    description_.label = label_;
 
     std::vector<std::unique_ptr<cuda::RequestSlot>> slots;
     for (int i = 0; i < options_.slots_per_device; ++i) {
@@ -189,8 +246,9 @@ class DeviceWorker {
 
   const int device_;
   const CudaBackendOptions options_;
-  BackendObserver* const observer_;  // may be null
-  const std::string label_;          // "cuda:<device>", the metrics' device label
+  BackendObserver* const observer_;         // may be null
+  const std::string label_;                 // "cuda:<device>[.<k>]", the metrics' device label
+  LaunchFailureCountdown launch_failures_;  // injected failures (none unless armed)
   DeviceDescription description_;
   cuda::ResidentModel model_;  // written only in Upload (before requests)
   cuda::DeviceBufferCache cache_;
@@ -198,26 +256,128 @@ class DeviceWorker {
   std::unique_ptr<cuda::ResultPipeline> pipeline_;
 };
 
+// One --devices entry: its worker, or null when it failed to start (then `description` stands in).
+struct WorkerEntry {
+  std::unique_ptr<DeviceWorker> worker;
+  DeviceDescription description;
+};
+
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(std::vector<std::unique_ptr<DeviceWorker>> workers)
-      : workers_(std::move(workers)) {}
+  CudaBackend(const CudaBackendOptions& options, BackendObserver* observer,
+              std::vector<WorkerEntry> entries, const std::vector<std::string>& labels,
+              const std::vector<std::string>& start_failures)
+      : options_(options),
+        observer_(observer),
+        entries_(std::move(entries)),
+        router_(
+            labels,
+            [this](int w, int64_t calls) {
+              if (observer_ != nullptr) observer_->SetDeviceInFlight(router_.label(w), calls);
+            },
+            [this](int w, const std::string& reason) {
+              if (observer_ != nullptr) observer_->SetDeviceServing(router_.label(w), false);
+              if (options_.on_device_failed) options_.on_device_failed(router_.label(w), reason);
+            }) {
+    for (int w = 0; w < router_.size(); ++w) {
+      if (observer_ != nullptr) {
+        observer_->SetDeviceServing(router_.label(w), true);
+        observer_->SetDeviceInFlight(router_.label(w), 0);
+      }
+      if (!start_failures[static_cast<size_t>(w)].empty()) {
+        router_.MarkFailed(w, start_failures[static_cast<size_t>(w)]);
+      }
+    }
+  }
 
   BackendInfo Info() const override {
     BackendInfo info{.name = "cuda", .devices = {}, .cpu_threads = 0};
-    for (const auto& worker : workers_) info.devices.push_back(worker->description());
+    for (int w = 0; w < router_.size(); ++w) {
+      const WorkerEntry& entry = entries_[static_cast<size_t>(w)];
+      DeviceDescription d =
+          entry.worker != nullptr ? entry.worker->description() : entry.description;
+      d.serving = router_.serving(w);
+      d.failure = router_.failure(w);
+      d.in_flight = router_.in_flight(w);
+      info.devices.push_back(std::move(d));
+    }
     return info;
   }
 
+  // Places the layers (device_placement.h) over the workers in rotation and uploads each one's
+  // share. A worker whose device fails during its upload is taken out of rotation; the call fails
+  // only when a layer is then held by no worker in rotation, or on an error of another kind.
   absl::Status Prepare(const Checkpoint& checkpoint) override {
-    for (const auto& worker : workers_) {
-      if (absl::Status s = worker->Upload(checkpoint); !s.ok()) return s;
+    const std::vector<QuantizedLayer>& layers = checkpoint.layers();
+    layer_index_.clear();
+    std::vector<int64_t> layer_bytes;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      layer_index_[layers[i].name] = static_cast<int64_t>(i);
+      layer_bytes.push_back(cuda::PackedLayout(layers[i].view.shape).total_bytes);
+    }
+    std::vector<int> live;  // workers in rotation
+    for (int w = 0; w < router_.size(); ++w) {
+      if (entries_[static_cast<size_t>(w)].worker != nullptr && router_.serving(w)) {
+        live.push_back(w);
+      }
+    }
+    if (live.empty()) return absl::UnavailableError("no CUDA device is in rotation");
+    std::vector<int64_t> capacity;
+    std::vector<std::string> labels;
+    const int64_t reserve =
+        options_.reserve_bytes >= 0
+            ? options_.reserve_bytes
+            : options_.slots_per_device * 2 * options_.result_slab_bytes + (int64_t{1} << 30);
+    for (int w : live) {
+      DeviceWorker& worker = *entries_[static_cast<size_t>(w)].worker;
+      const auto same_gpu = std::count_if(live.begin(), live.end(), [&](int o) {
+        return entries_[static_cast<size_t>(o)].worker->device() == worker.device();
+      });
+      absl::StatusOr<int64_t> free = worker.FreeBytes();
+      if (!free.ok()) return free.status();
+      // One worker: no estimate; the upload itself says whether the model fits (as always).
+      capacity.push_back(live.size() == 1 ? std::numeric_limits<int64_t>::max()
+                                          : std::max<int64_t>(0, *free / same_gpu - reserve));
+      labels.push_back(router_.label(w));
+    }
+    absl::StatusOr<Placement> placement =
+        PlanPlacement(layer_bytes, capacity, labels, options_.placement);
+    if (!placement.ok()) return placement.status();
+    holders_.assign(layers.size(), {});
+    for (size_t i = 0; i < layers.size(); ++i) {
+      for (int j : placement->holders[i]) holders_[i].push_back(live[static_cast<size_t>(j)]);
+    }
+    for (size_t j = 0; j < live.size(); ++j) {
+      const int w = live[j];
+      std::vector<bool> keep;
+      if (placement->split) {
+        keep.assign(layers.size(), false);
+        for (size_t i = 0; i < layers.size(); ++i) {
+          keep[i] = std::find(placement->holders[i].begin(), placement->holders[i].end(),
+                              static_cast<int>(j)) != placement->holders[i].end();
+        }
+      }
+      absl::Status s = entries_[static_cast<size_t>(w)].worker->Upload(checkpoint, keep);
+      if (!s.ok() && !TakeOutIfFailed(w)) return s;
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (std::none_of(holders_[i].begin(), holders_[i].end(),
+                       [this](int w) { return router_.serving(w); })) {
+        return absl::UnavailableError(
+            absl::StrCat("layer \"", layers[i].name, "\": every GPU that was to hold it failed"));
+      }
     }
     return absl::OkStatus();
   }
 
   bool IsResident(const QuantizedLayer& layer) const override {
-    return workers_.front()->IsResident(layer);
+    auto it = layer_index_.find(layer.name);
+    if (it == layer_index_.end()) return false;
+    for (int w : holders_[static_cast<size_t>(it->second)]) {
+      const WorkerEntry& entry = entries_[static_cast<size_t>(w)];
+      if (entry.worker != nullptr && entry.worker->IsResident(layer)) return true;
+    }
+    return false;
   }
 
   absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
@@ -229,7 +389,12 @@ class CudaBackend final : public Backend {
          source.host.scales == nullptr)) {
       return absl::InvalidArgumentError("qweight, qzeros and scales must not be null");
     }
-    return NextWorker().Dequantize(source, out_dtype, chunk_bytes, sink);
+    absl::StatusOr<std::vector<int>> candidates = Candidates(source.layer, sink.destination());
+    if (!candidates.ok()) return candidates.status();
+    return Serve(*candidates, /*preferred=*/-1, sink, /*layers=*/nullptr,
+                 [&](DeviceWorker& worker, LayersSink& tracked) {
+                   return worker.Dequantize(source, out_dtype, chunk_bytes, tracked);
+                 });
   }
 
   absl::Status DequantizeLayers(absl::Span<const QuantizedLayer* const> layers, DType out_dtype,
@@ -242,7 +407,64 @@ class CudaBackend final : public Backend {
       if (absl::Status s = ValidateShape(layers[i]->view.shape, out_dtype); !s.ok()) return s;
     }
     if (layers.empty()) return absl::OkStatus();
-    return NextWorker().DequantizeLayers(layers, out_dtype, chunk_bytes, sink);
+    // Which workers in rotation may compute each entry; then the parts (device_router.h).
+    std::vector<std::vector<int>> candidates(layers.size());
+    std::vector<int64_t> result_bytes(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+      absl::StatusOr<std::vector<int>> holders = Candidates(layers[i], sink.destination());
+      if (!holders.ok()) return holders.status();
+      std::string why;
+      for (int w : *holders) {
+        if (router_.serving(w)) {
+          candidates[i].push_back(w);
+        } else {
+          absl::StrAppend(&why, why.empty() ? "" : "; ", router_.label(w), ": ",
+                          router_.failure(w));
+        }
+      }
+      if (candidates[i].empty()) {
+        return absl::UnavailableError(absl::StrCat("layer \"", layers[i]->name,
+                                                   "\": every GPU holding it is out of rotation (",
+                                                   why, ")"));
+      }
+      result_bytes[i] = layers[i]->view.shape.output_bytes(out_dtype);
+    }
+    absl::StatusOr<std::vector<LayerPart>> parts =
+        PlanLayerParts(candidates, result_bytes, router_.loads(), options_.min_part_bytes);
+    if (!parts.ok()) return parts.status();
+    // The workers that may run entries [begin, end): those every entry of them allows.
+    auto common = [&](const LayerPart& part) {
+      std::vector<int> both = candidates[part.begin];
+      for (size_t i = part.begin + 1; i < part.end; ++i) {
+        std::vector<int> next;
+        for (int w : both) {
+          if (std::find(candidates[i].begin(), candidates[i].end(), w) != candidates[i].end()) {
+            next.push_back(w);
+          }
+        }
+        both = std::move(next);
+      }
+      return both;
+    };
+    auto run_part = [&](const LayerPart& part, int preferred, LayersSink& part_sink) {
+      return Serve(common(part), preferred, part_sink, &part_sink,
+                   [&](DeviceWorker& worker, LayersSink& tracked) {
+                     return worker.DequantizeLayers(
+                         layers.subspan(part.begin, part.end - part.begin), out_dtype, chunk_bytes,
+                         tracked);
+                   });
+    };
+    if (parts->size() == 1) return run_part(parts->front(), /*preferred=*/-1, sink);
+    std::vector<OrderedPart> ordered;
+    for (const LayerPart& part : *parts) {
+      int64_t before = 0;
+      for (size_t i = 0; i < part.begin; ++i) before += result_bytes[i];
+      ordered.push_back(
+          OrderedPart{.first_entry = static_cast<int64_t>(part.begin), .bytes_before = before});
+    }
+    return RunOrderedParts(sink, ordered, [&](size_t k, LayersSink& part_sink) {
+      return run_part((*parts)[k], (*parts)[k].worker, part_sink);
+    });
   }
 
  private:
@@ -250,15 +472,92 @@ class CudaBackend final : public Backend {
     if (chunk_bytes >= 1) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("chunk_bytes must be >= 1, got ", chunk_bytes));
   }
-  // Round robin over the GPUs; each worker queues requests beyond its slots.
-  DeviceWorker& NextWorker() {
-    return *workers_[next_.fetch_add(1, std::memory_order_relaxed) % workers_.size()];
+
+  // The workers that may compute `layer` (null: an inline input, any worker): its holders, or
+  // every started worker for a layer never prepared (the worker then answers INVALID_ARGUMENT);
+  // only those on the destination's GPU when the sink is a device buffer. Results are never
+  // written across GPUs: FAILED_PRECONDITION when no holder is on that GPU.
+  absl::StatusOr<std::vector<int>> Candidates(const QuantizedLayer* layer,
+                                              const ResultDestination* destination) const {
+    std::vector<int> all;
+    if (layer != nullptr) {
+      if (auto it = layer_index_.find(layer->name); it != layer_index_.end()) {
+        all = holders_[static_cast<size_t>(it->second)];
+      }
+    }
+    if (all.empty()) {
+      for (int w = 0; w < router_.size(); ++w) {
+        if (entries_[static_cast<size_t>(w)].worker != nullptr) all.push_back(w);
+      }
+    }
+    if (destination == nullptr || destination->memory != ResultDestination::Memory::kDevice) {
+      return all;
+    }
+    std::vector<int> here;
+    std::string held_on;
+    for (int w : all) {
+      absl::StrAppend(&held_on, held_on.empty() ? "" : ", ", router_.label(w));
+      if (entries_[static_cast<size_t>(w)].worker->device() == destination->device) {
+        here.push_back(w);
+      }
+    }
+    if (here.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the destination is memory of CUDA device ", destination->device, " but ",
+          layer != nullptr ? absl::StrCat("layer \"", layer->name, "\" is held on ", held_on)
+                           : absl::StrCat("this server computes on ", held_on),
+          "; results are written only into memory of the device that computes them"));
+    }
+    return here;
   }
 
-  std::vector<std::unique_ptr<DeviceWorker>> workers_;  // one per GPU, non-empty
-  std::atomic<size_t> next_{0};
-};
+  // Runs `call` on `preferred` (when >= 0 and in rotation) or the least-loaded worker in rotation
+  // among `candidates`. When it fails and the worker's device is found failed (Probe), the worker
+  // is taken out of rotation; the call is retried on another candidate when its sink had seen
+  // nothing, else it ends with UNAVAILABLE naming the device.
+  absl::Status Serve(std::vector<int> candidates, int preferred, ChunkSink& sink,
+                     LayersSink* layers,
+                     const std::function<absl::Status(DeviceWorker&, LayersSink&)>& call) {
+    absl::Status failed;
+    while (true) {
+      std::optional<DeviceRouter::Ticket> ticket;
+      if (preferred >= 0 && router_.serving(preferred)) {
+        ticket.emplace(router_.Acquire(preferred));
+      } else {
+        absl::StatusOr<DeviceRouter::Ticket> least = router_.AcquireLeastLoaded(candidates);
+        if (!least.ok()) return failed.ok() ? least.status() : failed;
+        ticket.emplace(std::move(*least));
+      }
+      preferred = -1;
+      const int w = ticket->worker();
+      TouchTrackingSink tracked(sink, layers);
+      absl::Status s = call(*entries_[static_cast<size_t>(w)].worker, tracked);
+      if (s.ok() || !TakeOutIfFailed(w)) return s;
+      failed = absl::UnavailableError(
+          absl::StrCat(router_.label(w),
+                       " failed during this call and was taken out of rotation: ", s.message()));
+      if (tracked.touched()) return failed;
+      candidates.erase(std::remove(candidates.begin(), candidates.end(), w), candidates.end());
+    }
+  }
 
+  // Takes worker `w` out of rotation when its device no longer works. True when it was (now or
+  // before).
+  bool TakeOutIfFailed(int w) {
+    absl::Status probe = entries_[static_cast<size_t>(w)].worker->Probe();
+    if (probe.ok()) return false;
+    router_.MarkFailed(w, std::string(probe.message()));
+    return true;
+  }
+
+  const CudaBackendOptions options_;
+  BackendObserver* const observer_;
+  std::vector<WorkerEntry> entries_;  // one per --devices entry, non-empty
+  DeviceRouter router_;
+  // Written by Prepare (before any call), read-only after.
+  std::unordered_map<std::string, int64_t> layer_index_;  // layer name -> checkpoint index
+  std::vector<std::vector<int>> holders_;                 // by checkpoint index: workers
+};
 }  // namespace
 
 int CudaDeviceCount() {
@@ -284,16 +583,55 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOption
     return absl::InvalidArgumentError(
         absl::StrCat("result_slab_bytes must be >= 1, got ", options.result_slab_bytes));
   }
+  if (options.min_part_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_part_bytes must be >= 1, got ", options.min_part_bytes));
+  }
   const int count = CudaDeviceCount();
   if (count == 0) return absl::FailedPreconditionError("no CUDA device is available");
-  std::vector<std::unique_ptr<DeviceWorker>> workers;
-  for (int device = 0; device < count; ++device) {
-    absl::StatusOr<std::unique_ptr<DeviceWorker>> worker =
-        DeviceWorker::Create(device, options, observer);
-    if (!worker.ok()) return worker.status();
-    workers.push_back(std::move(*worker));
+  std::vector<int> ordinals = options.devices;
+  if (ordinals.empty()) {
+    for (int d = 0; d < count; ++d) ordinals.push_back(d);
   }
-  return std::make_unique<CudaBackend>(std::move(workers));
+  for (int ordinal : ordinals) {
+    if (ordinal < 0 || ordinal >= count) {
+      return absl::InvalidArgumentError(absl::StrCat("--devices: CUDA device ", ordinal,
+                                                     " does not exist (", count, " visible)"));
+    }
+  }
+  const std::vector<std::string> labels = WorkerLabels(ordinals);
+  for (const auto& [label, injection] : options.inject_failures) {
+    if (std::find(labels.begin(), labels.end(), label) == labels.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kInjectDeviceFailureEnv, ": no worker \"", label,
+                       "\" (workers: ", absl::StrJoin(labels, ", "), ")"));
+    }
+  }
+  std::vector<WorkerEntry> entries;
+  std::vector<std::string> failures;
+  absl::Status first_error;
+  for (size_t i = 0; i < ordinals.size(); ++i) {
+    auto injected = options.inject_failures.find(labels[i]);
+    absl::StatusOr<std::unique_ptr<DeviceWorker>> worker = DeviceWorker::Create(
+        ordinals[i], labels[i], options, observer,
+        injected != options.inject_failures.end() ? injected->second : DeviceFailureInjection{});
+    WorkerEntry entry;
+    entry.description.index = ordinals[i];
+    entry.description.label = labels[i];
+    if (worker.ok()) {
+      entry.worker = std::move(*worker);
+      failures.emplace_back();
+    } else {
+      if (first_error.ok()) first_error = worker.status();
+      failures.push_back(std::string(worker.status().message()));
+    }
+    entries.push_back(std::move(entry));
+  }
+  if (std::none_of(entries.begin(), entries.end(),
+                   [](const WorkerEntry& e) { return e.worker != nullptr; })) {
+    return first_error;
+  }
+  return std::make_unique<CudaBackend>(options, observer, std::move(entries), labels, failures);
 }
 
 }  // namespace dequantd

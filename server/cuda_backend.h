@@ -7,12 +7,18 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/grouped_dequant.h"
 #include "kernels/dequant.h"
+#include "server/device_placement.h"
+#include "server/failure_injection.h"
 
 namespace dequantd {
 
@@ -52,6 +58,21 @@ struct CudaBackendOptions {
   int64_t result_slab_bytes = int64_t{256} << 20;
   // Launch parameters of DequantizeLayers' grouped launches (one per slab).
   cuda::GroupedOptions grouped;
+  // Several GPUs (docs/architecture.md "Several GPUs"). The CUDA ordinals that serve, one worker
+  // each (ParseDeviceList: repeats allowed); empty = every visible GPU.
+  std::vector<int> devices;
+  PlacementMode placement = PlacementMode::kAuto;  // which worker holds which layers
+  // Device memory kept free per worker beyond the resident layers (result slabs, buffers), bytes;
+  // -1 = slots_per_device * 2 * result_slab_bytes + 1 GiB. Placement compares the packed model
+  // with each GPU's free memory minus this (shared equally by workers of one GPU).
+  int64_t reserve_bytes = -1;
+  // A DequantizeLayers call is cut into parts of at least this many result bytes, one per worker
+  // in rotation holding its layers (PlanLayerParts); must be >= 1.
+  int64_t min_part_bytes = int64_t{256} << 20;
+  // Injected failures by worker label (failure_injection.h; tests only).
+  std::map<std::string, DeviceFailureInjection> inject_failures;
+  // Called once per worker taken out of rotation (the server logs it), with its label and why.
+  std::function<void(std::string_view device, std::string_view reason)> on_device_failed;
   // Set by --pretune. Slab launches keep no per-model plan or buffer any more (the whole-model
   // output buffer it used to build is what bounded slabs replace), so it changes nothing; kept so
   // the server's option plumbing is unchanged.
@@ -61,10 +82,13 @@ struct CudaBackendOptions {
 // Number of CUDA devices; 0 when there is no driver or no device.
 int CudaDeviceCount();
 
-// Creates the backend on every visible GPU. Errors: FAILED_PRECONDITION (no device),
-// INVALID_ARGUMENT (bad options), RESOURCE_EXHAUSTED / INTERNAL from CUDA. `observer` (may be
-// null) receives stage times, kernel traffic, memory use and each GPU's copy rate (measured once
-// here with a 256 MiB device-to-device copy); it must outlive the backend's calls.
+// Creates the backend with one worker per entry of options.devices (every visible GPU when
+// empty). A worker that fails to start is taken out of rotation (on_device_failed, observer) and
+// the others serve; when none starts, the first worker's error is returned. Errors:
+// FAILED_PRECONDITION (no device), INVALID_ARGUMENT (bad options, an ordinal not visible),
+// RESOURCE_EXHAUSTED / INTERNAL / UNAVAILABLE (injected) from the only or every worker. `observer`
+// (may be null) receives stage times, kernel traffic, memory use and each GPU's copy rate (measured
+// once here with a 256 MiB device-to-device copy); it must outlive the backend's calls.
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options,
                                                          BackendObserver* observer = nullptr);
 

@@ -30,6 +30,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/failure_injection.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -51,6 +52,12 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "scraper reaches");
 ABSL_FLAG(std::string, backend, "auto", "auto (cuda when a GPU is present, else cpu), cpu or cuda");
 ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend, 0..1024; 0 = hardware concurrency");
+ABSL_FLAG(std::string, devices, "all",
+          "CUDA devices that serve: all, or a comma list of ordinals (e.g. 0,2); the model is "
+          "resident on each when it fits, else its layers are split over them (--placement)");
+ABSL_FLAG(std::string, placement, "auto",
+          "auto (the whole model on every GPU when it fits, else split), replicated or split "
+          "(layers split over the GPUs by bytes, contiguous in checkpoint order)");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
           "largest inline request accepted (qweight + qzeros + scales), bytes");
 ABSL_FLAG(int64_t, max_output_bytes, int64_t{16} << 30, "largest result served, bytes");
@@ -187,7 +194,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "serves dequantization of AWQ 4-bit checkpoints over gRPC, on the GPU (or the CPU).\n"
       "usage: dequantd [--model DIR] [--listen HOST:PORT|unix:PATH] [--metrics-listen HOST:PORT] "
-      "[--backend auto|cpu|cuda]\n"
+      "[--backend auto|cpu|cuda] [--devices all|LIST]\n"
       "SIGINT, SIGTERM or SIGHUP: graceful shutdown (--shutdown-deadline); a second one: exit "
       "at once.\n"
       "exit codes: 0 stopped or --help/--version, 1 cannot start, 2 usage error (unknown flag, "
@@ -260,6 +267,13 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.devices = absl::GetFlag(FLAGS_devices);
+  options.placement = absl::GetFlag(FLAGS_placement);
+  // Tests only (server/failure_injection.h): make chosen GPUs fail at start or at a launch.
+  if (const char* inject = std::getenv(std::string(dequantd::kInjectDeviceFailureEnv).c_str());
+      inject != nullptr) {
+    options.inject_device_failures = inject;
+  }
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.max_output_bytes = absl::GetFlag(FLAGS_max_output_bytes);
   options.tune_cache = absl::GetFlag(FLAGS_tune_cache);

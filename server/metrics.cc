@@ -148,6 +148,17 @@ void Metrics::CreateFamilies(std::string_view version) {
              "The device's copy rate measured at start (bytes read + written per second)");
   device_memory_used_bytes_ = &gauge("dequantd_device_memory_used_bytes",
                                      "Device memory held by dequantd, by kind, in bytes");
+  device_kernel_seconds_total_ = &counter(
+      "dequantd_device_kernel_seconds_total",
+      "Kernel time on the device, in seconds (its rate is the device's kernel busy share)");
+  device_kernel_bytes_total_ = &counter("dequantd_device_kernel_bytes_total",
+                                        "Bytes read + written by kernels on the device, in bytes");
+  device_calls_in_flight_ = &gauge("dequantd_device_calls_in_flight",
+                                   "Calls on the device now (in a slot or waiting for one)");
+  device_serving_ = &gauge("dequantd_device_serving",
+                           "1 while the device is in rotation, 0 once it was taken out");
+  device_failures_total_ = &counter("dequantd_device_failures_total",
+                                    "Times the device was taken out of rotation (failed)");
 
   autotune_hits_total_ = &counter("dequantd_autotune_cache_hits_total",
                                   "Launch-config lookups answered from the autotune cache")
@@ -270,11 +281,20 @@ void Metrics::SetSharedMemoryRegions(std::string_view kind, int64_t count, int64
 void Metrics::SetDevices(const BackendInfo& info) {
   for (const DeviceDescription& device : info.devices) {
     device_info_
-        ->Add({{"device", DeviceLabel(info.name, device.index)},
-               {"name", device.name},
-               {"compute_capability", device.compute_capability},
-               {"driver", device.driver_version}})
+        ->Add(
+            {{"device", device.label.empty() ? DeviceLabel(info.name, device.index) : device.label},
+             {"name", device.name},
+             {"compute_capability", device.compute_capability},
+             {"driver", device.driver_version}})
         .Set(1);
+    // Per-device series exist from the start: in rotation as Info says, no calls, no failures.
+    const prometheus::Labels labels = {
+        {"device", device.label.empty() ? DeviceLabel(info.name, device.index) : device.label}};
+    device_serving_->Add(labels).Set(device.serving ? 1 : 0);
+    device_calls_in_flight_->Add(labels);
+    device_failures_total_->Add(labels);
+    device_kernel_seconds_total_->Add(labels);
+    device_kernel_bytes_total_->Add(labels);
   }
 }
 
@@ -365,7 +385,11 @@ void Metrics::ObserveKernel(std::string_view device, std::string_view backend,
   kernel_written_bytes_total_->Add(labels).Increment(static_cast<double>(written_bytes));
   kernel_duration_seconds_->Add({{"variant", std::string(variant)}}, LatencyBuckets())
       .Observe(seconds);
+  const prometheus::Labels on_device = {{"device", std::string(device)}};
+  device_kernel_bytes_total_->Add(on_device).Increment(
+      static_cast<double>(read_bytes + written_bytes));
   if (seconds <= 0) return;
+  device_kernel_seconds_total_->Add(on_device).Increment(seconds);
   double copy_rate = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -389,6 +413,17 @@ void Metrics::SetDeviceCopyBandwidth(std::string_view device, double bytes_per_s
 void Metrics::SetDeviceMemoryUsed(std::string_view device, DeviceMemoryKind kind, int64_t bytes) {
   device_memory_used_bytes_->Add({{"device", std::string(device)}, {"kind", MemoryKindName(kind)}})
       .Set(static_cast<double>(bytes));
+}
+
+void Metrics::SetDeviceInFlight(std::string_view device, int64_t calls) {
+  device_calls_in_flight_->Add({{"device", std::string(device)}}).Set(static_cast<double>(calls));
+}
+
+void Metrics::SetDeviceServing(std::string_view device, bool serving) {
+  const prometheus::Labels labels = {{"device", std::string(device)}};
+  device_serving_->Add(labels).Set(serving ? 1 : 0);
+  prometheus::Counter& failures = device_failures_total_->Add(labels);  // 0 from the start
+  if (!serving) failures.Increment();
 }
 
 }  // namespace dequantd

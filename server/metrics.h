@@ -20,6 +20,12 @@
 //       bytes/s over dequantd_device_copy_bandwidth_bytes_per_second, ratio
 //   dequantd_device_copy_bandwidth_bytes_per_second{device}  gauge: measured copy rate, bytes/s
 //   dequantd_device_memory_used_bytes{device,kind}        gauge: kind resident_weights|buffers
+// Several GPUs (one series per worker; device e.g. cuda:0, cuda:1; docs/architecture.md)
+//   dequantd_device_kernel_seconds_total{device}     counter: kernel time, seconds (rate = busy)
+//   dequantd_device_kernel_bytes_total{device}       counter: kernel bytes read + written, bytes
+//   dequantd_device_calls_in_flight{device}          gauge: calls in a slot or waiting for one
+//   dequantd_device_serving{device}                  gauge: 1 in rotation, 0 taken out
+//   dequantd_device_failures_total{device}           counter: times taken out of rotation
 // Autotuner
 //   dequantd_autotune_cache_hits_total                counter: GetOrTune calls answered from memory
 //   dequantd_autotune_cache_misses_total              counter: GetOrTune calls that found no entry
@@ -155,6 +161,8 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
                      int64_t read_bytes, int64_t written_bytes, double seconds) override;
   void SetDeviceCopyBandwidth(std::string_view device, double bytes_per_second) override;
   void SetDeviceMemoryUsed(std::string_view device, DeviceMemoryKind kind, int64_t bytes) override;
+  void SetDeviceInFlight(std::string_view device, int64_t calls) override;
+  void SetDeviceServing(std::string_view device, bool serving) override;
 
  private:
   Metrics() = default;
@@ -178,6 +186,11 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
   prometheus::Family<prometheus::Gauge>* kernel_bandwidth_fraction_ = nullptr;
   prometheus::Family<prometheus::Gauge>* device_copy_bandwidth_ = nullptr;
   prometheus::Family<prometheus::Gauge>* device_memory_used_bytes_ = nullptr;
+  prometheus::Family<prometheus::Counter>* device_kernel_seconds_total_ = nullptr;
+  prometheus::Family<prometheus::Counter>* device_kernel_bytes_total_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* device_calls_in_flight_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* device_serving_ = nullptr;
+  prometheus::Family<prometheus::Counter>* device_failures_total_ = nullptr;
 
   prometheus::Counter* autotune_hits_total_ = nullptr;
   prometheus::Counter* autotune_misses_total_ = nullptr;

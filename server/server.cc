@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -22,7 +23,9 @@
 #include "server/backend.h"
 #include "server/benchmark_service.h"
 #include "server/checkpoint.h"
+#include "server/device_placement.h"
 #include "server/drain.h"
+#include "server/failure_injection.h"
 #include "server/grpc_log.h"
 #include "server/listen_probe.h"
 #include "server/memory_trim.h"
@@ -179,6 +182,26 @@ std::unique_ptr<RegionService> MakeRegionService(const ServerOptions& options,
   return std::make_unique<RegionService>(std::move(region_options), metrics);
 }
 
+// --devices (syntax here; the ordinals against the GPUs when the CUDA backend starts),
+// --placement and DEQUANTD_INJECT_DEVICE_FAILURE.
+absl::Status CheckDeviceOptions(const ServerOptions& options) {
+  if (options.devices != "all") {  // "all" lists every GPU: nothing to check before they are known
+    if (absl::StatusOr<std::vector<int>> devices =
+            ParseDeviceList(options.devices, std::numeric_limits<int>::max());
+        !devices.ok()) {
+      return devices.status();
+    }
+  }
+  if (options.backend == "cpu" && options.devices != "all") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--devices=", options.devices, " names CUDA devices but --backend is cpu"));
+  }
+  if (absl::StatusOr<PlacementMode> mode = ParsePlacementMode(options.placement); !mode.ok()) {
+    return mode.status();
+  }
+  return ParseDeviceFailureInjection(options.inject_device_failures).status();
+}
+
 absl::Status CheckOptions(const ServerOptions& options) {
   if (absl::Status s = CheckAbuseLimits(options); !s.ok()) return s;
   if (options.max_request_bytes <= 0 || options.max_request_bytes > kMaxRequestBytesLimit) {
@@ -208,6 +231,7 @@ absl::Status CheckOptions(const ServerOptions& options) {
                      kMaxShutdownDeadlineSeconds, ", got ", options.shutdown_deadline_seconds));
   }
   if (absl::Status s = CheckSharedMemoryOptions(options); !s.ok()) return s;
+  if (absl::Status s = CheckDeviceOptions(options); !s.ok()) return s;
   if (options.listen.empty()) {
     return absl::InvalidArgumentError("listen (--listen) must not be empty");
   }
@@ -509,12 +533,27 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
         MakeAutotuneLaunchConfigProvider(*server->autotuner_, tune_devices);
     // --pretune also builds the whole model's grouped fp16 plan (DequantizeLayers) in Prepare.
     backend_options.cuda.build_model_plan = options.pretune;
+    absl::StatusOr<std::vector<int>> ordinals =
+        ParseDeviceList(options.devices, static_cast<int>(tune_devices.size()));
+    if (!ordinals.ok()) return ordinals.status();
+    backend_options.cuda.devices = *ordinals;
+    backend_options.cuda.placement = *ParsePlacementMode(options.placement);
+    backend_options.cuda.inject_failures =
+        *ParseDeviceFailureInjection(options.inject_device_failures);
+    backend_options.cuda.on_device_failed = [](std::string_view device, std::string_view reason) {
+      spdlog::error("device {} taken out of rotation: {}; calls go on on the other GPUs", device,
+                    reason);
+    };
   }
 #endif
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(backend_options);
   if (!backend.ok()) return backend.status();
   server->backend_ = std::move(*backend);
   server->backend_info_ = server->backend_->Info();
+  if (server->backend_info_.name == "cpu" && options.devices != "all") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--devices=", options.devices, " names CUDA devices but the backend is cpu (no GPU)"));
+  }
   server->metrics_->SetDevices(server->backend_info_);
   if (server->checkpoint_ != nullptr) {
     if (absl::Status s = server->backend_->Prepare(*server->checkpoint_); !s.ok()) return s;

@@ -37,6 +37,13 @@ struct ServerOptions {
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics address; empty disables it
   std::string backend = "auto";  // "auto" (cuda if a GPU is present), "cpu", "cuda"
   int cpu_threads = 0;           // CPU backend threads; 0 = hardware concurrency
+  // Several GPUs (docs/architecture.md "Several GPUs"): the CUDA devices that serve, "all" or a
+  // comma list of ordinals (e.g. "0,2"; a repeat adds a worker on the same GPU); not "all" with
+  // the cpu backend is INVALID_ARGUMENT.
+  std::string devices = "all";
+  std::string placement = "auto";  // auto, replicated or split: which GPU holds which layers
+  // Failure injection for tests (DEQUANTD_INJECT_DEVICE_FAILURE, server/failure_injection.h).
+  std::string inject_device_failures;
   int64_t max_request_bytes = int64_t{256} << 20;  // inline packed bytes accepted per request;
                                                    // 1..kMaxRequestBytesLimit
   int64_t max_output_bytes = int64_t{16} << 30;    // largest result served (bytes)

@@ -377,13 +377,19 @@ grpc::Status DequantService::GetServerInfo(grpc::ServerContext*, const v1::GetSe
   return Handle("GetServerInfo", [&]() -> absl::Status {
     response->set_version(options_.version);
     response->set_backend(backend_info_.name);
-    for (const DeviceDescription& device : backend_info_.devices) {
+    for (const DeviceDescription& device : backend_->Info().devices) {  // live: serving, load
       v1::DeviceInfo* info = response->add_devices();
       info->set_index(device.index);
       info->set_name(device.name);
       info->set_compute_capability(device.compute_capability);
       info->set_memory_bytes(device.memory_bytes);
       info->set_driver_version(device.driver_version);
+      info->set_label(device.label);
+      info->set_serving(device.serving);
+      info->set_failure(device.failure);
+      info->set_resident_layers(device.resident_layers);
+      info->set_resident_bytes(device.resident_bytes);
+      info->set_calls_in_flight(device.in_flight);
     }
     if (checkpoint_ != nullptr) {
       response->set_model(checkpoint_->dir());

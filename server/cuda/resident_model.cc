@@ -6,11 +6,17 @@
 
 namespace dequantd::cuda {
 
-absl::Status ResidentModel::Upload(const Checkpoint& checkpoint, cudaStream_t stream) {
+absl::Status ResidentModel::Upload(const Checkpoint& checkpoint, cudaStream_t stream,
+                                   const std::vector<bool>& keep) {
   layers_.clear();
   by_name_.clear();
   bytes_ = 0;
-  for (const QuantizedLayer& layer : checkpoint.layers()) {
+  for (size_t i = 0; i < checkpoint.layers().size(); ++i) {
+    const QuantizedLayer& layer = checkpoint.layers()[i];
+    if (!keep.empty() && !keep[i]) {
+      layers_.push_back(Layer{.memory = {}, .view = PackedTensorView{}});
+      continue;
+    }
     const PackedLayout layout(layer.view.shape);
     absl::StatusOr<UniqueDeviceMemory> memory = MakeDeviceMemory(layout.total_bytes);
     if (!memory.ok()) return memory.status();

@@ -22,20 +22,24 @@ class ResidentModel {
  public:
   using LayerId = int64_t;
 
-  // Uploads every layer of `checkpoint` to the current device through `stream` (synchronously),
-  // replacing what was resident. Errors: RESOURCE_EXHAUSTED (device memory), INTERNAL.
-  absl::Status Upload(const Checkpoint& checkpoint, cudaStream_t stream);
+  // Uploads the layers of `checkpoint` to the current device through `stream` (synchronously),
+  // replacing what was resident: every layer when `keep` is empty, else layer i when keep[i]
+  // (one flag per checkpoint layer; the placement of several GPUs). Errors: RESOURCE_EXHAUSTED
+  // (device memory), INTERNAL.
+  absl::Status Upload(const Checkpoint& checkpoint, cudaStream_t stream,
+                      const std::vector<bool>& keep = {});
 
   // `layer`'s id when a layer of that name and shape is resident.
   std::optional<LayerId> Find(const QuantizedLayer& layer) const;
   // Device pointers of layer `id` (0 <= id < size()).
   const PackedTensorView& view(LayerId id) const { return layers_[static_cast<size_t>(id)].view; }
-  int64_t size() const { return static_cast<int64_t>(layers_.size()); }
+  int64_t size() const { return static_cast<int64_t>(layers_.size()); }  // checkpoint layers
+  int64_t resident_layers() const { return static_cast<int64_t>(by_name_.size()); }
   int64_t bytes() const { return bytes_; }  // device memory held, bytes
 
  private:
   struct Layer {
-    UniqueDeviceMemory memory;  // qweight | qzeros | scales (PackedLayout)
+    UniqueDeviceMemory memory;  // qweight | qzeros | scales (PackedLayout); null: not held here
     PackedTensorView view;
   };
   std::vector<Layer> layers_;                         // by id

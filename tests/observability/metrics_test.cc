@@ -172,7 +172,13 @@ TEST(MetricsTest, StagesMemoryAndProcessInfo) {
                           .name = "NVIDIA H200",
                           .compute_capability = "9.0",
                           .memory_bytes = 1,
-                          .driver_version = "13.0"});
+                          .driver_version = "13.0",
+                          .label = "cuda:1",
+                          .serving = true,
+                          .failure = "",
+                          .resident_layers = 0,
+                          .resident_bytes = 0,
+                          .in_flight = 0});
   metrics->SetDevices(info);
   EXPECT_EQ(Find(*metrics, "dequantd_device_info",
                  {{"device", "cuda:1"},
@@ -190,6 +196,44 @@ TEST(MetricsTest, StagesMemoryAndProcessInfo) {
     EXPECT_THAT(family.metric[0].label,
                 ::testing::Contains(prometheus::ClientMetric::Label{"version", "1.2.3"}));
   }
+}
+
+TEST(MetricsTest, PerDeviceSeriesExistFromTheStartAndFollowTheBackend) {
+  std::unique_ptr<Metrics> metrics = MakeMetrics();
+  BackendInfo info{.name = "cuda", .devices = {}, .cpu_threads = 0};
+  for (int i = 0; i < 2; ++i) {
+    info.devices.push_back({.index = 0,
+                            .name = "NVIDIA H200",
+                            .compute_capability = "9.0",
+                            .memory_bytes = 1,
+                            .driver_version = "13.0",
+                            .label = i == 0 ? "cuda:0" : "cuda:0.1",
+                            .serving = i == 0,
+                            .failure = i == 0 ? "" : "injected",
+                            .resident_layers = 0,
+                            .resident_bytes = 0,
+                            .in_flight = 0});
+  }
+  metrics->SetDeviceServing("cuda:0", true);
+  metrics->SetDeviceServing("cuda:0.1", true);
+  metrics->SetDeviceServing("cuda:0.1", false);  // taken out at start: counted once
+  metrics->SetDevices(info);
+  auto value = [&](const char* family, const char* device) {
+    return Find(*metrics, family, {{"device", device}})->value;
+  };
+  EXPECT_EQ(value("dequantd_device_serving", "cuda:0"), 1);
+  EXPECT_EQ(value("dequantd_device_serving", "cuda:0.1"), 0);
+  EXPECT_EQ(value("dequantd_device_failures_total", "cuda:0"), 0);
+  EXPECT_EQ(value("dequantd_device_failures_total", "cuda:0.1"), 1);
+  EXPECT_EQ(value("dequantd_device_calls_in_flight", "cuda:0"), 0);
+  EXPECT_EQ(value("dequantd_device_kernel_seconds_total", "cuda:0.1"), 0);
+  metrics->SetDeviceInFlight("cuda:0", 3);
+  EXPECT_EQ(value("dequantd_device_calls_in_flight", "cuda:0"), 3);
+  metrics->ObserveKernel("cuda:0", "cuda", "v4_vec16", 1000, 4000, 0.25);
+  metrics->ObserveKernel("cuda:0", "cuda", "grouped", 10, 40, 0.5);
+  EXPECT_EQ(value("dequantd_device_kernel_seconds_total", "cuda:0"), 0.75);
+  EXPECT_EQ(value("dequantd_device_kernel_bytes_total", "cuda:0"), 5050);
+  EXPECT_EQ(value("dequantd_device_kernel_bytes_total", "cuda:0.1"), 0);
 }
 
 TEST(MetricsTest, BenchmarkGaugesComeFromTheLargestRowOfTheLastBenchmark) {

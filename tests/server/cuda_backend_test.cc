@@ -1,7 +1,8 @@
 // Tests for the CUDA backend (server/cuda_backend.cc), run on a GPU and skipped without one:
 // every streamed result equals DequantizeReference byte for byte, for inline inputs and for
 // layers made resident by Prepare; chunking (including chunks larger than a staging buffer);
-// the LaunchConfigProvider seam; a sink error releasing the slot; concurrent requests.
+// the LaunchConfigProvider seam; a sink error releasing the slot; concurrent requests; several
+// workers on one GPU (routing, spreading, split placement, failure).
 #if DEQUANTD_HAVE_CUDA
 
 #include <stdlib.h>
@@ -458,6 +459,103 @@ TEST_F(CudaBackendTest, LayersInSmallSlabsAreBitExact) {
     }
     EXPECT_TRUE(memory == concatenated);
   }
+}
+
+// Several workers (issue 14) on one GPU (--devices 0,0): a whole-model call spread over both
+// workers, replicated and split placement, every byte as the reference; an injected launch
+// failure takes one worker out of rotation while every call still succeeds; an injected start
+// failure leaves the other serving, and fails the backend when it was the only worker.
+TEST_F(CudaBackendTest, TwoWorkersOnOneGpuSpreadSplitAndSurviveAFailure) {
+  std::vector<PackedLayer> packed;
+  for (int i = 0; i < 12; ++i) {
+    packed.push_back(
+        RandomPackedLayer({.K = 128 * (1 + i % 4), .N = 64 * (1 + (i * 5) % 7), .group_size = 128},
+                          static_cast<uint32_t>(500 + i)));
+  }
+  std::vector<const PackedLayer*> pointers;
+  for (const PackedLayer& p : packed) pointers.push_back(&p);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint(pointers);
+  ASSERT_NE(checkpoint, nullptr);
+  std::vector<const QuantizedLayer*> request;
+  for (int i = 0; i < 12; ++i) request.push_back(checkpoint->Find("l" + std::to_string(i)));
+  auto expect_exact = [&](Backend& backend) {
+    LayersCollector sink;
+    ASSERT_TRUE(backend.DequantizeLayers(request, DType::kF16, 10000, sink).ok());
+    EXPECT_EQ(sink.begins, 1);
+    EXPECT_FALSE(sink.out_of_order);
+    ASSERT_EQ(sink.layers.size(), 12u);
+    for (int i = 0; i < 12; ++i) {
+      EXPECT_TRUE(sink.layers[static_cast<size_t>(i)] == ReferenceBytes(packed[i], DType::kF16))
+          << "layer " << i;
+      DequantSource source;
+      source.layer = request[static_cast<size_t>(i)];
+      CollectingSink one;
+      ASSERT_TRUE(backend.Dequantize(source, DType::kF16, 1 << 20, one).ok());
+      EXPECT_TRUE(one.bytes == ReferenceBytes(packed[i], DType::kF16)) << "layer " << i;
+    }
+  };
+  CudaBackendOptions options;
+  options.devices = {0, 0};
+  options.min_part_bytes = 1;  // every whole-model call is cut into one part per worker
+  options.result_slab_bytes = 100 << 10;
+  options.staging_bytes = 64 << 10;
+  for (PlacementMode mode : {PlacementMode::kReplicated, PlacementMode::kSplit}) {
+    SCOPED_TRACE(std::string(PlacementModeName(mode)));
+    options.placement = mode;
+    std::unique_ptr<Backend> backend = Make(options);
+    ASSERT_NE(backend, nullptr);
+    ASSERT_TRUE(backend->Prepare(*checkpoint).ok());
+    const BackendInfo info = backend->Info();
+    ASSERT_EQ(info.devices.size(), 2u);
+    EXPECT_EQ(info.devices[0].label, "cuda:0");
+    EXPECT_EQ(info.devices[1].label, "cuda:0.1");
+    const int64_t l0 = info.devices[0].resident_layers;
+    const int64_t l1 = info.devices[1].resident_layers;
+    if (mode == PlacementMode::kSplit) {
+      EXPECT_GT(l0, 0);
+      EXPECT_GT(l1, 0);
+      EXPECT_EQ(l0 + l1, 12);
+    } else {
+      EXPECT_EQ(l0, 12);
+      EXPECT_EQ(l1, 12);
+    }
+    for (const QuantizedLayer* layer : request) EXPECT_TRUE(backend->IsResident(*layer));
+    expect_exact(*backend);
+  }
+
+  options.placement = PlacementMode::kReplicated;
+  options.inject_failures["cuda:0.1"] =
+      DeviceFailureInjection{.at_start = false, .launches_before_failure = 0};
+  std::vector<std::string> failed;
+  options.on_device_failed = [&failed](std::string_view device, std::string_view) {
+    failed.emplace_back(device);
+  };
+  std::unique_ptr<Backend> backend = Make(options);
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(backend->Prepare(*checkpoint).ok());
+  expect_exact(*backend);  // the first call that lands on cuda:0.1 is retried on cuda:0
+  EXPECT_EQ(failed, std::vector<std::string>{"cuda:0.1"});
+  BackendInfo info = backend->Info();
+  EXPECT_TRUE(info.devices[0].serving);
+  EXPECT_FALSE(info.devices[1].serving);
+  EXPECT_THAT(info.devices[1].failure, ::testing::HasSubstr("injected"));
+
+  options.inject_failures["cuda:0.1"] =
+      DeviceFailureInjection{.at_start = true, .launches_before_failure = -1};
+  backend = Make(options);
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(backend->Prepare(*checkpoint).ok());
+  info = backend->Info();
+  EXPECT_FALSE(info.devices[1].serving);
+  EXPECT_EQ(info.devices[1].resident_layers, 0);
+  expect_exact(*backend);
+
+  options.devices = {0};
+  options.inject_failures = {
+      {"cuda:0", DeviceFailureInjection{.at_start = true, .launches_before_failure = -1}}};
+  absl::StatusOr<std::unique_ptr<Backend>> none = MakeCudaBackend(options);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

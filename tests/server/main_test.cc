@@ -33,9 +33,11 @@ struct ProcessResult {
 // Runs the dequantd binary with `args` (shell words) and waits for it. A dequantd that starts
 // serving instead of refusing its command line is killed after 30 s (exit code 124), so a
 // regression fails rather than hangs.
-ProcessResult RunDequantd(const std::string& args) {
+// Runs dequantd with `args`, and the environment assignments `env` (e.g. "A=1") when not empty.
+ProcessResult RunDequantd(const std::string& args, const std::string& env = "") {
   ProcessResult run;
-  const std::string command = "timeout 30 " + std::string(DEQUANTD_PATH) + " " + args + " 2>&1";
+  const std::string command = "timeout 30 " + (env.empty() ? "" : "env " + env + " ") +
+                              std::string(DEQUANTD_PATH) + " " + args + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
   char buf[4096];
@@ -182,6 +184,27 @@ TEST(DequantdMainTest, OptionErrorsNameTheFlag) {
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_THAT(run.output,
               HasSubstr("INVALID_ARGUMENT: metrics_listen (--metrics-listen) must be HOST:PORT"));
+}
+
+TEST(DequantdMainTest, DeviceOptionErrorsNameTheFlagOrVariable) {
+  const std::string common = "--model= --metrics-listen= --listen=127.0.0.1:0 ";
+  ProcessResult run = RunDequantd(common + "--backend=cpu --devices=0,x");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: --devices: \"0,x\" is not \"all\" or a "
+                                    "comma-separated list of CUDA ordinals"));
+  run = RunDequantd(common + "--backend=cpu --devices=1");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("INVALID_ARGUMENT: --devices=1 names CUDA devices but --backend is cpu"));
+  run = RunDequantd(common + "--backend=cpu --placement=spread");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(
+      run.output,
+      HasSubstr("INVALID_ARGUMENT: --placement: \"spread\" is not auto, replicated or split"));
+  run = RunDequantd(common + "--backend=cpu", "DEQUANTD_INJECT_DEVICE_FAILURE=cuda:1=explode");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: DEQUANTD_INJECT_DEVICE_FAILURE: "
+                                    "\"cuda:1=explode\" is not LABEL=start"));
 }
 
 TEST(DequantdMainTest, SameListenAndMetricsListenConflict) {

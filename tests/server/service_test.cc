@@ -139,7 +139,11 @@ TEST_F(ServiceTest, ServerInfoAndEmptyListWithoutModel) {
   EXPECT_EQ(info.backend(), "cpu");
   EXPECT_EQ(info.tensor_count(), 0);
   EXPECT_EQ(info.cpu_threads(), 1);
-  EXPECT_EQ(info.devices_size(), 1);
+  ASSERT_EQ(info.devices_size(), 1);
+  EXPECT_EQ(info.devices(0).label(), "cpu");
+  EXPECT_TRUE(info.devices(0).serving());
+  EXPECT_EQ(info.devices(0).failure(), "");
+  EXPECT_EQ(info.devices(0).calls_in_flight(), 0);
 
   grpc::ClientContext list_context;
   v1::ListTensorsResponse list;
