@@ -26,12 +26,13 @@ export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppress
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # Excluded, each with its reason:
 # - prometheus_dashboard, kubernetes_manifest: Python checks of files; no C++ of ours runs.
-# - e2e_bench_check: a benchmark; the servers and clients it drives are covered by the
-#   integration, security and python_client tests, which do run here.
+# - e2e_bench_check, e2e_bench_regions_check: benchmarks; the servers, clients and regions they
+#   drive are covered by the integration, regions, security and python_client tests, which do
+#   run here.
 # - GracefulShutdownTest.ThirtyTwoWholeModelStreams...: 13.6 GB dequantized on the CPU backend,
 #   minutes under ASan on 2 cores; the drain it checks is plain socket and counter code, and
 #   DrainTest (server_test) covers it here.
 # - SoakTest: its RSS bound does not hold under ASan (the quarantine keeps freed memory: 411 MiB
 #   after the load against 199 MiB idle on 2026-12-01); it runs in the normal build.
 ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 \
-  -E '(prometheus_dashboard|kubernetes_manifest|e2e_bench_check|ThirtyTwoWholeModelStreams|SoakTest)'
+  -E '(prometheus_dashboard|kubernetes_manifest|e2e_bench_check|e2e_bench_regions_check|ThirtyTwoWholeModelStreams|SoakTest)'
