@@ -35,11 +35,15 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 for target in "${targets[@]}"; do
   scratch=$(mktemp -d)
   echo "fuzz: $target for $seconds s"
+  # The fuzzer's own exit status decides (PIPESTATUS right after the pipeline, with errexit off:
+  # `|| true` would replace it with true's, and grep may match nothing).
+  set +e
   build-fuzz/tests/fuzz/"${target}"_fuzzer -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
     -artifact_prefix=build-fuzz/artifacts/"$target"- "$scratch" tests/fuzz/corpus/"$target" \
-    2>&1 | grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY|artifact_prefix)' || true
+    2>&1 | grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY|artifact_prefix)'
   status=${PIPESTATUS[0]}
+  set -e
   rm -rf "$scratch"
   if [ "$status" != 0 ]; then
     echo "fuzz: $target FAILED (exit $status); input in build-fuzz/artifacts/" >&2
