@@ -11,9 +11,9 @@
 namespace dequantd::auth {
 
 FilePoller::FilePoller(std::vector<std::string> paths, std::chrono::milliseconds interval,
-                       std::function<void()> on_change)
+                       std::function<void()> on_change, std::string baseline)
     : paths_(std::move(paths)), interval_(interval), on_change_(std::move(on_change)) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this, last = std::move(baseline)]() mutable { Run(std::move(last)); });
 }
 
 FilePoller::~FilePoller() {
@@ -25,9 +25,9 @@ FilePoller::~FilePoller() {
   thread_.join();
 }
 
-std::string FilePoller::Fingerprint() const {
+std::string FilePoller::Snapshot(const std::vector<std::string>& paths) {
   std::string fingerprint;
-  for (const std::string& path : paths_) {
+  for (const std::string& path : paths) {
     struct stat st {};
     if (stat(path.c_str(), &st) != 0) {
       absl::StrAppend(&fingerprint, "errno ", errno, ";");
@@ -40,12 +40,11 @@ std::string FilePoller::Fingerprint() const {
   return fingerprint;
 }
 
-void FilePoller::Run() {
-  std::string last = Fingerprint();
+void FilePoller::Run(std::string last) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_cv_.wait_for(lock, interval_, [this] { return stop_; })) {
     lock.unlock();
-    std::string now = Fingerprint();
+    std::string now = Snapshot(paths_);
     if (now != last) {
       last = std::move(now);
       on_change_();

@@ -18,10 +18,14 @@ class FilePoller {
  public:
   // Every `interval`, stats each of `paths` (following symlinks) and calls `on_change` (from the
   // poller's own thread) when the device, inode, size, mtime or ctime of any of them differs
-  // from the last poll, or a file appeared or disappeared. The first comparison is against the
-  // state at construction. `on_change` must not destroy the poller.
+  // from the last poll, or a file appeared or disappeared. The first comparison is against
+  // `baseline`: Snapshot(paths) taken by the caller before it read the files, so that a change
+  // between that read and this constructor is not missed. `on_change` must not destroy the
+  // poller.
   FilePoller(std::vector<std::string> paths, std::chrono::milliseconds interval,
-             std::function<void()> on_change);
+             std::function<void()> on_change, std::string baseline);
+  // The state of `paths` (device, inode, size, mtime, ctime of each, or the stat error).
+  static std::string Snapshot(const std::vector<std::string>& paths);
   // Stops polling; waits for an on_change in progress to return.
   ~FilePoller();
 
@@ -29,8 +33,7 @@ class FilePoller {
   FilePoller& operator=(const FilePoller&) = delete;
 
  private:
-  std::string Fingerprint() const;
-  void Run();
+  void Run(std::string last);
 
   const std::vector<std::string> paths_;
   const std::chrono::milliseconds interval_;

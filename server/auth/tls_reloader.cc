@@ -106,6 +106,10 @@ absl::Status TlsReloader::ReloadNow() {
 absl::StatusOr<std::unique_ptr<TlsReloader>> TlsReloader::Start(const TlsFilePaths& paths,
                                                                 int refresh_seconds,
                                                                 Observer observer) {
+  const bool mutual = !paths.client_ca.empty();
+  std::vector<std::string> watched = {paths.cert, paths.key};
+  if (mutual) watched.push_back(paths.client_ca);
+  std::string baseline = FilePoller::Snapshot(watched);  // before the read: no change is missed
   absl::StatusOr<TlsMaterial> material = LoadTlsFiles(paths);
   if (!material.ok()) return material.status();
   absl::StatusOr<std::string> dir = MakeStagingDir();
@@ -114,7 +118,6 @@ absl::StatusOr<std::unique_ptr<TlsReloader>> TlsReloader::Start(const TlsFilePat
   if (absl::Status s = reloader->Stage(*material); !s.ok()) return s;
   if (reloader->observer_.on_served) reloader->observer_.on_served(*material);
 
-  const bool mutual = !paths.client_ca.empty();
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
       reloader->StagedPath(kKeyFile), reloader->StagedPath(kCertFile),
       mutual ? reloader->StagedPath(kCaFile) : std::string(),
@@ -129,12 +132,10 @@ absl::StatusOr<std::unique_ptr<TlsReloader>> TlsReloader::Start(const TlsFilePat
   }
   reloader->credentials_ = grpc::experimental::TlsServerCredentials(options);
 
-  std::vector<std::string> watched = {paths.cert, paths.key};
-  if (mutual) watched.push_back(paths.client_ca);
   TlsReloader* self = reloader.get();
-  reloader->poller_ =
-      std::make_unique<FilePoller>(std::move(watched), std::chrono::seconds(refresh_seconds),
-                                   [self] { (void)self->ReloadNow(); });
+  reloader->poller_ = std::make_unique<FilePoller>(
+      std::move(watched), std::chrono::seconds(refresh_seconds),
+      [self] { (void)self->ReloadNow(); }, std::move(baseline));
   return reloader;
 }
 

@@ -45,13 +45,14 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Start(const std::string& p
                                                             int refresh_seconds,
                                                             Observer observer) {
   std::unique_ptr<TokenFile> file(new TokenFile(path, std::move(observer)));
+  std::string baseline = FilePoller::Snapshot({path});  // before the read: no change is missed
   absl::StatusOr<std::shared_ptr<const TokenSet>> set = file->Load();
   if (!set.ok()) return set.status();
   if (file->observer_.on_loaded) file->observer_.on_loaded(*set);
   TokenFile* self = file.get();
-  file->poller_ = std::make_unique<FilePoller>(std::vector<std::string>{path},
-                                               std::chrono::seconds(refresh_seconds),
-                                               [self] { (void)self->ReloadNow(); });
+  file->poller_ = std::make_unique<FilePoller>(
+      std::vector<std::string>{path}, std::chrono::seconds(refresh_seconds),
+      [self] { (void)self->ReloadNow(); }, std::move(baseline));
   return file;
 }
 
