@@ -15,6 +15,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace dequantd {
 namespace {
@@ -101,10 +102,30 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateClientChannel(
                                                                  std::move(interceptors));
 }
 
+namespace {
+
+// A token goes out as an HTTP/2 header value: visible ASCII only (gRPC aborts the process on
+// anything else). The error names the source and the byte, never the token.
+absl::StatusOr<std::string> CheckedToken(std::string token, const std::string& source) {
+  for (size_t i = 0; i < token.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(token[i]);
+    if (c < 0x21 || c > 0x7E) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: the token holds byte 0x%02X at position %d; a token is visible ASCII "
+          "(0x21-0x7E)",
+          source, c, i));
+    }
+  }
+  return token;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ResolveToken(const std::string& token_file) {
   if (token_file.empty()) {
     const char* env = std::getenv("DEQUANTD_TOKEN");
-    return std::string(env != nullptr ? absl::StripAsciiWhitespace(env) : "");
+    return CheckedToken(std::string(env != nullptr ? absl::StripAsciiWhitespace(env) : ""),
+                        "$DEQUANTD_TOKEN");
   }
   absl::StatusOr<std::string> contents = ReadFile("--token-file", token_file);
   if (!contents.ok()) return contents.status();
@@ -114,7 +135,7 @@ absl::StatusOr<std::string> ResolveToken(const std::string& token_file) {
     return absl::InvalidArgumentError(
         absl::StrCat("--token-file ", token_file, ": the first line holds no token"));
   }
-  return token;
+  return CheckedToken(std::move(token), "--token-file " + token_file);
 }
 
 }  // namespace dequantd

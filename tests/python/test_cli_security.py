@@ -156,3 +156,23 @@ def test_bad_security_flags_are_usage_errors(pki, args, message):
                         *argv], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr
+
+
+def test_a_token_grpc_cannot_send_is_a_usage_error_that_does_not_echo_it(tmp_path):
+    """A tab or DEL in the token: refused before any call (gRPC would reject the metadata), the
+    source and the byte named, the token's text never printed."""
+    token_file = tmp_path / "tab.token"
+    token_file.write_bytes(b"abc\tsecret0123456789\n")
+    r = subprocess.run([sys.executable, "-m", "dequantd", "list", "--server", "127.0.0.1:1",
+                        "--token-file", str(token_file)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert (f"--token-file {token_file}: the token holds byte 0x09 at position 3; a token is "
+            "visible ASCII (0x21-0x7E)") in r.stderr
+    assert "secret" not in r.stderr
+    env = dict(os.environ, DEQUANTD_TOKEN="abcdefghijklmnop\x7f")
+    r = subprocess.run([sys.executable, "-m", "dequantd", "list", "--server", "127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 2, r.stderr
+    assert "$DEQUANTD_TOKEN: the token holds byte 0x7F at position 16" in r.stderr
+    assert "abcdefghijklmnop" not in r.stderr

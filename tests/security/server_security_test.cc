@@ -492,6 +492,25 @@ TEST(ClientCredentialsTest, TokenFromFileOrEnvironment) {
               HasSubstr("--token-file " + file + ": the first line holds no token"));
 }
 
+TEST(ClientCredentialsTest, ATokenGrpcCannotSendIsRefusedWithoutEchoingIt) {
+  const std::string file = ::testing::TempDir() + "/client_token_tab";
+  std::ofstream(file, std::ios::trunc) << "abc\tsecret0123456789\n";
+  absl::StatusOr<std::string> token = ResolveToken(file);
+  EXPECT_EQ(token.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(token.status().message(),
+            "--token-file " + file +
+                ": the token holds byte 0x09 at position 3; a token is visible ASCII (0x21-0x7E)");
+  setenv("DEQUANTD_TOKEN", "abcdefghijklmnop\x7f", 1);
+  token = ResolveToken("");
+  EXPECT_EQ(token.status().message(),
+            "$DEQUANTD_TOKEN: the token holds byte 0x7F at position 16; a token is visible ASCII "
+            "(0x21-0x7E)");
+  setenv("DEQUANTD_TOKEN", "\xff-token-0123456789", 1);
+  EXPECT_THAT(std::string(ResolveToken("").status().message()),
+              HasSubstr("byte 0xFF at position 0"));
+  unsetenv("DEQUANTD_TOKEN");
+}
+
 TEST(ClientCredentialsTest, BadOptionsNameTheFlag) {
   ClientSecurityOptions security;
   security.tls_cert = "/nonexistent/client.crt";

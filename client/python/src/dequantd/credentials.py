@@ -27,17 +27,28 @@ def _read(flag: str, path: str) -> bytes:
         raise ValueError(f"{flag} {path}: {e.strerror}") from None
 
 
+def _checked(token: str, source: str) -> str:
+    """`token` when gRPC can send it (an HTTP/2 header value: visible ASCII 0x21-0x7E); else a
+    ValueError naming `source` and the first bad byte, never the token."""
+    for i, ch in enumerate(token):
+        if not 0x21 <= ord(ch) <= 0x7E:
+            raise ValueError(f"{source}: the token holds byte 0x{ord(ch):02X} at position {i}; "
+                             "a token is visible ASCII (0x21-0x7E)")
+    return token
+
+
 def resolve_token(token_file: Optional[str] = None) -> str:
     """The bearer token: the first line of `token_file` (stripped), else $DEQUANTD_TOKEN
     (stripped), else "". Raises ValueError naming --token-file for an unreadable file or an empty
-    first line."""
+    first line, and naming its source for a token that is not visible ASCII."""
     if not token_file:
-        return os.environ.get(TOKEN_ENV, "").strip()
-    first_line = _read("--token-file", token_file).decode("utf-8", "replace").split("\n", 1)[0]
-    token = first_line.strip()
+        raw = os.environb.get(TOKEN_ENV.encode(), b"").decode("latin-1")
+        return _checked(raw.strip(" \t\r\n"), "$DEQUANTD_TOKEN")
+    first_line = _read("--token-file", token_file).split(b"\n", 1)[0].decode("latin-1")
+    token = first_line.strip(" \t\r\n")
     if not token:
         raise ValueError(f"--token-file {token_file}: the first line holds no token")
-    return token
+    return _checked(token, f"--token-file {token_file}")
 
 
 def security_options(*, tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
