@@ -96,6 +96,23 @@ std::string ProbeTcp(absl::string_view listen) {
 
 }  // namespace
 
+std::string UnixSocketInUse(absl::string_view listen) {
+  if (!absl::ConsumePrefix(&listen, "unix:")) return "";
+  const std::string path(listen);
+  struct stat st {};
+  sockaddr_un addr{};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) ||
+      path.size() >= sizeof addr.sun_path) {
+    return "";
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.get() < 0) return "";
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return "";
+  return absl::StrCat(path, " is in use by a running server (a connection to it succeeded)");
+}
+
 std::string WhyCannotListen(absl::string_view listen) {
   if (absl::ConsumePrefix(&listen, "unix:")) return ProbeUnix(std::string(listen));
   return ProbeTcp(listen);

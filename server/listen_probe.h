@@ -15,4 +15,9 @@ namespace dequantd {
 // unix: probe never touches an existing path (an existing non-socket is reported as such).
 std::string WhyCannotListen(absl::string_view listen);
 
+// For unix:PATH where PATH is a socket that accepts a connection now (another server listens
+// there): "PATH is in use by a running server". "" for anything else (no file, a stale socket,
+// or not a unix: address): gRPC would unlink and rebind the path.
+std::string UnixSocketInUse(absl::string_view listen);
+
 }  // namespace dequantd

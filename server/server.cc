@@ -628,9 +628,22 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   interceptors.push_back(server->call_tracker_.MakeInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.RegisterService(server->service_.get());
+  // gRPC unlinks whatever socket file is at a unix: path, live or stale: a second dequantd
+  // would take a running one's clients without a word.
+  if (std::string in_use = UnixSocketInUse(options.listen); !in_use.empty()) {
+    return absl::UnavailableError(absl::StrCat("listen (--listen) \"", options.listen,
+                                               "\": cannot serve gRPC there: ", in_use));
+  }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     server->server_.reset();
+    // Every port fails together: name the one that cannot be bound.
+    if (!options.security.health_listen.empty() && WhyCannotListen(options.listen).empty() &&
+        !WhyCannotListen(options.security.health_listen).empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("--health-listen \"", options.security.health_listen,
+                       "\": cannot serve there: ", ListenFailure(options.security.health_listen)));
+    }
     return absl::UnavailableError(
         absl::StrCat("listen (--listen) \"", options.listen,
                      "\": cannot serve gRPC there: ", ListenFailure(options.listen)));

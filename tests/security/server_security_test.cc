@@ -451,6 +451,18 @@ TEST_F(SecurityTest, HealthPortServesOnlyHealthWithoutToken) {
   EXPECT_THAT(s.error_message(), HasSubstr("serves only grpc.health.v1.Health"));
 }
 
+TEST_F(SecurityTest, AHealthPortInUseIsNamedNotTheMainPort) {
+  Start(Options());  // its port is the one in use
+  ServerOptions options = Options();
+  options.listen = "127.0.0.1:0";
+  options.security.health_listen = address_;
+  absl::StatusOr<std::unique_ptr<DequantServer>> second = DequantServer::Start(options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(second.status().message(),
+            "--health-listen \"" + address_ + "\": cannot serve there: Address already in use");
+}
+
 // grpc.reflection.v1alpha ServerReflectionRequest{list_services: ""}.
 constexpr char kReflection[] = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
 const std::string kListServices("\x3a\x00", 2);

@@ -4,8 +4,10 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -80,6 +82,25 @@ TEST(ListenProbeTest, UnixSocketReasons) {
   EXPECT_EQ(WhyCannotListen("unix:/" + std::string(200, 'x')),
             "path is 201 bytes, a Unix socket path holds at most 107");
   std::filesystem::remove_all(dir);
+}
+
+TEST(ListenProbeTest, ALiveUnixSocketIsInUseAStaleOneIsNot) {
+  const std::string path =
+      ::testing::TempDir() + "/listen_probe_live_" + std::to_string(::getpid()) + ".sock";
+  ::unlink(path.c_str());
+  EXPECT_EQ(UnixSocketInUse("unix:" + path), "");  // no file
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  EXPECT_EQ(UnixSocketInUse("unix:" + path),
+            path + " is in use by a running server (a connection to it succeeded)");
+  EXPECT_EQ(UnixSocketInUse("127.0.0.1:0"), "");  // TCP is not its business
+  ::close(fd);  // the file stays: a stale socket, which gRPC may replace
+  EXPECT_EQ(UnixSocketInUse("unix:" + path), "");
+  ::unlink(path.c_str());
 }
 
 }  // namespace

@@ -344,6 +344,14 @@ TEST_F(RangeServiceTest, ListensOnAUnixSocketWhoseModeIsTheUmasksAndServesRanges
   ASSERT_TRUE(s.status.ok()) << s.status.error_message();
   const std::vector<uint8_t> reference = ReferenceBytes(layer, DType::kF16);
   EXPECT_EQ(s.bytes, std::vector<uint8_t>(reference.begin() + 512, reference.begin() + 1536));
+  // A second server on the live socket is refused; the first keeps its clients.
+  absl::StatusOr<testing::CpuTestServer> second = testing::StartCpuTestServer(options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(second.status().message(),
+            "listen (--listen) \"unix:" + path + "\": cannot serve gRPC there: " + path +
+                " is in use by a running server (a connection to it succeeded)");
+  EXPECT_TRUE(Fetch(request).status.ok());
   server_.reset();
   std::filesystem::remove_all(dir);
 }
