@@ -161,10 +161,20 @@ TEST(StalledClientTest, IsCancelledAfterTheStallTimeoutAndCounted) {
   ASSERT_GT(server.port, 0) << server.process.output();
   const std::string stalled = "dequantd_stalled_calls_cancelled_total";
   EXPECT_EQ(server.Metric(stalled), 0);
+  auto stub = v1::DequantService::NewStub(server.Channel());
+  // One whole call first: the threads gRPC starts lazily on a first call (timer, executor,
+  // pollers) are then part of the idle count, and only the stalled call's own can differ.
+  {
+    grpc::ClientContext warm_context;
+    auto warm = stub->Dequantize(&warm_context, ZeroLayerRequest(1024, 1024, v1::DTYPE_FP32));
+    v1::DequantizeResponse message;
+    while (warm->Read(&message)) {
+    }
+    ASSERT_TRUE(warm->Finish().ok());
+  }
   const int idle_threads = ThreadCount(server.process.pid());
 
   // A 64 MiB result (4096 x 4096 fp32): far more than the connection's flow-control windows.
-  auto stub = v1::DequantService::NewStub(server.Channel());
   grpc::ClientContext context;
   auto reader = stub->Dequantize(&context, ZeroLayerRequest(4096, 4096, v1::DTYPE_FP32));
   v1::DequantizeResponse response;
