@@ -1,4 +1,5 @@
-// The pinned device-to-host copy rate, a ceiling of the end-to-end benchmark (0 without a GPU).
+// The copy rates the end-to-end benchmark's rows are compared with (0 without a GPU): pinned
+// device-to-host (streams and host regions) and device-to-device (device regions).
 #pragma once
 
 #include <cstdint>
@@ -10,5 +11,9 @@ namespace dequantd::e2e {
 // warm-up, timed with CUDA events) on device 0; 0 when built without CUDA or with no GPU.
 // `device` receives the GPU's name (empty without one).
 double PinnedDeviceToHostBytesPerSecond(int64_t bytes, std::string* device);
+
+// Device-to-device cudaMemcpyAsync of `bytes` on device 0, timed the same way: bytes copied per
+// second (count read + written as twice that); 0 without a GPU.
+double DeviceCopyBytesPerSecond(int64_t bytes);
 
 }  // namespace dequantd::e2e

@@ -1,4 +1,4 @@
-// PinnedDeviceToHostBytesPerSecond without CUDA (see device_copy.h).
+// The copy-rate ceilings without CUDA: none (see device_copy.h).
 #include "bench/e2e/device_copy.h"
 
 namespace dequantd::e2e {
@@ -7,5 +7,7 @@ double PinnedDeviceToHostBytesPerSecond(int64_t, std::string* device) {
   device->clear();
   return 0;
 }
+
+double DeviceCopyBytesPerSecond(int64_t) { return 0; }
 
 }  // namespace dequantd::e2e

@@ -1,4 +1,4 @@
-// DeviceRegionBuffer and DeviceCopyBytesPerSecond (see device_region.h).
+// DeviceRegionBuffer (see device_region.h).
 #include "bench/e2e/device_region.h"
 
 #include <algorithm>
@@ -61,41 +61,6 @@ absl::Status DeviceRegionBuffer::CopyToHost(int64_t offset, absl::Span<uint8_t> 
                     "cudaMemcpy device to host");
 }
 
-double DeviceCopyBytesPerSecond(int64_t bytes) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return 0;
-  }
-  void* src = nullptr;
-  void* dst = nullptr;
-  const size_t n = static_cast<size_t>(bytes);
-  if (cudaMalloc(&src, n) != cudaSuccess) return 0;
-  if (cudaMalloc(&dst, n) != cudaSuccess) {
-    cudaFree(src);
-    return 0;
-  }
-  cudaMemset(src, 1, n);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  float best_ms = 0;
-  for (int i = 0; i < 6; ++i) {
-    cudaEventRecord(start);
-    cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    if (i > 0) best_ms = best_ms == 0 ? ms : std::min(best_ms, ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFree(src);
-  cudaFree(dst);
-  return best_ms > 0 ? static_cast<double>(bytes) / (best_ms * 1e-3) : 0;
-}
-
 #else
 
 absl::StatusOr<std::unique_ptr<DeviceRegionBuffer>> DeviceRegionBuffer::Create(int64_t) {
@@ -111,8 +76,6 @@ absl::Status DeviceRegionBuffer::Fill(uint8_t) {
 absl::Status DeviceRegionBuffer::CopyToHost(int64_t, absl::Span<uint8_t>) const {
   return absl::FailedPreconditionError("built without CUDA");
 }
-
-double DeviceCopyBytesPerSecond(int64_t) { return 0; }
 
 #endif
 

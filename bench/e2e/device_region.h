@@ -38,8 +38,4 @@ class DeviceRegionBuffer {
   const std::string handle_;
 };
 
-// Device-to-device cudaMemcpyAsync of `bytes` on device 0, timed with CUDA events: bytes copied
-// per second (count read + written as twice that), best of 5 after a warm-up; 0 without a GPU.
-double DeviceCopyBytesPerSecond(int64_t bytes);
-
 }  // namespace dequantd::e2e

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/e2e/dequantd_process.h"
+#include "bench/e2e/device_copy.h"
 #include "bench/e2e/device_region.h"
 #include "client/client.h"
 #include "client/shm_client.h"
