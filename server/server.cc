@@ -199,6 +199,10 @@ absl::Status CheckDeviceOptions(const ServerOptions& options) {
   if (absl::StatusOr<PlacementMode> mode = ParsePlacementMode(options.placement); !mode.ok()) {
     return mode.status();
   }
+  if (options.backend == "cpu" && options.placement != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("--placement=", options.placement,
+                                                   " places layers on GPUs but --backend is cpu"));
+  }
   return ParseDeviceFailureInjection(options.inject_device_failures).status();
 }
 
@@ -553,6 +557,11 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   if (server->backend_info_.name == "cpu" && options.devices != "all") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--devices=", options.devices, " names CUDA devices but the backend is cpu (no GPU)"));
+  }
+  if (server->backend_info_.name == "cpu" && options.placement != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("--placement=", options.placement,
+                                                   " places layers on GPUs but the backend is cpu "
+                                                   "(no GPU)"));
   }
   server->metrics_->SetDevices(server->backend_info_);
   if (server->checkpoint_ != nullptr) {

@@ -201,6 +201,11 @@ TEST(DequantdMainTest, DeviceOptionErrorsNameTheFlagOrVariable) {
   EXPECT_THAT(
       run.output,
       HasSubstr("INVALID_ARGUMENT: --placement: \"spread\" is not auto, replicated or split"));
+  run = RunDequantd(common + "--backend=cpu --placement=split");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("INVALID_ARGUMENT: --placement=split places layers on GPUs but --backend "
+                        "is cpu"));
   run = RunDequantd(common + "--backend=cpu", "DEQUANTD_INJECT_DEVICE_FAILURE=cuda:1=explode");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: DEQUANTD_INJECT_DEVICE_FAILURE: "
