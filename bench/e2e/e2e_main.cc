@@ -39,6 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/e2e/clock.h"
 #include "bench/e2e/dequantd_process.h"
 #include "bench/e2e/device_copy.h"
 #include "bench/e2e/model_rows.h"
@@ -85,19 +86,6 @@ ABSL_FLAG(bool, check, false,
 
 namespace dequantd::e2e {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 struct Row {
   std::string what;       // "raw gRPC", "dequantd resident", "dequantd inline"

@@ -1,5 +1,6 @@
 // Whole-model rows of the end-to-end benchmark (see model_rows.h).
 #include "bench/e2e/model_rows.h"
+#include "bench/e2e/clock.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -25,12 +26,6 @@
 
 namespace dequantd::e2e {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;

@@ -1,5 +1,6 @@
 // The shared-memory rows of the end-to-end benchmark (see region_rows.h).
 #include "bench/e2e/region_rows.h"
+#include "bench/e2e/clock.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -26,19 +27,6 @@
 
 namespace dequantd::e2e {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 // A TCP port on 127.0.0.1 that was free a moment ago (0 if none could be found).
 int FreePort() {
