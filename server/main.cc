@@ -197,8 +197,9 @@ int main(int argc, char** argv) {
       "[--backend auto|cpu|cuda] [--devices all|LIST]\n"
       "SIGINT, SIGTERM or SIGHUP: graceful shutdown (--shutdown-deadline); a second one: exit "
       "at once.\n"
-      "exit codes: 0 stopped or --help/--version, 1 cannot start, 2 usage error (unknown flag, "
-      "bad value, positional argument), 128+N a second signal N ended the shutdown");
+      "exit codes: 0 stopped or --help/--version, 1 cannot start (including a flag value that "
+      "parses but is out of range, e.g. --max-threads=-1), 2 usage error (unknown flag, a value "
+      "that does not parse, positional argument), 128+N a second signal N ended the shutdown");
   absl::FlagsUsageConfig usage_config;
   // absl's --help names each flag's source file (the build's absolute path) and lists only flags
   // of files named like the program (dequantd.cc; main.cc is not): this file's flags are listed,

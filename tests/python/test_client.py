@@ -123,6 +123,11 @@ def test_dequantize_layers_yields_requested_layers_in_order(client):
         assert np.array_equal(arr.view(np.uint16), client.dequantize(name, dtype="bf16").view(np.uint16))
 
 
+def test_dequantize_layers_of_an_empty_list_yields_nothing(client):
+    assert list(client.dequantize_layers([])) == []
+    assert list(client.dequantize_layers(iter(()))) == []
+
+
 def test_dequantize_layers_all(client):
     count = 0
     for name, arr in client.dequantize_layers(dtype="fp16"):

@@ -381,7 +381,8 @@ class Client:
 
         Args:
             names: layer names (duplicates allowed, at most 10000); None = every layer, in
-                list() order.
+                list() order; an empty list yields nothing (no call is made: the protocol's
+                empty list means every layer).
             dtype, as_torch, progress: as for dequantize (the bar counts all layers' bytes).
 
         Raises:
@@ -392,6 +393,8 @@ class Client:
                                              chunk_bytes=self._chunk_bytes)
         if names is not None:
             request.tensors.extend(names)
+            if not request.tensors:
+                return
         total = None
         if progress:
             wanted = set(request.tensors)
