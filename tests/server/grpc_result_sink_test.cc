@@ -58,7 +58,9 @@ TEST(EncodeSharedChunkMessageTest, ParsesBackToTheSameResponseAsTheCopiedForm) {
       EXPECT_EQ(parsed.SerializeAsString(),
                 Parse(EncodeChunkMessage(offset, bytes)).SerializeAsString());
       EXPECT_EQ(shared.Length(), EncodeChunkMessage(offset, bytes).Length());
-      if (size > 0) EXPECT_EQ(LastSliceStart(shared), data.data()) << "the data was copied";
+      if (size > 0) {
+        EXPECT_EQ(LastSliceStart(shared), data.data()) << "the data was copied";
+      }
     }
   }
 }
