@@ -633,6 +633,21 @@ TEST_F(CudaBackendTest, TwoWorkersOnOneGpuSpreadSplitAndSurviveAFailure) {
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
 }
 
+// Bad staging options are refused before any device is touched (so this runs without a GPU too).
+TEST(CudaBackendOptionsTest, BadStagingOptionsAreInvalidArgumentNamingTheOption) {
+  CudaBackendOptions one_block;
+  one_block.staging_blocks = 1;
+  CudaBackendOptions no_wait;
+  no_wait.staging_wait_seconds = 0;
+  for (const auto& [options, name] : {std::pair{one_block, "staging_blocks must be >= 2"},
+                                      std::pair{no_wait, "staging_wait_seconds must be > 0"}}) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend(options);
+    ASSERT_FALSE(backend.ok());
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(backend.status().message()), ::testing::HasSubstr(name));
+  }
+}
+
 }  // namespace
 }  // namespace dequantd
 
