@@ -97,6 +97,18 @@ class ChunkSink {
   // only during the call. A non-OK return (e.g. the client cancelled) stops the work and is
   // returned by Dequantize.
   virtual absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) = 0;
+  // Write, for bytes that stay valid as long as any copy of `keepalive` (non-null) lives: the sink
+  // may keep a copy and read the bytes after it returns (the gRPC sink sends them without copying
+  // and drops its copy when gRPC releases the message). The caller must not change the bytes
+  // while the keepalive lives; the CUDA backend's keepalive is its pinned staging block, which
+  // goes back to its pool with the last copy (server/block_pool.h). Same contract as Write
+  // otherwise; this default ignores the keepalive and calls Write. Sinks that forward to another
+  // sink forward this too, keepalive included.
+  virtual absl::Status WriteShared(int64_t offset, absl::Span<const uint8_t> bytes,
+                                   std::shared_ptr<const void> keepalive) {
+    (void)keepalive;
+    return Write(offset, bytes);
+  }
 };
 
 // Receives the result of one DequantizeLayers call, in order: Begin(kernel) once, then for each

@@ -1,5 +1,8 @@
 // Backend::DequantizeLayers' default: one Dequantize per layer, the per-layer sink calls mapped
 // onto the LayersSink contract (see backend.h).
+#include <memory>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "server/backend.h"
 
@@ -36,6 +39,10 @@ class LayerAdapter final : public ChunkSink {
   }
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
     return sink_.Write(offset, bytes);
+  }
+  absl::Status WriteShared(int64_t offset, absl::Span<const uint8_t> bytes,
+                           std::shared_ptr<const void> keepalive) override {
+    return sink_.WriteShared(offset, bytes, std::move(keepalive));
   }
 
  private:

@@ -16,7 +16,8 @@ enum class DequantizeStage {
   kHostToDevice,  // copying inline packed inputs to the device
   kKernel,        // the dequantization kernel (CUDA: events around the launch; CPU: compute time)
   kDeviceToHost,  // copying the result to pinned host memory (CUDA: events around each piece)
-  kSend,          // handing the result chunks to the sink (serializing and writing to gRPC)
+  kSend,          // handing the result chunks to the sink (writing to gRPC), and waiting for a
+                  // staging / row block the transport still holds (server/block_pool.h)
 };
 
 // What a device's memory holds, for DeviceMemoryUsed.

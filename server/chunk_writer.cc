@@ -11,17 +11,32 @@ ChunkWriter::ChunkWriter(int64_t chunk_bytes, ChunkSink& sink, int64_t first_off
       first_offset_(first_offset),
       offset_(first_offset) {}
 
-absl::Status ChunkWriter::Emit(absl::Span<const uint8_t> chunk) {
-  absl::Status status = sink_.Write(offset_, chunk);
+absl::Status ChunkWriter::Emit(absl::Span<const uint8_t> chunk,
+                               const std::shared_ptr<const void>& keepalive) {
+  absl::Status status = keepalive != nullptr ? sink_.WriteShared(offset_, chunk, keepalive)
+                                             : sink_.Write(offset_, chunk);
   offset_ += static_cast<int64_t>(chunk.size());
   return status;
 }
 
-absl::Status ChunkWriter::Append(absl::Span<const uint8_t> bytes) {
+absl::Status ChunkWriter::Append(absl::Span<const uint8_t> bytes,
+                                 const std::shared_ptr<const void>& keepalive) {
+  return Cut(bytes, keepalive, /*last=*/false);
+}
+
+absl::Status ChunkWriter::AppendLast(absl::Span<const uint8_t> bytes,
+                                     const std::shared_ptr<const void>& keepalive) {
+  if (absl::Status s = Cut(bytes, keepalive, /*last=*/true); !s.ok()) return s;
+  return Finish();
+}
+
+absl::Status ChunkWriter::Cut(absl::Span<const uint8_t> bytes,
+                              const std::shared_ptr<const void>& keepalive, bool last) {
   while (!bytes.empty()) {
-    if (pending_.empty() && static_cast<int64_t>(bytes.size()) >= chunk_bytes_) {
-      if (absl::Status s = Emit(bytes.subspan(0, chunk_bytes_)); !s.ok()) return s;
-      bytes.remove_prefix(chunk_bytes_);
+    if (pending_.empty() && (static_cast<int64_t>(bytes.size()) >= chunk_bytes_ || last)) {
+      const size_t take = std::min(bytes.size(), static_cast<size_t>(chunk_bytes_));
+      if (absl::Status s = Emit(bytes.subspan(0, take), keepalive); !s.ok()) return s;
+      bytes.remove_prefix(take);
       continue;
     }
     const size_t take = std::min(bytes.size(), static_cast<size_t>(chunk_bytes_) - pending_.size());

@@ -226,14 +226,17 @@ class DeviceWorker {
     std::vector<std::unique_ptr<cuda::RequestSlot>> slots;
     for (int i = 0; i < options_.slots_per_device; ++i) {
       absl::StatusOr<std::unique_ptr<cuda::RequestSlot>> slot =
-          cuda::RequestSlot::Create(options_.staging_bytes, /*timing=*/observer_ != nullptr);
+          cuda::RequestSlot::Create(options_.staging_bytes, options_.staging_blocks,
+                                    /*timing=*/observer_ != nullptr, label_);
       if (!slot.ok()) return slot.status();
       slots.push_back(std::move(*slot));
     }
     slots_ = std::make_unique<LeasePool<cuda::RequestSlot>>(std::move(slots));
     pipeline_ = std::make_unique<cuda::ResultPipeline>(
-        cuda::PipelineOptions{.device = device_, .slab_bytes = options_.result_slab_bytes}, *slots_,
-        cache_, observer_, label_);
+        cuda::PipelineOptions{.device = device_,
+                              .slab_bytes = options_.result_slab_bytes,
+                              .staging_wait_seconds = options_.staging_wait_seconds},
+        *slots_, cache_, observer_, label_);
     if (observer_ != nullptr) {
       absl::StatusOr<double> copy_rate = cuda::MeasureCopyBandwidth(slots_->front().stream.get());
       if (!copy_rate.ok()) return copy_rate.status();
@@ -578,6 +581,14 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOption
   if (options.staging_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("staging_bytes must be >= 1, got ", options.staging_bytes));
+  }
+  if (options.staging_blocks < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "staging_blocks must be >= 2 (two copies in flight), got ", options.staging_blocks));
+  }
+  if (!(options.staging_wait_seconds > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging_wait_seconds must be > 0, got ", options.staging_wait_seconds));
   }
   if (options.result_slab_bytes < 1) {
     return absl::InvalidArgumentError(

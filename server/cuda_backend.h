@@ -1,6 +1,6 @@
 // The CUDA backend: one worker per GPU. The model's packed weights are uploaded once (Prepare)
-// and stay resident; each request runs on a slot of its device (a stream, two pinned staging
-// buffers) through the one result pipeline (server/cuda/result_pipeline.h): kernel or grouped
+// and stay resident; each request runs on a slot of its device (a stream, a pool of pinned staging
+// blocks) through the one result pipeline (server/cuda/result_pipeline.h): kernel or grouped
 // launch per slab of results -> device -> host in pieces (or straight into the sink's memory) ->
 // the sink. Compiled only when DEQUANTD_HAVE_CUDA. Parts, one job each, under server/cuda/.
 #pragma once
@@ -48,7 +48,22 @@ struct CudaBackendOptions {
   cuda::KernelVariant variant = cuda::KernelVariant::kV4Vec16;  // the kernel every request runs
   LaunchConfigProvider launch_config;  // null: cuda::DefaultConfig(variant, shape, out_dtype)
   int slots_per_device = 4;            // requests in flight per GPU; further ones wait for a slot
-  int64_t staging_bytes = int64_t{4} << 20;       // each of a slot's two pinned buffers, bytes
+  // Device -> host pieces of a streamed result land in pinned staging blocks, and the gRPC stream
+  // sends them from there without a copy; a block returns to its slot's pool when gRPC releases
+  // the last message referencing it (server/block_pool.h). Each slot owns `staging_blocks`
+  // (>= 2) blocks of `staging_bytes` (>= 1), allocated at start: slots_per_device *
+  // staging_blocks * staging_bytes of pinned memory per worker (4 * 8 * 4 MiB = 128 MiB by
+  // default), and that is all the staging a call can hold, a stalled one included (32 MiB). The
+  // pipeline holds two blocks (one piece being copied, one being handed to the sink); the other
+  // six cover what the transport holds after a Write returned and before the bytes reached the
+  // socket (HTTP/2 flow control bounds it to the stream window, a few MiB, plus the message being
+  // written), so the copy of the next piece need not wait for the transport in steady state.
+  int64_t staging_bytes = int64_t{4} << 20;  // bytes per staging block
+  int staging_blocks = 8;                    // staging blocks per slot
+  // How long a call waits for a staging block to come back from the transport before it fails
+  // with DEADLINE_EXCEEDED (a transport that never sends; a client that stops reading is
+  // normally cancelled first by --stall-timeout, 60 s, which releases its blocks). > 0.
+  double staging_wait_seconds = 120.0;
   int64_t buffer_cache_bytes = int64_t{2} << 30;  // idle device buffers kept per GPU, bytes
   // Device memory for results is bounded per call: results are computed in slabs of at most
   // this many bytes (a single larger result gets a slab of its own), double-buffered, so one call

@@ -2,6 +2,7 @@
 #include "server/grpc_result_sink.h"
 
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,24 @@ grpc::ByteBuffer EncodeChunkMessage(int64_t offset, absl::Span<const uint8_t> da
   return grpc::ByteBuffer(&owned, 1);
 }
 
+grpc::ByteBuffer EncodeSharedChunkMessage(int64_t offset, absl::Span<const uint8_t> data,
+                                          std::shared_ptr<const void> keepalive) {
+  uint8_t prefix[kChunkPrefixMaxBytes];
+  const size_t n = EncodeChunkPrefix(offset, data.size(), prefix);
+  grpc::Slice slices[2] = {grpc::Slice(prefix, n), grpc::Slice()};
+  if (data.empty()) return grpc::ByteBuffer(slices, 1);
+  // The slice's user data is a heap copy of the keepalive, deleted by gRPC's destroy callback
+  // when the slice's last reference goes (gRPC does not write through the pointer).
+  auto* held = new std::shared_ptr<const void>(std::move(keepalive));
+  slices[1] = grpc::Slice(
+      grpc_slice_new_with_user_data(
+          const_cast<uint8_t*>(data.data()), data.size(),
+          [](void* user_data) { delete static_cast<std::shared_ptr<const void>*>(user_data); },
+          held),
+      grpc::Slice::STEAL_REF);
+  return grpc::ByteBuffer(slices, 2);
+}
+
 GrpcResultSink::GrpcResultSink(grpc::ServerContext* context, Writer* writer,
                                std::vector<ResultLayer> results, bool per_layer, DType out_dtype,
                                std::string backend, Metrics* metrics, Range range)
@@ -80,6 +99,17 @@ absl::Status GrpcResultSink::BeginLayer(int64_t index) {
 
 absl::Status GrpcResultSink::Write(int64_t offset, absl::Span<const uint8_t> bytes) {
   if (absl::Status s = Send(EncodeChunkMessage(offset, bytes)); !s.ok()) return s;
+  metrics_->AddOutputBytes(static_cast<int64_t>(bytes.size()));
+  return absl::OkStatus();
+}
+
+absl::Status GrpcResultSink::WriteShared(int64_t offset, absl::Span<const uint8_t> bytes,
+                                         std::shared_ptr<const void> keepalive) {
+  if (keepalive == nullptr) return Write(offset, bytes);
+  if (absl::Status s = Send(EncodeSharedChunkMessage(offset, bytes, std::move(keepalive)));
+      !s.ok()) {
+    return s;
+  }
   metrics_->AddOutputBytes(static_cast<int64_t>(bytes.size()));
   return absl::OkStatus();
 }

@@ -1,11 +1,14 @@
 // The gRPC stream as a result sink: DequantizeResponse messages written to a server stream as
 // grpc::ByteBuffers. Headers are serialized by protobuf; data chunks are encoded by hand (the
-// `offset` and `data` fields of DequantizeResponse around the bytes), so each result byte is
-// copied once on the host, into the message's slice, instead of twice (into a protobuf `bytes`
+// `offset` and `data` fields of DequantizeResponse around the bytes). Bytes given with a keepalive
+// (ChunkSink::WriteShared: the CUDA backend's pinned staging blocks) are not copied at all: the
+// message references them, and the keepalive is dropped when gRPC releases the message. Other
+// bytes are copied once, into the message's slice (instead of twice: into a protobuf `bytes`
 // field, then by its serialization).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +38,14 @@ size_t EncodeChunkPrefix(int64_t offset, size_t data_bytes, uint8_t* out);
 // (varint) then field 3 (length-delimited), in one slice. Parses back to the same message.
 grpc::ByteBuffer EncodeChunkMessage(int64_t offset, absl::Span<const uint8_t> data);
 
+// The same message without copying `data`: two slices, the prefix (EncodeChunkPrefix, copied)
+// and a slice referencing `data` itself, which holds a copy of `keepalive` (non-null) until gRPC
+// and every ByteBuffer (or copy) holding it are done; the copy is dropped then, on whichever
+// thread releases the last reference. `data` must stay valid and unchanged while `keepalive`
+// lives.
+grpc::ByteBuffer EncodeSharedChunkMessage(int64_t offset, absl::Span<const uint8_t> data,
+                                          std::shared_ptr<const void> keepalive);
+
 // One result a GrpcResultSink streams: its layer name (empty for Dequantize) and shape.
 struct ResultLayer {
   std::string tensor;
@@ -58,6 +69,9 @@ class GrpcResultSink final : public LayersSink {
   absl::Status Begin(const std::string& kernel) override;
   absl::Status BeginLayer(int64_t index) override;
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override;
+  // No copy: the message references `bytes` and holds `keepalive` until gRPC releases it.
+  absl::Status WriteShared(int64_t offset, absl::Span<const uint8_t> bytes,
+                           std::shared_ptr<const void> keepalive) override;
 
   // Writes that block longer than its timeout are cancelled (null: never; --stall-timeout).
   void set_stall_watchdog(StallWatchdog* watchdog) { stall_watchdog_ = watchdog; }

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace dequantd {
@@ -104,6 +105,11 @@ class PartSink final : public LayersSink {
   }
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
     return courier_.Post(k_, [&] { return sink_.Write(offset, bytes); });
+  }
+  absl::Status WriteShared(int64_t offset, absl::Span<const uint8_t> bytes,
+                           std::shared_ptr<const void> keepalive) override {
+    return courier_.Post(k_,
+                         [&] { return sink_.WriteShared(offset, bytes, std::move(keepalive)); });
   }
 
  private:

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -51,6 +53,11 @@ class TouchTrackingSink final : public LayersSink {
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
     touched_ = true;
     return inner_.Write(offset, bytes);
+  }
+  absl::Status WriteShared(int64_t offset, absl::Span<const uint8_t> bytes,
+                           std::shared_ptr<const void> keepalive) override {
+    touched_ = true;
+    return inner_.WriteShared(offset, bytes, std::move(keepalive));
   }
 
  private:

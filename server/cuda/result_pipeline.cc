@@ -2,15 +2,19 @@
 #include "server/cuda/result_pipeline.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "server/backend_observer.h"
+#include "server/block_pool.h"
 #include "server/chunk_writer.h"
 #include "server/cuda/packed_upload.h"
 #include "server/result_slabs.h"
@@ -35,6 +39,10 @@ class OffsetSink final : public ChunkSink {
   absl::Status Begin(const std::string& kernel) override { return sink_.Begin(kernel); }
   absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
     return sink_.Write(base_ + offset, bytes);
+  }
+  absl::Status WriteShared(int64_t offset, absl::Span<const uint8_t> bytes,
+                           std::shared_ptr<const void> keepalive) override {
+    return sink_.WriteShared(base_ + offset, bytes, std::move(keepalive));
   }
 
  private:
@@ -67,6 +75,13 @@ class PipelineCall {
   // last copy is enqueued (or at once when there is none): it launches the next slab there, so
   // that slab computes while this one's last pieces are copied and sent, and every copy out of
   // this slab precedes the next launch in stream order.
+  //
+  // Without a destination, each piece is copied into a staging block of the slot's pool and its
+  // chunks go to the sink with the block as keepalive (ChunkSink::WriteShared): the gRPC stream
+  // sends them from the block, which returns to the pool when gRPC releases the last of them. A
+  // block is handed to a copy only once it came back (BlockPool::Acquire), so no copy ever
+  // writes bytes the transport may still send; a block whose copy may still be in flight is
+  // never released before the stream is drained (`settle` below).
   absl::Status Deliver(const uint8_t* result, const ByteRange& range, int64_t position,
                        const std::function<absl::Status()>& after_last_copy) {
     if (result == nullptr) {
@@ -83,16 +98,40 @@ class PipelineCall {
         !staged && destination_->memory == ResultDestination::Memory::kDevice
             ? cudaMemcpyDeviceToDevice
             : cudaMemcpyDeviceToHost;
-    // Piece i lands in staging buffer i % 2, or at its own place in the destination.
-    auto land = [&](int64_t i) -> uint8_t* {
-      return staged ? slot_.staging[i % 2].get() : destination_->data + position + i * piece;
-    };
     cudaStream_t stream = slot_.stream.get();
+    // Staged: the block piece i lands in, held here (at i % 2) from its copy until the sink has
+    // its chunks; at most two pieces are in flight.
+    std::array<BlockPool::Block, 2> blocks;
+    // On an early return a copy into a block held above may still be running: wait for the
+    // stream before the block goes back to the pool (declared after `blocks`, so it runs first).
+    absl::Cleanup settle = [&] {
+      if (blocks[0] != nullptr || blocks[1] != nullptr) cudaStreamSynchronize(stream);
+    };
+    // Where piece i lands: a staging block (acquired here), or its own place in the destination.
+    auto land = [&](int64_t i) -> absl::StatusOr<uint8_t*> {
+      if (!staged) return destination_->data + position + i * piece;
+      const Clock::time_point wait_start = Clock::now();
+      absl::StatusOr<BlockPool::Block> block =
+          slot_.staging->Acquire(std::chrono::duration_cast<Clock::duration>(
+              std::chrono::duration<double>(options_.staging_wait_seconds)));
+      times_.send += SecondsSince(wait_start);  // waiting for the transport to send
+      if (!block.ok()) {
+        return absl::Status(
+            block.status().code(),
+            absl::StrCat(block.status().message(),
+                         " (a staging block returns when gRPC has sent the result bytes in it: "
+                         "the client stopped reading or the transport is stuck)"));
+      }
+      blocks[i % 2] = std::move(*block);
+      return blocks[i % 2].get();
+    };
     auto enqueue = [&](int64_t i) -> absl::Status {
       const int64_t bytes = std::min(piece, range.size() - i * piece);
+      absl::StatusOr<uint8_t*> to = land(i);
+      if (!to.ok()) return to.status();
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot_.copy_start[i % 2].get(), stream));
       DEQUANTD_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(land(i), result + range.begin + i * piece, bytes, kind, stream));
+          cudaMemcpyAsync(*to, result + range.begin + i * piece, bytes, kind, stream));
       DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot_.copied[i % 2].get(), stream));
       return absl::OkStatus();
     };
@@ -103,7 +142,7 @@ class PipelineCall {
       if (absl::Status s = after_last_copy(); !s.ok()) return s;
     }
     for (int64_t i = 0; i < pieces; ++i) {
-      // Staging buffer (i + 1) % 2 was last read by the sink for piece i - 1, which has returned.
+      // Events (i + 1) % 2 were last used by piece i - 1, whose copy was waited for.
       if (i + 1 < pieces) {
         if (absl::Status s = enqueue(i + 1); !s.ok()) return s;
         if (i + 2 == pieces) {
@@ -115,19 +154,20 @@ class PipelineCall {
           ElapsedSeconds(slot_.copy_start[i % 2].get(), slot_.copied[i % 2].get());
       const int64_t bytes = std::min(piece, range.size() - i * piece);
       if (!staged) {
-        if (absl::Status s = Progress(land(i), range.begin + i * piece, bytes); !s.ok()) return s;
+        const uint8_t* placed = destination_->data + position + i * piece;
+        if (absl::Status s = Progress(placed, range.begin + i * piece, bytes); !s.ok()) return s;
         continue;
       }
+      // The copy is done: the block's bytes are final. The sink takes its own references (the
+      // gRPC stream one per message); ours goes at the end of this iteration.
+      const BlockPool::Block block = std::move(blocks[i % 2]);
+      const absl::Span<const uint8_t> bytes_in_block(block.get(), static_cast<size_t>(bytes));
       const Clock::time_point send_start = Clock::now();
-      if (absl::Status s = writer.Append(absl::MakeConstSpan(land(i), static_cast<size_t>(bytes)));
-          !s.ok()) {
-        return s;
-      }
+      const absl::Status s = i + 1 < pieces ? writer.Append(bytes_in_block, block)
+                                            : writer.AppendLast(bytes_in_block, block);
       times_.send += SecondsSince(send_start);
+      if (!s.ok()) return s;
     }
-    const Clock::time_point send_start = Clock::now();
-    if (absl::Status s = writer.Finish(); !s.ok()) return s;
-    times_.send += SecondsSince(send_start);
     return absl::OkStatus();
   }
 

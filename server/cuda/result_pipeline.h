@@ -1,8 +1,10 @@
 // The CUDA backend's one result pipeline, used by Dequantize and DequantizeLayers alike:
 //
 //   slot (queue) -> [inline input: host -> device] -> kernel / grouped launch per slab
-//        -> device -> host in pieces through the slot's two pinned buffers, or straight into the
-//           sink's destination memory -> ChunkSink::Write
+//        -> device -> host in pieces into the slot's pinned staging blocks ->
+//        ChunkSink::WriteShared
+//           (the block as keepalive: the gRPC stream sends from it, no host copy), or straight
+//           into the sink's destination memory -> ChunkSink::Write (a progress report)
 //
 // Results are computed in slabs of bounded device memory (result_slabs.h): at most two slab
 // buffers per call, each max(slab_bytes, largest single result) bytes; slab s + 1 is computed
@@ -53,6 +55,9 @@ struct PipelineOptions {
   int device = 0;
   int64_t slab_bytes = int64_t{256} << 20;  // result bytes computed per launch (bound above)
   int64_t destination_piece_bytes = int64_t{64} << 20;  // copy piece into destination memory
+  // How long a call waits for one of its slot's staging blocks to come back from the transport
+  // (CudaBackendOptions::staging_wait_seconds); then DEADLINE_EXCEEDED.
+  double staging_wait_seconds = 120.0;
 };
 
 // Thread-safe (each call runs on its own slot).
@@ -72,7 +77,8 @@ class ResultPipeline {
   // the single entry's sink.range() is delivered. The current device must be options.device.
   // Errors: FAILED_PRECONDITION for a kDevice destination on another device (naming it),
   // INVALID_ARGUMENT for a bad range or a destination too small, the launcher's, the sink's,
-  // RESOURCE_EXHAUSTED / INTERNAL from CUDA.
+  // DEADLINE_EXCEEDED when no staging block came back from the sink within
+  // options.staging_wait_seconds, RESOURCE_EXHAUSTED / INTERNAL from CUDA.
   absl::Status Run(ResultJob& job, const SlabLauncher& launch, int64_t chunk_bytes, ChunkSink& sink,
                    LayersSink* layers);
 

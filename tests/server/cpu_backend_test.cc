@@ -1,7 +1,10 @@
 // Tests for the CPU backend and ChunkWriter: the (K, N) result assembled from the streamed
 // chunks equals DequantizeReference byte for byte, chunks are consecutive and exactly
-// chunk_bytes long (boundaries inside rows), and a sink error stops the work.
+// chunk_bytes long (boundaries inside rows), and a sink error stops the work; streamed chunks are
+// lent with a keepalive (no copy) and their row blocks are reused only once the sink let them go;
+// ChunkWriter forwards the keepalive for chunks cut straight from a piece.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,11 +13,13 @@
 #include "gtest/gtest.h"
 #include "server/backend.h"
 #include "server/chunk_writer.h"
+#include "tests/server/holding_sink.h"
 #include "tests/server/test_layer.h"
 
 namespace dequantd {
 namespace {
 
+using ::dequantd::testing::HoldingSink;
 using ::dequantd::testing::RandomPackedLayer;
 using ::dequantd::testing::ReferenceBytes;
 
@@ -196,6 +201,95 @@ TEST(ChunkWriterTest, UnevenPiecesBecomeExactChunks) {
   EXPECT_FALSE(sink.gaps);
   ExpectChunking(sink.chunk_sizes, 64, 1000);
   EXPECT_TRUE(sink.bytes == data);
+}
+
+// ChunkWriter with keepalives: chunks cut straight from a piece go to WriteShared with that
+// piece's keepalive and point into it; chunks assembled across pieces go to Write (a copy);
+// AppendLast sends a last short chunk from the piece too.
+TEST(ChunkWriterTest, ChunksCutFromAPieceCarryItsKeepaliveAssembledOnesAreCopied) {
+  struct Seen {
+    int64_t offset;
+    int64_t size;
+    const uint8_t* data;
+    std::shared_ptr<const void> keepalive;  // null: Write
+  };
+  class Recorder final : public ChunkSink {
+   public:
+    absl::Status Begin(const std::string&) override { return absl::OkStatus(); }
+    absl::Status Write(int64_t offset, absl::Span<const uint8_t> data) override {
+      seen.push_back({offset, static_cast<int64_t>(data.size()), data.data(), nullptr});
+      return absl::OkStatus();
+    }
+    absl::Status WriteShared(int64_t offset, absl::Span<const uint8_t> data,
+                             std::shared_ptr<const void> keepalive) override {
+      seen.push_back(
+          {offset, static_cast<int64_t>(data.size()), data.data(), std::move(keepalive)});
+      return absl::OkStatus();
+    }
+    std::vector<Seen> seen;
+  };
+  std::vector<uint8_t> data(500);
+  auto k1 = std::make_shared<int>(1);
+  auto k2 = std::make_shared<int>(2);
+  auto k3 = std::make_shared<int>(3);
+  Recorder sink;
+  ChunkWriter writer(64, sink, /*first_offset=*/1000);
+  ASSERT_TRUE(writer.Append(absl::MakeConstSpan(data.data(), 200), k1).ok());  // 3 chunks + 8
+  ASSERT_TRUE(writer.Append(absl::MakeConstSpan(data.data() + 200, 200), k2).ok());
+  ASSERT_TRUE(writer.AppendLast(absl::MakeConstSpan(data.data() + 400, 30), k3).ok());
+  ASSERT_EQ(sink.seen.size(), 7u);
+  const std::vector<std::pair<int64_t, std::shared_ptr<int>>> expected = {
+      {1000, k1},      {1064, k1}, {1128, k1},  // straight from piece 1
+      {1192, nullptr},                          // 8 bytes of piece 1 + 56 of piece 2, assembled
+      {1256, k2},      {1320, k2},              // straight from piece 2 (ends 16 bytes short)
+      {1384, nullptr}};                         // 16 + 30 bytes assembled: the last, short chunk
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(sink.seen[i].offset, expected[i].first);
+    EXPECT_EQ(sink.seen[i].size, i + 1 < expected.size() ? 64 : 46);
+    EXPECT_EQ(sink.seen[i].keepalive, expected[i].second);
+    if (expected[i].second != nullptr) {
+      EXPECT_EQ(sink.seen[i].data, data.data() + (expected[i].first - 1000));
+    }
+  }
+  // Nothing pending: AppendLast's short chunk is cut from the piece, with its keepalive.
+  Recorder last;
+  ChunkWriter whole(64, last);
+  ASSERT_TRUE(whole.AppendLast(absl::MakeConstSpan(data.data(), 100), k3).ok());
+  ASSERT_EQ(last.seen.size(), 2u);
+  EXPECT_EQ(last.seen[1].offset, 64);
+  EXPECT_EQ(last.seen[1].size, 36);
+  EXPECT_EQ(last.seen[1].data, data.data() + 64);
+  EXPECT_EQ(last.seen[1].keepalive, k3);
+}
+
+// The CPU backend lends its row blocks: every chunk comes through WriteShared (no copy), and a
+// block is computed into again only once the sink let go of it. The sink lags by 40 chunks of
+// 64 KiB (2.5 of the 1 MiB windows; a call has 8 blocks) over an 11-window result whose window
+// boundaries fall inside rows (2560-byte rows): every byte is the reference's when released.
+TEST(CpuBackendTest, StreamedChunksAreLentAndBlocksWaitForTheirRelease) {
+  const AwqShape shape{.K = 4096, .N = 1280, .group_size = 128, .scale_dtype = DType::kF16};
+  const testing::PackedLayer layer = RandomPackedLayer(shape, 41);
+  const std::vector<uint8_t> reference = ReferenceBytes(layer, DType::kF16);
+  const int64_t total = static_cast<int64_t>(reference.size());  // 10485760
+  std::unique_ptr<Backend> backend = MakeCpuBackend(2);
+  DequantSource source;
+  source.host = layer.view();
+  for (const ChunkSink::Range range :
+       {ChunkSink::Range{}, ChunkSink::Range{.offset = 4098, .length = total - 4098 - 6000}}) {
+    const int64_t length = range.length < 0 ? total - range.offset : range.length;
+    SCOPED_TRACE(::testing::Message() << "offset=" << range.offset << " length=" << length);
+    HoldingSink sink(/*hold=*/40, total, range);
+    ASSERT_TRUE(backend->Dequantize(source, DType::kF16, 64 << 10, sink).ok());
+    sink.Release();
+    EXPECT_FALSE(sink.gaps);
+    EXPECT_FALSE(sink.null_keepalives);
+    EXPECT_EQ(sink.copied_writes, 0);
+    ExpectChunking(sink.chunk_sizes, 64 << 10, length);
+    EXPECT_TRUE(std::equal(sink.bytes.begin() + range.offset,
+                           sink.bytes.begin() + range.offset + length,
+                           reference.begin() + range.offset));
+  }
 }
 
 }  // namespace

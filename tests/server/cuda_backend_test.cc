@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,11 +24,13 @@
 #include "server/backend.h"
 #include "server/checkpoint.h"
 #include "server/cuda_backend.h"
+#include "tests/server/holding_sink.h"
 #include "tests/server/test_layer.h"
 
 namespace dequantd {
 namespace {
 
+using ::dequantd::testing::HoldingSink;
 using ::dequantd::testing::PackedLayer;
 using ::dequantd::testing::RandomPackedLayer;
 using ::dequantd::testing::ReferenceBytes;
@@ -274,6 +277,78 @@ struct InlineLayer {
   const std::vector<uint8_t> expected;
   DequantSource source;
 };
+
+// The staged path sends every chunk from a staging block with the block as keepalive, and hands
+// a block to a copy again only after the sink let go of it: a sink lagging by one block's worth
+// of chunks (the most 4 blocks allow: 2 in the pipeline, 2 held) still receives every byte as the
+// reference, read when it releases them.
+TEST_F(CudaBackendTest, StagingBlocksHeldByTheSinkAreNotReusedUntilReleased) {
+  CudaBackendOptions options;
+  options.staging_bytes = 64 << 10;  // 4 chunks of 16 KiB per block
+  options.staging_blocks = 4;
+  options.slots_per_device = 1;
+  std::unique_ptr<Backend> backend = Make(options);
+  ASSERT_NE(backend, nullptr);
+  const InlineLayer in({.K = 1024, .N = 1024, .group_size = 128}, 31, DType::kF16);  // 2 MiB
+  const int64_t total = static_cast<int64_t>(in.expected.size());
+  for (const ChunkSink::Range range :
+       {ChunkSink::Range{}, ChunkSink::Range{.offset = 2050, .length = total - 2050 - 4000}}) {
+    const int64_t length = range.length < 0 ? total - range.offset : range.length;
+    SCOPED_TRACE(::testing::Message() << "offset=" << range.offset << " length=" << length);
+    HoldingSink sink(/*hold=*/4, total, range);
+    ASSERT_TRUE(backend->Dequantize(in.source, DType::kF16, 16 << 10, sink).ok());
+    sink.Release();
+    EXPECT_FALSE(sink.gaps);
+    EXPECT_EQ(sink.copied_writes, 0);  // the last, short chunk too
+    EXPECT_EQ(sink.shared_writes, (length + (16 << 10) - 1) / (16 << 10));
+    EXPECT_TRUE(std::equal(sink.bytes.begin() + range.offset,
+                           sink.bytes.begin() + range.offset + length,
+                           in.expected.begin() + range.offset));
+  }
+}
+
+// A sink that never lets its blocks go (a transport that never sends) fails the call with
+// DEADLINE_EXCEEDED naming the staging blocks, instead of waiting forever; once it lets them go,
+// the slot serves the next call.
+TEST_F(CudaBackendTest, BlocksNeverReleasedAreDeadlineExceededAndTheSlotRecovers) {
+  CudaBackendOptions options;
+  options.staging_bytes = 64 << 10;
+  options.staging_blocks = 2;
+  options.slots_per_device = 1;
+  options.staging_wait_seconds = 0.05;
+  std::unique_ptr<Backend> backend = Make(options);
+  ASSERT_NE(backend, nullptr);
+  const InlineLayer in({.K = 1024, .N = 1024, .group_size = 128}, 32, DType::kF16);  // 32 blocks
+  const int64_t total = static_cast<int64_t>(in.expected.size());
+  HoldingSink stuck(/*hold=*/-1, total);
+  const absl::Status s = backend->Dequantize(in.source, DType::kF16, 16 << 10, stuck);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("the pinned staging blocks of a request slot on cuda:"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("all 2 blocks of 65536 bytes"));
+  EXPECT_EQ(stuck.held(), 4u);  // the first block's chunks; the second waited in the pipeline
+  stuck.Release();
+  HoldingSink sink(/*hold=*/0, total);
+  ASSERT_TRUE(backend->Dequantize(in.source, DType::kF16, 16 << 10, sink).ok());
+  EXPECT_TRUE(sink.bytes == in.expected);
+}
+
+// gRPC may release a message after the call, its slot and even the backend are gone: the block's
+// pinned memory stays valid until then, and is freed by that last release.
+TEST_F(CudaBackendTest, HeldBlocksOutliveTheBackend) {
+  CudaBackendOptions options;
+  options.staging_bytes = 1 << 20;
+  options.staging_blocks = 4;
+  std::unique_ptr<Backend> backend = Make(options);
+  ASSERT_NE(backend, nullptr);
+  const InlineLayer in({.K = 512, .N = 1024, .group_size = 128}, 33, DType::kF32);  // 2 MiB
+  HoldingSink sink(/*hold=*/-1, static_cast<int64_t>(in.expected.size()));
+  ASSERT_TRUE(backend->Dequantize(in.source, DType::kF32, 256 << 10, sink).ok());
+  EXPECT_EQ(sink.held(), 8u);
+  backend.reset();
+  sink.Release();  // reads the bytes from the blocks, then frees them (cudaFreeHost)
+  EXPECT_TRUE(sink.bytes == in.expected);
+}
 
 TEST_F(CudaBackendTest, RangeDeliversOnlyItsBytesAtResultOffsets) {
   std::unique_ptr<Backend> backend = Make();
@@ -556,6 +631,21 @@ TEST_F(CudaBackendTest, TwoWorkersOnOneGpuSpreadSplitAndSurviveAFailure) {
   absl::StatusOr<std::unique_ptr<Backend>> none = MakeCudaBackend(options);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Bad staging options are refused before any device is touched (so this runs without a GPU too).
+TEST(CudaBackendOptionsTest, BadStagingOptionsAreInvalidArgumentNamingTheOption) {
+  CudaBackendOptions one_block;
+  one_block.staging_blocks = 1;
+  CudaBackendOptions no_wait;
+  no_wait.staging_wait_seconds = 0;
+  for (const auto& [options, name] : {std::pair{one_block, "staging_blocks must be >= 2"},
+                                      std::pair{no_wait, "staging_wait_seconds must be > 0"}}) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend(options);
+    ASSERT_FALSE(backend.ok());
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(backend.status().message()), ::testing::HasSubstr(name));
+  }
 }
 
 }  // namespace
