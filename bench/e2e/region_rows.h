@@ -31,6 +31,9 @@ struct RegionRowsOptions {
   int trials = 5;                          // timed calls per row, after one untimed warm-up
   int64_t chunk_bytes = 0;                 // the requests' chunk_bytes (0: the server's default)
   double pinned_d2h_bytes_per_second = 0;  // the host region's ceiling, measured by the caller
+  // "llama-8b" only: every dimension of the model's layers divided by this (1 = the real shapes;
+  // 16 for a CPU run: 224 layers of 55 MB in all), the single layer's bytes by its square.
+  int model_shrink = 1;
 };
 
 // Runs the rows and prints their tables to `out`. Every row's result is compared with the CPU

@@ -98,7 +98,11 @@ TEST(EncodeRegionReplyTest, OffsetsThatDoNotMatchTheResultsAreInternal) {
 // Dequantize writes the first half of the result into its sink, then fails with DATA_LOSS.
 class HalfWayBackend final : public Backend {
  public:
-  BackendInfo Info() const override { return {.name = "halfway"}; }
+  BackendInfo Info() const override {
+    BackendInfo info;
+    info.name = "halfway";
+    return info;
+  }
   absl::Status Prepare(const Checkpoint&) override { return absl::OkStatus(); }
   bool IsResident(const QuantizedLayer&) const override { return false; }
   absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t,
