@@ -318,6 +318,10 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
           return a.data->shape.output_bytes(DType::kF16) < b.data->shape.output_bytes(DType::kF16);
         });
     workloads.insert(workloads.begin(), {label(small), {small}, 0});
+    // The smallest layer once per layer of the model in one DequantizeLayers call: the call's
+    // cost per layer (headers, reports, launch setup) beside little work.
+    workloads.push_back({absl::StrCat(label(small), " x ", all.size(), " (DequantizeLayers)"),
+                         std::vector<NamedLayer>(all.size(), small), 0});
   }
   for (Workload& w : workloads) w.bytes = bytes_of(w.layers);
 

@@ -24,7 +24,9 @@ struct RegionRowsOptions {
   // "sizes": the checkpoint the caller wrote at `sizes_model_dir` from `sizes_layers` (the
   // single-layer rows use the largest, the model rows all of them); "llama-8b": a generated
   // Llama-3-8B-shaped model (MakeLlamaShapedModel(32, 1, ...), 224 layers, 13.96 GB of fp16) plus
-  // one 8192 x 28672 layer (470 MB) for the single-layer rows.
+  // one 8192 x 28672 layer (470 MB) for the single-layer rows; its rows: the smallest layer, the
+  // 470 MB layer, the whole model, and the smallest layer 224 times in one DequantizeLayers (the
+  // call's cost per layer).
   std::string model = "sizes";
   std::string sizes_model_dir;
   const std::vector<SyntheticLayer>* sizes_layers = nullptr;
