@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -222,8 +223,6 @@ absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::DequantizeLayers
         " layer_headers for ", request.tensors_size(), " requested tensors",
         reply->has_header() ? ", and a header" : ""));
   }
-  std::vector<v1::DequantizeHeader> headers;
-  headers.reserve(static_cast<size_t>(reply->layer_headers_size()));
   for (int i = 0; i < reply->layer_headers_size(); ++i) {
     const v1::DequantizeHeader& header = reply->layer_headers(i);
     if (!request.tensors().empty() && header.tensor() != request.tensors(i)) {
@@ -232,9 +231,11 @@ absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::DequantizeLayers
           "] is for \"", header.tensor(), "\", requested \"", request.tensors(i), "\""));
     }
     if (absl::Status s = CheckNamesRegion(header, region, "a layer header"); !s.ok()) return s;
-    headers.push_back(header);
   }
-  return headers;
+  google::protobuf::RepeatedPtrField<v1::DequantizeHeader>& parsed =
+      *reply->mutable_layer_headers();
+  return std::vector<v1::DequantizeHeader>(std::make_move_iterator(parsed.begin()),
+                                           std::make_move_iterator(parsed.end()));
 }
 
 // ---- DequantizeThroughShm -------------------------------------------------------------------
