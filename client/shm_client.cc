@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -153,7 +154,7 @@ absl::StatusOr<v1::SharedMemoryStatusResponse> RegionClient::Status() {
 }
 
 template <typename Request>
-absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::ReadHeaders(
+absl::StatusOr<v1::DequantizeResponse> RegionClient::ReadReply(
     const Request& request, const v1::OutputRegion& region,
     std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> (v1::DequantService::Stub::*call)(
         grpc::ClientContext*, const Request&)) {
@@ -161,50 +162,80 @@ absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::ReadHeaders(
   SetDeadline(&context);
   std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
       ((*stub_).*call)(&context, request);
-  std::vector<v1::DequantizeHeader> headers;
-  absl::Status malformed;
+  v1::DequantizeResponse reply;
+  int messages = 0;
   v1::DequantizeResponse response;
   while (reader->Read(&response)) {
-    if (!malformed.ok()) continue;
-    if (!response.has_header() || !response.data().empty() ||
-        response.header().region() != region.name()) {
-      malformed = absl::DataLossError(absl::StrCat(
-          "Dequantize stream into region \"", region.name(),
-          "\": expected headers naming the region and no data, got a message with ",
-          response.has_header()
-              ? absl::StrCat("a header for region \"", response.header().region(), "\"")
-              : "no header",
-          " and ", response.data().size(), " data bytes"));
-      context.TryCancel();
-      continue;
-    }
-    headers.push_back(response.header());
+    if (++messages == 1) reply = std::move(response);
+    if (messages == 2) context.TryCancel();  // not a region reply: read no more of it
   }
   const absl::Status status = FromGrpcStatus(reader->Finish());
-  if (!malformed.ok()) return malformed;
-  if (!status.ok()) return status;
-  if (headers.empty()) {
-    return absl::DataLossError(
-        absl::StrCat("Dequantize stream into region \"", region.name(), "\": no header"));
+  if (messages <= 1 && !status.ok()) return status;
+  if (messages != 1) {
+    return absl::DataLossError(absl::StrCat("reply of a call into region \"", region.name(),
+                                            "\": ", messages, " messages, expected 1"));
   }
-  return headers;
+  if (!reply.data().empty()) {
+    return absl::DataLossError(absl::StrCat("reply of a call into region \"", region.name(), "\": ",
+                                            reply.data().size(), " data bytes, expected none"));
+  }
+  return reply;
 }
+
+namespace {
+
+// DATA_LOSS unless `header` names `region`.
+absl::Status CheckNamesRegion(const v1::DequantizeHeader& header, const std::string& region,
+                              const char* what) {
+  if (header.region() == region) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat("reply of a call into region \"", region, "\": ", what,
+                                          " names region \"", header.region(), "\""));
+}
+
+}  // namespace
 
 absl::StatusOr<v1::DequantizeHeader> RegionClient::DequantizeInto(
     const v1::DequantizeRequest& request) {
-  absl::StatusOr<std::vector<v1::DequantizeHeader>> headers =
-      ReadHeaders(request, request.output_region(), &v1::DequantService::Stub::Dequantize);
-  if (!headers.ok()) return headers.status();
-  if (headers->size() != 1) {
-    return absl::DataLossError(
-        absl::StrCat("Dequantize stream into region: ", headers->size(), " headers, expected 1"));
+  const std::string& region = request.output_region().name();
+  absl::StatusOr<v1::DequantizeResponse> reply =
+      ReadReply(request, request.output_region(), &v1::DequantService::Stub::Dequantize);
+  if (!reply.ok()) return reply.status();
+  if (!reply->has_header() || reply->layer_headers_size() != 0) {
+    return absl::DataLossError(absl::StrCat("reply of a Dequantize into region \"", region,
+                                            "\": expected a header, got ",
+                                            reply->has_header() ? "one" : "none", " and ",
+                                            reply->layer_headers_size(), " layer_headers"));
   }
-  return headers->front();
+  if (absl::Status s = CheckNamesRegion(reply->header(), region, "the header"); !s.ok()) return s;
+  return reply->header();
 }
 
 absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::DequantizeLayersInto(
     const v1::DequantizeLayersRequest& request) {
-  return ReadHeaders(request, request.output_region(), &v1::DequantService::Stub::DequantizeLayers);
+  const std::string& region = request.output_region().name();
+  absl::StatusOr<v1::DequantizeResponse> reply =
+      ReadReply(request, request.output_region(), &v1::DequantService::Stub::DequantizeLayers);
+  if (!reply.ok()) return reply.status();
+  if (reply->has_header() || reply->layer_headers().empty() ||
+      (!request.tensors().empty() && reply->layer_headers_size() != request.tensors_size())) {
+    return absl::DataLossError(absl::StrCat(
+        "reply of a DequantizeLayers into region \"", region, "\": ", reply->layer_headers_size(),
+        " layer_headers for ", request.tensors_size(), " requested tensors",
+        reply->has_header() ? ", and a header" : ""));
+  }
+  for (int i = 0; i < reply->layer_headers_size(); ++i) {
+    const v1::DequantizeHeader& header = reply->layer_headers(i);
+    if (!request.tensors().empty() && header.tensor() != request.tensors(i)) {
+      return absl::DataLossError(absl::StrCat(
+          "reply of a DequantizeLayers into region \"", region, "\": layer_headers[", i,
+          "] is for \"", header.tensor(), "\", requested \"", request.tensors(i), "\""));
+    }
+    if (absl::Status s = CheckNamesRegion(header, region, "a layer header"); !s.ok()) return s;
+  }
+  google::protobuf::RepeatedPtrField<v1::DequantizeHeader>& parsed =
+      *reply->mutable_layer_headers();
+  return std::vector<v1::DequantizeHeader>(std::make_move_iterator(parsed.begin()),
+                                           std::make_move_iterator(parsed.end()));
 }
 
 // ---- DequantizeThroughShm -------------------------------------------------------------------

@@ -73,6 +73,45 @@ grpc::ByteBuffer EncodeSharedChunkMessage(int64_t offset, absl::Span<const uint8
   return grpc::ByteBuffer(slices, 2);
 }
 
+void FillHeader(const ResultLayer& result, DType out_dtype, const std::string& backend,
+                const std::string& kernel, v1::DequantizeHeader* header) {
+  header->add_shape(result.shape.K);
+  header->add_shape(result.shape.N);
+  header->set_dtype(DTypeToProto(out_dtype));
+  header->set_total_bytes(result.shape.output_bytes(out_dtype));
+  header->set_backend(backend);
+  header->set_kernel(kernel);
+  header->set_tensor(result.tensor);
+}
+
+absl::StatusOr<grpc::ByteBuffer> EncodeRegionReply(const std::vector<ResultLayer>& results,
+                                                   bool per_layer, DType out_dtype,
+                                                   const std::string& backend,
+                                                   const std::string& kernel,
+                                                   const std::string& region,
+                                                   const std::vector<int64_t>& region_offsets) {
+  if (region_offsets.size() != results.size() || (!per_layer && results.size() != 1)) {
+    return absl::InternalError(absl::StrCat("a region reply of ", results.size(), " results with ",
+                                            region_offsets.size(), " offsets"));
+  }
+  v1::DequantizeResponse response;
+  for (size_t i = 0; i < results.size(); ++i) {
+    v1::DequantizeHeader* header =
+        per_layer ? response.add_layer_headers() : response.mutable_header();
+    FillHeader(results[i], out_dtype, backend, kernel, header);
+    header->set_region(region);
+    header->set_region_offset(region_offsets[i]);
+  }
+  grpc::ByteBuffer message;
+  bool own_buffer = false;
+  if (grpc::Status s = grpc::SerializationTraits<v1::DequantizeResponse>::Serialize(
+          response, &message, &own_buffer);
+      !s.ok()) {
+    return absl::InternalError(absl::StrCat("serializing a region reply: ", s.error_message()));
+  }
+  return message;
+}
+
 GrpcResultSink::GrpcResultSink(grpc::ServerContext* context, Writer* writer,
                                std::vector<ResultLayer> results, bool per_layer, DType out_dtype,
                                std::string backend, Metrics* metrics, Range range)
@@ -115,20 +154,8 @@ absl::Status GrpcResultSink::WriteShared(int64_t offset, absl::Span<const uint8_
 }
 
 absl::Status GrpcResultSink::SendHeader(size_t index) {
-  const ResultLayer& result = results_[index];
   v1::DequantizeResponse response;
-  v1::DequantizeHeader* header = response.mutable_header();
-  header->add_shape(result.shape.K);
-  header->add_shape(result.shape.N);
-  header->set_dtype(DTypeToProto(out_dtype_));
-  header->set_total_bytes(result.shape.output_bytes(out_dtype_));
-  header->set_backend(backend_);
-  header->set_kernel(kernel_);
-  header->set_tensor(result.tensor);
-  if (index < region_offsets_.size()) {
-    header->set_region(region_);
-    header->set_region_offset(region_offsets_[index]);
-  }
+  FillHeader(results_[index], out_dtype_, backend_, kernel_, response.mutable_header());
   grpc::ByteBuffer message;
   bool own_buffer = false;
   if (grpc::Status s = grpc::SerializationTraits<v1::DequantizeResponse>::Serialize(
@@ -136,11 +163,11 @@ absl::Status GrpcResultSink::SendHeader(size_t index) {
       !s.ok()) {
     return absl::InternalError(absl::StrCat("serializing a header: ", s.error_message()));
   }
-  return Send(message, /*poll_cancelled=*/region_.empty());
+  return Send(message);
 }
 
-absl::Status GrpcResultSink::Send(const grpc::ByteBuffer& message, bool poll_cancelled) {
-  if (poll_cancelled && context_->IsCancelled()) {
+absl::Status GrpcResultSink::Send(const grpc::ByteBuffer& message) {
+  if (context_->IsCancelled()) {
     return absl::CancelledError("the client cancelled the call");
   }
   StallWatchdog::Write watch(stall_watchdog_, [this] { context_->TryCancel(); });

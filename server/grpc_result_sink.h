@@ -18,6 +18,7 @@
 #include <grpcpp/support/sync_stream.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "dequant/v1/dequant.pb.h"
 #include "server/backend.h"
@@ -52,10 +53,28 @@ struct ResultLayer {
   AwqShape shape;
 };
 
+// Fills `header` for `result` computed by `kernel` on `backend` into `out_dtype` (region and
+// region_offset are left unset).
+void FillHeader(const ResultLayer& result, DType out_dtype, const std::string& backend,
+                const std::string& kernel, dequant::v1::DequantizeHeader* header);
+
+// The one reply of an output_region call (issue 9), serialized: for Dequantize (`per_layer`
+// false, one result) a DequantizeResponse whose `header` is the result's; for DequantizeLayers
+// one whose `layer_headers` hold every result's header in call order. Each header names `region`
+// and carries its result's offset there (`region_offsets`, bytes, one per result). Errors:
+// INTERNAL (the offsets do not match the results; serialization failed).
+absl::StatusOr<grpc::ByteBuffer> EncodeRegionReply(const std::vector<ResultLayer>& results,
+                                                   bool per_layer, DType out_dtype,
+                                                   const std::string& backend,
+                                                   const std::string& kernel,
+                                                   const std::string& region,
+                                                   const std::vector<int64_t>& region_offsets);
+
 // Streams Dequantize or DequantizeLayers results to the client: per result a header message,
 // then its data chunks. For Dequantize (one result, `per_layer` false) the header goes out at
 // Begin; for DequantizeLayers at each BeginLayer, carrying the layer's name. `range` is the byte
-// range of the (single) result the client asked for (the whole result by default).
+// range of the (single) result the client asked for (the whole result by default). Calls into a
+// region do not use it (their one reply is EncodeRegionReply's).
 // Not thread-safe: one per call, used on the call's thread.
 class GrpcResultSink final : public LayersSink {
  public:
@@ -76,21 +95,10 @@ class GrpcResultSink final : public LayersSink {
   // Writes that block longer than its timeout are cancelled (null: never; --stall-timeout).
   void set_stall_watchdog(StallWatchdog* watchdog) { stall_watchdog_ = watchdog; }
 
-  // Headers from now on name `region` and carry each result's offset in it, bytes (output_region
-  // calls, issue 9: the data then goes to the region, not the stream). They are written without
-  // polling IsCancelled first (in the synchronous API it plucks the completion queue, ~6.5 us on
-  // the H200 host, and the region sink polls it already): a cancelled call's Write fails anyway.
-  // (gRPC's buffer hint was tried for them: a synchronous Write with it blocked ~0.3 s, until
-  // the transport flushed on its own.)
-  void set_region(std::string region, std::vector<int64_t> offsets) {
-    region_ = std::move(region);
-    region_offsets_ = std::move(offsets);
-  }
-
  private:
   absl::Status SendHeader(size_t index);
-  // `poll_cancelled`: check ServerContext::IsCancelled before writing.
-  absl::Status Send(const grpc::ByteBuffer& message, bool poll_cancelled = true);
+  // Checks ServerContext::IsCancelled, then writes `message` (blocking, under the watchdog).
+  absl::Status Send(const grpc::ByteBuffer& message);
 
   grpc::ServerContext* const context_;
   Writer* const writer_;
@@ -101,8 +109,6 @@ class GrpcResultSink final : public LayersSink {
   Metrics* const metrics_;
   const Range range_;
   std::string kernel_;
-  std::string region_;                   // output_region calls: the region's name
-  std::vector<int64_t> region_offsets_;  // and each result's offset in it, bytes
   StallWatchdog* stall_watchdog_ = nullptr;
 };
 

@@ -373,7 +373,15 @@ void Metrics::RecordBenchmark(const dequant::v1::BenchmarkResponse& response) {
 }
 
 void Metrics::ObserveStage(DequantizeStage stage, double seconds) {
-  stage_duration_seconds_->Add({{"stage", StageName(stage)}}, LatencyBuckets()).Observe(seconds);
+  static_assert(static_cast<size_t>(DequantizeStage::kSend) + 1 ==
+                std::tuple_size_v<decltype(stage_series_)>);  // one slot per stage
+  const size_t index = static_cast<size_t>(stage);
+  prometheus::Histogram* series = stage_series_[index].load(std::memory_order_acquire);
+  if (series == nullptr) {  // two first observations at once get the same series from Add
+    series = &stage_duration_seconds_->Add({{"stage", StageName(stage)}}, LatencyBuckets());
+    stage_series_[index].store(series, std::memory_order_release);
+  }
+  series->Observe(seconds);
 }
 
 void Metrics::ObserveKernel(std::string_view device, std::string_view backend,

@@ -256,7 +256,7 @@ absl::Status RegionService::Status(const std::string& peer,
 
 absl::StatusOr<std::unique_ptr<regions::RegionSink>> RegionService::MakeSink(
     const std::string& peer, const v1::OutputRegion& output, std::vector<int64_t> result_bytes,
-    LayersSink& headers, std::function<bool()> cancelled) {
+    std::function<bool()> cancelled) {
   if (options_.mode == SharedMemoryMode::kOff) {
     return absl::FailedPreconditionError(
         "output_region: shared-memory regions are switched off on this server "
@@ -280,7 +280,7 @@ absl::StatusOr<std::unique_ptr<regions::RegionSink>> RegionService::MakeSink(
   }
   Metrics* metrics = metrics_;
   return std::make_unique<regions::RegionSink>(
-      std::move(*lease), output.offset(), std::move(result_bytes), headers, std::move(cancelled),
+      std::move(*lease), output.offset(), std::move(result_bytes), std::move(cancelled),
       [metrics](RegionKind kind, int64_t bytes) {
         if (metrics != nullptr) metrics->AddDeliveredBytes(DestinationLabel(kind), bytes);
       });

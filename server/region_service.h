@@ -60,13 +60,13 @@ class RegionService {
   absl::Status Status(const std::string& peer, dequant::v1::SharedMemoryStatusResponse* response);
 
   // The sink of a call whose output is `output` (results of `result_bytes` each, one after
-  // another). `headers` gets Begin/BeginLayer; `cancelled` is polled at every chunk. Errors:
+  // another). `cancelled` is polled by its Writes (RegionSink::kCancelPollInterval). Errors:
   // FAILED_PRECONDITION (regions off), PERMISSION_DENIED (remote peer), NOT_FOUND (the name),
   // INVALID_ARGUMENT (offset negative, not a multiple of 16, or the results past the region's
   // end: naming region, offset and bytes), the region's CheckUsable error.
   absl::StatusOr<std::unique_ptr<regions::RegionSink>> MakeSink(
       const std::string& peer, const dequant::v1::OutputRegion& output,
-      std::vector<int64_t> result_bytes, LayersSink& headers, std::function<bool()> cancelled);
+      std::vector<int64_t> result_bytes, std::function<bool()> cancelled);
 
   regions::RegionRegistry& registry() { return registry_; }
 

@@ -166,18 +166,20 @@ absl::Status TooManyStreams(int max) {
 }  // namespace
 
 grpc::Status DequantService::DequantizeStream(grpc::ServerContext* context, ByteStream* stream) {
+  // An output_region call's one reply: gRPC sends it with the status, after this returns.
+  grpc::ByteBuffer region_reply;
   return Handle("Dequantize", [&]() -> absl::Status {
     StreamSlot slot(active_streams_, options_.max_concurrent_streams);
     if (!slot.admitted()) return TooManyStreams(options_.max_concurrent_streams);
     v1::DequantizeRequest request;
     if (absl::Status s = ReadRequest(stream, &request); !s.ok()) return s;
-    return DoDequantize(context, request, stream);
+    return DoDequantize(context, request, stream, region_reply);
   });
 }
 
 absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
-                                          const v1::DequantizeRequest& request,
-                                          ByteStream* stream) {
+                                          const v1::DequantizeRequest& request, ByteStream* stream,
+                                          grpc::ByteBuffer& region_reply) {
   DequantSource source;
   std::optional<InlineTensor> inline_tensor;
   switch (request.source_case()) {
@@ -218,37 +220,41 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   absl::StatusOr<ResultRange> range =
       RequestedRange(request.offset(), request.length(), output_bytes, DTypeSize(*out_dtype));
   if (!range.ok()) return range.status();
-  GrpcResultSink sink(context, stream, {ResultLayer{.tensor = "", .shape = shape}},
-                      /*per_layer=*/false, *out_dtype, backend_info_.name, metrics_,
-                      ChunkSink::Range{.offset = range->offset, .length = range->length});
-  sink.set_stall_watchdog(options_.stall_watchdog);
+  std::vector<ResultLayer> results = {ResultLayer{.tensor = "", .shape = shape}};
   if (request.has_output_region()) {
     if (request.offset() != 0 || request.length() != 0) {
       return absl::InvalidArgumentError(
           "output_region: a byte range (offset, length) cannot be combined with an output region; "
           "the whole result is written into the region");
     }
-    return RunIntoRegion(context, request.output_region(), {output_bytes}, sink, [&](auto& s) {
-      return backend_->Dequantize(source, *out_dtype, *chunk_bytes, s);
-    });
+    return RunIntoRegion(context, request.output_region(), results, /*per_layer=*/false, *out_dtype,
+                         stream, region_reply, [&](regions::RegionSink& s) {
+                           return backend_->Dequantize(source, *out_dtype, *chunk_bytes, s);
+                         });
   }
+  GrpcResultSink sink(context, stream, std::move(results), /*per_layer=*/false, *out_dtype,
+                      backend_info_.name, metrics_,
+                      ChunkSink::Range{.offset = range->offset, .length = range->length});
+  sink.set_stall_watchdog(options_.stall_watchdog);
   return backend_->Dequantize(source, *out_dtype, *chunk_bytes, sink);
 }
 
 grpc::Status DequantService::DequantizeLayersStream(grpc::ServerContext* context,
                                                     LayersByteStream* stream) {
+  grpc::ByteBuffer region_reply;  // as in DequantizeStream
   return Handle("DequantizeLayers", [&]() -> absl::Status {
     StreamSlot slot(active_streams_, options_.max_concurrent_streams);
     if (!slot.admitted()) return TooManyStreams(options_.max_concurrent_streams);
     v1::DequantizeLayersRequest request;
     if (absl::Status s = ReadRequest(stream, &request); !s.ok()) return s;
-    return DoDequantizeLayers(context, request, stream);
+    return DoDequantizeLayers(context, request, stream, region_reply);
   });
 }
 
 absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
                                                 const v1::DequantizeLayersRequest& request,
-                                                LayersByteStream* stream) {
+                                                LayersByteStream* stream,
+                                                grpc::ByteBuffer& region_reply) {
   // Without a model there is nothing to list: an empty list must not succeed with 0 layers.
   if (checkpoint_ == nullptr) {
     return absl::FailedPreconditionError(
@@ -277,9 +283,7 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   std::vector<ResultLayer> results;
   results.reserve(layers.size());
   int64_t output_bytes = 0;
-  std::vector<int64_t> result_bytes;  // output_region: each result's bytes
   for (const QuantizedLayer* layer : layers) {
-    result_bytes.push_back(layer->view.shape.output_bytes(*out_dtype));
     output_bytes += layer->view.shape.output_bytes(*out_dtype);
     results.push_back(ResultLayer{.tensor = layer->name, .shape = layer->view.shape});
   }
@@ -294,32 +298,50 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
   if (!chunk_bytes.ok()) return chunk_bytes.status();
-  GrpcResultSink sink(context, stream, std::move(results), /*per_layer=*/true, *out_dtype,
-                      backend_info_.name, metrics_);
-  sink.set_stall_watchdog(options_.stall_watchdog);
   if (request.has_output_region()) {
-    return RunIntoRegion(context, request.output_region(), std::move(result_bytes), sink,
-                         [&](LayersSink& s) {
+    return RunIntoRegion(context, request.output_region(), results, /*per_layer=*/true, *out_dtype,
+                         stream, region_reply, [&](regions::RegionSink& s) {
                            return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, s);
                          });
   }
+  GrpcResultSink sink(context, stream, std::move(results), /*per_layer=*/true, *out_dtype,
+                      backend_info_.name, metrics_);
+  sink.set_stall_watchdog(options_.stall_watchdog);
   return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, sink);
 }
 
-template <typename Sink, typename Run>
+template <typename Run>
 absl::Status DequantService::RunIntoRegion(grpc::ServerContext* context,
                                            const v1::OutputRegion& output,
-                                           std::vector<int64_t> result_bytes, Sink& headers,
-                                           Run&& run) {
+                                           const std::vector<ResultLayer>& results, bool per_layer,
+                                           DType out_dtype, ResultWriter* stream,
+                                           grpc::ByteBuffer& reply, Run&& run) {
   if (options_.regions == nullptr) {
     return absl::FailedPreconditionError("output_region: this server serves no regions");
   }
+  std::vector<int64_t> result_bytes;
+  result_bytes.reserve(results.size());
+  for (const ResultLayer& result : results) {
+    result_bytes.push_back(result.shape.output_bytes(out_dtype));
+  }
   absl::StatusOr<std::unique_ptr<regions::RegionSink>> region =
-      options_.regions->MakeSink(context->peer(), output, std::move(result_bytes), headers,
+      options_.regions->MakeSink(context->peer(), output, std::move(result_bytes),
                                  [context] { return context->IsCancelled(); });
   if (!region.ok()) return region.status();
-  headers.set_region(output.name(), (*region)->result_offsets());
-  return run(**region);
+  if (absl::Status s = run(**region); !s.ok()) return s;
+  absl::StatusOr<grpc::ByteBuffer> encoded =
+      EncodeRegionReply(results, per_layer, out_dtype, backend_info_.name, (*region)->kernel(),
+                        output.name(), (*region)->result_offsets());
+  if (!encoded.ok()) return encoded.status();
+  reply = std::move(*encoded);
+  // The reply is not sent here: with set_last_message gRPC keeps a pointer to it and sends it in
+  // one batch with the status (and the initial metadata), once the handler has returned; so the
+  // client sees one message and the OK status together, after every byte is in the region. A
+  // write that cannot be queued means the call is gone.
+  if (!stream->Write(reply, grpc::WriteOptions().set_last_message())) {
+    return absl::CancelledError("the client closed the stream before the reply was sent");
+  }
+  return absl::OkStatus();
 }
 
 template <typename Call>

@@ -17,6 +17,7 @@
 #include "kernels/autotune.h"
 #include "server/backend.h"
 #include "server/checkpoint.h"
+#include "server/grpc_result_sink.h"
 #include "server/metrics.h"
 #include "server/region_service.h"
 #include "server/stall_watchdog.h"
@@ -111,19 +112,28 @@ class DequantService final : public dequant::v1::DequantService::Service {
   template <typename Body>
   grpc::Status Handle(const char* method, Body&& body);
 
+  // `region_reply`: where an output_region call keeps its one reply until the handler returns.
   absl::Status DoDequantizeLayers(grpc::ServerContext* context,
                                   const dequant::v1::DequantizeLayersRequest& request,
-                                  LayersByteStream* stream);
-  // Runs `run` on a RegionSink for `output` (results of `result_bytes` each) around `headers`,
-  // whose headers then name the region and offsets. FAILED_PRECONDITION without regions.
-  template <typename Sink, typename Run>
+                                  LayersByteStream* stream, grpc::ByteBuffer& region_reply);
+  // An output_region call (issue 9): runs `run` (the backend) on a RegionSink for `output` that
+  // places `results` (in `out_dtype`) one after another; once it returned OK, encodes the one
+  // reply into `reply` (EncodeRegionReply: `per_layer` false for Dequantize) and writes it to
+  // `stream` as the last message, which gRPC sends together with the handler's OK status. Before
+  // that nothing is written; an error returns with nothing written. Errors: FAILED_PRECONDITION
+  // (no regions), MakeSink's, `run`'s.
+  using ResultWriter = grpc::internal::WriterInterface<grpc::ByteBuffer>;
+  template <typename Run>
   absl::Status RunIntoRegion(grpc::ServerContext* context, const dequant::v1::OutputRegion& output,
-                             std::vector<int64_t> result_bytes, Sink& headers, Run&& run);
+                             const std::vector<ResultLayer>& results, bool per_layer,
+                             DType out_dtype, ResultWriter* stream, grpc::ByteBuffer& reply,
+                             Run&& run);
   // The region RPCs' body: FAILED_PRECONDITION without regions, else `call(regions, peer)`.
   template <typename Call>
   grpc::Status HandleRegions(const char* method, grpc::ServerContext* context, Call&& call);
   absl::Status DoDequantize(grpc::ServerContext* context,
-                            const dequant::v1::DequantizeRequest& request, ByteStream* stream);
+                            const dequant::v1::DequantizeRequest& request, ByteStream* stream,
+                            grpc::ByteBuffer& region_reply);
   // Counts a stream against max_concurrent_streams for its life; `admitted()` false past it.
   class StreamSlot;
 

@@ -65,6 +65,9 @@ ABSL_FLAG(std::string, work_dir, "",
 ABSL_FLAG(std::string, region_model, "none",
           "shared-memory region rows (issue 9, bench/e2e/region_rows.h): none, sizes (the --sizes "
           "checkpoint) or llama-8b (a generated 8B-shaped model and an 8192 x 28672 layer)");
+ABSL_FLAG(bool, region_rows_only, false,
+          "with --region_model: run only the region rows (and the pinned device-to-host ceiling "
+          "they are compared with), not the stream ceilings, stream rows and model rows");
 ABSL_FLAG(double, profile_min_mb, 64,
           "rows of at least this many MB get a per-thread CPU profile (server and client)");
 ABSL_FLAG(int, model_blocks, 0,
@@ -318,8 +321,13 @@ int Main() {
     std::cerr << "cannot write the checkpoint: " << s << "\n";
     return 1;
   }
+  const bool regions_only = absl::GetFlag(FLAGS_region_rows_only);
+  if (regions_only && absl::GetFlag(FLAGS_region_model) == "none") {
+    std::cerr << "--region_rows_only needs --region_model=sizes or llama-8b\n";
+    return 2;
+  }
   std::vector<std::vector<uint8_t>> reference;
-  for (const SyntheticLayer& l : layers) {
+  for (const SyntheticLayer& l : regions_only ? std::vector<SyntheticLayer>{} : layers) {
     reference.emplace_back(static_cast<size_t>(l.shape.output_bytes(DType::kF16)));
     if (!DequantizeCpu(l.view(), DType::kF16, 0, l.shape.K, reference.back().data()).ok()) {
       std::cerr << "reference failed\n";
@@ -335,10 +343,34 @@ int Main() {
     }
   }
   std::string gpu;
-  const int64_t largest = static_cast<int64_t>(reference.back().size());
+  const int64_t largest = layers.back().shape.output_bytes(DType::kF16);
   const double d2h = PinnedDeviceToHostBytesPerSecond(std::max<int64_t>(largest, 64 << 20), &gpu);
   const double memcpy_rate = HostCopyBytesPerSecond(std::max<int64_t>(largest, 64 << 20));
   const int64_t chunk = absl::GetFlag(FLAGS_chunk_bytes);
+  const auto region_rows = [&] {
+    return RunRegionRows({.dequantd = absl::GetFlag(FLAGS_dequantd),
+                          .backend = absl::GetFlag(FLAGS_backend),
+                          .work_dir = work,
+                          .model = absl::GetFlag(FLAGS_region_model),
+                          .sizes_model_dir = work + "/model",
+                          .sizes_layers = &layers,
+                          .trials = trials,
+                          .chunk_bytes = chunk,
+                          .pinned_d2h_bytes_per_second = d2h,
+                          .model_shrink = std::max(1, absl::GetFlag(FLAGS_model_shrink))},
+                         std::cout);
+  };
+  if (regions_only) {
+    std::cout << "dequantd region rows, " << Now() << ", commit " << DEQUANTD_CONFIGURE_COMMIT
+              << "\nhost: " << CpuName() << "; GPU: " << (gpu.empty() ? "none" : gpu) << "; "
+              << trials << " timed calls per row\n"
+              << (d2h > 0 ? absl::StrFormat("pinned device-to-host copy: %.2f GB/s\n", d2h / 1e9)
+                          : std::string("pinned device-to-host copy: no GPU\n"));
+    const bool ok = region_rows();
+    if (!ok) std::cerr << "dequantd_e2e_bench: some region bytes were wrong or a call failed\n";
+    if (absl::GetFlag(FLAGS_work_dir).empty()) std::filesystem::remove_all(work);
+    return ok || !absl::GetFlag(FLAGS_check) ? 0 : 1;
+  }
 
   std::vector<std::string> transports = {"tcp"};
   if (absl::GetFlag(FLAGS_unix_socket)) transports.push_back("unix");
@@ -508,17 +540,7 @@ int Main() {
     for (const Row& r : *table) ok = ok && r.correct && r.error.empty();
   }
   if (absl::GetFlag(FLAGS_region_model) != "none") {
-    ok = RunRegionRows({.dequantd = absl::GetFlag(FLAGS_dequantd),
-                        .backend = absl::GetFlag(FLAGS_backend),
-                        .work_dir = work,
-                        .model = absl::GetFlag(FLAGS_region_model),
-                        .sizes_model_dir = work + "/model",
-                        .sizes_layers = &layers,
-                        .trials = trials,
-                        .chunk_bytes = chunk,
-                        .pinned_d2h_bytes_per_second = d2h},
-                       std::cout) &&
-         ok;
+    ok = region_rows() && ok;
   }
   for (const ModelRow& r : model_rows) ok = ok && r.correct && r.error.empty();
   if (!ok) std::cerr << "dequantd_e2e_bench: some fetched bytes were wrong or a call failed\n";

@@ -277,8 +277,9 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
   NamedLayer single;
   if (options.model == "llama-8b") {
     const Clock::time_point start = Clock::now();
-    model = MakeLlamaShapedModel(/*blocks=*/32, /*shrink=*/1, /*seed=*/8);
-    big = MakeLayers({470'000'000}, 9);  // 8192 x 28672
+    const int shrink = std::max(1, options.model_shrink);
+    model = MakeLlamaShapedModel(/*blocks=*/32, shrink, /*seed=*/8);
+    big = MakeLayers({470'000'000 / (int64_t{shrink} * shrink)}, 9);  // 8192 x 28672 unshrunk
     std::vector<std::string> names = model.names;
     std::vector<const SyntheticLayer*> data;
     for (size_t i = 0; i < model.names.size(); ++i) {
@@ -317,6 +318,10 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
           return a.data->shape.output_bytes(DType::kF16) < b.data->shape.output_bytes(DType::kF16);
         });
     workloads.insert(workloads.begin(), {label(small), {small}, 0});
+    // The smallest layer once per layer of the model in one DequantizeLayers call: the call's
+    // cost per layer (headers, reports, launch setup) beside little work.
+    workloads.push_back({absl::StrCat(label(small), " x ", all.size(), " (DequantizeLayers)"),
+                         std::vector<NamedLayer>(all.size(), small), 0});
   }
   for (Workload& w : workloads) w.bytes = bytes_of(w.layers);
 

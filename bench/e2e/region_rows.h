@@ -24,13 +24,18 @@ struct RegionRowsOptions {
   // "sizes": the checkpoint the caller wrote at `sizes_model_dir` from `sizes_layers` (the
   // single-layer rows use the largest, the model rows all of them); "llama-8b": a generated
   // Llama-3-8B-shaped model (MakeLlamaShapedModel(32, 1, ...), 224 layers, 13.96 GB of fp16) plus
-  // one 8192 x 28672 layer (470 MB) for the single-layer rows.
+  // one 8192 x 28672 layer (470 MB) for the single-layer rows; its rows: the smallest layer, the
+  // 470 MB layer, the whole model, and the smallest layer 224 times in one DequantizeLayers (the
+  // call's cost per layer).
   std::string model = "sizes";
   std::string sizes_model_dir;
   const std::vector<SyntheticLayer>* sizes_layers = nullptr;
   int trials = 5;                          // timed calls per row, after one untimed warm-up
   int64_t chunk_bytes = 0;                 // the requests' chunk_bytes (0: the server's default)
   double pinned_d2h_bytes_per_second = 0;  // the host region's ceiling, measured by the caller
+  // "llama-8b" only: every dimension of the model's layers divided by this (1 = the real shapes;
+  // 16 for a CPU run: 224 layers of 55 MB in all), the single layer's bytes by its square.
+  int model_shrink = 1;
 };
 
 // Runs the rows and prints their tables to `out`. Every row's result is compared with the CPU

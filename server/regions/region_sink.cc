@@ -8,11 +8,10 @@
 namespace dequantd::regions {
 
 RegionSink::RegionSink(RegionLease lease, int64_t region_offset, std::vector<int64_t> result_bytes,
-                       LayersSink& headers, std::function<bool()> cancelled,
+                       std::function<bool()> cancelled,
                        std::function<void(RegionKind, int64_t)> delivered)
     : lease_(std::move(lease)),
       result_bytes_(std::move(result_bytes)),
-      headers_(headers),
       cancelled_(std::move(cancelled)),
       delivered_(std::move(delivered)) {
   int64_t total = 0;
@@ -30,18 +29,33 @@ RegionSink::RegionSink(RegionLease lease, int64_t region_offset, std::vector<int
   destination_.device = region.kind() == RegionKind::kDevice ? region.spec().device : -1;
 }
 
-absl::Status RegionSink::Begin(const std::string& kernel) { return headers_.Begin(kernel); }
+RegionSink::~RegionSink() {
+  if (delivered_ && delivered_bytes_ > 0) delivered_(lease_.region().kind(), delivered_bytes_);
+}
+
+absl::Status RegionSink::Begin(const std::string& kernel) {
+  kernel_ = kernel;
+  return absl::OkStatus();
+}
 
 absl::Status RegionSink::BeginLayer(int64_t index) {
   if (index < 0 || index >= static_cast<int64_t>(result_bytes_.size())) {
     return absl::InternalError(absl::StrCat("BeginLayer(", index, ") of ", result_bytes_.size()));
   }
   current_ = static_cast<size_t>(index);
-  return headers_.BeginLayer(index);
+  return absl::OkStatus();
+}
+
+bool RegionSink::PollCancelled() {
+  if (!cancelled_) return false;
+  const std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
+  if (now < next_poll_) return false;
+  next_poll_ = now + kCancelPollInterval;
+  return cancelled_();
 }
 
 absl::Status RegionSink::Write(int64_t offset, absl::Span<const uint8_t> bytes) {
-  if (cancelled_ && cancelled_()) return absl::CancelledError("the client cancelled the call");
+  if (PollCancelled()) return absl::CancelledError("the client cancelled the call");
   const Region& region = lease_.region();
   if (lease_.closing()) {
     return absl::AbortedError(absl::StrCat("region \"", region.spec().name,
@@ -67,7 +81,7 @@ absl::Status RegionSink::Write(int64_t offset, absl::Span<const uint8_t> bytes) 
   if (bytes.data() != region.data() + region_offset && size > 0) {
     if (absl::Status s = lease_.region().CopyIn(region_offset, bytes); !s.ok()) return s;
   }
-  if (delivered_) delivered_(region.kind(), size);
+  delivered_bytes_ += size;
   return absl::OkStatus();
 }
 

@@ -221,9 +221,10 @@ def main():
             name="mgpu", raw_handle=handle, device_id=args.region_device, offset=offset,
             byte_size=K * N * 2))
         before = scrape(args.metrics)
-        for r in stub.Dequantize(pb.DequantizeRequest(
-                tensor=name, output_region=pb.OutputRegion(name="mgpu", offset=0))):
-            assert not r.data
+        # The reply is one message, the header naming the region, sent with the OK status.
+        replies = list(stub.Dequantize(pb.DequantizeRequest(
+            tensor=name, output_region=pb.OutputRegion(name="mgpu", offset=0))))
+        assert len(replies) == 1 and not replies[0].data and replies[0].header.region == "mgpu"
         busy = delta(before, scrape(args.metrics), "dequantd_device_kernel_seconds_total")
         torch.cuda.synchronize(dev)
         got = out.cpu().numpy().view(np.uint16).reshape(-1)

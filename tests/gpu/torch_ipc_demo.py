@@ -95,14 +95,22 @@ def run(args):
     dev = torch.device("cuda", 0)
 
     def call(request, layers=False):
-        """Runs a region call; returns its headers (any data message is a failure)."""
-        headers = []
+        """Runs a region call; returns its headers. The reply is one message, sent with the OK
+        status: Dequantize's carries `header`, DequantizeLayers' every layer's header in
+        `layer_headers` (request order). Anything else (data, several messages) is a failure."""
         rpc = stub.DequantizeLayers if layers else stub.Dequantize
-        for response in rpc(request):
-            if response.data:
-                raise RuntimeError("a region call streamed data")
-            headers.append(response.header)
-        return headers
+        replies = list(rpc(request))
+        if len(replies) != 1 or replies[0].data:
+            raise RuntimeError(f"a region call's reply was {len(replies)} messages, expected one "
+                               "without data")
+        reply = replies[0]
+        if layers:
+            if reply.HasField("header"):
+                raise RuntimeError("a DequantizeLayers region reply carried `header`")
+            return list(reply.layer_headers)
+        if not reply.HasField("header") or reply.layer_headers:
+            raise RuntimeError("a Dequantize region reply without its one header")
+        return [reply.header]
 
     def code_of(fn):
         try:
@@ -148,6 +156,24 @@ def run(args):
                   f"{np.count_nonzero(got != expected['small.proj'])} of {got.size} differ")
     checks.expect("device region: one header naming the region", len(headers) == 1 and
                   headers[0].region == "small" and headers[0].region_offset == 0)
+
+    # --- 1b. DequantizeLayers into one torch tensor (grouped launch): one reply with every
+    # layer's header, in request order, and each layer bit for bit at its region_offset.
+    pair = torch.full((2, K, N), float("nan"), dtype=torch.float16, device=dev)
+    register_tensor("pair", pair)
+    headers = call(pb.DequantizeLayersRequest(tensors=["small.proj", "small.proj"],
+                                              output_region=pb.OutputRegion(name="pair")),
+                   layers=True)
+    checks.expect("device region, DequantizeLayers: one reply with both layers' headers",
+                  [(h.tensor, h.region, h.region_offset) for h in headers]
+                  == [("small.proj", "pair", 0), ("small.proj", "pair", K * N * 2)],
+                  str([(h.tensor, h.region, h.region_offset) for h in headers]))
+    got = pair.cpu().numpy().view(np.uint16)
+    checks.expect("device region, DequantizeLayers: both layers bit for bit",
+                  np.array_equal(got[0], expected["small.proj"])
+                  and np.array_equal(got[1], expected["small.proj"]))
+    stub.UnregisterCudaSharedMemory(pb.UnregisterCudaSharedMemoryRequest(name="pair"))
+    del pair
 
     # --- 2. CUDA safety cases.
     K2, N2 = LAYERS["big.proj"]

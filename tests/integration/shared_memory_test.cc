@@ -1,6 +1,7 @@
 // Shared-memory regions end to end (issue 9) on a real server (CPU backend, 127.0.0.1): results
-// written into a client's POSIX shared memory equal the streamed ones byte for byte, the response
-// carries only headers naming the region and offsets, and every refusal has its precise status.
+// written into a client's POSIX shared memory equal the streamed ones byte for byte, the reply is
+// one message (the header, or every layer's header) naming the region and offsets, sent with the
+// OK status, and every refusal has its precise status and no message.
 #include <unistd.h>
 
 #include <atomic>
@@ -107,6 +108,128 @@ TEST_F(SharedMemoryTest, DequantizeLayersFillsOneRegionInRequestOrder) {
   EXPECT_TRUE(Bytes(*shm, 64, b1) == layer(1).Expected(DType::kF16));
   EXPECT_TRUE(Bytes(*shm, 64 + b1, b0) == layer(0).Expected(DType::kF16));
   EXPECT_TRUE(Bytes(*shm, 64 + b1 + b0, b1) == layer(1).Expected(DType::kF16));
+}
+
+// The wire form of a region call's reply, read with the generated stub (no client library): one
+// message and then the OK status. For DequantizeLayers that message carries no `header` and no
+// data, only layer_headers: one per requested layer, in request order.
+TEST_F(SharedMemoryTest, ADequantizeLayersReplyIsOneMessageWithEveryLayerHeader) {
+  const int64_t b0 = layer(0).shape.output_bytes(DType::kBF16);
+  const int64_t b1 = layer(1).shape.output_bytes(DType::kBF16);
+  std::unique_ptr<ShmObject> shm = Shm("wire", 16 + b0 + b1 + b0);
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(regions().RegisterSystem("wire", shm->key(), 0, shm->bytes()).ok());
+  v1::DequantizeLayersRequest request;
+  for (const char* name : {"l0", "l1", "l0"}) request.add_tensors(name);
+  request.set_output_dtype(v1::DTYPE_BF16);
+  request.mutable_output_region()->set_name("wire");
+  request.mutable_output_region()->set_offset(16);
+  std::unique_ptr<v1::DequantService::Stub> stub = v1::DequantService::NewStub(client().channel());
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
+      stub->DequantizeLayers(&context, request);
+  std::vector<v1::DequantizeResponse> messages;
+  v1::DequantizeResponse response;
+  while (reader->Read(&response)) messages.push_back(response);
+  const grpc::Status status = reader->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(messages.size(), 1u);
+  const v1::DequantizeResponse& reply = messages.front();
+  EXPECT_FALSE(reply.has_header());
+  EXPECT_TRUE(reply.data().empty());
+  EXPECT_EQ(reply.offset(), 0);
+  ASSERT_EQ(reply.layer_headers_size(), 3);
+  const std::vector<std::string> names = {"l0", "l1", "l0"};
+  const std::vector<int64_t> offsets = {16, 16 + b0, 16 + b0 + b1};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    const v1::DequantizeHeader& h = reply.layer_headers(i);
+    const RandomLayer& l = layer(names[i] == "l0" ? 0 : 1);
+    EXPECT_EQ(h.tensor(), names[i]);
+    EXPECT_THAT(h.shape(), ::testing::ElementsAre(l.shape.K, l.shape.N));
+    EXPECT_EQ(h.dtype(), v1::DTYPE_BF16);
+    EXPECT_EQ(h.total_bytes(), l.shape.output_bytes(DType::kBF16));
+    EXPECT_EQ(h.backend(), "cpu");
+    EXPECT_THAT(h.kernel(), ::testing::StartsWith("cpu"));
+    EXPECT_EQ(h.region(), "wire");
+    EXPECT_EQ(h.region_offset(), offsets[i]);
+    EXPECT_TRUE(Bytes(*shm, offsets[i], h.total_bytes()) == l.Expected(DType::kBF16));
+  }
+  EXPECT_EQ(Bytes(*shm, 0, 16), std::vector<uint8_t>(16, 0));
+}
+
+// Dequantize's reply: one message whose header names the region, then the OK status; an empty
+// DequantizeLayers list means every layer of the model, in ListTensors order.
+TEST_F(SharedMemoryTest, ADequantizeReplyIsOneHeaderAndAnEmptyListMeansEveryLayer) {
+  const int64_t b0 = layer(0).shape.output_bytes(DType::kF16);
+  const int64_t b1 = layer(1).shape.output_bytes(DType::kF16);
+  std::unique_ptr<ShmObject> shm = Shm("one-message", b0 + b1);
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(regions().RegisterSystem("m", shm->key(), 0, shm->bytes()).ok());
+  v1::DequantizeRequest one;
+  one.set_tensor("l1");
+  one.mutable_output_region()->set_name("m");
+  one.mutable_output_region()->set_offset(b0);
+  std::unique_ptr<v1::DequantService::Stub> stub = v1::DequantService::NewStub(client().channel());
+  {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
+        stub->Dequantize(&context, one);
+    std::vector<v1::DequantizeResponse> messages;
+    v1::DequantizeResponse response;
+    while (reader->Read(&response)) messages.push_back(response);
+    ASSERT_TRUE(reader->Finish().ok());
+    ASSERT_EQ(messages.size(), 1u);
+    ASSERT_TRUE(messages[0].has_header());
+    EXPECT_EQ(messages[0].layer_headers_size(), 0);
+    EXPECT_TRUE(messages[0].data().empty());
+    EXPECT_EQ(messages[0].header().region(), "m");
+    EXPECT_EQ(messages[0].header().region_offset(), b0);
+    EXPECT_EQ(messages[0].header().total_bytes(), b1);
+    EXPECT_TRUE(Bytes(*shm, b0, b1) == layer(1).Expected(DType::kF16));
+  }
+  v1::DequantizeLayersRequest all;  // no names: every layer
+  all.mutable_output_region()->set_name("m");
+  absl::StatusOr<std::vector<v1::DequantizeHeader>> headers = regions().DequantizeLayersInto(all);
+  ASSERT_TRUE(headers.ok()) << headers.status();
+  ASSERT_EQ(headers->size(), 2u);
+  EXPECT_EQ((*headers)[0].tensor(), "l0");
+  EXPECT_EQ((*headers)[0].region_offset(), 0);
+  EXPECT_EQ((*headers)[1].tensor(), "l1");
+  EXPECT_EQ((*headers)[1].region_offset(), b0);
+  EXPECT_TRUE(Bytes(*shm, 0, b0) == layer(0).Expected(DType::kF16));
+}
+
+// A refused region call ends with its status and no message (a header would mean success).
+TEST_F(SharedMemoryTest, ARefusedDequantizeLayersSendsNoMessage) {
+  const int64_t b0 = layer(0).shape.output_bytes(DType::kF16);
+  std::unique_ptr<ShmObject> shm = Shm("refused", b0);
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(regions().RegisterSystem("refused", shm->key(), 0, shm->bytes()).ok());
+  std::unique_ptr<v1::DequantService::Stub> stub = v1::DequantService::NewStub(client().channel());
+  const auto call = [&](const v1::DequantizeLayersRequest& request, int* messages) {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
+        stub->DequantizeLayers(&context, request);
+    v1::DequantizeResponse response;
+    *messages = 0;
+    while (reader->Read(&response)) ++*messages;
+    return reader->Finish();
+  };
+  v1::DequantizeLayersRequest request;
+  request.add_tensors("l0");
+  request.add_tensors("l1");  // l0 + l1 do not fit
+  request.mutable_output_region()->set_name("refused");
+  int messages = -1;
+  grpc::Status status = call(request, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("output_region: region \"refused\""));
+  EXPECT_EQ(messages, 0);
+  request.set_tensors(1, "no.such.layer");
+  status = call(request, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(messages, 0);
+  EXPECT_EQ(Bytes(*shm, 0, b0), std::vector<uint8_t>(b0, 0));  // nothing written
 }
 
 TEST_F(SharedMemoryTest, StatusListsRegionsWithTheirOwnerAndUnregisterReleasesThem) {

@@ -1,6 +1,7 @@
 """The client's checks on what a server streams, against an in-process Python gRPC server that
 misbehaves on purpose (a real dequantd never does): gaps, overlaps, bytes past the end, data
-before the header, a missing header, a header whose size does not match its shape."""
+before the header, a missing header, a header whose size does not match its shape; and region
+replies that are not one message of headers naming the region and the requested layers."""
 
 from concurrent import futures
 
@@ -32,9 +33,31 @@ STREAMS = {
 }
 
 
+
+def _layer_header(region, tensor="a"):
+    return pb.DequantizeHeader(shape=[2, 8], dtype=pb.DTYPE_FP16, total_bytes=32, tensor=tensor,
+                               region=region, region_offset=0, backend="fake")
+
+
+# DequantizeLayers replies into a region, per region name (the request asks for layer "a").
+REGION_REPLIES = {
+    "good": [pb.DequantizeResponse(layer_headers=[_layer_header("good")])],
+    "two_messages": [pb.DequantizeResponse(layer_headers=[_layer_header("two_messages")]),
+                     pb.DequantizeResponse(layer_headers=[_layer_header("two_messages")])],
+    "with_data": [pb.DequantizeResponse(layer_headers=[_layer_header("with_data")], data=DATA)],
+    "none": [],
+    "other_region": [pb.DequantizeResponse(layer_headers=[_layer_header("elsewhere")])],
+    "other_layer": [pb.DequantizeResponse(layer_headers=[_layer_header("other_layer", "b")])],
+    "header_only": [pb.DequantizeResponse(header=_layer_header("header_only"))],
+}
+
+
 class Fake(pb_grpc.DequantServiceServicer):
     def Dequantize(self, request, context):
         yield from STREAMS[request.tensor]
+
+    def DequantizeLayers(self, request, context):
+        yield from REGION_REPLIES[request.output_region.name]
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +82,20 @@ def test_good_stream(fake):
 def test_bad_stream_is_data_loss(fake, name):
     with pytest.raises(dequantd.DequantdError) as e:
         fake.dequantize(name)
+    assert e.value.code == grpc.StatusCode.DATA_LOSS, e.value.message
+
+
+def test_good_region_reply(fake):
+    (h,) = fake.dequantize_layers_into("good", ["a"])
+    assert (h.tensor, h.shape, h.dtype, h.total_bytes, h.region) == ("a", (2, 8), "fp16", 32,
+                                                                     "good")
+
+
+@pytest.mark.parametrize("region", ["two_messages", "with_data", "none", "other_region",
+                                    "other_layer", "header_only"])
+def test_bad_region_reply_is_data_loss(fake, region):
+    with pytest.raises(dequantd.DequantdError) as e:
+        fake.dequantize_layers_into(region, ["a"])
     assert e.value.code == grpc.StatusCode.DATA_LOSS, e.value.message
 
 

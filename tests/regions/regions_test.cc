@@ -259,23 +259,29 @@ TEST(RegistryTest, ATruncatedObjectIsFailedPreconditionBeforeAnyWrite) {
   EXPECT_THAT(s.message(), HasSubstr("truncated to 4096 bytes"));
 }
 
-// The headers side of a RegionSink: records Begin/BeginLayer; `on_begin` runs in Begin.
-class HeaderRecorder final : public LayersSink {
+// Forwards a backend's calls to a RegionSink (its destination included), recording Begin and
+// BeginLayer; `on_begin` runs in Begin, before the sink's.
+class Recorder final : public LayersSink {
  public:
+  explicit Recorder(RegionSink& sink) : sink_(sink) {}
+  const ResultDestination* destination() const override { return sink_.destination(); }
   absl::Status Begin(const std::string& kernel) override {
     calls.push_back("Begin " + kernel);
     if (on_begin) on_begin();
-    return absl::OkStatus();
+    return sink_.Begin(kernel);
   }
   absl::Status BeginLayer(int64_t index) override {
     calls.push_back("BeginLayer " + std::to_string(index));
-    return absl::OkStatus();
+    return sink_.BeginLayer(index);
   }
-  absl::Status Write(int64_t, absl::Span<const uint8_t>) override {
-    return absl::InternalError("a region call must not stream data");
+  absl::Status Write(int64_t offset, absl::Span<const uint8_t> bytes) override {
+    return sink_.Write(offset, bytes);
   }
   std::vector<std::string> calls;
   std::function<void()> on_begin;
+
+ private:
+  RegionSink& sink_;
 };
 
 using ::dequantd::testing::PackedLayer;
@@ -292,19 +298,26 @@ TEST(RegionSinkTest, CpuBackendComputesIntoTheRegionAtTheOffset) {
   RegionRegistry registry({});
   ASSERT_TRUE(registry.Add(std::move(fake)).ok());
   int64_t delivered = 0;
-  HeaderRecorder headers;
-  RegionSink sink(*registry.Acquire("r"), offset, {static_cast<int64_t>(expected.size())}, headers,
-                  nullptr, [&](RegionKind, int64_t n) { delivered += n; });
-  std::unique_ptr<Backend> backend = MakeCpuBackend(2);
-  DequantSource source;
-  source.host = layer.view();
-  ASSERT_TRUE(backend->Dequantize(source, DType::kF16, 100000, sink).ok());
+  int reports = 0;
+  {
+    RegionSink sink(*registry.Acquire("r"), offset, {static_cast<int64_t>(expected.size())},
+                    nullptr, [&](RegionKind, int64_t n) {
+                      delivered += n;
+                      ++reports;
+                    });
+    std::unique_ptr<Backend> backend = MakeCpuBackend(2);
+    DequantSource source;
+    source.host = layer.view();
+    ASSERT_TRUE(backend->Dequantize(source, DType::kF16, 100000, sink).ok());
+    EXPECT_EQ(sink.kernel(), "cpu threads=2");
+    EXPECT_EQ(reports, 0);  // counted once, when the call's sink goes
+  }
   EXPECT_EQ(std::memcmp(region->data() + offset, expected.data(), expected.size()), 0);
   EXPECT_EQ(region->data()[offset - 1], 0);                // nothing before
   EXPECT_EQ(region->data()[offset + expected.size()], 0);  // nothing after
   EXPECT_EQ(region->copies, 0);  // computed in place: no copy through CopyIn
   EXPECT_EQ(delivered, static_cast<int64_t>(expected.size()));
-  EXPECT_THAT(headers.calls, ::testing::ElementsAre("Begin cpu threads=2"));
+  EXPECT_EQ(reports, 1);
 }
 
 TEST(RegionSinkTest, CpuDequantizeLayersPlacesTheLayersOneAfterAnother) {
@@ -320,12 +333,13 @@ TEST(RegionSinkTest, CpuDequantizeLayersPlacesTheLayersOneAfterAnother) {
   FakeRegion* region = fake.get();
   RegionRegistry registry({});
   ASSERT_TRUE(registry.Add(std::move(fake)).ok());
-  HeaderRecorder headers;
-  RegionSink sink(*registry.Acquire("r"), 32, {nb, na, nb}, headers, nullptr, nullptr);
+  RegionSink sink(*registry.Acquire("r"), 32, {nb, na, nb}, nullptr, nullptr);
+  Recorder headers(sink);
   EXPECT_THAT(sink.result_offsets(), ::testing::ElementsAre(32, 32 + nb, 32 + nb + na));
   std::unique_ptr<Backend> backend = MakeCpuBackend(2);
   const std::vector<const QuantizedLayer*> layers = {&lb, &la, &lb};
-  ASSERT_TRUE(backend->DequantizeLayers(layers, DType::kF32, 1 << 16, sink).ok());
+  ASSERT_TRUE(backend->DequantizeLayers(layers, DType::kF32, 1 << 16, headers).ok());
+  EXPECT_EQ(sink.kernel(), "cpu threads=2");
   EXPECT_EQ(std::memcmp(region->data() + 32, eb.data(), eb.size()), 0);
   EXPECT_EQ(std::memcmp(region->data() + 32 + nb, ea.data(), ea.size()), 0);
   EXPECT_EQ(std::memcmp(region->data() + 32 + nb + na, eb.data(), eb.size()), 0);
@@ -340,12 +354,12 @@ TEST(RegionSinkTest, UnregisterDuringTheCallAbortsItAndReleasesTheRegionAfterIt)
   std::atomic<int> released{0};
   RegionRegistry registry({});
   ASSERT_TRUE(registry.Add(std::make_unique<FakeRegion>("r", bytes, &released)).ok());
-  HeaderRecorder headers;
   std::thread remover;
   std::atomic<bool> removed{false};
   absl::Status call;
   {
-    RegionSink sink(*registry.Acquire("r"), 0, {bytes}, headers, nullptr, nullptr);
+    RegionSink sink(*registry.Acquire("r"), 0, {bytes}, nullptr, nullptr);
+    Recorder headers(sink);
     // Unregister arrives once the call has begun; it waits for the call.
     headers.on_begin = [&] {
       remover = std::thread([&] {
@@ -357,7 +371,7 @@ TEST(RegionSinkTest, UnregisterDuringTheCallAbortsItAndReleasesTheRegionAfterIt)
     std::unique_ptr<Backend> backend = MakeCpuBackend(2);
     DequantSource source;
     source.host = layer.view();
-    call = backend->Dequantize(source, DType::kF16, 1 << 20, sink);
+    call = backend->Dequantize(source, DType::kF16, 1 << 20, headers);
     EXPECT_EQ(released.load(), 0);  // the sink still holds its lease
   }
   remover.join();
@@ -372,10 +386,9 @@ TEST(RegionSinkTest, WritesAreBoundsCheckedAndForeignBytesAreCopiedIn) {
   auto fake = std::make_unique<FakeRegion>("r", 256, nullptr);
   FakeRegion* region = fake.get();
   ASSERT_TRUE(registry.Add(std::move(fake)).ok());
-  HeaderRecorder headers;
   bool cancelled = false;
   RegionSink sink(
-      *registry.Acquire("r"), 64, {128}, headers, [&] { return cancelled; }, nullptr);
+      *registry.Acquire("r"), 64, {128}, [&] { return cancelled; }, nullptr);
   ASSERT_TRUE(sink.Begin("k").ok());
   const std::vector<uint8_t> bytes(100, 7);
   // A backend that ignores destination() hands its own buffer: copied in at the right place.
@@ -388,8 +401,23 @@ TEST(RegionSinkTest, WritesAreBoundsCheckedAndForeignBytesAreCopiedIn) {
   EXPECT_THAT(s.message(), HasSubstr("region \"r\": a write of 100 bytes at result offset 29"));
   EXPECT_EQ(sink.Write(-1, bytes).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(region->copies, 1);  // nothing written out of bounds
-  cancelled = true;
-  EXPECT_EQ(sink.Write(0, bytes).code(), absl::StatusCode::kCancelled);
+}
+
+TEST(RegionSinkTest, TheFirstWriteOfACancelledCallIsCancelled) {
+  RegionRegistry registry({});
+  auto fake = std::make_unique<FakeRegion>("r", 256, nullptr);
+  FakeRegion* region = fake.get();
+  ASSERT_TRUE(registry.Add(std::move(fake)).ok());
+  int polls = 0;
+  RegionSink sink(
+      *registry.Acquire("r"), 0, {256}, [&] { return ++polls > 0; }, nullptr);
+  ASSERT_TRUE(sink.Begin("k").ok());
+  const std::vector<uint8_t> bytes(16, 7);
+  const absl::Status s = sink.Write(0, bytes);  // the first Write always asks
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(s.message(), "the client cancelled the call");
+  EXPECT_EQ(polls, 1);
+  EXPECT_EQ(region->copies, 0);  // stopped before writing
 }
 
 // A shared mapping of `shm` (every byte), unmapped on destruction.
@@ -505,18 +533,17 @@ TEST(RegionSinkTest, ATruncationDuringACpuCallFailsItPreciselyAndTheNextCallWork
   source.host = layer.view();
   {
     // The object shrinks after the call's check at Acquire, before the first byte is written.
-    HeaderRecorder headers;
+    RegionSink sink(*registry.Acquire("r"), 0, {bytes}, nullptr, nullptr);
+    Recorder headers(sink);
     headers.on_begin = [&] { ASSERT_TRUE(shm.Truncate(4096)); };
-    RegionSink sink(*registry.Acquire("r"), 0, {bytes}, headers, nullptr, nullptr);
     EXPECT_EQ(sink.destination(), nullptr);  // unpinned host memory: written through CopyIn
-    const absl::Status s = backend->Dequantize(source, DType::kF16, 1 << 20, sink);
+    const absl::Status s = backend->Dequantize(source, DType::kF16, 1 << 20, headers);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(s.message(), HasSubstr("truncated to 4096 bytes"));
   }
   // Grown back, the same region takes the next call whole.
   ASSERT_TRUE(shm.Truncate(bytes));
-  HeaderRecorder headers;
-  RegionSink sink(*registry.Acquire("r"), 0, {bytes}, headers, nullptr, nullptr);
+  RegionSink sink(*registry.Acquire("r"), 0, {bytes}, nullptr, nullptr);
   ASSERT_TRUE(backend->Dequantize(source, DType::kF16, 1 << 20, sink).ok());
   EXPECT_TRUE(shm.Read(0, bytes) == std::string(expected.begin(), expected.end()));
 }
@@ -545,10 +572,9 @@ TEST(RegionServiceTest, RemotePeersArePermissionDeniedAndTheModeIsEnforced) {
   }
   ASSERT_TRUE(host.RegisterSystem("ipv6:[::1]:4000", request, &response).ok());
   // A remote peer may not name it as an output either, nor list or unregister it.
-  HeaderRecorder headers;
   dequant::v1::OutputRegion output;
   output.set_name("r");
-  EXPECT_EQ(host.MakeSink("ipv4:10.1.1.1:7", output, {16}, headers, nullptr).status().code(),
+  EXPECT_EQ(host.MakeSink("ipv4:10.1.1.1:7", output, {16}, nullptr).status().code(),
             absl::StatusCode::kPermissionDenied);
   dequant::v1::SharedMemoryStatusResponse status;
   EXPECT_EQ(host.Status("ipv4:10.1.1.1:7", &status).code(), absl::StatusCode::kPermissionDenied);
@@ -556,7 +582,7 @@ TEST(RegionServiceTest, RemotePeersArePermissionDeniedAndTheModeIsEnforced) {
   dequant::v1::UnregisterSystemSharedMemoryResponse released;
   EXPECT_EQ(host.UnregisterSystem("ipv4:10.1.1.1:7", unregister, &released).code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_TRUE(host.MakeSink("unix:/run/x.sock", output, {16}, headers, nullptr).ok());
+  EXPECT_TRUE(host.MakeSink("unix:/run/x.sock", output, {16}, nullptr).ok());
 
   // Host mode refuses device regions; cuda mode refuses host regions.
   dequant::v1::RegisterCudaSharedMemoryRequest cuda;
@@ -613,11 +639,10 @@ TEST(RegionServiceTest, MetricsCountRegionsAndDeliveredBytesPerDestination) {
   EXPECT_EQ(value("dequantd_shared_memory_regions", {{"kind", "host"}}), 1);
   EXPECT_EQ(value("dequantd_shared_memory_region_bytes", {{"kind", "host"}}), bytes);
 
-  HeaderRecorder headers;
   dequant::v1::OutputRegion output;
   output.set_name("m");
   absl::StatusOr<std::unique_ptr<RegionSink>> sink =
-      service.MakeSink("unix:", output, {bytes}, headers, nullptr);
+      service.MakeSink("unix:", output, {bytes}, nullptr);
   ASSERT_TRUE(sink.ok()) << sink.status();
   DequantSource source;
   source.host = layer.view();

@@ -78,6 +78,30 @@ class ServerInfo:
     model_config: Dict[str, Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class RegionHeader:
+    """Where a call into a shared-memory region put one result: it fills bytes
+    [region_offset, region_offset + total_bytes) of `region`, row-major (K, N) = `shape` of
+    `dtype` ("fp16", "bf16", "fp32"). `tensor` is the layer's name in dequantize_layers_into's
+    headers ("" from dequantize_into, as in a streamed Dequantize header); `backend` and `kernel`
+    are the server's."""
+    tensor: str
+    shape: Tuple[int, ...]
+    dtype: str
+    total_bytes: int
+    region: str
+    region_offset: int
+    backend: str
+    kernel: str
+
+
+def _region_header(h: Any) -> RegionHeader:
+    name = {wire: name for name, wire in dtypes.OUTPUT_DTYPES.items()}.get(h.dtype,
+                                                                          pb.DType.Name(h.dtype))
+    return RegionHeader(h.tensor, tuple(h.shape), name, h.total_bytes, h.region, h.region_offset,
+                        h.backend, h.kernel)
+
+
 def _scale_name(wire: int) -> str:
     return {pb.DTYPE_FP16: "fp16", pb.DTYPE_BF16: "bf16"}.get(wire, pb.DType.Name(wire))
 
@@ -461,6 +485,116 @@ class Client:
         if result is None:
             raise DequantdError(grpc.StatusCode.DATA_LOSS, f"{name}: the stream had no header")
         return result.check()
+
+    # --- shared-memory regions (same host only; the server runs with --shared-memory) -----
+
+    def register_system_shared_memory(
+            self, name: str, key: str, byte_size: int, *, offset: int = 0,
+            timeout: Optional[float] = ...) -> bool:  # type: ignore[assignment]
+        """Registers bytes [offset, offset + byte_size) of the POSIX shared-memory object `key`
+        ("/x", as shm_open; or a path under /dev/shm) as region `name`. Returns whether the
+        server pinned it for DMA. Raises DequantdError (see the proto: INVALID_ARGUMENT,
+        NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, PERMISSION_DENIED)."""
+        r = self._unary(self._stub.RegisterSystemSharedMemory,
+                        pb.RegisterSystemSharedMemoryRequest(name=name, key=key, offset=offset,
+                                                             byte_size=byte_size),
+                        self._timeout if timeout is ... else timeout)
+        return r.pinned
+
+    def unregister_system_shared_memory(
+            self, name: str = "", *,
+            timeout: Optional[float] = ...) -> int:  # type: ignore[assignment]
+        """Unregisters host region `name` ("" = every host region); returns how many. After it
+        returns the server never touches that memory again. Raises DequantdError."""
+        r = self._unary(self._stub.UnregisterSystemSharedMemory,
+                        pb.UnregisterSystemSharedMemoryRequest(name=name),
+                        self._timeout if timeout is ... else timeout)
+        return r.released
+
+    def register_cuda_shared_memory(
+            self, name: str, raw_handle: bytes, device_id: int, byte_size: int, *,
+            offset: int = 0, timeout: Optional[float] = ...) -> None:  # type: ignore[assignment]
+        """Registers a CUDA buffer of this process as region `name`: `raw_handle` is its
+        cudaIpcMemHandle_t (64 bytes), `offset` bytes from the start of the exported allocation.
+        Raises DequantdError."""
+        self._unary(self._stub.RegisterCudaSharedMemory,
+                    pb.RegisterCudaSharedMemoryRequest(name=name, raw_handle=raw_handle,
+                                                       device_id=device_id, offset=offset,
+                                                       byte_size=byte_size),
+                    self._timeout if timeout is ... else timeout)
+
+    def unregister_cuda_shared_memory(
+            self, name: str = "", *,
+            timeout: Optional[float] = ...) -> int:  # type: ignore[assignment]
+        """Unregisters device region `name` ("" = every device region); returns how many."""
+        r = self._unary(self._stub.UnregisterCudaSharedMemory,
+                        pb.UnregisterCudaSharedMemoryRequest(name=name),
+                        self._timeout if timeout is ... else timeout)
+        return r.released
+
+    def _region_reply(self, method: Callable, request: Any, region: str) -> Any:
+        """The one message of a region call's stream (it arrives with the OK status, once every
+        byte is in the region). DATA_LOSS for no message, several, or data bytes."""
+        messages = []
+        for message in self._stream(method, request):
+            messages.append(message)
+            if len(messages) > 1:
+                break  # not a region reply: _stream cancels the rest
+        if len(messages) != 1 or messages[0].data:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"reply of a call into region {region!r}: expected one message "
+                                f"without data, got {len(messages)}"
+                                + (f" ({len(messages[0].data)} data bytes)" if messages else ""))
+        return messages[0]
+
+    def dequantize_into(self, region: str, layer: str, *, offset: int = 0,
+                        dtype: str = "fp16") -> RegionHeader:
+        """Dequantizes layer `layer` of the loaded model into registered region `region` at byte
+        `offset` (a multiple of 16) instead of streaming it. When this returns, every byte is in
+        the region (a device region: visible to later work on that device).
+
+        Raises:
+            DequantdError: the server's status (NOT_FOUND: layer or region; INVALID_ARGUMENT: the
+                result does not fit at `offset`, naming region, offset and bytes; ABORTED: the
+                region was unregistered during the call; ...), DATA_LOSS when the reply is not
+                one header naming the region.
+        """
+        request = pb.DequantizeRequest(tensor=layer, output_dtype=dtypes.output_dtype(dtype),
+                                       output_region=pb.OutputRegion(name=region, offset=offset))
+        reply = self._region_reply(self._stub.Dequantize, request, region)
+        if not reply.HasField("header") or reply.layer_headers or reply.header.region != region:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"reply of a Dequantize into region {region!r}: no header naming "
+                                "the region")
+        return _region_header(reply.header)
+
+    def dequantize_layers_into(self, region: str, names: Optional[Sequence[str]] = None, *,
+                               offset: int = 0, dtype: str = "fp16") -> List[RegionHeader]:
+        """Dequantizes layers of the loaded model (None = every layer, in list() order) into
+        registered region `region`, one after another in request order from byte `offset` (on
+        CUDA in one grouped launch). Returns each layer's header in request order (its
+        region_offset says where it went); when this returns every byte is in the region.
+
+        Raises:
+            DequantdError: as dequantize_into; DATA_LOSS when the reply is not one message with
+                a header per requested layer, in order, naming the region.
+        """
+        request = pb.DequantizeLayersRequest(output_dtype=dtypes.output_dtype(dtype),
+                                             output_region=pb.OutputRegion(name=region,
+                                                                           offset=offset))
+        if names is not None:
+            request.tensors.extend(names)
+        reply = self._region_reply(self._stub.DequantizeLayers, request, region)
+        headers = [_region_header(h) for h in reply.layer_headers]
+        wanted = list(request.tensors)
+        if (reply.HasField("header") or not headers
+                or (wanted and [h.tensor for h in headers] != wanted)
+                or any(h.region != region for h in headers)):
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"reply of a DequantizeLayers into region {region!r}: "
+                                f"{len(headers)} layer headers do not match the {len(wanted)} "
+                                "requested layers and the region")
+        return headers
 
     def benchmark(self, *, shapes: Sequence[Tuple[int, int]] = (), tensors: Sequence[str] = (),
                   group_size: int = 0, variants: Sequence[str] = (),

@@ -86,7 +86,10 @@ class DequantServiceServicer(object):
         """Dequantizes one layer (of the loaded model, or sent inline). The (K, N) row-major result is
         streamed in chunks; the first message carries the header. No size limit from gRPC's
         message size on the output. A byte range of the result (offset, length) streams only those
-        bytes. Both streaming RPCs: RESOURCE_EXHAUSTED past the server's --max-concurrent-streams.
+        bytes. With output_region set the result goes into the region instead, and the stream is
+        exactly one message (the header, naming region and region_offset), sent once every byte is
+        in the region, together with the OK status; an error ends the call with its status and no
+        message. Both streaming RPCs: RESOURCE_EXHAUSTED past the server's --max-concurrent-streams.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -114,10 +117,13 @@ class DequantServiceServicer(object):
     def DequantizeLayers(self, request, context):
         """Dequantizes a list of layers of the loaded model (on CUDA: in one grouped kernel launch).
         Each layer's result streams as Dequantize's does: one message with its header (tensor set),
-        then its chunks with offsets from 0; layers in request order. Errors: INVALID_ARGUMENT
-        (output_dtype, more than 10000 tensors), NOT_FOUND (a name, given), RESOURCE_EXHAUSTED (the
-        results add up to more than the server's max_output_bytes, or do not fit device memory),
-        FAILED_PRECONDITION (the server has no model loaded).
+        then its chunks with offsets from 0; layers in request order. With output_region set the
+        results go into the region and the stream is exactly one message, sent with the OK status
+        once every byte is there: its layer_headers hold every layer's header, in request order
+        (`header` is unset); an error ends the call with its status and no message.
+        Errors: INVALID_ARGUMENT (output_dtype, more than 10000 tensors), NOT_FOUND (a name, given),
+        RESOURCE_EXHAUSTED (the results add up to more than the server's max_output_bytes, or do not
+        fit device memory), FAILED_PRECONDITION (the server has no model loaded).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

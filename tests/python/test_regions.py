@@ -1,0 +1,102 @@
+"""Shared-memory regions from the Python client (issue 9) against a real dequantd (CPU backend,
+--shared-memory=host): a host region filled by dequantd equals the streamed result bit for bit,
+the one reply message carries the header (dequantize_into) or every layer's header in request
+order (dequantize_layers_into) naming the region and offsets, and errors keep their status."""
+
+import os
+from multiprocessing import shared_memory
+
+import grpc
+import numpy as np
+import pytest
+
+import dequantd
+from conftest import start_server, stop_server
+
+
+@pytest.fixture(scope="module")
+def regions(tmp_path_factory):
+    proc, target = start_server(str(tmp_path_factory.mktemp("regions")),
+                                extra=("--shared-memory=host",))
+    with dequantd.Client(target, timeout=60) as c:
+        yield c
+    stop_server(proc)
+
+
+@pytest.fixture()
+def shm():
+    """A factory of POSIX shared-memory objects (unlinked after the test)."""
+    made = []
+
+    def make(nbytes):
+        s = shared_memory.SharedMemory(name=f"dequantd-py.{os.getpid()}.{len(made)}",
+                                       create=True, size=nbytes)
+        s.buf[:nbytes] = b"\0" * nbytes
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+        s.unlink()
+
+
+def result_bytes(client, name, dtype):
+    return client.dequantize(name, dtype=dtype).tobytes()
+
+
+def test_dequantize_into_a_host_region_is_bit_exact(regions, shm):
+    layer = regions.list().layers[0]
+    expected = result_bytes(regions, layer.name, "bf16")
+    s = shm(64 + len(expected))
+    assert regions.register_system_shared_memory("one", "/" + s.name, s.size) is False
+    try:
+        h = regions.dequantize_into("one", layer.name, offset=48, dtype="bf16")
+        assert h == dequantd.RegionHeader(
+            tensor="", shape=(layer.in_features, layer.out_features), dtype="bf16",
+            total_bytes=len(expected), region="one", region_offset=48, backend="cpu",
+            kernel=h.kernel)
+        assert h.kernel.startswith("cpu")
+        assert bytes(s.buf[48:48 + len(expected)]) == expected
+        assert bytes(s.buf[:48]) == b"\0" * 48
+    finally:
+        assert regions.unregister_system_shared_memory("one") == 1
+
+
+def test_dequantize_layers_into_returns_every_layer_header_in_request_order(regions, shm):
+    layers = regions.list().layers
+    names = [layers[1].name, layers[0].name, layers[1].name]
+    expected = [result_bytes(regions, n, "fp16") for n in names]
+    s = shm(16 + sum(len(e) for e in expected))
+    regions.register_system_shared_memory("layers", "/" + s.name, s.size)
+    try:
+        headers = regions.dequantize_layers_into("layers", names, offset=16)
+        assert [h.tensor for h in headers] == names
+        offset = 16
+        for h, e in zip(headers, expected):
+            assert (h.region, h.region_offset, h.total_bytes, h.dtype) == ("layers", offset,
+                                                                          len(e), "fp16")
+            assert bytes(s.buf[offset:offset + len(e)]) == e
+            offset += len(e)
+    finally:
+        regions.unregister_system_shared_memory("layers")
+
+
+def test_region_errors_keep_their_status(regions, shm):
+    layer = regions.list().layers[0]
+    s = shm(4096)
+    regions.register_system_shared_memory("small", "/" + s.name, s.size)
+    try:
+        with pytest.raises(dequantd.DequantdError) as e:
+            regions.dequantize_into("small", layer.name)
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert 'region "small"' in e.value.message
+        with pytest.raises(dequantd.DequantdError) as e:
+            regions.dequantize_layers_into("nope", [layer.name])
+        assert e.value.code == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(dequantd.DequantdError) as e:
+            regions.register_system_shared_memory("small", "/" + s.name, s.size)
+        assert e.value.code == grpc.StatusCode.ALREADY_EXISTS
+        assert bytes(s.buf[:4096]) == b"\0" * 4096  # nothing written
+    finally:
+        regions.unregister_system_shared_memory("")
