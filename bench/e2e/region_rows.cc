@@ -228,9 +228,26 @@ double EmptyRpcSeconds(RegionClient& client, int calls) {
   return Percentile(times, 0.5);
 }
 
+// p50 of `calls` server-streaming calls that end at once with a status and no message (a
+// Dequantize into a region that is not registered: NOT_FOUND before any work): the floor of the
+// call shape a region call uses, beside the unary one.
+double EmptyStreamSeconds(RegionClient& client, int calls) {
+  dequant::v1::DequantizeRequest request;
+  request.set_tensor("absent");
+  request.mutable_output_region()->set_name("absent");
+  std::vector<double> times;
+  for (int i = 0; i < calls + 10; ++i) {
+    const Clock::time_point start = Clock::now();
+    if (client.DequantizeInto(request).status().code() != absl::StatusCode::kNotFound) return 0;
+    if (i >= 10) times.push_back(Seconds(start));
+  }
+  return Percentile(times, 0.5);
+}
+
 std::string Us(double seconds) { return absl::StrFormat("%.0f", seconds * 1e6); }
 
-void PrintRows(const std::vector<Row>& rows, double empty_rpc, std::ostream& out) {
+void PrintRows(const std::vector<Row>& rows, double empty_rpc, double empty_stream,
+               std::ostream& out) {
   out << "| destination | result | MB | p50 ms | p99 ms | GB/s | ceiling | ceiling GB/s | fraction "
          "| kernel ms | kernel / device copy | call - kernel us (means) | correct |\n"
       << "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|\n";
@@ -263,7 +280,10 @@ void PrintRows(const std::vector<Row>& rows, double empty_rpc, std::ostream& out
                            Us(r.mean - s.handler));
   }
   out << absl::StrFormat(
-      "\nan empty unary RPC (SharedMemoryStatus) from the same client: p50 %s us\n", Us(empty_rpc));
+      "\nan empty unary RPC (SharedMemoryStatus) from the same client: p50 %s us; an empty "
+      "server-streaming call (Dequantize into an unregistered region: NOT_FOUND, no message): "
+      "p50 %s us\n",
+      Us(empty_rpc), Us(empty_stream));
 }
 
 }  // namespace
@@ -344,6 +364,7 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
   }
   RegionClient client((*connected)->channel(), client_options);
   const double empty_rpc = EmptyRpcSeconds(client, 200);
+  const double empty_stream = EmptyStreamSeconds(client, 200);
   const bool gpu = (*process)->backend() == "cuda";
   const double copy_bps =
       gpu ? DeviceCopyBytesPerSecond(single.data->shape.output_bytes(DType::kF16)) : 0;
@@ -418,7 +439,7 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
                                          2 * copy_bps / 1e9)
                        : std::string("none (no GPU)"))
       << "; kernel / device copy: the kernels' (read + written) bytes/s over the copy's\n\n";
-  PrintRows(rows, empty_rpc, out);
+  PrintRows(rows, empty_rpc, empty_stream, out);
   bool ok = true;
   for (const Row& r : rows) ok = ok && r.correct && r.error.empty();
   return ok;

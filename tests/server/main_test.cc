@@ -139,8 +139,9 @@ TEST(DequantdMainTest, HelpExitsZeroWithTheUsageAndNoSourcePath) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, ::testing::StartsWith("dequantd: serves dequantization"));
   EXPECT_THAT(run.output, HasSubstr("usage: dequantd [--model DIR]"));
-  EXPECT_THAT(run.output, HasSubstr("exit codes: 0 stopped or --help/--version, 1 cannot start, "
-                                    "2 usage error"));
+  EXPECT_THAT(run.output, HasSubstr("exit codes: 0 stopped or --help/--version, 1 cannot start "
+                                    "(including a flag value that parses but is out of range"));
+  EXPECT_THAT(run.output, HasSubstr("2 usage error (unknown flag, a value that does not parse"));
   EXPECT_THAT(run.output, HasSubstr("\n  Flags from dequantd:\n"));
   EXPECT_THAT(run.output, HasSubstr("--shutdown_deadline"));
   EXPECT_THAT(run.output, ::testing::Not(HasSubstr("main.cc")));
