@@ -110,8 +110,9 @@ ABSL_FLAG(double, shared_memory_idle_release, 0,
           "stops");
 // Abuse limits (docs/hardening.md).
 ABSL_FLAG(double, stall_timeout, 60.0,
-          "seconds (0..86400) a result write may wait for a client that stopped reading before "
-          "the call is cancelled (counted in dequantd_stalled_calls_cancelled_total); 0 = never");
+          "seconds (0..86400) a result write may wait for a client that stopped reading, and a "
+          "Dequantize/DequantizeLayers call for its request, before the call is cancelled "
+          "(counted in dequantd_stalled_calls_cancelled_total); 0 = never");
 ABSL_FLAG(bool, accept_compressed_requests, false,
           "accept gzip/deflate-compressed requests (gRPC inflates them up to --max-request-bytes "
           "before any check of ours); default false: refused (UNIMPLEMENTED) when their headers "

@@ -146,9 +146,28 @@ namespace {
 // The one request of a streaming call: INVALID_ARGUMENT if the client sent none or one that does
 // not parse (naming libprotobuf's reason, e.g. a string field that is not UTF-8, when it gave one:
 // these handlers read the request themselves, so protobuf_errors.h's interceptor never sees it).
+// The two streaming methods are registered as bidirectional (MarkMethodStreamed), so gRPC starts
+// the handler, and gives it a thread, before the request has arrived: a client that opens calls
+// and never sends a request would otherwise hold a thread each for as long as it likes, and 256
+// such calls take every thread of the server. The read is watched like a blocked write
+// (--stall-timeout): past the timeout the call is cancelled (DEADLINE_EXCEEDED here, counted in
+// dequantd_stalled_calls_cancelled_total) and the thread is free again.
 template <typename Request, typename Stream>
-absl::Status ReadRequest(Stream* stream, Request* request) {
-  if (!stream->Read(request)) {
+absl::Status ReadRequest(grpc::ServerContext* context, StallWatchdog* watchdog, Stream* stream,
+                         Request* request) {
+  bool read = false;
+  bool stalled = false;
+  {
+    StallWatchdog::Write watch(watchdog, [context] { context->TryCancel(); });
+    read = stream->Read(request);
+    stalled = watch.stalled();
+  }
+  if (stalled) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no request arrived within ", watchdog->timeout_seconds(),
+                     " s of the call's start (--stall-timeout): call cancelled"));
+  }
+  if (!read) {
     std::string reason = TakeLastProtobufError();
     if (reason.empty()) reason = "it does not parse as protobuf, or the call carried none";
     return absl::InvalidArgumentError(
@@ -172,7 +191,8 @@ grpc::Status DequantService::DequantizeStream(grpc::ServerContext* context, Byte
     StreamSlot slot(active_streams_, options_.max_concurrent_streams);
     if (!slot.admitted()) return TooManyStreams(options_.max_concurrent_streams);
     v1::DequantizeRequest request;
-    if (absl::Status s = ReadRequest(stream, &request); !s.ok()) return s;
+    if (absl::Status s = ReadRequest(context, options_.stall_watchdog, stream, &request); !s.ok())
+      return s;
     return DoDequantize(context, request, stream, region_reply);
   });
 }
@@ -246,7 +266,8 @@ grpc::Status DequantService::DequantizeLayersStream(grpc::ServerContext* context
     StreamSlot slot(active_streams_, options_.max_concurrent_streams);
     if (!slot.admitted()) return TooManyStreams(options_.max_concurrent_streams);
     v1::DequantizeLayersRequest request;
-    if (absl::Status s = ReadRequest(stream, &request); !s.ok()) return s;
+    if (absl::Status s = ReadRequest(context, options_.stall_watchdog, stream, &request); !s.ok())
+      return s;
     return DoDequantizeLayers(context, request, stream, region_reply);
   });
 }

@@ -210,6 +210,68 @@ TEST(StalledClientTest, IsCancelledAfterTheStallTimeoutAndCounted) {
   EXPECT_EQ(server.Metric(stalled), 1);
 }
 
+// Found by the new-user review (2026-12-02): Dequantize and DequantizeLayers read their request
+// in the handler, so a call that never sends one held a server thread for as long as the client
+// liked (300 such calls took every thread: RESOURCE_EXHAUSTED for everyone). The read is watched
+// by --stall-timeout now.
+TEST(StalledClientTest, ACallThatNeverSendsItsRequestIsCancelledAfterTheStallTimeout) {
+  DequantdChild server({"--stall-timeout=1"});
+  ASSERT_GT(server.port, 0) << server.process.output();
+  const std::string stalled = "dequantd_stalled_calls_cancelled_total";
+  auto channel = server.Channel();
+  grpc::GenericStub generic(channel);
+  grpc::CompletionQueue cq;
+  constexpr int kCalls = 4;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::GenericClientAsyncReaderWriter>> calls;
+  for (int i = 0; i < kCalls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    calls.push_back(generic.PrepareCall(contexts.back().get(),
+                                        i % 2 == 0 ? "/dequant.v1.DequantService/Dequantize"
+                                                   : "/dequant.v1.DequantService/DequantizeLayers",
+                                        &cq));
+    calls.back()->StartCall(reinterpret_cast<void*>(static_cast<intptr_t>(i)));
+  }
+  // No request is ever written: the server gives up on each call after about a second.
+  double cancelled = 0;
+  for (int i = 0; i < 300 && cancelled < kCalls; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    cancelled = server.Metric(stalled);
+  }
+  EXPECT_EQ(cancelled, kCalls);
+  std::vector<grpc::Status> statuses(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    calls[static_cast<size_t>(i)]->Finish(&statuses[static_cast<size_t>(i)],
+                                          reinterpret_cast<void*>(static_cast<intptr_t>(100 + i)));
+  }
+  int finished = 0;
+  while (finished < kCalls) {
+    void* tag = nullptr;
+    bool ok = false;
+    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30);
+    ASSERT_EQ(cq.AsyncNext(&tag, &ok, deadline), grpc::CompletionQueue::GOT_EVENT);
+    if (reinterpret_cast<intptr_t>(tag) >= 100) ++finished;
+  }
+  for (const grpc::Status& status : statuses) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
+  }
+  // The server serves a whole call afterwards, and counted nothing more.
+  auto stub = v1::DequantService::NewStub(channel);
+  grpc::ClientContext ok_context;
+  auto ok_reader = stub->Dequantize(&ok_context, ZeroLayerRequest(1024, 1024, v1::DTYPE_FP32));
+  v1::DequantizeResponse response;
+  int64_t ok_bytes = 0;
+  while (ok_reader->Read(&response)) ok_bytes += static_cast<int64_t>(response.data().size());
+  EXPECT_TRUE(ok_reader->Finish().ok());
+  EXPECT_EQ(ok_bytes, 1024 * 1024 * 4);
+  EXPECT_EQ(server.Metric(stalled), kCalls);
+  cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
 // The probe: a request that is not valid protobuf got INTERNAL with an empty message, was not
 // counted, and libprotobuf logged an ERROR line per request (18,887 lines in 10 s).
 TEST(MalformedRequestTest, IsInvalidArgumentNamingTheProblemCountedAndLogRateLimited) {
