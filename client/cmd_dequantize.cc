@@ -175,7 +175,11 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
       header->shape(0), header->shape(1), OutputDTypeName(header->dtype()), bytes, seconds * 1e3,
       seconds > 0 ? bytes / seconds / 1e6 : 0.0, header->backend(),
       header->kernel().empty() ? "" : absl::StrCat(", kernel ", header->kernel()));
-  if (streams > 1) out << ", " << streams << " streams";
+  if (!options.shm.empty()) {
+    out << ", through shared-memory region " << options.shm;
+  } else if (streams > 1) {
+    out << ", " << streams << " streams";
+  }
   if (file) out << " -> " << options.out << " (" << file->kind() << ")";
   out << '\n';
   if (comparer) {

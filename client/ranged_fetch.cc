@@ -57,6 +57,16 @@ class SharedHeader {
   std::optional<v1::DequantizeHeader> first_;
 };
 
+}  // namespace
+
+double RetryOptions::DelayBefore(int retry) const {
+  double delay = retry_delay_seconds;
+  for (int r = 1; r < retry && delay < kMaxRetryDelaySeconds; ++r) delay *= 2;
+  return std::min(delay, kMaxRetryDelaySeconds);
+}
+
+namespace {
+
 // Fetches [begin, end) of the result into the sink, re-requesting from the last byte received
 // after a broken stream, up to retry.max_retries times.
 absl::Status FetchRange(DequantClient& client, v1::DequantizeRequest request, int64_t begin,
@@ -66,8 +76,7 @@ absl::Status FetchRange(DequantClient& client, v1::DequantizeRequest request, in
   absl::Status last;
   for (int attempt = 0; attempt <= retry.max_retries; ++attempt) {
     if (attempt > 0 && retry.retry_delay_seconds > 0) {
-      std::this_thread::sleep_for(
-          std::chrono::duration<double>(attempt * retry.retry_delay_seconds));
+      std::this_thread::sleep_for(std::chrono::duration<double>(retry.DelayBefore(attempt)));
     }
     request.set_offset(next);
     request.set_length(end - next);

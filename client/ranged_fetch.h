@@ -44,8 +44,14 @@ std::vector<std::vector<size_t>> SplitLayers(const std::vector<int64_t>& bytes, 
 absl::StatusOr<int64_t> ResultBytes(DequantClient& client, const v1::DequantizeRequest& request);
 
 struct RetryOptions {
-  int max_retries = 4;               // re-requests per range after broken streams
-  double retry_delay_seconds = 0.2;  // before the r-th re-request: r * this
+  int max_retries = 6;  // re-requests per range after broken streams
+  // Before the r-th re-request: min(this * 2^(r - 1), kMaxRetryDelaySeconds). With the defaults
+  // 0.2, 0.4, 0.8, 1.6, 2, 2 s: a server restarted within about 7 s is resumed (a linear 0.2 s x r
+  // over 4 re-requests gave up after 2 s, while gRPC's reconnect backoff was still waiting;
+  // found by the new-user review).
+  double retry_delay_seconds = 0.2;
+  static constexpr double kMaxRetryDelaySeconds = 2.0;
+  double DelayBefore(int retry) const;  // seconds before re-request `retry` (>= 1)
 };
 
 // Where a ranged fetch puts the result. on_header (may be empty) is called once, before any

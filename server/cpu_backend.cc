@@ -153,8 +153,10 @@ class CpuBackend final : public Backend {
     const int64_t rows_per_block =
         std::clamp<int64_t>((block_target + row_bytes - 1) / row_bytes, 1, last_row - first_row);
 
-    // A host destination (a shared-memory region): each block is computed in place there and
-    // Write only reports the chunks it completed (Place); otherwise they are streamed (Stream).
+    // A host destination: each block is computed in place there and Write only reports the
+    // chunks it completed (Place); otherwise they are streamed (Stream). The server gives the CPU
+    // backend no destination for a region (RegionSink offers one only for pinned host regions,
+    // which only the CUDA backend pins), so Place serves callers that pass their own memory.
     const ResultDestination* destination = sink.destination();
     if (destination != nullptr && destination->memory != ResultDestination::Memory::kHost) {
       return absl::FailedPreconditionError(

@@ -1,8 +1,9 @@
 // RegionSink: the result sink of a Dequantize/DequantizeLayers call whose output is a registered
-// region. Its destination() is the region at the request's offset, so the backend places the
-// bytes itself (CPU: computes into it; CUDA: copies device-to-host into a host region, or writes
-// a device region with the kernel); Write is then a progress report, where the sink checks the
-// bounds, the client's cancellation and an Unregister of the region. Nothing goes to the stream
+// region. Its destination() is the region at the request's offset when the backend may write it
+// directly (a device region, written by the kernel; a pinned host region, by the device-to-host
+// copy), and Write is then a progress report, where the sink checks the bounds, the client's
+// cancellation and an Unregister of the region. An unpinned host region (the CPU backend's) gets
+// the bytes through Write, copied in with GuardedCopy. Nothing goes to the stream
 // during the call: the service sends the one reply (every result's header, built from kernel()
 // and result_offsets()) once the backend has returned OK (see DequantService::RunIntoRegion).
 #pragma once

@@ -189,5 +189,19 @@ TEST(SplitTest, DefaultStreamsIsOneBelow64MBAndFourFromIt) {
   EXPECT_EQ(DefaultStreams(int64_t{64} << 20), 4);
 }
 
+TEST(RetryOptionsTest, DelaysDoubleFromTheFirstAndStopAtTwoSeconds) {
+  const RetryOptions retry;
+  EXPECT_EQ(retry.max_retries, 6);
+  const double want[] = {0.2, 0.4, 0.8, 1.6, 2.0, 2.0};
+  double total = 0;
+  for (int r = 1; r <= 6; ++r) {
+    EXPECT_DOUBLE_EQ(retry.DelayBefore(r), want[r - 1]) << "re-request " << r;
+    total += retry.DelayBefore(r);
+  }
+  EXPECT_DOUBLE_EQ(total, 7.0);  // a server back within ~7 s is resumed
+  const RetryOptions fast{.max_retries = 2, .retry_delay_seconds = 0.01};
+  EXPECT_DOUBLE_EQ(fast.DelayBefore(2), 0.02);
+}
+
 }  // namespace
 }  // namespace dequantd

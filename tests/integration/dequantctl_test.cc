@@ -155,6 +155,10 @@ TEST_F(DequantctlTest, DequantizeThroughShmWritesTheSameNpyAndCleansUp) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr(absl::StrCat(layer(0).name, ": shape (256, 192) fp16, ",
                                               layer(0).shape.output_bytes(DType::kF16), " bytes")));
+  // The summary names the path the bytes took (it said ", N streams" of a parallel fetch that
+  // did not happen; found by the new-user review).
+  EXPECT_THAT(run.out, HasSubstr(", through shared-memory region ctl-test"));
+  EXPECT_THAT(run.out, ::testing::Not(HasSubstr(" streams")));
   absl::StatusOr<npy::Array> array = npy::ReadFile(out);
   ASSERT_TRUE(array.ok()) << array.status();
   EXPECT_THAT(array->header.shape, ::testing::ElementsAre(256, 192));

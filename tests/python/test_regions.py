@@ -82,6 +82,16 @@ def test_dequantize_layers_into_returns_every_layer_header_in_request_order(regi
         regions.unregister_system_shared_memory("layers")
 
 
+def test_dequantize_layers_into_an_empty_list_writes_nothing(regions, shm):
+    s = shm(4096)
+    regions.register_system_shared_memory("empty", "/" + s.name, s.size)
+    try:
+        assert regions.dequantize_layers_into("empty", []) == []
+        assert bytes(s.buf[:4096]) == b"\0" * 4096
+    finally:
+        regions.unregister_system_shared_memory("empty")
+
+
 def test_region_errors_keep_their_status(regions, shm):
     layer = regions.list().layers[0]
     s = shm(4096)

@@ -483,6 +483,9 @@ TEST(GuardedCopyDeathTest, AFaultOutsideAGuardedCopyStillKillsWithSigbus) {
         Mapping map(shm, kBytes);
         GuardedCopy(elsewhere, source.data(), sizeof elsewhere, elsewhere, sizeof elsewhere);
         shm.Truncate(0);
+        // The child dies below without running destructors: its own object (named by its pid)
+        // is unlinked here, or each run left it in /dev/shm. The mapping keeps it alive.
+        shm_unlink(shm.key().c_str());
         // The handler is installed; this write is in no guarded range: the default action.
         volatile uint8_t* page = map.data() + 4096;
         *page = 1;
@@ -493,6 +496,7 @@ TEST(GuardedCopyDeathTest, AFaultOutsideAGuardedCopyStillKillsWithSigbus) {
       {
         Mapping map(shm, kBytes);
         shm.Truncate(0);
+        shm_unlink(shm.key().c_str());  // as above
         // A guarded copy whose range is another buffer does not cover this mapping.
         GuardedCopy(map.data(), source.data(), kBytes, elsewhere, sizeof elsewhere);
         std::exit(0);

@@ -570,7 +570,8 @@ class Client:
 
     def dequantize_layers_into(self, region: str, names: Optional[Sequence[str]] = None, *,
                                offset: int = 0, dtype: str = "fp16") -> List[RegionHeader]:
-        """Dequantizes layers of the loaded model (None = every layer, in list() order) into
+        """Dequantizes layers of the loaded model (None = every layer, in list() order; an
+        empty list writes nothing and returns [] without a call, as dequantize_layers) into
         registered region `region`, one after another in request order from byte `offset` (on
         CUDA in one grouped launch). Returns each layer's header in request order (its
         region_offset says where it went); when this returns every byte is in the region.
@@ -584,6 +585,8 @@ class Client:
                                                                            offset=offset))
         if names is not None:
             request.tensors.extend(names)
+            if not request.tensors:
+                return []
         reply = self._region_reply(self._stub.DequantizeLayers, request, region)
         headers = [_region_header(h) for h in reply.layer_headers]
         wanted = list(request.tensors)
