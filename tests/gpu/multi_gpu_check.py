@@ -20,7 +20,6 @@ checked-in ones of client/python (found from this file's place in the repository
 """
 
 import argparse
-import json
 import os
 import random
 import re
@@ -52,20 +51,7 @@ def stubs():
 
 
 def make_model(directory):
-    from safetensors.numpy import save_file
-    os.makedirs(directory, exist_ok=True)
-    tensors = {}
-    for seed, (name, (K, N)) in enumerate(LAYERS.items()):
-        qweight, qzeros, scales = demo.random_layer(K, N, 100 + seed)
-        tensors[f"{name}.qweight"] = qweight
-        tensors[f"{name}.qzeros"] = qzeros
-        tensors[f"{name}.scales"] = scales
-    save_file(tensors, os.path.join(directory, "model.safetensors"))
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                   "quantization_config": {"quant_method": "awq", "bits": 4,
-                                           "group_size": demo.GROUP, "zero_point": True,
-                                           "version": "gemm"}}, f)
+    demo.make_model(directory, LAYERS, first_seed=100)
 
 
 class Rows:

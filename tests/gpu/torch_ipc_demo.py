@@ -54,12 +54,15 @@ def reference(qweight, qzeros, scales):
     return ((unpack(qweight) - z).astype(np.float32) * s).astype(np.float16)
 
 
-def make_model(directory):
+def make_model(directory, layers=None, first_seed=0):
+    """Writes an AWQ checkpoint of random `layers` ({prefix: (K, N)}; default LAYERS) to
+    `directory`: model.safetensors (qweight, qzeros, scales per layer, seeds from `first_seed`)
+    and config.json. Shared with multi_gpu_check.py."""
     from safetensors.numpy import save_file
 
     os.makedirs(directory, exist_ok=True)
     tensors = {}
-    for seed, (name, (K, N)) in enumerate(LAYERS.items()):
+    for seed, (name, (K, N)) in enumerate((layers or LAYERS).items(), start=first_seed):
         qweight, qzeros, scales = random_layer(K, N, seed)
         tensors[f"{name}.qweight"] = qweight
         tensors[f"{name}.qzeros"] = qzeros
