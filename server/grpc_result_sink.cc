@@ -29,6 +29,19 @@ size_t PutVarint(uint64_t value, uint8_t* out) {
   return n;
 }
 
+// `response` as one message; INTERNAL naming `what` if protobuf refuses it.
+absl::StatusOr<grpc::ByteBuffer> Serialize(const v1::DequantizeResponse& response,
+                                           const char* what) {
+  grpc::ByteBuffer message;
+  bool own_buffer = false;
+  if (grpc::Status s = grpc::SerializationTraits<v1::DequantizeResponse>::Serialize(
+          response, &message, &own_buffer);
+      !s.ok()) {
+    return absl::InternalError(absl::StrCat("serializing ", what, ": ", s.error_message()));
+  }
+  return message;
+}
+
 }  // namespace
 
 size_t EncodeChunkPrefix(int64_t offset, size_t data_bytes, uint8_t* out) {
@@ -102,14 +115,7 @@ absl::StatusOr<grpc::ByteBuffer> EncodeRegionReply(const std::vector<ResultLayer
     header->set_region(region);
     header->set_region_offset(region_offsets[i]);
   }
-  grpc::ByteBuffer message;
-  bool own_buffer = false;
-  if (grpc::Status s = grpc::SerializationTraits<v1::DequantizeResponse>::Serialize(
-          response, &message, &own_buffer);
-      !s.ok()) {
-    return absl::InternalError(absl::StrCat("serializing a region reply: ", s.error_message()));
-  }
-  return message;
+  return Serialize(response, "a region reply");
 }
 
 GrpcResultSink::GrpcResultSink(grpc::ServerContext* context, Writer* writer,
@@ -137,33 +143,27 @@ absl::Status GrpcResultSink::BeginLayer(int64_t index) {
 }
 
 absl::Status GrpcResultSink::Write(int64_t offset, absl::Span<const uint8_t> bytes) {
-  if (absl::Status s = Send(EncodeChunkMessage(offset, bytes)); !s.ok()) return s;
-  metrics_->AddOutputBytes(static_cast<int64_t>(bytes.size()));
-  return absl::OkStatus();
+  return SendData(EncodeChunkMessage(offset, bytes), bytes.size());
 }
 
 absl::Status GrpcResultSink::WriteShared(int64_t offset, absl::Span<const uint8_t> bytes,
                                          std::shared_ptr<const void> keepalive) {
   if (keepalive == nullptr) return Write(offset, bytes);
-  if (absl::Status s = Send(EncodeSharedChunkMessage(offset, bytes, std::move(keepalive)));
-      !s.ok()) {
-    return s;
-  }
-  metrics_->AddOutputBytes(static_cast<int64_t>(bytes.size()));
+  return SendData(EncodeSharedChunkMessage(offset, bytes, std::move(keepalive)), bytes.size());
+}
+
+absl::Status GrpcResultSink::SendData(const grpc::ByteBuffer& message, size_t data_bytes) {
+  if (absl::Status s = Send(message); !s.ok()) return s;
+  metrics_->AddOutputBytes(static_cast<int64_t>(data_bytes));
   return absl::OkStatus();
 }
 
 absl::Status GrpcResultSink::SendHeader(size_t index) {
   v1::DequantizeResponse response;
   FillHeader(results_[index], out_dtype_, backend_, kernel_, response.mutable_header());
-  grpc::ByteBuffer message;
-  bool own_buffer = false;
-  if (grpc::Status s = grpc::SerializationTraits<v1::DequantizeResponse>::Serialize(
-          response, &message, &own_buffer);
-      !s.ok()) {
-    return absl::InternalError(absl::StrCat("serializing a header: ", s.error_message()));
-  }
-  return Send(message);
+  absl::StatusOr<grpc::ByteBuffer> message = Serialize(response, "a header");
+  if (!message.ok()) return message.status();
+  return Send(*message);
 }
 
 absl::Status GrpcResultSink::Send(const grpc::ByteBuffer& message) {

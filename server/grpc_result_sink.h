@@ -99,6 +99,8 @@ class GrpcResultSink final : public LayersSink {
   absl::Status SendHeader(size_t index);
   // Checks ServerContext::IsCancelled, then writes `message` (blocking, under the watchdog).
   absl::Status Send(const grpc::ByteBuffer& message);
+  // Send for a data chunk carrying `data_bytes` result bytes, counted in the output-bytes metric.
+  absl::Status SendData(const grpc::ByteBuffer& message, size_t data_bytes);
 
   grpc::ServerContext* const context_;
   Writer* const writer_;
