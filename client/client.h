@@ -39,6 +39,12 @@ struct ClientOptions {
   // connection), "round_robin" = each call to the next ready address of a target that resolves to
   // several ("ipv4:10.0.0.1:50051,10.0.0.2:50051", "dns:///headless-service:50051").
   std::string lb_policy;
+  // Calls into a shared-memory region (RegionClient, client/shm_client.h): how long the calling
+  // thread polls for the reply without sleeping before it blocks, in microseconds. A same-host
+  // reply is then seen as it lands instead of after the thread is woken (about 30 us sooner on
+  // the H200 host, docs/performance.md), at the price of one busy core for at most this long per
+  // call. 0: block at once.
+  int64_t region_busy_poll_us = 10'000;
 };
 
 // Receives a Dequantize result as it streams in: `on_header` once, then `on_chunk` with

@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -153,30 +154,84 @@ absl::StatusOr<v1::SharedMemoryStatusResponse> RegionClient::Status() {
   return response;
 }
 
+namespace {
+
+// A completion queue for one call's operations, each waited for in turn: polled without sleeping
+// until `poll_until`, then blocking (the call's deadline, if any, bounds the wait).
+class CallQueue {
+ public:
+  explicit CallQueue(std::chrono::steady_clock::time_point poll_until) : poll_until_(poll_until) {}
+  CallQueue(const CallQueue&) = delete;
+  CallQueue& operator=(const CallQueue&) = delete;
+  ~CallQueue() {
+    queue_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue_.Next(&tag, &ok)) {
+    }
+  }
+  grpc::CompletionQueue* get() { return &queue_; }
+
+  // Waits for the operation tagged `tag` (the only one outstanding); returns its `ok`.
+  bool Wait(void* tag) {
+    void* got = nullptr;
+    bool ok = false;
+    for (;;) {
+      const bool poll = std::chrono::steady_clock::now() < poll_until_;
+      const grpc::CompletionQueue::NextStatus next = queue_.AsyncNext(
+          &got, &ok, poll ? gpr_time_0(GPR_CLOCK_MONOTONIC) : gpr_inf_future(GPR_CLOCK_MONOTONIC));
+      if (next == grpc::CompletionQueue::GOT_EVENT && got == tag) return ok;
+      if (next == grpc::CompletionQueue::SHUTDOWN) return false;
+    }
+  }
+
+ private:
+  grpc::CompletionQueue queue_;
+  const std::chrono::steady_clock::time_point poll_until_;
+};
+
+}  // namespace
+
 template <typename Request>
-absl::StatusOr<v1::DequantizeResponse> RegionClient::ReadReply(
-    const Request& request, const v1::OutputRegion& region,
-    std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> (v1::DequantService::Stub::*call)(
-        grpc::ClientContext*, const Request&)) {
+absl::StatusOr<v1::DequantizeResponse> RegionClient::CallIntoRegion(
+    const Request& request,
+    std::unique_ptr<grpc::ClientAsyncReader<v1::DequantizeResponse>> (
+        v1::DequantService::Stub::*prepare)(grpc::ClientContext*, const Request&,
+                                            grpc::CompletionQueue*)) {
+  const std::string& region = request.output_region().name();
   grpc::ClientContext context;
   SetDeadline(&context);
-  std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
-      ((*stub_).*call)(&context, request);
+  CallQueue queue(std::chrono::steady_clock::now() +
+                  std::chrono::microseconds(std::max<int64_t>(0, options_.region_busy_poll_us)));
+  std::unique_ptr<grpc::ClientAsyncReader<v1::DequantizeResponse>> call =
+      ((*stub_).*prepare)(&context, request, queue.get());
+  // Tags: addresses that name the operations.
+  int start_tag = 0, read_tag = 0, finish_tag = 0;
+  call->StartCall(&start_tag);
+  queue.Wait(&start_tag);  // false when the call failed at once; Finish says why
   v1::DequantizeResponse reply;
+  v1::DequantizeResponse extra;
   int messages = 0;
-  v1::DequantizeResponse response;
-  while (reader->Read(&response)) {
-    if (++messages == 1) reply = std::move(response);
-    if (messages == 2) context.TryCancel();  // not a region reply: read no more of it
+  for (v1::DequantizeResponse* into = &reply;; into = &extra) {
+    call->Read(into, &read_tag);
+    if (!queue.Wait(&read_tag)) break;
+    if (++messages == 2) {
+      context.TryCancel();  // not a region reply: read no more of it
+      break;
+    }
   }
-  const absl::Status status = FromGrpcStatus(reader->Finish());
+  grpc::Status finished;
+  call->Finish(&finished, &finish_tag);
+  queue.Wait(&finish_tag);
+  const absl::Status status = FromGrpcStatus(finished);
   if (messages <= 1 && !status.ok()) return status;
   if (messages != 1) {
-    return absl::DataLossError(absl::StrCat("reply of a call into region \"", region.name(),
-                                            "\": ", messages, " messages, expected 1"));
+    return absl::DataLossError(
+        absl::StrCat("reply of a call into region \"", region,
+                     "\": ", messages == 0 ? "no message" : "several messages", ", expected 1"));
   }
   if (!reply.data().empty()) {
-    return absl::DataLossError(absl::StrCat("reply of a call into region \"", region.name(), "\": ",
+    return absl::DataLossError(absl::StrCat("reply of a call into region \"", region, "\": ",
                                             reply.data().size(), " data bytes, expected none"));
   }
   return reply;
@@ -198,7 +253,7 @@ absl::StatusOr<v1::DequantizeHeader> RegionClient::DequantizeInto(
     const v1::DequantizeRequest& request) {
   const std::string& region = request.output_region().name();
   absl::StatusOr<v1::DequantizeResponse> reply =
-      ReadReply(request, request.output_region(), &v1::DequantService::Stub::Dequantize);
+      CallIntoRegion(request, &v1::DequantService::Stub::PrepareAsyncDequantize);
   if (!reply.ok()) return reply.status();
   if (!reply->has_header() || reply->layer_headers_size() != 0) {
     return absl::DataLossError(absl::StrCat("reply of a Dequantize into region \"", region,
@@ -214,7 +269,7 @@ absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::DequantizeLayers
     const v1::DequantizeLayersRequest& request) {
   const std::string& region = request.output_region().name();
   absl::StatusOr<v1::DequantizeResponse> reply =
-      ReadReply(request, request.output_region(), &v1::DequantService::Stub::DequantizeLayers);
+      CallIntoRegion(request, &v1::DequantService::Stub::PrepareAsyncDequantizeLayers);
   if (!reply.ok()) return reply.status();
   if (reply->has_header() || reply->layer_headers().empty() ||
       (!request.tensors().empty() && reply->layer_headers_size() != request.tensors_size())) {

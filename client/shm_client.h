@@ -59,24 +59,29 @@ class RegionClient {
   // Dequantize with request.output_region set; returns the header. The result is in the region
   // once this returns OK. The reply is one message, the header (naming the region, with
   // region_offset), which arrives with the OK status. Errors: the server's, DATA_LOSS when the
-  // stream is not exactly that (no message or several, data bytes, layer_headers, another region).
+  // reply is not exactly that (no message, data bytes, layer_headers, another region).
   absl::StatusOr<v1::DequantizeHeader> DequantizeInto(const v1::DequantizeRequest& request);
   // DequantizeLayers with request.output_region set; returns each layer's header in request order
   // (region_offset says where it went), from the one reply message's layer_headers. Errors: the
-  // server's, DATA_LOSS when the stream is not exactly one message without data and `header`
+  // server's, DATA_LOSS when the reply is not exactly one message without data and `header`
   // whose layer_headers name the region and, for a non-empty request list, one per requested
   // tensor, in order.
   absl::StatusOr<std::vector<v1::DequantizeHeader>> DequantizeLayersInto(
       const v1::DequantizeLayersRequest& request);
 
  private:
-  // The one message of a region call's stream after its OK status. Errors: the server's,
-  // DATA_LOSS (no message, several, or data bytes).
+  // Calls a region method (`prepare`: the stub's PrepareAsyncDequantize or
+  // PrepareAsyncDequantizeLayers) with `request`, which names an output region, and returns the
+  // one reply message. The server sends it with the status, once every byte is in the region; the
+  // wait polls the call's own completion queue for up to ClientOptions::region_busy_poll_us
+  // before it blocks, so the reply is taken as it lands rather than after the thread is woken.
+  // Errors: the server's, DATA_LOSS (no message, several, or data bytes).
   template <typename Request>
-  absl::StatusOr<v1::DequantizeResponse> ReadReply(
-      const Request& request, const v1::OutputRegion& region,
-      std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> (v1::DequantService::Stub::*call)(
-          grpc::ClientContext*, const Request&));
+  absl::StatusOr<v1::DequantizeResponse> CallIntoRegion(
+      const Request& request,
+      std::unique_ptr<grpc::ClientAsyncReader<v1::DequantizeResponse>> (
+          v1::DequantService::Stub::*prepare)(grpc::ClientContext*, const Request&,
+                                              grpc::CompletionQueue*));
   void SetDeadline(grpc::ClientContext* context) const;
 
   std::unique_ptr<v1::DequantService::Stub> stub_;

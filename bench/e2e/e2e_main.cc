@@ -65,6 +65,9 @@ ABSL_FLAG(std::string, work_dir, "",
 ABSL_FLAG(std::string, region_model, "none",
           "shared-memory region rows (issue 9, bench/e2e/region_rows.h): none, sizes (the --sizes "
           "checkpoint) or llama-8b (a generated 8B-shaped model and an 8192 x 28672 layer)");
+ABSL_FLAG(std::string, region_transport, "unix",
+          "region rows: how the client reaches dequantd, unix (a socket file; what a same-host "
+          "client uses) or tcp (127.0.0.1)");
 ABSL_FLAG(bool, region_rows_only, false,
           "with --region_model: run only the region rows (and the pinned device-to-host ceiling "
           "they are compared with), not the stream ceilings, stream rows and model rows");
@@ -357,7 +360,8 @@ int Main() {
                           .trials = trials,
                           .chunk_bytes = chunk,
                           .pinned_d2h_bytes_per_second = d2h,
-                          .model_shrink = std::max(1, absl::GetFlag(FLAGS_model_shrink))},
+                          .model_shrink = std::max(1, absl::GetFlag(FLAGS_model_shrink)),
+                          .transport = absl::GetFlag(FLAGS_region_transport)},
                          std::cout);
   };
   if (regions_only) {

@@ -347,7 +347,9 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
 
   const int metrics_port = FreePort();
   absl::StatusOr<std::unique_ptr<DequantdProcess>> process = DequantdProcess::Start(
-      options.dequantd, model_dir, options.backend, "", options.work_dir + "/dequantd.regions.log",
+      options.dequantd, model_dir, options.backend,
+      options.transport == "unix" ? options.work_dir + "/dequantd.regions.sock" : "",
+      options.work_dir + "/dequantd.regions.log",
       {"--shared-memory=all", absl::StrCat("--metrics-listen=127.0.0.1:", metrics_port),
        "--max-output-bytes=20000000000", "--shared-memory-max-bytes=40000000000"});
   if (!process.ok()) {
@@ -431,7 +433,9 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
 
   out << "\nshared-memory regions (issue 9): dequantd --shared-memory=all, backend "
       << (*process)->backend() << ", model " << options.model << ", " << options.trials
-      << " timed calls per row after a warm-up; whole call as the C++ client sees it; GB = 1e9 "
+      << " timed calls per row after a warm-up; whole call as the C++ client sees it ("
+      << (options.transport == "unix" ? "Unix socket" : "TCP 127.0.0.1")
+      << ", region_busy_poll_us " << client_options.region_busy_poll_us << "); GB = 1e9 "
          "bytes of fp16 output; ceilings of the same run: pinned device-to-host "
       << absl::StrFormat("%.2f", options.pinned_d2h_bytes_per_second / 1e9)
       << " GB/s, device-to-device copy "

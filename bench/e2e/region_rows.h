@@ -36,6 +36,9 @@ struct RegionRowsOptions {
   // "llama-8b" only: every dimension of the model's layers divided by this (1 = the real shapes;
   // 16 for a CPU run: 224 layers of 55 MB in all), the single layer's bytes by its square.
   int model_shrink = 1;
+  // How the client reaches the server: "unix" (a socket file in work_dir: what a same-host client
+  // uses, and the lower latency) or "tcp" (127.0.0.1).
+  std::string transport = "unix";
 };
 
 // Runs the rows and prints their tables to `out`. Every row's result is compared with the CPU

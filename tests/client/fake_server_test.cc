@@ -13,6 +13,7 @@
 
 #include "client/client.h"
 #include "client/commands.h"
+#include "client/shm_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/test_dir.h"
@@ -129,10 +130,78 @@ class FakeServerTest : public ::testing::Test {
     return client_->DequantizeToMemory(request);
   }
 
+  // A region call's reply: a header naming `region` (layer_headers for DequantizeLayers).
+  static v1::DequantizeResponse RegionReply(const std::string& region, bool layers) {
+    v1::DequantizeResponse r;
+    v1::DequantizeHeader* h = layers ? r.add_layer_headers() : r.mutable_header();
+    *h = LayerHeader("a", 1, 8).header();
+    h->set_region(region);
+    return r;
+  }
+  // Calls into region "r" through RegionClient (both busy-poll settings give the same results).
+  absl::StatusOr<v1::DequantizeHeader> DequantizeInto(int64_t busy_poll_us = 10'000) {
+    ClientOptions options;
+    options.region_busy_poll_us = busy_poll_us;
+    RegionClient regions(client_->channel(), options);
+    v1::DequantizeRequest request;
+    request.set_tensor("a");
+    request.mutable_output_region()->set_name("r");
+    return regions.DequantizeInto(request);
+  }
+  absl::StatusOr<std::vector<v1::DequantizeHeader>> DequantizeLayersInto() {
+    RegionClient regions(client_->channel());
+    v1::DequantizeLayersRequest request;
+    request.add_tensors("a");
+    request.mutable_output_region()->set_name("r");
+    return regions.DequantizeLayersInto(request);
+  }
+
   ScriptedService service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<DequantClient> client_;
 };
+
+TEST_F(FakeServerTest, ARegionReplyIsOneHeaderNamingTheRegion) {
+  for (int64_t busy_poll_us : {0, 10'000}) {
+    service_.SetScript({RegionReply("r", /*layers=*/false)});
+    absl::StatusOr<v1::DequantizeHeader> header = DequantizeInto(busy_poll_us);
+    ASSERT_TRUE(header.ok()) << header.status();
+    EXPECT_EQ(header->region(), "r");
+    EXPECT_EQ(header->total_bytes(), 16);
+  }
+  service_.SetScript({RegionReply("r", /*layers=*/true)});
+  absl::StatusOr<std::vector<v1::DequantizeHeader>> headers = DequantizeLayersInto();
+  ASSERT_TRUE(headers.ok()) << headers.status();
+  ASSERT_EQ(headers->size(), 1u);
+  EXPECT_EQ((*headers)[0].tensor(), "a");
+}
+
+TEST_F(FakeServerTest, MalformedRegionRepliesAreDataLoss) {
+  v1::DequantizeResponse with_data = RegionReply("r", false);
+  with_data.set_data("xx");
+  const std::vector<std::pair<std::string, std::vector<v1::DequantizeResponse>>> cases = {
+      {"no message", {}},
+      {"several messages", {RegionReply("r", false), RegionReply("r", false)}},
+      {"data bytes", {with_data}},
+      {"names region", {RegionReply("elsewhere", false)}},
+      {"expected a header", {RegionReply("r", true)}},
+  };
+  for (const auto& [message, script] : cases) {
+    service_.SetScript(script);
+    absl::StatusOr<v1::DequantizeHeader> header = DequantizeInto();
+    EXPECT_EQ(header.status().code(), absl::StatusCode::kDataLoss) << message;
+    EXPECT_THAT(header.status().message(), HasSubstr(message));
+  }
+}
+
+TEST_F(FakeServerTest, ARegionCallKeepsTheServersErrorCode) {
+  service_.SetScript({});
+  service_.final_status =
+      grpc::Status(grpc::StatusCode::NOT_FOUND, "region \"r\" is not registered");
+  absl::StatusOr<v1::DequantizeHeader> header = DequantizeInto();
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(header.status().message(), HasSubstr("not registered"));
+}
 
 TEST_F(FakeServerTest, ReassemblesContiguousChunks) {
   service_.SetScript({Header(1, 8, 16), Chunk(0, "0123456789"), Chunk(10, "abcdef")});
