@@ -434,8 +434,9 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
   out << "\nshared-memory regions (issue 9): dequantd --shared-memory=all, backend "
       << (*process)->backend() << ", model " << options.model << ", " << options.trials
       << " timed calls per row after a warm-up; whole call as the C++ client sees it ("
-      << (options.transport == "unix" ? "Unix socket" : "TCP 127.0.0.1")
-      << ", region_busy_poll_us " << client_options.region_busy_poll_us << "); GB = 1e9 "
+      << (options.transport == "unix" ? "Unix socket" : "TCP 127.0.0.1") << ", region_busy_poll_us "
+      << client_options.region_busy_poll_us
+      << "); GB = 1e9 "
          "bytes of fp16 output; ceilings of the same run: pinned device-to-host "
       << absl::StrFormat("%.2f", options.pinned_d2h_bytes_per_second / 1e9)
       << " GB/s, device-to-device copy "
