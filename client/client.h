@@ -40,11 +40,13 @@ struct ClientOptions {
   // several ("ipv4:10.0.0.1:50051,10.0.0.2:50051", "dns:///headless-service:50051").
   std::string lb_policy;
   // Calls into a shared-memory region (RegionClient, client/shm_client.h): how long the calling
-  // thread polls for the reply without sleeping before it blocks, in microseconds. A same-host
-  // reply is then seen as it lands instead of after the thread is woken (about 30 us sooner on
-  // the H200 host, docs/performance.md), at the price of one busy core for at most this long per
-  // call. 0: block at once.
-  int64_t region_busy_poll_us = 10'000;
+  // thread polls for the reply without sleeping, counted from the call's start, before it blocks;
+  // microseconds. A reply within that time is taken as it lands instead of after the thread is
+  // woken (the reply leg of a device-region call: 34 us p50 polled against 62 us blocked on the
+  // H200 host, docs/performance.md "Region calls: where the time goes"). The price: one busy core
+  // for min(call, this) per call, also for calls that outlast it and gain nothing. The default
+  // covers a single layer into a device region (0.1-0.4 ms); 0: block at once.
+  int64_t region_busy_poll_us = 1'000;
 };
 
 // Receives a Dequantize result as it streams in: `on_header` once, then `on_chunk` with

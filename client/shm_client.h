@@ -59,11 +59,12 @@ class RegionClient {
   // Dequantize with request.output_region set; returns the header. The result is in the region
   // once this returns OK. The reply is one message, the header (naming the region, with
   // region_offset), which arrives with the OK status. Errors: the server's, DATA_LOSS when the
-  // reply is not exactly that (no message, data bytes, layer_headers, another region).
+  // reply is not exactly that (no message or several, data bytes, layer_headers, another region).
   absl::StatusOr<v1::DequantizeHeader> DequantizeInto(const v1::DequantizeRequest& request);
   // DequantizeLayers with request.output_region set; returns each layer's header in request order
   // (region_offset says where it went), from the one reply message's layer_headers. Errors: the
-  // server's, DATA_LOSS when the reply is not exactly one message without data and `header`
+  // server's, DATA_LOSS when the reply is not exactly one message (not several) without data and
+  // `header`
   // whose layer_headers name the region and, for a non-empty request list, one per requested
   // tensor, in order.
   absl::StatusOr<std::vector<v1::DequantizeHeader>> DequantizeLayersInto(

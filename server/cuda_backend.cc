@@ -165,11 +165,12 @@ class DeviceWorker {
                              .result_bytes = layer->view.shape.output_bytes(out_dtype)});
     }
     // Each slab's descriptor table goes through the stream-ordered allocator
-    // (LaunchGroupedDequantize: cudaMallocAsync, an async upload, the launch, cudaFreeAsync; the
-    // pool keeps its memory, see Init), so no launch waits for the device. (A GroupedPlan per
-    // slab, cudaMalloc + a synchronous upload + cudaFree, cost an 8B-shaped model's 224-layer
-    // call about 0.5 ms of host time.) Programmatic dependent launch is off here: slab launches
-    // sit between device -> host copies on the stream, not after another kernel.
+    // (LaunchGroupedDequantize: cudaMallocAsync, an upload staged from host memory, the launch,
+    // cudaFreeAsync; the pool keeps its memory, see Init) instead of a GroupedPlan per slab
+    // (cudaMalloc, a synchronous upload, cudaFree): no device-wide synchronization per call (the
+    // H200 measurements in docs/performance.md, "Region calls: where the time goes"). Programmatic
+    // dependent launch is off here: slab launches sit between device -> host copies on the stream,
+    // not after another kernel.
     cuda::GroupedOptions grouped = options_.grouped;
     grouped.programmatic_launch = false;
     const std::string kernel =

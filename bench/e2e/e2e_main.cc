@@ -325,6 +325,10 @@ int Main() {
     return 1;
   }
   const bool regions_only = absl::GetFlag(FLAGS_region_rows_only);
+  if (const std::string t = absl::GetFlag(FLAGS_region_transport); t != "unix" && t != "tcp") {
+    std::cerr << "--region_transport must be unix or tcp, not \"" << t << "\"\n";
+    return 2;
+  }
   if (regions_only && absl::GetFlag(FLAGS_region_model) == "none") {
     std::cerr << "--region_rows_only needs --region_model=sizes or llama-8b\n";
     return 2;

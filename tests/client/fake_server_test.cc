@@ -3,12 +3,15 @@
 // list/info/benchmark output is rendered from the protos.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -29,6 +32,7 @@ class ScriptedService final : public v1::DequantService::Service {
  public:
   std::vector<v1::DequantizeResponse> script;
   grpc::Status final_status = grpc::Status::OK;
+  std::atomic<int> delay_ms{0};  // before the first message
   v1::ListTensorsResponse list;
   v1::BenchmarkResponse benchmark;
   v1::BenchmarkRequest last_benchmark_request;
@@ -81,6 +85,7 @@ class ScriptedService final : public v1::DequantService::Service {
       copy = script;
       status = final_status;
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
     for (const v1::DequantizeResponse& r : copy) {
       if (!writer.Write(r)) break;
     }
@@ -176,6 +181,15 @@ TEST_F(FakeServerTest, ARegionReplyIsOneHeaderNamingTheRegion) {
   EXPECT_EQ((*headers)[0].tensor(), "a");
 }
 
+TEST_F(FakeServerTest, ARegionReplyAfterTheBusyPollIsTakenByTheBlockingWait) {
+  service_.delay_ms = 30;
+  service_.SetScript({RegionReply("r", /*layers=*/false)});
+  absl::StatusOr<v1::DequantizeHeader> header = DequantizeInto(/*busy_poll_us=*/1'000);
+  service_.delay_ms = 0;
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->region(), "r");
+}
+
 TEST_F(FakeServerTest, MalformedRegionRepliesAreDataLoss) {
   v1::DequantizeResponse with_data = RegionReply("r", false);
   with_data.set_data("xx");
@@ -191,6 +205,21 @@ TEST_F(FakeServerTest, MalformedRegionRepliesAreDataLoss) {
     absl::StatusOr<v1::DequantizeHeader> header = DequantizeInto();
     EXPECT_EQ(header.status().code(), absl::StatusCode::kDataLoss) << message;
     EXPECT_THAT(header.status().message(), HasSubstr(message));
+  }
+  v1::DequantizeResponse layers_with_data = RegionReply("r", true);
+  layers_with_data.set_data("xx");
+  const std::vector<std::pair<std::string, std::vector<v1::DequantizeResponse>>> layer_cases = {
+      {"no message", {}},
+      {"several messages", {RegionReply("r", true), RegionReply("r", true)}},
+      {"data bytes", {layers_with_data}},
+      {"names region", {RegionReply("elsewhere", true)}},
+      {"and a header", {RegionReply("r", false)}},
+  };
+  for (const auto& [message, script] : layer_cases) {
+    service_.SetScript(script);
+    absl::StatusOr<std::vector<v1::DequantizeHeader>> headers = DequantizeLayersInto();
+    EXPECT_EQ(headers.status().code(), absl::StatusCode::kDataLoss) << message;
+    EXPECT_THAT(headers.status().message(), HasSubstr(message));
   }
 }
 
