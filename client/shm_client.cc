@@ -2,6 +2,7 @@
 #include "client/shm_client.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace dequantd {
@@ -313,7 +315,41 @@ absl::StatusOr<int64_t> ResultBytes(DequantClient& client, const v1::DequantizeR
       absl::StrCat("tensor '", request.tensor(), "' is not a layer of the server's model"));
 }
 
+// The shm key DequantizeThroughShm uses for region `name` in process `pid`.
+std::string ShmKey(pid_t pid, const std::string& name) {
+  return absl::StrCat("/dequantctl.", pid, ".", name);
+}
+
 }  // namespace
+
+absl::StatusOr<bool> ReleaseStaleRegion(RegionClient& regions, const std::string& name) {
+  absl::StatusOr<v1::SharedMemoryStatusResponse> status = regions.Status();
+  if (!status.ok()) return status.status();
+  for (const v1::SharedMemoryRegionInfo& region : status->regions()) {
+    if (region.name() != name || region.kind() != "host" || region.calls_in_flight() != 0) continue;
+    const std::string prefix = "/dequantctl.";
+    const std::string suffix = absl::StrCat(".", name);
+    const std::string& key = region.key();
+    if (key.size() <= prefix.size() + suffix.size() || key.rfind(prefix, 0) != 0 ||
+        key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      return false;
+    }
+    int pid = 0;
+    if (!absl::SimpleAtoi(key.substr(prefix.size(), key.size() - prefix.size() - suffix.size()),
+                          &pid) ||
+        pid <= 0 || key != ShmKey(pid, name)) {
+      return false;
+    }
+    // The object must be this machine's (same /dev/shm), and its process gone from here.
+    if (::access(absl::StrCat("/dev/shm", key).c_str(), F_OK) != 0) return false;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) return false;
+    absl::StatusOr<int> released = regions.UnregisterSystem(name);
+    if (!released.ok()) return released.status();
+    ::shm_unlink(key.c_str());
+    return *released > 0;
+  }
+  return false;
+}
 
 absl::StatusOr<v1::DequantizeHeader> DequantizeThroughShm(DequantClient& client,
                                                           const std::string& name,
@@ -322,11 +358,17 @@ absl::StatusOr<v1::DequantizeHeader> DequantizeThroughShm(DequantClient& client,
   absl::StatusOr<int64_t> bytes = ResultBytes(client, request);
   if (!bytes.ok()) return bytes.status();
   absl::StatusOr<std::unique_ptr<ShmObject>> shm =
-      ShmObject::Create(absl::StrCat("/dequantctl.", getpid(), ".", name), *bytes);
+      ShmObject::Create(ShmKey(getpid(), name), *bytes);
   if (!shm.ok()) return shm.status();
   RegionClient regions(client.channel(), client.options());
   absl::StatusOr<v1::RegisterSystemSharedMemoryResponse> registered =
       regions.RegisterSystem(name, (*shm)->key(), 0, *bytes);
+  if (registered.status().code() == absl::StatusCode::kAlreadyExists) {
+    absl::StatusOr<bool> released = ReleaseStaleRegion(regions, name);
+    if (released.ok() && *released) {
+      registered = regions.RegisterSystem(name, (*shm)->key(), 0, *bytes);
+    }
+  }
   if (!registered.ok()) return registered.status();
   absl::Cleanup unregister = [&] { (void)regions.UnregisterSystem(name); };
   v1::DequantizeRequest into = request;

@@ -93,7 +93,16 @@ class RegionClient {
 // "/dequantctl.<pid>.<name>" of the result's size (from request.packed, else ListTensors),
 // registers it as region `name`, calls Dequantize into it, then hands the header and the region's
 // bytes to `sink` (on_header, then one on_chunk), unregisters the region and removes the object.
-// Errors: the server's, ShmObject's, the sink's, NOT_FOUND (a tensor not in ListTensors).
+// A registration of `name` left by an earlier run that was killed (ReleaseStaleRegion) is
+// released first. Errors: the server's (ALREADY_EXISTS: `name` is another client's region),
+// ShmObject's, the sink's, NOT_FOUND (a tensor not in ListTensors).
+// Whether host region `name` on the server was left by a DequantizeThroughShm run that is gone
+// (killed before it could unregister): its key is "/dequantctl.<pid>.<name>", that object still
+// exists in this machine's /dev/shm, no call is writing into it, and no process <pid> exists
+// here. If so, unregisters it, removes the object and returns true; false (touching nothing) for
+// any other region, including one of a live run. Errors: the server's.
+absl::StatusOr<bool> ReleaseStaleRegion(RegionClient& regions, const std::string& name);
+
 absl::StatusOr<v1::DequantizeHeader> DequantizeThroughShm(DequantClient& client,
                                                           const std::string& name,
                                                           const v1::DequantizeRequest& request,

@@ -148,6 +148,49 @@ TEST_F(DequantctlTest, DequantizeToNpyWritesExactBytesForEachDType) {
 
 // --shm: the result comes through a POSIX shared-memory region (issue 9), the file is the same,
 // and the region and its object are gone afterwards.
+// A run killed before it could unregister leaves its region and /dev/shm object behind; the next
+// run with that name releases both (the object's process is gone) and succeeds. A region of that
+// name whose process is alive (here: this test) is left alone: ALREADY_EXISTS.
+TEST_F(DequantctlTest, ShmReleasesTheRegionOfAKilledRunButNotOfALiveOne) {
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const int64_t bytes = layer(0).shape.output_bytes(DType::kF16);
+  RegionClient regions(client().channel());
+  const std::string stale_key = absl::StrCat("/dequantctl.", dead, ".stale");
+  absl::StatusOr<std::unique_ptr<ShmObject>> stale = ShmObject::Create(stale_key, bytes);
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  ASSERT_TRUE(regions.RegisterSystem("stale", stale_key, 0, bytes).ok());
+
+  const std::string out = Path("v_proj.stale.npy");
+  const CommandResult run =
+      Ctl({"dequantize", "--tensor", layer(0).name, "--out", out, "--shm", "stale"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  absl::StatusOr<npy::Array> array = npy::ReadFile(out);
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_TRUE(array->data == layer(0).Expected(DType::kF16));
+  EXPECT_FALSE(fs::exists("/dev/shm" + stale_key)) << "the dead run's object was not removed";
+  absl::StatusOr<v1::SharedMemoryStatusResponse> status = regions.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->regions_size(), 0);
+
+  const std::string live_key = absl::StrCat("/dequantctl.", getpid(), ".live");
+  absl::StatusOr<std::unique_ptr<ShmObject>> live = ShmObject::Create(live_key, bytes);
+  ASSERT_TRUE(live.ok()) << live.status();
+  ASSERT_TRUE(regions.RegisterSystem("live", live_key, 0, bytes).ok());
+  const CommandResult refused =
+      Ctl({"dequantize", "--tensor", layer(0).name, "--out", Path("live.npy"), "--shm", "live"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("ALREADY_EXISTS"));
+  EXPECT_TRUE(fs::exists("/dev/shm" + live_key));
+  status = regions.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->regions_size(), 1);
+  EXPECT_EQ(status->regions(0).name(), "live");
+  ASSERT_TRUE(regions.UnregisterSystem("live").ok());
+}
+
 TEST_F(DequantctlTest, DequantizeThroughShmWritesTheSameNpyAndCleansUp) {
   const std::string out = Path("v_proj.shm.npy");
   const CommandResult run =
