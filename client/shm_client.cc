@@ -18,6 +18,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace dequantd {
 namespace {
@@ -325,30 +326,27 @@ std::string ShmKey(pid_t pid, const std::string& name) {
 absl::StatusOr<bool> ReleaseStaleRegion(RegionClient& regions, const std::string& name) {
   absl::StatusOr<v1::SharedMemoryStatusResponse> status = regions.Status();
   if (!status.ok()) return status.status();
-  for (const v1::SharedMemoryRegionInfo& region : status->regions()) {
-    if (region.name() != name || region.kind() != "host" || region.calls_in_flight() != 0) continue;
-    const std::string prefix = "/dequantctl.";
-    const std::string suffix = absl::StrCat(".", name);
-    const std::string& key = region.key();
-    if (key.size() <= prefix.size() + suffix.size() || key.rfind(prefix, 0) != 0 ||
-        key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      return false;
-    }
-    int pid = 0;
-    if (!absl::SimpleAtoi(key.substr(prefix.size(), key.size() - prefix.size() - suffix.size()),
-                          &pid) ||
-        pid <= 0 || key != ShmKey(pid, name)) {
-      return false;
-    }
-    // The object must be this machine's (same /dev/shm), and its process gone from here.
-    if (::access(absl::StrCat("/dev/shm", key).c_str(), F_OK) != 0) return false;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) return false;
-    absl::StatusOr<int> released = regions.UnregisterSystem(name);
-    if (!released.ok()) return released.status();
-    ::shm_unlink(key.c_str());
-    return *released > 0;
+  const auto& all = status->regions();
+  const auto region = std::find_if(all.begin(), all.end(), [&](const auto& r) {
+    return r.name() == name && r.kind() == "host" && r.calls_in_flight() == 0;
+  });
+  if (region == all.end()) return false;
+  // The key must be ShmKey(pid, name) for some pid, its object this machine's (same /dev/shm),
+  // and that process gone from here.
+  const std::string& key = region->key();
+  absl::string_view pid_text = key;
+  int pid = 0;
+  if (!absl::ConsumePrefix(&pid_text, "/dequantctl.") ||
+      !absl::ConsumeSuffix(&pid_text, absl::StrCat(".", name)) ||
+      !absl::SimpleAtoi(pid_text, &pid) || pid <= 0 || key != ShmKey(pid, name)) {
+    return false;
   }
-  return false;
+  if (::access(absl::StrCat("/dev/shm", key).c_str(), F_OK) != 0) return false;
+  if (::kill(pid, 0) == 0 || errno != ESRCH) return false;
+  absl::StatusOr<int> released = regions.UnregisterSystem(name);
+  if (!released.ok()) return released.status();
+  ::shm_unlink(key.c_str());
+  return *released > 0;
 }
 
 absl::StatusOr<v1::DequantizeHeader> DequantizeThroughShm(DequantClient& client,

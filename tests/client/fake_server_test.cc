@@ -191,35 +191,24 @@ TEST_F(FakeServerTest, ARegionReplyAfterTheBusyPollIsTakenByTheBlockingWait) {
 }
 
 TEST_F(FakeServerTest, MalformedRegionRepliesAreDataLoss) {
-  v1::DequantizeResponse with_data = RegionReply("r", false);
-  with_data.set_data("xx");
-  const std::vector<std::pair<std::string, std::vector<v1::DequantizeResponse>>> cases = {
-      {"no message", {}},
-      {"several messages", {RegionReply("r", false), RegionReply("r", false)}},
-      {"data bytes", {with_data}},
-      {"names region", {RegionReply("elsewhere", false)}},
-      {"expected a header", {RegionReply("r", true)}},
-  };
-  for (const auto& [message, script] : cases) {
-    service_.SetScript(script);
-    absl::StatusOr<v1::DequantizeHeader> header = DequantizeInto();
-    EXPECT_EQ(header.status().code(), absl::StatusCode::kDataLoss) << message;
-    EXPECT_THAT(header.status().message(), HasSubstr(message));
-  }
-  v1::DequantizeResponse layers_with_data = RegionReply("r", true);
-  layers_with_data.set_data("xx");
-  const std::vector<std::pair<std::string, std::vector<v1::DequantizeResponse>>> layer_cases = {
-      {"no message", {}},
-      {"several messages", {RegionReply("r", true), RegionReply("r", true)}},
-      {"data bytes", {layers_with_data}},
-      {"names region", {RegionReply("elsewhere", true)}},
-      {"and a header", {RegionReply("r", false)}},
-  };
-  for (const auto& [message, script] : layer_cases) {
-    service_.SetScript(script);
-    absl::StatusOr<std::vector<v1::DequantizeHeader>> headers = DequantizeLayersInto();
-    EXPECT_EQ(headers.status().code(), absl::StatusCode::kDataLoss) << message;
-    EXPECT_THAT(headers.status().message(), HasSubstr(message));
+  for (const bool layers : {false, true}) {
+    v1::DequantizeResponse with_data = RegionReply("r", layers);
+    with_data.set_data("xx");
+    const std::vector<std::pair<std::string, std::vector<v1::DequantizeResponse>>> cases = {
+        {"no message", {}},
+        {"several messages", {RegionReply("r", layers), RegionReply("r", layers)}},
+        {"data bytes", {with_data}},
+        {"names region", {RegionReply("elsewhere", layers)}},
+        // The other method's reply: a Dequantize header for layers, layer_headers for one.
+        {layers ? "and a header" : "expected a header", {RegionReply("r", !layers)}},
+    };
+    for (const auto& [message, script] : cases) {
+      service_.SetScript(script);
+      const absl::Status status =
+          layers ? DequantizeLayersInto().status() : DequantizeInto().status();
+      EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << message;
+      EXPECT_THAT(status.message(), HasSubstr(message));
+    }
   }
 }
 
