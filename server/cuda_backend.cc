@@ -15,7 +15,6 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -26,6 +25,7 @@
 #include "server/backend_observer.h"
 #include "server/cuda/copy_bandwidth.h"
 #include "server/cuda/device_buffer_cache.h"
+#include "server/cuda/grouped_plan_cache.h"
 #include "server/cuda/packed_upload.h"
 #include "server/cuda/request_slot.h"
 #include "server/cuda/resident_model.h"
@@ -123,7 +123,8 @@ class DeviceWorker {
       job.host_input = &source.host;
     }
     const cuda::SlabLauncher launch = [this](absl::Span<const cuda::GroupedItem> items, DType dtype,
-                                             cudaStream_t stream) -> absl::StatusOr<std::string> {
+                                             cudaStream_t stream,
+                                             bool) -> absl::StatusOr<std::string> {
       if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
       const cuda::GroupedItem& item = items.front();  // one result: one slab of one item
       cuda::LaunchConfig config = cuda::DefaultConfig(options_.variant, item.in.shape, dtype);
@@ -155,33 +156,49 @@ class DeviceWorker {
     cuda::ResultJob job;
     job.out_dtype = out_dtype;
     job.variant = "grouped";
-    std::unordered_set<cuda::ResidentModel::LayerId> distinct;
+    job.entries.reserve(layers.size());
+    std::vector<cuda::ResidentModel::LayerId> ids;
+    ids.reserve(layers.size());
     for (const QuantizedLayer* layer : layers) {
       absl::StatusOr<cuda::ResidentModel::LayerId> id = Resident(*layer);
       if (!id.ok()) return id.status();
-      distinct.insert(*id);
+      ids.push_back(*id);
       job.entries.push_back({.in = model_.view(*id),
                              .result = *id,
                              .result_bytes = layer->view.shape.output_bytes(out_dtype)});
     }
-    // Each slab's descriptor table goes through the stream-ordered allocator
-    // (LaunchGroupedDequantize: cudaMallocAsync, an upload staged from host memory, the launch,
-    // cudaFreeAsync; the pool keeps its memory, see Init) instead of a GroupedPlan per slab
-    // (cudaMalloc, a synchronous upload, cudaFree): no device-wide synchronization per call (the
-    // H200 measurements in docs/performance.md, "Region calls: where the time goes"). Programmatic
-    // dependent launch is off here: slab launches sit between device -> host copies on the stream,
-    // not after another kernel.
+    std::sort(ids.begin(), ids.end());
+    const auto distinct = std::unique(ids.begin(), ids.end()) - ids.begin();
+    // Launches into the destination itself (a device region: the same addresses whenever the
+    // call is repeated) go through kept plans (grouped_plan_cache.h): a repeated whole-model call
+    // pays no layout and no table upload. Slab launches write the call's own buffers and upload
+    // their table on the stream (LaunchGroupedDequantize: cudaMallocAsync, an upload staged from
+    // host memory, the launch, cudaFreeAsync; the pool keeps its memory, see Init). Programmatic
+    // dependent launch is off here: slab launches sit between device -> host copies on the
+    // stream, not after another kernel.
     cuda::GroupedOptions grouped = options_.grouped;
     grouped.programmatic_launch = false;
     const std::string kernel =
         absl::StrCat("grouped block=", grouped.block_size, ",rows=", grouped.rows_per_thread,
-                     ",units=", grouped.units_per_thread, " layers=", distinct.size());
-    const cuda::SlabLauncher launch = [&](absl::Span<const cuda::GroupedItem> items, DType dtype,
-                                          cudaStream_t stream) -> absl::StatusOr<std::string> {
+                     ",units=", grouped.units_per_thread, " layers=", distinct);
+    // Plans launched by this call, held until the pipeline has drained the stream.
+    std::vector<std::shared_ptr<const cuda::GroupedPlan>> launched;
+    const cuda::SlabLauncher launch =
+        [&](absl::Span<const cuda::GroupedItem> items, DType dtype, cudaStream_t stream,
+            bool into_destination) -> absl::StatusOr<std::string> {
       if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
-      if (absl::Status s = cuda::LaunchGroupedDequantize(items, dtype, stream, grouped); !s.ok()) {
-        return s;
+      if (!into_destination) {
+        if (absl::Status s = cuda::LaunchGroupedDequantize(items, dtype, stream, grouped);
+            !s.ok()) {
+          return s;
+        }
+        return kernel;
       }
+      absl::StatusOr<std::shared_ptr<const cuda::GroupedPlan>> plan =
+          plans_.Get(items, dtype, grouped, stream);
+      if (!plan.ok()) return plan.status();
+      launched.push_back(*plan);
+      if (absl::Status s = (*plan)->Launch(stream); !s.ok()) return s;
       return kernel;
     };
     return pipeline_->Run(job, launch, chunk_bytes, sink, &sink);
@@ -264,6 +281,9 @@ class DeviceWorker {
   DeviceDescription description_;
   cuda::ResidentModel model_;  // written only in Upload (before requests)
   cuda::DeviceBufferCache cache_;
+  // Plans of grouped launches straight into destination memory; kept 8, a few of them whole
+  // models written again into the same regions (a plan is a few ~30 KB tables, far below that).
+  cuda::GroupedPlanCache plans_{8};
   std::unique_ptr<LeasePool<cuda::RequestSlot>> slots_;
   std::unique_ptr<cuda::ResultPipeline> pipeline_;
 };
@@ -420,13 +440,23 @@ class CudaBackend final : public Backend {
     }
     if (layers.empty()) return absl::OkStatus();
     // Which workers in rotation may compute each entry; then the parts (device_router.h).
+    // Consecutive layers mostly have the same holders (every layer, with one GPU or replicated
+    // placement): their candidates are worked out once per run of equal holder lists.
     std::vector<std::vector<int>> candidates(layers.size());
     std::vector<int64_t> result_bytes(layers.size());
+    const std::vector<int>* run_holders = nullptr;
     for (size_t i = 0; i < layers.size(); ++i) {
-      absl::StatusOr<std::vector<int>> holders = Candidates(layers[i], sink.destination());
-      if (!holders.ok()) return holders.status();
+      result_bytes[i] = layers[i]->view.shape.output_bytes(out_dtype);
+      const std::vector<int>* holders = HoldersOf(layers[i]);
+      if (i > 0 && holders != nullptr && run_holders != nullptr && *holders == *run_holders) {
+        candidates[i] = candidates[i - 1];
+        continue;
+      }
+      run_holders = holders;
+      absl::StatusOr<std::vector<int>> may = Candidates(layers[i], sink.destination());
+      if (!may.ok()) return may.status();
       std::string why;
-      for (int w : *holders) {
+      for (int w : *may) {
         if (router_.serving(w)) {
           candidates[i].push_back(w);
         } else {
@@ -439,7 +469,6 @@ class CudaBackend final : public Backend {
                                                    "\": every GPU holding it is out of rotation (",
                                                    why, ")"));
       }
-      result_bytes[i] = layers[i]->view.shape.output_bytes(out_dtype);
     }
     absl::StatusOr<std::vector<LayerPart>> parts =
         PlanLayerParts(candidates, result_bytes, router_.loads(), options_.min_part_bytes);
@@ -448,6 +477,7 @@ class CudaBackend final : public Backend {
     auto common = [&](const LayerPart& part) {
       std::vector<int> both = candidates[part.begin];
       for (size_t i = part.begin + 1; i < part.end; ++i) {
+        if (candidates[i] == both) continue;
         std::vector<int> next;
         for (int w : both) {
           if (std::find(candidates[i].begin(), candidates[i].end(), w) != candidates[i].end()) {
@@ -492,11 +522,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::vector<int>> Candidates(const QuantizedLayer* layer,
                                               const ResultDestination* destination) const {
     std::vector<int> all;
-    if (layer != nullptr) {
-      if (auto it = layer_index_.find(layer->name); it != layer_index_.end()) {
-        all = holders_[static_cast<size_t>(it->second)];
-      }
-    }
+    if (const std::vector<int>* holders = HoldersOf(layer); holders != nullptr) all = *holders;
     if (all.empty()) {
       for (int w = 0; w < router_.size(); ++w) {
         if (entries_[static_cast<size_t>(w)].worker != nullptr) all.push_back(w);
@@ -521,6 +547,13 @@ class CudaBackend final : public Backend {
           "; results are written only into memory of the device that computes them"));
     }
     return here;
+  }
+
+  // The workers Prepare placed `layer` on; null for an inline input or a layer never prepared.
+  const std::vector<int>* HoldersOf(const QuantizedLayer* layer) const {
+    if (layer == nullptr) return nullptr;
+    auto it = layer_index_.find(layer->name);
+    return it == layer_index_.end() ? nullptr : &holders_[static_cast<size_t>(it->second)];
   }
 
   // Runs `call` on `preferred` (when >= 0 and in rotation) or the least-loaded worker in rotation

@@ -290,10 +290,18 @@ absl::StatusOr<GroupedLayout> PlanGroupedLayout(absl::Span<const GroupedItem> it
 }
 
 struct GroupedPlan::DeviceTable {
-  void* memory = nullptr;
+  void* memory = nullptr;  // from the device's stream-ordered pool
+  int device = 0;
   size_t buckets_at = 0;
   ~DeviceTable() {
-    if (memory != nullptr) cudaFree(memory);
+    if (memory == nullptr) return;
+    // Stream-ordered and host-asynchronous: no device-wide synchronization, unlike cudaFree. No
+    // launch of the plan may still be running (the class's contract).
+    int current = 0;
+    cudaGetDevice(&current);
+    if (current != device) cudaSetDevice(device);
+    cudaFreeAsync(memory, cudaStreamPerThread);
+    if (current != device) cudaSetDevice(current);
   }
 };
 
@@ -302,7 +310,8 @@ GroupedPlan& GroupedPlan::operator=(GroupedPlan&&) noexcept = default;
 GroupedPlan::~GroupedPlan() = default;
 
 absl::StatusOr<GroupedPlan> GroupedPlan::Create(absl::Span<const GroupedItem> items,
-                                                DType out_dtype, const GroupedOptions& options) {
+                                                DType out_dtype, const GroupedOptions& options,
+                                                cudaStream_t stream) {
   absl::StatusOr<GroupedLayout> layout = PlanGroupedLayout(items, out_dtype, options);
   if (!layout.ok()) return layout.status();
   GroupedPlan plan;
@@ -311,9 +320,14 @@ absl::StatusOr<GroupedPlan> GroupedPlan::Create(absl::Span<const GroupedItem> it
   plan.table_ = std::make_unique<DeviceTable>();
   if (layout->total_blocks > 0) {
     const HostTable host = MakeHostTable(items, *layout, out_dtype);
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMalloc(&plan.table_->memory, host.bytes.size()));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(plan.table_->memory, host.bytes.data(),
-                                             host.bytes.size(), cudaMemcpyHostToDevice));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&plan.table_->device));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(
+        cudaMallocAsync(&plan.table_->memory, host.bytes.size(), stream));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(plan.table_->memory, host.bytes.data(),
+                                                  host.bytes.size(), cudaMemcpyHostToDevice,
+                                                  stream));
+    // Launches may go to any stream: the table must be there before Create returns.
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     plan.table_->buckets_at = host.buckets_at;
   }
   plan.layout_ = *std::move(layout);

@@ -299,7 +299,7 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
       written_bytes += job.entries[i].result_bytes;
     }
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->kernel_start[s % 2].get(), stream));
-    absl::StatusOr<std::string> kernel = launch(items, job.out_dtype, stream);
+    absl::StatusOr<std::string> kernel = launch(items, job.out_dtype, stream, direct);
     if (!kernel.ok()) return kernel.status();
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->kernel_end[s % 2].get(), stream));
     return kernel;

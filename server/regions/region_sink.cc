@@ -35,6 +35,7 @@ RegionSink::~RegionSink() {
 
 absl::Status RegionSink::Begin(const std::string& kernel) {
   kernel_ = kernel;
+  if (on_begin_) on_begin_();
   return absl::OkStatus();
 }
 

@@ -5,7 +5,8 @@
 // cancellation and an Unregister of the region. An unpinned host region (the CPU backend's) gets
 // the bytes through Write, copied in with GuardedCopy. Nothing goes to the stream
 // during the call: the service sends the one reply (every result's header, built from kernel()
-// and result_offsets()) once the backend has returned OK (see DequantService::RunIntoRegion).
+// and result_offsets() by the on_begin hook, i.e. while the kernel runs) once the backend has
+// returned OK (see DequantService::RunIntoRegion).
 #pragma once
 
 #include <chrono>
@@ -44,13 +45,16 @@ class RegionSink final : public LayersSink {
   const std::vector<int64_t>& result_offsets() const { return result_offsets_; }
   // The kernel Begin reported (empty before Begin).
   const std::string& kernel() const { return kernel_; }
+  // Runs `hook` in Begin, after kernel() is set: a backend calls Begin right after its first
+  // launch, so work done there (the reply's encoding) overlaps the kernel.
+  void set_on_begin(std::function<void()> hook) { on_begin_ = std::move(hook); }
 
   // The region at the offset, when its memory may be written by the backend directly
   // (Region::direct_writes); null otherwise (the bytes then come through Write).
   const ResultDestination* destination() const override {
     return direct_ ? &destination_ : nullptr;
   }
-  // Records the kernel; writes nothing.
+  // Records the kernel and runs the on_begin hook; writes nothing.
   absl::Status Begin(const std::string& kernel) override;
   // INTERNAL for an index outside the call's results.
   absl::Status BeginLayer(int64_t index) override;
@@ -74,6 +78,7 @@ class RegionSink final : public LayersSink {
   bool direct_ = false;  // Region::direct_writes
   size_t current_ = 0;   // the result being written
   std::string kernel_;
+  std::function<void()> on_begin_;
   int64_t delivered_bytes_ = 0;                      // reported to `delivered_` at destruction
   std::chrono::steady_clock::time_point next_poll_;  // when Write next asks `cancelled_`
 };

@@ -320,6 +320,20 @@ TEST(RegionSinkTest, CpuBackendComputesIntoTheRegionAtTheOffset) {
   EXPECT_EQ(reports, 1);
 }
 
+// The on_begin hook (the service encodes the reply there, while the kernel runs) runs once per
+// Begin, after kernel() is set, and never before Begin.
+TEST(RegionSinkTest, OnBeginRunsInBeginWithTheKernelSet) {
+  RegionRegistry registry({});
+  ASSERT_TRUE(registry.Add(std::make_unique<FakeRegion>("r", 4096, nullptr)).ok());
+  RegionSink sink(*registry.Acquire("r"), 0, {1024}, nullptr, nullptr);
+  std::vector<std::string> seen;
+  sink.set_on_begin([&] { seen.push_back(sink.kernel()); });
+  ASSERT_TRUE(sink.BeginLayer(0).ok());
+  EXPECT_TRUE(seen.empty());
+  ASSERT_TRUE(sink.Begin("grouped layers=1").ok());
+  EXPECT_EQ(seen, std::vector<std::string>{"grouped layers=1"});
+}
+
 TEST(RegionSinkTest, CpuDequantizeLayersPlacesTheLayersOneAfterAnother) {
   const PackedLayer a = RandomPackedLayer({.K = 128, .N = 256, .group_size = 64}, 1);
   const PackedLayer b =

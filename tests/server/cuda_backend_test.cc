@@ -536,6 +536,63 @@ TEST_F(CudaBackendTest, LayersInSmallSlabsAreBitExact) {
   }
 }
 
+// DequantizeLayers straight into device memory, repeated (the second call launches a kept plan,
+// grouped_plan_cache.h), then at another offset and with another dtype (new plans): every call
+// rewrites every byte of a poisoned buffer as the reference, and nothing outside its range.
+TEST_F(CudaBackendTest, RepeatedLayersIntoDeviceMemoryAreBitExactEveryTime) {
+  std::vector<PackedLayer> packed;
+  for (int i = 0; i < 6; ++i) {
+    packed.push_back(RandomPackedLayer(
+        {.K = 128 * (1 + i % 3), .N = 64 * (1 + (i * 3) % 5), .group_size = 64,
+         .scale_dtype = i % 2 ? DType::kF16 : DType::kBF16},
+        static_cast<uint32_t>(700 + i)));
+  }
+  std::vector<const PackedLayer*> pointers;
+  for (const PackedLayer& p : packed) pointers.push_back(&p);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint(pointers);
+  ASSERT_NE(checkpoint, nullptr);
+  std::unique_ptr<Backend> backend = Make();
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(backend->Prepare(*checkpoint).ok());
+  const std::vector<int> order = {5, 0, 3, 3, 1, 4, 2};
+  std::vector<const QuantizedLayer*> request;
+  for (int i : order) {
+    request.push_back(checkpoint->Find("l" + std::to_string(i)));
+    ASSERT_NE(request.back(), nullptr);
+  }
+  constexpr int64_t kCapacity = 4 << 20;
+  void* memory = nullptr;
+  ASSERT_EQ(cudaMalloc(&memory, kCapacity), cudaSuccess);
+  struct Call {
+    DType dtype;
+    int64_t offset;
+  };
+  for (const Call& call : {Call{DType::kF16, 0}, Call{DType::kF16, 0}, Call{DType::kF16, 4096},
+                           Call{DType::kF32, 4096}, Call{DType::kF16, 0}}) {
+    SCOPED_TRACE(std::string(DTypeName(call.dtype)) + " at " + std::to_string(call.offset));
+    std::vector<uint8_t> expected(static_cast<size_t>(call.offset), 0x6B);
+    for (int i : order) {
+      const std::vector<uint8_t> layer = ReferenceBytes(packed[static_cast<size_t>(i)], call.dtype);
+      expected.insert(expected.end(), layer.begin(), layer.end());
+    }
+    expected.resize(expected.size() + 256, 0x6B);
+    ASSERT_LE(static_cast<int64_t>(expected.size()), kCapacity);
+    ASSERT_EQ(cudaMemset(memory, 0x6B, kCapacity), cudaSuccess);
+    ResultDestination destination{
+        .memory = ResultDestination::Memory::kDevice,
+        .data = static_cast<uint8_t*>(memory) + call.offset,
+        .bytes = static_cast<int64_t>(expected.size()) - call.offset - 256,
+        .device = 0};
+    LayersCollector placed(&destination);
+    ASSERT_TRUE(backend->DequantizeLayers(request, call.dtype, 1 << 20, placed).ok());
+    EXPECT_THAT(placed.kernel, ::testing::HasSubstr("layers=6"));
+    std::vector<uint8_t> got(expected.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), memory, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_TRUE(got == expected);
+  }
+  cudaFree(memory);
+}
+
 // Several workers (issue 14) on one GPU (--devices 0,0): a whole-model call spread over both
 // workers, replicated and split placement, every byte as the reference; an injected launch
 // failure takes one worker out of rotation while every call still succeeds; an injected start

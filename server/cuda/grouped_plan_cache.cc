@@ -1,0 +1,51 @@
+// GroupedPlanCache (see grouped_plan_cache.h).
+#include "server/cuda/grouped_plan_cache.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace dequantd::cuda {
+namespace {
+
+bool SameItem(const GroupedItem& a, const GroupedItem& b) {
+  const AwqShape& x = a.in.shape;
+  const AwqShape& y = b.in.shape;
+  return a.out == b.out && a.in.qweight == b.in.qweight && a.in.qzeros == b.in.qzeros &&
+         a.in.scales == b.in.scales && x.K == y.K && x.N == y.N && x.group_size == y.group_size &&
+         x.scale_dtype == y.scale_dtype;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const GroupedPlan>> GroupedPlanCache::Get(
+    absl::Span<const GroupedItem> items, DType out_dtype, const GroupedOptions& options,
+    cudaStream_t stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      const GroupedPlan& plan = *it->plan;
+      if (plan.out_dtype() != out_dtype || !(plan.options() == options) ||
+          !std::equal(items.begin(), items.end(), it->items.begin(), it->items.end(), SameItem)) {
+        continue;
+      }
+      entries_.splice(entries_.begin(), entries_, it);
+      return entries_.front().plan;
+    }
+  }
+  // Built outside the lock (it waits for the upload). Two calls missing at once both build and
+  // both plans are kept; the one not found first ages out.
+  absl::StatusOr<GroupedPlan> built = GroupedPlan::Create(items, out_dtype, options, stream);
+  if (!built.ok()) return built.status();
+  auto plan = std::make_shared<const GroupedPlan>(*std::move(built));
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.push_front(Entry{.items = {items.begin(), items.end()}, .plan = plan});
+  while (entries_.size() > capacity_) entries_.pop_back();
+  return plan;
+}
+
+size_t GroupedPlanCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace dequantd::cuda
