@@ -183,9 +183,9 @@ class DeviceWorker {
                      ",units=", grouped.units_per_thread, " layers=", distinct);
     // Plans launched by this call, held until the pipeline has drained the stream.
     std::vector<std::shared_ptr<const cuda::GroupedPlan>> launched;
-    const cuda::SlabLauncher launch =
-        [&](absl::Span<const cuda::GroupedItem> items, DType dtype, cudaStream_t stream,
-            bool into_destination) -> absl::StatusOr<std::string> {
+    const cuda::SlabLauncher launch = [&](absl::Span<const cuda::GroupedItem> items, DType dtype,
+                                          cudaStream_t stream,
+                                          bool into_destination) -> absl::StatusOr<std::string> {
       if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
       if (!into_destination) {
         if (absl::Status s = cuda::LaunchGroupedDequantize(items, dtype, stream, grouped);

@@ -321,11 +321,9 @@ absl::StatusOr<GroupedPlan> GroupedPlan::Create(absl::Span<const GroupedItem> it
   if (layout->total_blocks > 0) {
     const HostTable host = MakeHostTable(items, *layout, out_dtype);
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&plan.table_->device));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(
-        cudaMallocAsync(&plan.table_->memory, host.bytes.size(), stream));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(plan.table_->memory, host.bytes.data(),
-                                                  host.bytes.size(), cudaMemcpyHostToDevice,
-                                                  stream));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&plan.table_->memory, host.bytes.size(), stream));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        plan.table_->memory, host.bytes.data(), host.bytes.size(), cudaMemcpyHostToDevice, stream));
     // Launches may go to any stream: the table must be there before Create returns.
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     plan.table_->buckets_at = host.buckets_at;

@@ -88,8 +88,8 @@ absl::StatusOr<GroupedLayout> PlanGroupedLayout(absl::Span<const GroupedItem> it
 
 // The layout plus its descriptor table on the device, reusable for any number of launches.
 // Movable, not copyable; frees its device memory on destruction (on the device current at
-// Create, stream-ordered). Launch is thread-safe (it only reads the plan); the items' buffers must stay valid
-// while a launch runs.
+// Create, stream-ordered). Launch is thread-safe (it only reads the plan); the items' buffers must
+// stay valid while a launch runs.
 class GroupedPlan {
  public:
   // PlanGroupedLayout's errors; INTERNAL / RESOURCE_EXHAUSTED for CUDA failures. The table

@@ -49,9 +49,9 @@ struct ResultJob {
 // slab and returns the kernel's description for ChunkSink::Begin. Its error fails the call (before
 // Begin when it is the first slab's). `into_destination`: the outputs are the sink's destination
 // memory itself (the same addresses when the call is repeated), not the call's slab buffers.
-using SlabLauncher = std::function<absl::StatusOr<std::string>(
-    absl::Span<const GroupedItem> items, DType out_dtype, cudaStream_t stream,
-    bool into_destination)>;
+using SlabLauncher =
+    std::function<absl::StatusOr<std::string>(absl::Span<const GroupedItem> items, DType out_dtype,
+                                              cudaStream_t stream, bool into_destination)>;
 
 struct PipelineOptions {
   int device = 0;

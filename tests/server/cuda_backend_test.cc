@@ -542,10 +542,11 @@ TEST_F(CudaBackendTest, LayersInSmallSlabsAreBitExact) {
 TEST_F(CudaBackendTest, RepeatedLayersIntoDeviceMemoryAreBitExactEveryTime) {
   std::vector<PackedLayer> packed;
   for (int i = 0; i < 6; ++i) {
-    packed.push_back(RandomPackedLayer(
-        {.K = 128 * (1 + i % 3), .N = 64 * (1 + (i * 3) % 5), .group_size = 64,
-         .scale_dtype = i % 2 ? DType::kF16 : DType::kBF16},
-        static_cast<uint32_t>(700 + i)));
+    packed.push_back(RandomPackedLayer({.K = 128 * (1 + i % 3),
+                                        .N = 64 * (1 + (i * 3) % 5),
+                                        .group_size = 64,
+                                        .scale_dtype = i % 2 ? DType::kF16 : DType::kBF16},
+                                       static_cast<uint32_t>(700 + i)));
   }
   std::vector<const PackedLayer*> pointers;
   for (const PackedLayer& p : packed) pointers.push_back(&p);

@@ -86,7 +86,7 @@ TEST_F(GroupedPlanCacheTest, TheLeastRecentlyUsedPlanGivesWayAtCapacity) {
   GroupedPlanCache cache(2);
   const auto a = Get(cache, 0x10000000, DType::kF16);
   const auto b = Get(cache, 0x20000000, DType::kF16);
-  EXPECT_EQ(Get(cache, 0x10000000, DType::kF16), a);  // a is now the most recent
+  EXPECT_EQ(Get(cache, 0x10000000, DType::kF16), a);   // a is now the most recent
   const auto c = Get(cache, 0x30000000, DType::kF16);  // b gives way
   EXPECT_EQ(cache.size(), 2u);
   EXPECT_EQ(Get(cache, 0x10000000, DType::kF16), a);
