@@ -47,6 +47,7 @@
 #include "bench/e2e/region_rows.h"
 #include "bench/e2e/synthetic_model.h"
 #include "bench/e2e/thread_profile.h"
+#include "client/client.h"
 #include "client/ranged_fetch.h"
 #include "kernels/dequant.h"
 
@@ -68,6 +69,9 @@ ABSL_FLAG(std::string, region_model, "none",
 ABSL_FLAG(std::string, region_transport, "unix",
           "region rows: how the client reaches dequantd, unix (a socket file; what a same-host "
           "client uses) or tcp (127.0.0.1)");
+ABSL_FLAG(int64_t, region_busy_poll_us, dequantd::ClientOptions{}.region_busy_poll_us,
+          "region rows: the client's ClientOptions::region_busy_poll_us (how long a region call's "
+          "wait polls before it blocks), >= 0");
 ABSL_FLAG(bool, region_rows_only, false,
           "with --region_model: run only the region rows (and the pinned device-to-host ceiling "
           "they are compared with), not the stream ceilings, stream rows and model rows");
@@ -325,6 +329,10 @@ int Main() {
     return 1;
   }
   const bool regions_only = absl::GetFlag(FLAGS_region_rows_only);
+  if (absl::GetFlag(FLAGS_region_busy_poll_us) < 0) {
+    std::cerr << "--region_busy_poll_us must be >= 0\n";
+    return 2;
+  }
   if (const std::string t = absl::GetFlag(FLAGS_region_transport); t != "unix" && t != "tcp") {
     std::cerr << "--region_transport must be unix or tcp, not \"" << t << "\"\n";
     return 2;
@@ -365,7 +373,8 @@ int Main() {
                           .chunk_bytes = chunk,
                           .pinned_d2h_bytes_per_second = d2h,
                           .model_shrink = std::max(1, absl::GetFlag(FLAGS_model_shrink)),
-                          .transport = absl::GetFlag(FLAGS_region_transport)},
+                          .transport = absl::GetFlag(FLAGS_region_transport),
+                          .busy_poll_us = absl::GetFlag(FLAGS_region_busy_poll_us)},
                          std::cout);
   };
   if (regions_only) {

@@ -373,6 +373,7 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
   }
   ClientOptions client_options;
   client_options.deadline_seconds = 600;
+  client_options.region_busy_poll_us = options.busy_poll_us;
   absl::StatusOr<std::unique_ptr<DequantClient>> connected =
       DequantClient::Connect((*process)->target(), client_options);
   if (!connected.ok()) {

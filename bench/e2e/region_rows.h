@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/e2e/synthetic_model.h"
+#include "client/client.h"
 
 namespace dequantd::e2e {
 
@@ -39,6 +40,8 @@ struct RegionRowsOptions {
   // How the client reaches the server: "unix" (a socket file in work_dir: what a same-host client
   // uses, and the lower latency) or "tcp" (127.0.0.1).
   std::string transport = "unix";
+  // The client's ClientOptions::region_busy_poll_us.
+  int64_t busy_poll_us = ClientOptions{}.region_busy_poll_us;
 };
 
 // Runs the rows and prints their tables to `out`. Every row's result is compared with the CPU
