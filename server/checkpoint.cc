@@ -448,6 +448,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   }
   std::sort(ckpt->layers_.begin(), ckpt->layers_.end(),
             [](const QuantizedLayer& a, const QuantizedLayer& b) { return a.name < b.name; });
+  for (size_t i = 0; i < ckpt->layers_.size(); ++i)
+    ckpt->layers_[i].index = static_cast<int64_t>(i);
   std::set<std::string> layer_prefixes;
   for (const QuantizedLayer& layer : ckpt->layers_) layer_prefixes.insert(layer.name);
   absl::StatusOr<std::vector<RawTensor>> raw = IndexRawTensors(tensors, layer_prefixes);

@@ -52,6 +52,9 @@ struct QuantizedLayer {
   std::string name;       // prefix, e.g. "model.layers.0.mlp.down_proj"
   PackedTensorView view;  // host pointers into the Checkpoint's own copies; 64-byte aligned
   std::string file;       // the safetensors file holding qweight
+  // Its position in the owning Checkpoint's layers() (-1: not from a checkpoint). Backends use
+  // it to find what they hold for the layer without hashing its name, after checking the name.
+  int64_t index = -1;
 };
 
 class Checkpoint {

@@ -342,9 +342,11 @@ class CudaBackend final : public Backend {
   absl::Status Prepare(const Checkpoint& checkpoint) override {
     const std::vector<QuantizedLayer>& layers = checkpoint.layers();
     layer_index_.clear();
+    layer_names_.clear();
     std::vector<int64_t> layer_bytes;
     for (size_t i = 0; i < layers.size(); ++i) {
       layer_index_[layers[i].name] = static_cast<int64_t>(i);
+      layer_names_.push_back(layers[i].name);
       layer_bytes.push_back(cuda::PackedLayout(layers[i].view.shape).total_bytes);
     }
     std::vector<int> live;  // workers in rotation
@@ -403,9 +405,9 @@ class CudaBackend final : public Backend {
   }
 
   bool IsResident(const QuantizedLayer& layer) const override {
-    auto it = layer_index_.find(layer.name);
-    if (it == layer_index_.end()) return false;
-    for (int w : holders_[static_cast<size_t>(it->second)]) {
+    const std::optional<int64_t> index = IndexOf(layer);
+    if (!index.has_value()) return false;
+    for (int w : holders_[static_cast<size_t>(*index)]) {
       const WorkerEntry& entry = entries_[static_cast<size_t>(w)];
       if (entry.worker != nullptr && entry.worker->IsResident(layer)) return true;
     }
@@ -552,8 +554,20 @@ class CudaBackend final : public Backend {
   // The workers Prepare placed `layer` on; null for an inline input or a layer never prepared.
   const std::vector<int>* HoldersOf(const QuantizedLayer* layer) const {
     if (layer == nullptr) return nullptr;
-    auto it = layer_index_.find(layer->name);
-    return it == layer_index_.end() ? nullptr : &holders_[static_cast<size_t>(it->second)];
+    const std::optional<int64_t> index = IndexOf(*layer);
+    return index.has_value() ? &holders_[static_cast<size_t>(*index)] : nullptr;
+  }
+
+  // `layer`'s index in the prepared checkpoint: its own index when the name there matches (a
+  // string compare, no hash), else by name.
+  std::optional<int64_t> IndexOf(const QuantizedLayer& layer) const {
+    if (layer.index >= 0 && layer.index < static_cast<int64_t>(layer_names_.size()) &&
+        layer_names_[static_cast<size_t>(layer.index)] == layer.name) {
+      return layer.index;
+    }
+    auto it = layer_index_.find(layer.name);
+    if (it == layer_index_.end()) return std::nullopt;
+    return it->second;
   }
 
   // Runs `call` on `preferred` (when >= 0 and in rotation) or the least-loaded worker in rotation
@@ -601,6 +615,7 @@ class CudaBackend final : public Backend {
   DeviceRouter router_;
   // Written by Prepare (before any call), read-only after.
   std::unordered_map<std::string, int64_t> layer_index_;  // layer name -> checkpoint index
+  std::vector<std::string> layer_names_;                  // by checkpoint index
   std::vector<std::vector<int>> holders_;                 // by checkpoint index: workers
 };
 }  // namespace

@@ -14,7 +14,7 @@ absl::Status ResidentModel::Upload(const Checkpoint& checkpoint, cudaStream_t st
   for (size_t i = 0; i < checkpoint.layers().size(); ++i) {
     const QuantizedLayer& layer = checkpoint.layers()[i];
     if (!keep.empty() && !keep[i]) {
-      layers_.push_back(Layer{.memory = {}, .view = PackedTensorView{}});
+      layers_.push_back(Layer{.memory = {}, .view = PackedTensorView{}, .name = layer.name});
       continue;
     }
     const PackedLayout layout(layer.view.shape);
@@ -25,22 +25,30 @@ absl::Status ResidentModel::Upload(const Checkpoint& checkpoint, cudaStream_t st
     if (!view.ok()) return view.status();
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     by_name_[layer.name] = static_cast<LayerId>(layers_.size());
-    layers_.push_back(Layer{.memory = std::move(*memory), .view = *view});
+    layers_.push_back(Layer{.memory = std::move(*memory), .view = *view, .name = layer.name});
     bytes_ += layout.total_bytes;
   }
   return absl::OkStatus();
 }
 
 std::optional<ResidentModel::LayerId> ResidentModel::Find(const QuantizedLayer& layer) const {
-  auto it = by_name_.find(layer.name);
-  if (it == by_name_.end()) return std::nullopt;
-  const AwqShape& resident = view(it->second).shape;
+  LayerId id = -1;
+  if (layer.index >= 0 && layer.index < size() &&
+      layers_[static_cast<size_t>(layer.index)].name == layer.name) {
+    if (layers_[static_cast<size_t>(layer.index)].memory == nullptr) return std::nullopt;
+    id = layer.index;
+  } else {
+    auto it = by_name_.find(layer.name);
+    if (it == by_name_.end()) return std::nullopt;
+    id = it->second;
+  }
+  const AwqShape& resident = view(id).shape;
   const AwqShape& asked = layer.view.shape;
   if (resident.K != asked.K || resident.N != asked.N || resident.group_size != asked.group_size ||
       resident.scale_dtype != asked.scale_dtype) {
     return std::nullopt;
   }
-  return it->second;
+  return id;
 }
 
 }  // namespace dequantd::cuda

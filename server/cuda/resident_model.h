@@ -29,7 +29,8 @@ class ResidentModel {
   absl::Status Upload(const Checkpoint& checkpoint, cudaStream_t stream,
                       const std::vector<bool>& keep = {});
 
-  // `layer`'s id when a layer of that name and shape is resident.
+  // `layer`'s id when a layer of that name and shape is resident (found by layer.index when the
+  // name there matches, else by name).
   std::optional<LayerId> Find(const QuantizedLayer& layer) const;
   // Device pointers of layer `id` (0 <= id < size()).
   const PackedTensorView& view(LayerId id) const { return layers_[static_cast<size_t>(id)].view; }
@@ -41,6 +42,7 @@ class ResidentModel {
   struct Layer {
     UniqueDeviceMemory memory;  // qweight | qzeros | scales (PackedLayout); null: not held here
     PackedTensorView view;
+    std::string name;
   };
   std::vector<Layer> layers_;                         // by id
   std::unordered_map<std::string, LayerId> by_name_;  // layer name -> id

@@ -292,6 +292,7 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
   int64_t written_bytes = 0;
   auto launch_slab = [&](size_t s) -> absl::StatusOr<std::string> {
     std::vector<GroupedItem> items;
+    items.reserve(slabs[s].distinct.size());
     for (size_t i : slabs[s].distinct) {
       items.push_back(GroupedItem{.in = job.entries[i].in, .out = output_of(s, i)});
       const AwqShape& shape = job.entries[i].in.shape;

@@ -136,6 +136,8 @@ TEST_F(CheckpointTest, OpensSingleFileWithTwoGroupSizes) {
   // Sorted by name; the embedding is not a layer.
   EXPECT_EQ(c.layers()[0].name, "model.layers.0.mlp.down_proj");
   EXPECT_EQ(c.layers()[1].name, "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(c.layers()[0].index, 0);  // each layer knows its position
+  EXPECT_EQ(c.layers()[1].index, 1);
 
   const QuantizedLayer* q = c.Find("model.layers.0.self_attn.q_proj");
   ASSERT_NE(q, nullptr);

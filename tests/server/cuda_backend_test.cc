@@ -561,6 +561,11 @@ TEST_F(CudaBackendTest, RepeatedLayersIntoDeviceMemoryAreBitExactEveryTime) {
     request.push_back(checkpoint->Find("l" + std::to_string(i)));
     ASSERT_NE(request.back(), nullptr);
   }
+  // A layer object not from this checkpoint whose index names another position (a copy, renumbered)
+  // is still found by its name: entry 1 is l0's data under l0's name with index 5.
+  QuantizedLayer renumbered = *checkpoint->Find("l0");
+  renumbered.index = 5;
+  request[1] = &renumbered;
   constexpr int64_t kCapacity = 4 << 20;
   void* memory = nullptr;
   ASSERT_EQ(cudaMalloc(&memory, kCapacity), cudaSuccess);
