@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "bench/benchmark.h"
+#include "build_commit.h"
 #if defined(DEQUANTD_HAVE_CUDA)
 #include "bench/grouped.h"
 #endif
@@ -120,7 +121,7 @@ void PrintCounters(const dequantd::bench::BenchmarkResult& result, bool markdown
 int main(int argc, char** argv) {
   BenchmarkRequest request;
   bool markdown = false;
-  std::string commit = DEQUANTD_CONFIGURE_COMMIT;
+  std::string commit = DEQUANTD_BUILD_COMMIT;
   std::string tune_cache;
   std::string grouped_model;
   std::vector<absl::string_view> args(argv + 1, argv + argc);

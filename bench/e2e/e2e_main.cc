@@ -47,6 +47,7 @@
 #include "bench/e2e/region_rows.h"
 #include "bench/e2e/synthetic_model.h"
 #include "bench/e2e/thread_profile.h"
+#include "build_commit.h"
 #include "client/client.h"
 #include "client/ranged_fetch.h"
 #include "kernels/dequant.h"
@@ -378,7 +379,7 @@ int Main() {
                          std::cout);
   };
   if (regions_only) {
-    std::cout << "dequantd region rows, " << Now() << ", commit " << DEQUANTD_CONFIGURE_COMMIT
+    std::cout << "dequantd region rows, " << Now() << ", commit " << DEQUANTD_BUILD_COMMIT
               << "\nhost: " << CpuName() << "; GPU: " << (gpu.empty() ? "none" : gpu) << "; "
               << trials << " timed calls per row\n"
               << (d2h > 0 ? absl::StrFormat("pinned device-to-host copy: %.2f GB/s\n", d2h / 1e9)
@@ -525,7 +526,7 @@ int Main() {
     }
   }
 
-  std::cout << "dequantd end to end, " << Now() << ", commit " << DEQUANTD_CONFIGURE_COMMIT
+  std::cout << "dequantd end to end, " << Now() << ", commit " << DEQUANTD_BUILD_COMMIT
             << "\nhost: " << CpuName() << "; GPU: " << (gpu.empty() ? "none" : gpu)
             << "; dequantd backend: " << backend << "; chunk_bytes "
             << (chunk == 0 ? std::string("server default (1 MiB)") : std::to_string(chunk)) << "; "
