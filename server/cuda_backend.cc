@@ -122,11 +122,12 @@ class DeviceWorker {
     } else {
       job.host_input = &source.host;
     }
-    const cuda::SlabLauncher launch = [this](absl::Span<const cuda::GroupedItem> items, DType dtype,
-                                             cudaStream_t stream,
-                                             bool) -> absl::StatusOr<std::string> {
+    const cuda::SlabLauncher launch =
+        [this](const cuda::SlabLaunch& slab) -> absl::StatusOr<std::string> {
       if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
-      const cuda::GroupedItem& item = items.front();  // one result: one slab of one item
+      const cuda::GroupedItem& item = slab.items.front();  // one result: one slab of one item
+      const DType dtype = slab.out_dtype;
+      cudaStream_t stream = slab.stream;
       cuda::LaunchConfig config = cuda::DefaultConfig(options_.variant, item.in.shape, dtype);
       if (options_.launch_config) {
         absl::StatusOr<cuda::LaunchConfig> chosen =
@@ -139,6 +140,7 @@ class DeviceWorker {
         if (!chosen.ok()) return chosen.status();
         config = *chosen;
       }
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slab.started, stream));
       if (absl::Status s =
               cuda::LaunchDequantize(options_.variant, config, item.in, dtype, item.out, stream);
           !s.ok()) {
@@ -169,36 +171,39 @@ class DeviceWorker {
     }
     std::sort(ids.begin(), ids.end());
     const auto distinct = std::unique(ids.begin(), ids.end()) - ids.begin();
-    // Launches into the destination itself (a device region: the same addresses whenever the
-    // call is repeated) go through kept plans (grouped_plan_cache.h): a repeated whole-model call
-    // pays no layout and no table upload. Slab launches write the call's own buffers and upload
-    // their table on the stream (LaunchGroupedDequantize: cudaMallocAsync, an upload staged from
-    // host memory, the launch, cudaFreeAsync; the pool keeps its memory, see Init). Programmatic
-    // dependent launch is off here: slab launches sit between device -> host copies on the
-    // stream, not after another kernel.
+    // Every launch is a GroupedPlan's: its table comes from the stream-ordered allocator and is
+    // uploaded on the call's stream (the pool keeps its memory, see Init). Launches into the
+    // destination itself (a device region: the same addresses whenever the call is repeated) go
+    // through kept plans (grouped_plan_cache.h), so a repeated whole-model call pays no layout and
+    // no upload; slab launches write the call's pooled buffers and build a plan for the one
+    // launch. Programmatic dependent launch is off here: slab launches sit between device -> host
+    // copies on the stream, not after another kernel.
     cuda::GroupedOptions grouped = options_.grouped;
     grouped.programmatic_launch = false;
     const std::string kernel =
         absl::StrCat("grouped block=", grouped.block_size, ",rows=", grouped.rows_per_thread,
                      ",units=", grouped.units_per_thread, " layers=", distinct);
-    // Plans launched by this call, held until the pipeline has drained the stream.
+    // Plans launched by this call, held until the pipeline has drained the stream (a plan's table
+    // is freed when its last holder lets go).
     std::vector<std::shared_ptr<const cuda::GroupedPlan>> launched;
-    const cuda::SlabLauncher launch = [&](absl::Span<const cuda::GroupedItem> items, DType dtype,
-                                          cudaStream_t stream,
-                                          bool into_destination) -> absl::StatusOr<std::string> {
+    const cuda::SlabLauncher launch =
+        [&](const cuda::SlabLaunch& slab) -> absl::StatusOr<std::string> {
       if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
-      if (!into_destination) {
-        if (absl::Status s = cuda::LaunchGroupedDequantize(items, dtype, stream, grouped);
-            !s.ok()) {
-          return s;
-        }
-        return kernel;
+      absl::StatusOr<std::shared_ptr<const cuda::GroupedPlan>> plan;
+      if (slab.into_destination) {
+        plan = plans_.Get(slab.items, slab.out_dtype, grouped, slab.stream);
+      } else {
+        absl::StatusOr<cuda::GroupedPlan> own =
+            cuda::GroupedPlan::Create(slab.items, slab.out_dtype, grouped, slab.stream);
+        if (own.ok())
+          plan = std::make_shared<const cuda::GroupedPlan>(*std::move(own));
+        else
+          plan = own.status();
       }
-      absl::StatusOr<std::shared_ptr<const cuda::GroupedPlan>> plan =
-          plans_.Get(items, dtype, grouped, stream);
       if (!plan.ok()) return plan.status();
       launched.push_back(*plan);
-      if (absl::Status s = (*plan)->Launch(stream); !s.ok()) return s;
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slab.started, slab.stream));
+      if (absl::Status s = (*plan)->Launch(slab.stream); !s.ok()) return s;
       return kernel;
     };
     return pipeline_->Run(job, launch, chunk_bytes, sink, &sink);
@@ -281,8 +286,8 @@ class DeviceWorker {
   DeviceDescription description_;
   cuda::ResidentModel model_;  // written only in Upload (before requests)
   cuda::DeviceBufferCache cache_;
-  // Plans of grouped launches straight into destination memory; kept 8, a few of them whole
-  // models written again into the same regions (a plan is a few ~30 KB tables, far below that).
+  // Plans of grouped launches straight into destination memory, the 8 most recently used (a
+  // whole model's table is ~30 KB of device memory).
   cuda::GroupedPlanCache plans_{8};
   std::unique_ptr<LeasePool<cuda::RequestSlot>> slots_;
   std::unique_ptr<cuda::ResultPipeline> pipeline_;
@@ -423,7 +428,8 @@ class CudaBackend final : public Backend {
          source.host.scales == nullptr)) {
       return absl::InvalidArgumentError("qweight, qzeros and scales must not be null");
     }
-    absl::StatusOr<std::vector<int>> candidates = Candidates(source.layer, sink.destination());
+    absl::StatusOr<std::vector<int>> candidates =
+        Candidates(source.layer, HoldersOf(source.layer), sink.destination());
     if (!candidates.ok()) return candidates.status();
     return Serve(*candidates, /*preferred=*/-1, sink, /*layers=*/nullptr,
                  [&](DeviceWorker& worker, LayersSink& tracked) {
@@ -450,12 +456,12 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < layers.size(); ++i) {
       result_bytes[i] = layers[i]->view.shape.output_bytes(out_dtype);
       const std::vector<int>* holders = HoldersOf(layers[i]);
-      if (i > 0 && holders != nullptr && run_holders != nullptr && *holders == *run_holders) {
+      if (holders != nullptr && run_holders != nullptr && *holders == *run_holders) {
         candidates[i] = candidates[i - 1];
         continue;
       }
       run_holders = holders;
-      absl::StatusOr<std::vector<int>> may = Candidates(layers[i], sink.destination());
+      absl::StatusOr<std::vector<int>> may = Candidates(layers[i], holders, sink.destination());
       if (!may.ok()) return may.status();
       std::string why;
       for (int w : *may) {
@@ -517,14 +523,16 @@ class CudaBackend final : public Backend {
     return absl::InvalidArgumentError(absl::StrCat("chunk_bytes must be >= 1, got ", chunk_bytes));
   }
 
-  // The workers that may compute `layer` (null: an inline input, any worker): its holders, or
-  // every started worker for a layer never prepared (the worker then answers INVALID_ARGUMENT);
+  // The workers that may compute `layer` (null: an inline input, any worker): its `holders`
+  // (HoldersOf(layer)), or every started worker for a layer never prepared (null `holders`: the
+  // worker then answers INVALID_ARGUMENT);
   // only those on the destination's GPU when the sink is a device buffer. Results are never
   // written across GPUs: FAILED_PRECONDITION when no holder is on that GPU.
   absl::StatusOr<std::vector<int>> Candidates(const QuantizedLayer* layer,
+                                              const std::vector<int>* holders,
                                               const ResultDestination* destination) const {
     std::vector<int> all;
-    if (const std::vector<int>* holders = HoldersOf(layer); holders != nullptr) all = *holders;
+    if (holders != nullptr) all = *holders;
     if (all.empty()) {
       for (int w = 0; w < router_.size(); ++w) {
         if (entries_[static_cast<size_t>(w)].worker != nullptr) all.push_back(w);

@@ -117,10 +117,11 @@ class DequantService final : public dequant::v1::DequantService::Service {
                                   const dequant::v1::DequantizeLayersRequest& request,
                                   LayersByteStream* stream, grpc::ByteBuffer& region_reply);
   // An output_region call (issue 9): runs `run` (the backend) on a RegionSink for `output` that
-  // places `results` (in `out_dtype`) one after another; once it returned OK, encodes the one
-  // reply into `reply` (EncodeRegionReply: `per_layer` false for Dequantize) and writes it to
-  // `stream` as the last message, which gRPC sends together with the handler's OK status. Before
-  // that nothing is written; an error returns with nothing written. Errors: FAILED_PRECONDITION
+  // places `results` (in `out_dtype`) one after another. The one reply is encoded into `reply`
+  // (EncodeRegionReply: `per_layer` false for Dequantize) at the sink's Begin, while the kernel
+  // runs; once `run` returned OK it is written to `stream` as the last message, which gRPC sends
+  // together with the handler's OK status. Nothing is written before; an error returns with
+  // nothing written. Errors: FAILED_PRECONDITION
   // (no regions), MakeSink's, `run`'s.
   using ResultWriter = grpc::internal::WriterInterface<grpc::ByteBuffer>;
   template <typename Run>

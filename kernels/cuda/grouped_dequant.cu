@@ -290,17 +290,19 @@ absl::StatusOr<GroupedLayout> PlanGroupedLayout(absl::Span<const GroupedItem> it
 }
 
 struct GroupedPlan::DeviceTable {
-  void* memory = nullptr;  // from the device's stream-ordered pool
+  void* memory = nullptr;          // from the device's stream-ordered pool
+  cudaEvent_t uploaded = nullptr;  // recorded after the upload, on the stream Create used
   int device = 0;
   size_t buckets_at = 0;
   ~DeviceTable() {
-    if (memory == nullptr) return;
-    // Stream-ordered and host-asynchronous: no device-wide synchronization, unlike cudaFree. No
-    // launch of the plan may still be running (the class's contract).
+    if (memory == nullptr && uploaded == nullptr) return;
+    // Freed without synchronizing anything (unlike cudaFree, which waits for the whole device):
+    // the holder has synchronized every stream that launched the plan (the class's contract).
     int current = 0;
     cudaGetDevice(&current);
     if (current != device) cudaSetDevice(device);
-    cudaFreeAsync(memory, cudaStreamPerThread);
+    if (uploaded != nullptr) cudaEventDestroy(uploaded);
+    if (memory != nullptr) cudaFreeAsync(memory, cudaStreamPerThread);
     if (current != device) cudaSetDevice(current);
   }
 };
@@ -319,14 +321,28 @@ absl::StatusOr<GroupedPlan> GroupedPlan::Create(absl::Span<const GroupedItem> it
   plan.options_ = options;
   plan.table_ = std::make_unique<DeviceTable>();
   if (layout->total_blocks > 0) {
+    DeviceTable& table = *plan.table_;
     const HostTable host = MakeHostTable(items, *layout, out_dtype);
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&plan.table_->device));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&plan.table_->memory, host.bytes.size(), stream));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        plan.table_->memory, host.bytes.data(), host.bytes.size(), cudaMemcpyHostToDevice, stream));
-    // Launches may go to any stream: the table must be there before Create returns.
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    plan.table_->buckets_at = host.buckets_at;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&table.device));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&table.memory, host.bytes.size(), stream));
+    // Pageable source: cudaMemcpyAsync returns once the bytes are staged, so `host` may go.
+    absl::Status st = CudaStatus(cudaMemcpyAsync(table.memory, host.bytes.data(), host.bytes.size(),
+                                                 cudaMemcpyHostToDevice, stream),
+                                 "cudaMemcpyAsync(table)", __FILE__, __LINE__);
+    if (st.ok()) {
+      st.Update(CudaStatus(cudaEventCreateWithFlags(&table.uploaded, cudaEventDisableTiming),
+                           "cudaEventCreateWithFlags", __FILE__, __LINE__));
+    }
+    if (st.ok()) {
+      st.Update(CudaStatus(cudaEventRecord(table.uploaded, stream), "cudaEventRecord(uploaded)",
+                           __FILE__, __LINE__));
+    }
+    if (!st.ok()) {
+      cudaFreeAsync(table.memory, stream);  // after whatever of the upload was enqueued
+      table.memory = nullptr;
+      return st;
+    }
+    table.buckets_at = host.buckets_at;
   }
   plan.layout_ = *std::move(layout);
   return plan;
@@ -334,6 +350,9 @@ absl::StatusOr<GroupedPlan> GroupedPlan::Create(absl::Span<const GroupedItem> it
 
 absl::Status GroupedPlan::Launch(cudaStream_t stream) const {
   if (table_ == nullptr) return absl::FailedPreconditionError("moved-from GroupedPlan");
+  if (table_->uploaded != nullptr) {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, table_->uploaded, 0));
+  }
   return LaunchKernel(layout_, out_dtype_, options_, table_->memory, table_->buckets_at, stream);
 }
 

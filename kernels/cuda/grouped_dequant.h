@@ -87,16 +87,17 @@ absl::StatusOr<GroupedLayout> PlanGroupedLayout(absl::Span<const GroupedItem> it
                                                 DType out_dtype, const GroupedOptions& options);
 
 // The layout plus its descriptor table on the device, reusable for any number of launches.
-// Movable, not copyable; frees its device memory on destruction (on the device current at
-// Create, stream-ordered). Launch is thread-safe (it only reads the plan); the items' buffers must
-// stay valid while a launch runs.
+// Movable, not copyable. Launch is thread-safe (it only reads the plan); the items' buffers must
+// stay valid while a launch runs. The destructor frees the table without synchronizing anything
+// (stream-ordered, on the device current at Create): every stream that launched the plan must
+// have been synchronized (or have finished those launches) before it runs.
 class GroupedPlan {
  public:
   // PlanGroupedLayout's errors; INTERNAL / RESOURCE_EXHAUSTED for CUDA failures. The table
   // (about 128 bytes per segment + 4 per bucket) comes from the current device's stream-ordered
-  // pool and is uploaded on `stream`, which Create then synchronizes: the plan may be launched on
-  // any stream afterwards. Its destructor frees the table without synchronizing the device, so
-  // no launch of the plan may still be running then. An empty list allocates nothing.
+  // pool and is uploaded on `stream`, asynchronously; Launch on any stream first waits for that
+  // upload (cudaStreamWaitEvent), so Create never blocks the host. An empty list allocates
+  // nothing.
   static absl::StatusOr<GroupedPlan> Create(absl::Span<const GroupedItem> items, DType out_dtype,
                                             const GroupedOptions& options = {},
                                             cudaStream_t stream = nullptr);

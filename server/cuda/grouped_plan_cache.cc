@@ -2,6 +2,7 @@
 #include "server/cuda/grouped_plan_cache.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace dequantd::cuda {
@@ -37,9 +38,15 @@ absl::StatusOr<std::shared_ptr<const GroupedPlan>> GroupedPlanCache::Get(
   absl::StatusOr<GroupedPlan> built = GroupedPlan::Create(items, out_dtype, options, stream);
   if (!built.ok()) return built.status();
   auto plan = std::make_shared<const GroupedPlan>(*std::move(built));
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_.push_front(Entry{.items = {items.begin(), items.end()}, .plan = plan});
-  while (entries_.size() > capacity_) entries_.pop_back();
+  std::list<Entry> evicted;  // released after the lock (a table's free is a CUDA call)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.push_front(Entry{.items = {items.begin(), items.end()}, .plan = plan});
+    if (entries_.size() > capacity_) {
+      evicted.splice(evicted.begin(), entries_, std::next(entries_.begin(), capacity_),
+                     entries_.end());
+    }
+  }
   return plan;
 }
 

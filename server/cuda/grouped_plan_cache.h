@@ -1,7 +1,8 @@
 // Grouped launch plans (kernels/cuda/grouped_dequant.h) kept for launches that repeat exactly:
 // the same layers written to the same addresses, e.g. a whole model dequantized again and again
 // into a client's device region. A hit costs a compare of the items and one kernel launch; a
-// miss builds the plan (layout, table upload) as a one-shot launch would, and keeps it.
+// miss builds the plan (layout, an asynchronous table upload: the host never waits) and keeps
+// it, so a pattern of more distinct calls than the capacity costs what a one-shot plan would.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,10 +27,11 @@ class GroupedPlanCache {
 
   // The plan computing `items` (device pointers, as GroupedItem says) with `out_dtype` and
   // `options`: a kept one when an earlier call had exactly these items (pointers and shapes),
-  // else one built now on the current device through `stream` (GroupedPlan::Create: it
-  // synchronizes `stream`) and kept, the least recently used one giving way. The caller holds
-  // the plan until every launch of it has finished (a plan is freed, stream-ordered, when its
-  // last holder lets go). Errors: GroupedPlan::Create's.
+  // else one built now on the current device through `stream` (GroupedPlan::Create; launches on
+  // other streams wait for its upload) and kept, the least recently used one giving way. The
+  // caller holds the plan until every stream it launched the plan on has been synchronized (a
+  // plan's table is freed, without synchronizing, when its last holder lets go). Errors:
+  // GroupedPlan::Create's.
   absl::StatusOr<std::shared_ptr<const GroupedPlan>> Get(absl::Span<const GroupedItem> items,
                                                          DType out_dtype,
                                                          const GroupedOptions& options,

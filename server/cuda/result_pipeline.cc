@@ -299,8 +299,12 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
       read_bytes += shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes();
       written_bytes += job.entries[i].result_bytes;
     }
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->kernel_start[s % 2].get(), stream));
-    absl::StatusOr<std::string> kernel = launch(items, job.out_dtype, stream, direct);
+    absl::StatusOr<std::string> kernel =
+        launch(SlabLaunch{.items = items,
+                          .out_dtype = job.out_dtype,
+                          .stream = stream,
+                          .into_destination = direct,
+                          .started = slot->kernel_start[s % 2].get()});
     if (!kernel.ok()) return kernel.status();
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->kernel_end[s % 2].get(), stream));
     return kernel;

@@ -45,13 +45,23 @@ struct ResultJob {
   std::string_view variant;  // the observer's kernel variant label, e.g. "v4_vec16", "grouped"
 };
 
-// Enqueues on `stream` the kernel(s) computing every item (device `in` -> device `out`) of one
-// slab and returns the kernel's description for ChunkSink::Begin. Its error fails the call (before
-// Begin when it is the first slab's). `into_destination`: the outputs are the sink's destination
-// memory itself (the same addresses when the call is repeated), not the call's slab buffers.
-using SlabLauncher =
-    std::function<absl::StatusOr<std::string>(absl::Span<const GroupedItem> items, DType out_dtype,
-                                              cudaStream_t stream, bool into_destination)>;
+// One slab's launch, as the pipeline asks for it.
+struct SlabLaunch {
+  absl::Span<const GroupedItem> items;  // device `in` -> device `out`, one per distinct result
+  DType out_dtype = DType::kF16;
+  cudaStream_t stream = nullptr;
+  // The outputs are the sink's destination memory itself (the same addresses when the call is
+  // repeated), not the call's slab buffers.
+  bool into_destination = false;
+  // To be recorded on `stream` right before the kernel(s), after any host-side preparation
+  // (launch configuration, layout, plan): the kernel time is from it to the pipeline's end event.
+  cudaEvent_t started = nullptr;
+};
+
+// Enqueues on launch.stream `started` and then the kernel(s) computing every item of one slab,
+// and returns the kernel's description for ChunkSink::Begin. Its error fails the call (before
+// Begin when it is the first slab's).
+using SlabLauncher = std::function<absl::StatusOr<std::string>(const SlabLaunch& launch)>;
 
 struct PipelineOptions {
   int device = 0;

@@ -332,6 +332,8 @@ TEST(RegionSinkTest, OnBeginRunsInBeginWithTheKernelSet) {
   EXPECT_TRUE(seen.empty());
   ASSERT_TRUE(sink.Begin("grouped layers=1").ok());
   EXPECT_EQ(seen, std::vector<std::string>{"grouped layers=1"});
+  ASSERT_TRUE(sink.Begin("grouped layers=2").ok());  // again: the hook sees the new kernel
+  EXPECT_EQ(seen, (std::vector<std::string>{"grouped layers=1", "grouped layers=2"}));
 }
 
 TEST(RegionSinkTest, CpuDequantizeLayersPlacesTheLayersOneAfterAnother) {

@@ -406,6 +406,7 @@ TEST_F(CudaBackendTest, DeviceDestinationGetsTheKernelOutputDirectly) {
   void* device_memory = nullptr;
   ASSERT_EQ(cudaMalloc(&device_memory, in.expected.size()), cudaSuccess);
   ASSERT_EQ(cudaMemset(device_memory, 0x5A, in.expected.size()), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the fill is done before the call
   ResultDestination destination{.memory = ResultDestination::Memory::kDevice,
                                 .data = static_cast<uint8_t*>(device_memory),
                                 .bytes = static_cast<int64_t>(in.expected.size()),
@@ -422,6 +423,7 @@ TEST_F(CudaBackendTest, DeviceDestinationGetsTheKernelOutputDirectly) {
 
   // A range into device memory: computed whole, the range copied device to device.
   ASSERT_EQ(cudaMemset(device_memory, 0x5A, in.expected.size()), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the fill is done before the call
   RangeSink partial({.offset = 512, .length = 4096}, &destination);
   ASSERT_TRUE(backend->Dequantize(in.source, DType::kBF16, 1000, partial).ok());
   std::vector<uint8_t> part(4096);
@@ -584,6 +586,7 @@ TEST_F(CudaBackendTest, RepeatedLayersIntoDeviceMemoryAreBitExactEveryTime) {
     expected.resize(expected.size() + 256, 0x6B);
     ASSERT_LE(static_cast<int64_t>(expected.size()), kCapacity);
     ASSERT_EQ(cudaMemset(memory, 0x6B, kCapacity), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the fill is done before the call
     ResultDestination destination{
         .memory = ResultDestination::Memory::kDevice,
         .data = static_cast<uint8_t*>(memory) + call.offset,
@@ -694,6 +697,156 @@ TEST_F(CudaBackendTest, TwoWorkersOnOneGpuSpreadSplitAndSurviveAFailure) {
   absl::StatusOr<std::unique_ptr<Backend>> none = MakeCudaBackend(options);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Concurrent calls straight into device memory at many distinct offsets (more than the kept plans:
+// evictions while other calls hold launched plans), one worker and two workers on one GPU,
+// replicated and split placement, parts spread over both workers: every byte and the guard bytes
+// around each result checked.
+TEST_F(CudaBackendTest, ConcurrentCallsIntoDeviceMemoryWithPlanEvictionsAreBitExact) {
+  std::vector<PackedLayer> packed;
+  for (int i = 0; i < 10; ++i) {
+    packed.push_back(RandomPackedLayer({.K = 128 * (1 + i % 4),
+                                        .N = 64 * (1 + (i * 5) % 7),
+                                        .group_size = 64,
+                                        .scale_dtype = i % 2 ? DType::kF16 : DType::kBF16},
+                                       static_cast<uint32_t>(900 + i)));
+  }
+  std::vector<const PackedLayer*> pointers;
+  for (const PackedLayer& p : packed) pointers.push_back(&p);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint(pointers);
+  ASSERT_NE(checkpoint, nullptr);
+  const std::vector<int> order = {3, 0, 9, 9, 1, 4, 2, 8, 5, 7, 6};
+  std::vector<const QuantizedLayer*> request;
+  for (int i : order) request.push_back(checkpoint->Find("l" + std::to_string(i)));
+  std::vector<std::vector<uint8_t>> expected_by_dtype;
+  for (DType d : {DType::kF16, DType::kF32}) {
+    std::vector<uint8_t> e;
+    for (int i : order) {
+      const std::vector<uint8_t> l = ReferenceBytes(packed[static_cast<size_t>(i)], d);
+      e.insert(e.end(), l.begin(), l.end());
+    }
+    expected_by_dtype.push_back(std::move(e));
+  }
+  for (std::vector<int> devices : {std::vector<int>{0}, std::vector<int>{0, 0}}) {
+    for (PlacementMode mode : {PlacementMode::kReplicated, PlacementMode::kSplit}) {
+      if (devices.size() == 1 && mode == PlacementMode::kSplit) continue;
+      SCOPED_TRACE(std::string(PlacementModeName(mode)) +
+                   " workers=" + std::to_string(devices.size()));
+      CudaBackendOptions options;
+      options.devices = devices;
+      options.placement = mode;
+      options.min_part_bytes = 1;
+      options.slots_per_device = 3;
+      std::unique_ptr<Backend> backend = Make(options);
+      ASSERT_NE(backend, nullptr);
+      ASSERT_TRUE(backend->Prepare(*checkpoint).ok());
+      constexpr int kThreads = 6;
+      constexpr int64_t kBuffer = 8 << 20;
+      std::atomic<int> failures{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+          cudaSetDevice(0);
+          cudaStream_t s;
+          cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+          void* memory = nullptr;
+          if (cudaMalloc(&memory, kBuffer) != cudaSuccess) {
+            ++failures;
+            return;
+          }
+          std::vector<uint8_t> got;
+          for (int it = 0; it < 40; ++it) {
+            const int which = (it / 3) % 2;
+            const DType dtype = which == 0 ? DType::kF16 : DType::kF32;
+            const std::vector<uint8_t>& expected = expected_by_dtype[static_cast<size_t>(which)];
+            const int64_t offset = int64_t{4096} * ((it * 7 + t) % 13);
+            cudaMemsetAsync(memory, 0x6B, kBuffer, s);
+            cudaStreamSynchronize(s);
+            ResultDestination destination{.memory = ResultDestination::Memory::kDevice,
+                                          .data = static_cast<uint8_t*>(memory) + offset,
+                                          .bytes = static_cast<int64_t>(expected.size()),
+                                          .device = 0};
+            LayersCollector placed(&destination);
+            const absl::Status st = backend->DequantizeLayers(request, dtype, 1 << 20, placed);
+            if (!st.ok()) {
+              ADD_FAILURE() << st;
+              ++failures;
+              continue;
+            }
+            got.assign(expected.size() + 512, 0);
+            cudaMemcpy(got.data(),
+                       static_cast<uint8_t*>(memory) + offset - (offset >= 256 ? 256 : 0),
+                       got.size(), cudaMemcpyDeviceToHost);
+            const size_t pre = offset >= 256 ? 256 : 0;
+            bool ok = std::equal(expected.begin(), expected.end(), got.begin() + pre);
+            for (size_t i = 0; i < pre; ++i) ok = ok && got[i] == 0x6B;
+            for (size_t i = pre + expected.size(); i < pre + expected.size() + 256; ++i)
+              ok = ok && got[i] == 0x6B;
+            if (!ok) ++failures;
+          }
+          cudaFree(memory);
+          cudaStreamDestroy(s);
+        });
+      }
+      for (std::thread& th : threads) th.join();
+      EXPECT_EQ(failures.load(), 0);
+    }
+  }
+}
+
+// A sink error after the launch into device memory (BeginLayer fails), then a good call, round
+// after round at rotating offsets: the kept plans stay right and every byte is the reference.
+class FailingLayersSink : public LayersCollector {
+ public:
+  using LayersCollector::LayersCollector;
+  absl::Status BeginLayer(int64_t index) override {
+    if (index == 2) return absl::CancelledError("gone");
+    return LayersCollector::BeginLayer(index);
+  }
+};
+
+TEST_F(CudaBackendTest, ASinkErrorAfterALaunchIntoDeviceMemoryLeavesLaterCallsBitExact) {
+  std::vector<PackedLayer> packed;
+  for (int i = 0; i < 5; ++i) {
+    packed.push_back(RandomPackedLayer({.K = 256, .N = 64 * (1 + i), .group_size = 128},
+                                       static_cast<uint32_t>(950 + i)));
+  }
+  std::vector<const PackedLayer*> pointers;
+  for (const PackedLayer& p : packed) pointers.push_back(&p);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint(pointers);
+  ASSERT_NE(checkpoint, nullptr);
+  std::unique_ptr<Backend> backend = Make();
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(backend->Prepare(*checkpoint).ok());
+  std::vector<const QuantizedLayer*> request;
+  std::vector<uint8_t> expected;
+  for (int i = 0; i < 5; ++i) {
+    request.push_back(checkpoint->Find("l" + std::to_string(i)));
+    const std::vector<uint8_t> l = ReferenceBytes(packed[static_cast<size_t>(i)], DType::kF16);
+    expected.insert(expected.end(), l.begin(), l.end());
+  }
+  void* memory = nullptr;
+  ASSERT_EQ(cudaMalloc(&memory, 64 << 20), cudaSuccess);
+  for (int round = 0; round < 30; ++round) {
+    const int64_t offset = int64_t{4096} * (round % 12);
+    ResultDestination destination{.memory = ResultDestination::Memory::kDevice,
+                                  .data = static_cast<uint8_t*>(memory) + offset,
+                                  .bytes = static_cast<int64_t>(expected.size()),
+                                  .device = 0};
+    FailingLayersSink failing(&destination);
+    EXPECT_EQ(backend->DequantizeLayers(request, DType::kF16, 1 << 20, failing).code(),
+              absl::StatusCode::kCancelled);
+    ASSERT_EQ(cudaMemset(memory, 0, 64 << 20), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    LayersCollector placed(&destination);
+    ASSERT_TRUE(backend->DequantizeLayers(request, DType::kF16, 1 << 20, placed).ok());
+    std::vector<uint8_t> got(expected.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), destination.data, got.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_TRUE(got == expected) << "round " << round;
+  }
+  cudaFree(memory);
 }
 
 // Bad staging options are refused before any device is touched (so this runs without a GPU too).
