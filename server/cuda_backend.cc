@@ -195,10 +195,8 @@ class DeviceWorker {
       } else {
         absl::StatusOr<cuda::GroupedPlan> own =
             cuda::GroupedPlan::Create(slab.items, slab.out_dtype, grouped, slab.stream);
-        if (own.ok())
-          plan = std::make_shared<const cuda::GroupedPlan>(*std::move(own));
-        else
-          plan = own.status();
+        if (!own.ok()) return own.status();
+        plan = std::make_shared<const cuda::GroupedPlan>(*std::move(own));
       }
       if (!plan.ok()) return plan.status();
       launched.push_back(*plan);

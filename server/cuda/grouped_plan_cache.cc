@@ -33,8 +33,8 @@ absl::StatusOr<std::shared_ptr<const GroupedPlan>> GroupedPlanCache::Get(
       return entries_.front().plan;
     }
   }
-  // Built outside the lock (it waits for the upload). Two calls missing at once both build and
-  // both plans are kept; the one not found first ages out.
+  // Built outside the lock (the layout and the upload's enqueueing are host work). Two calls
+  // missing at once both build and both plans are kept; the one not found first ages out.
   absl::StatusOr<GroupedPlan> built = GroupedPlan::Create(items, out_dtype, options, stream);
   if (!built.ok()) return built.status();
   auto plan = std::make_shared<const GroupedPlan>(*std::move(built));
