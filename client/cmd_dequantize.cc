@@ -1,4 +1,6 @@
 // `dequantctl dequantize` (see commands.h).
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -73,6 +75,16 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("--streams must be in 1..", kMaxStreams,
                                                    " (leave it out to choose by size), got ",
                                                    options.streams));
+  }
+  if (!options.shm.empty() &&
+      (options.shm.size() > 128 ||
+       !std::all_of(options.shm.begin(), options.shm.end(), [](unsigned char c) {
+         return std::isalnum(c) || c == '.' || c == '_' || c == '-';
+       }))) {
+    // The server's rule for region names (RegisterSystemSharedMemoryRequest.name), checked here
+    // so that the error names the flag rather than the shared-memory key made from it.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shm: a region name is 1..128 bytes of [A-Za-z0-9._-], got \"", options.shm, "\""));
   }
   if (options.streams > 0 && !options.shm.empty()) {
     return absl::InvalidArgumentError(

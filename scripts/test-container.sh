@@ -42,8 +42,8 @@ done
 if ((${#need[@]})); then
   step "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 mkdir -p "$cache"
 step "linting the Dockerfile and the Kubernetes manifests"

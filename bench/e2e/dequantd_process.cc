@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,9 +57,14 @@ absl::StatusOr<std::unique_ptr<DequantdProcess>> DequantdProcess::StartCommand(
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
   process->pid_ = ::fork();
   if (process->pid_ < 0) return absl::InternalError("fork failed");
   if (process->pid_ == 0) {
+    // The server goes when the bench does, even when the bench is killed (no destructor runs
+    // then): SIGTERM when the forking thread, the bench's main thread, exits.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);  // the bench died before the prctl
     const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(log, 1);
     ::dup2(log, 2);

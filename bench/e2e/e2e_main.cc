@@ -80,7 +80,9 @@ ABSL_FLAG(double, profile_min_mb, 64,
           "rows of at least this many MB get a per-thread CPU profile (server and client)");
 ABSL_FLAG(int, model_blocks, 0,
           "whole-model rows: blocks of the Llama-3-8B-shaped model (32 = 224 layers); 0 = none");
-ABSL_FLAG(int, model_shrink, 1, "divide every dimension of the model's layers by this (1, 16)");
+ABSL_FLAG(
+    int, model_shrink, 1,
+    "divide every dimension of the model's layers by this: 1 (the real shapes), 2, 4, 8 or 16");
 ABSL_FLAG(std::string, model_streams, "",
           "S of the whole-model rows, comma-separated; "
           "empty = 1 and --streams");
@@ -303,6 +305,31 @@ int Main() {
     sizes.push_back(static_cast<int64_t>(mb * 1e6));
   }
   if (!absl::GetFlag(FLAGS_serve_raw).empty()) return ServeRaw(sizes);
+  // Every flag is checked before anything is written.
+  if (const int shrink = absl::GetFlag(FLAGS_model_shrink);
+      shrink != 1 && shrink != 2 && shrink != 4 && shrink != 8 && shrink != 16) {
+    std::cerr << "--model_shrink must be 1, 2, 4, 8 or 16 (it must divide the layers' dimensions "
+                 "and keep them multiples of 128 and 8), not "
+              << shrink << "\n";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_region_busy_poll_us) < 0) {
+    std::cerr << "--region_busy_poll_us must be >= 0\n";
+    return 2;
+  }
+  if (const std::string t = absl::GetFlag(FLAGS_region_transport); t != "unix" && t != "tcp") {
+    std::cerr << "--region_transport must be unix or tcp, not \"" << t << "\"\n";
+    return 2;
+  }
+  const std::string region_model = absl::GetFlag(FLAGS_region_model);
+  if (region_model != "none" && region_model != "sizes" && region_model != "llama-8b") {
+    std::cerr << "--region_model must be none, sizes or llama-8b, not \"" << region_model << "\"\n";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_region_rows_only) && region_model == "none") {
+    std::cerr << "--region_rows_only needs --region_model=sizes or llama-8b\n";
+    return 2;
+  }
   const int S = std::clamp(absl::GetFlag(FLAGS_streams), 1, kMaxStreams);
   const int C = std::max(1, absl::GetFlag(FLAGS_clients));
   const int trials = std::max(1, absl::GetFlag(FLAGS_trials));
@@ -316,8 +343,7 @@ int Main() {
   const std::vector<SyntheticLayer> layers = MakeLayers(sizes, 42);
   // The whole model (--model_blocks) shares the checkpoint with the sized layers.
   const int blocks = std::max(0, absl::GetFlag(FLAGS_model_blocks));
-  const SyntheticModel model =
-      MakeLlamaShapedModel(blocks, std::max(1, absl::GetFlag(FLAGS_model_shrink)), 43);
+  const SyntheticModel model = MakeLlamaShapedModel(blocks, absl::GetFlag(FLAGS_model_shrink), 43);
   std::vector<std::string> names = model.names;
   std::vector<const SyntheticLayer*> data;
   for (size_t d : model.data_of) data.push_back(&model.distinct[d]);
@@ -330,18 +356,6 @@ int Main() {
     return 1;
   }
   const bool regions_only = absl::GetFlag(FLAGS_region_rows_only);
-  if (absl::GetFlag(FLAGS_region_busy_poll_us) < 0) {
-    std::cerr << "--region_busy_poll_us must be >= 0\n";
-    return 2;
-  }
-  if (const std::string t = absl::GetFlag(FLAGS_region_transport); t != "unix" && t != "tcp") {
-    std::cerr << "--region_transport must be unix or tcp, not \"" << t << "\"\n";
-    return 2;
-  }
-  if (regions_only && absl::GetFlag(FLAGS_region_model) == "none") {
-    std::cerr << "--region_rows_only needs --region_model=sizes or llama-8b\n";
-    return 2;
-  }
   std::vector<std::vector<uint8_t>> reference;
   for (const SyntheticLayer& l : regions_only ? std::vector<SyntheticLayer>{} : layers) {
     reference.emplace_back(static_cast<size_t>(l.shape.output_bytes(DType::kF16)));
@@ -373,7 +387,7 @@ int Main() {
                           .trials = trials,
                           .chunk_bytes = chunk,
                           .pinned_d2h_bytes_per_second = d2h,
-                          .model_shrink = std::max(1, absl::GetFlag(FLAGS_model_shrink)),
+                          .model_shrink = absl::GetFlag(FLAGS_model_shrink),
                           .transport = absl::GetFlag(FLAGS_region_transport),
                           .busy_poll_us = absl::GetFlag(FLAGS_region_busy_poll_us)},
                          std::cout);
@@ -548,7 +562,7 @@ int Main() {
     std::cout << absl::StrFormat(
                      "\nwhole model: %d layers of a Llama-3-8B-shaped model (dimensions / %d), "
                      "%.2f GB of fp16, DequantizeLayers\n\n",
-                     model.names.size(), std::max(1, absl::GetFlag(FLAGS_model_shrink)),
+                     model.names.size(), absl::GetFlag(FLAGS_model_shrink),
                      model.fp16_bytes() / 1e9)
               << FormatModelRows(model_rows);
   }

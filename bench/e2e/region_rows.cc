@@ -3,6 +3,7 @@
 #include "bench/e2e/clock.h"
 
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -397,6 +398,9 @@ bool RunRegionRows(const RegionRowsOptions& options, std::ostream& out) {
       absl::Status s = shm.status();
       if (s.ok()) s = client.RegisterSystem("host", (*shm)->key(), 0, w.bytes).status();
       if (s.ok()) {
+        // Both processes hold the object open now: its name can go, so that a killed bench
+        // leaves no (up to 14 GB) object behind. (ShmObject's own unlink then finds none.)
+        ::shm_unlink((*shm)->key().c_str());
         ShmObject& object = **shm;
         const Destination d{.kind = "host region",
                             .region = "host",

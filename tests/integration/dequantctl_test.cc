@@ -434,6 +434,8 @@ TEST_F(DequantctlTest, UsageErrorsExitTwo) {
        {std::vector<std::string>{"dequantize", "--out", Path("x.npy")},  // no source
         std::vector<std::string>{"dequantize", "--tensor", "a", "--dtype", "int32"},
         std::vector<std::string>{"dequantize", "--tensor", "a", "--shm", "r", "--streams", "4"},
+        std::vector<std::string>{"dequantize", "--tensor", "a", "--shm", "a/b"},
+        std::vector<std::string>{"dequantize", "--tensor", "a", "--shm", std::string(129, 'x')},
         std::vector<std::string>{"dequantize", "--tensor", "a", "--streams", "-3"},
         std::vector<std::string>{"frobnicate"}, std::vector<std::string>{"--no-such-flag", "list"},
         std::vector<std::string>{}}) {

@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <unistd.h>
+#include <filesystem>
 
 #include <cstdint>
 #include <cstdlib>
@@ -111,6 +112,9 @@ class CheckpointTest : public ::testing::Test {
     dir_ = MakeTempDir();
     ASSERT_FALSE(dir_.empty());
     WriteText(dir_ + "/config.json", kAwqConfig);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   absl::StatusCode OpenCode() { return Checkpoint::Open(dir_).status().code(); }
   std::string OpenMessage() { return std::string(Checkpoint::Open(dir_).status().message()); }

@@ -5,6 +5,7 @@
 // with the field named.
 #include <sys/stat.h>
 #include <unistd.h>
+#include <filesystem>
 
 #include <cstdint>
 #include <cstring>
@@ -95,6 +96,10 @@ class RawTensorServiceTest : public ::testing::Test {
       views.push_back({t.name, t.dtype, t.shape, absl::MakeConstSpan(t.bytes)});
     }
     ASSERT_TRUE(safetensors::WriteFile(dir_ + "/model.safetensors", views).ok());
+  }
+  // The server read the files at start and closed them: the directory can go.
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   void Start(bool with_model = true) {
