@@ -198,6 +198,29 @@ std::unique_ptr<Checkpoint> WriteCheckpoint(const std::vector<const PackedLayer*
   return checkpoint.ok() ? std::move(*checkpoint) : nullptr;
 }
 
+// WriteCheckpoint of every layer of `layers`, in order.
+std::unique_ptr<Checkpoint> WriteCheckpointOf(const std::vector<PackedLayer>& layers) {
+  std::vector<const PackedLayer*> pointers;
+  for (const PackedLayer& p : layers) pointers.push_back(&p);
+  return WriteCheckpoint(pointers);
+}
+
+// `count` random layers of mixed shapes: layer i is (128 * (1 + i % k_kinds)) x
+// (64 * (1 + (i * n_step) % n_kinds)), group size 64, fp16 scales for odd i and bf16 for even
+// ones, seeded `seed` + i.
+std::vector<PackedLayer> MixedLayers(int count, int k_kinds, int n_step, int n_kinds,
+                                     uint32_t seed) {
+  std::vector<PackedLayer> packed;
+  for (int i = 0; i < count; ++i) {
+    packed.push_back(RandomPackedLayer({.K = 128 * (1 + i % k_kinds),
+                                        .N = 64 * (1 + (i * n_step) % n_kinds),
+                                        .group_size = 64,
+                                        .scale_dtype = i % 2 ? DType::kF16 : DType::kBF16},
+                                       seed + static_cast<uint32_t>(i)));
+  }
+  return packed;
+}
+
 // A two-layer checkpoint on disk, made resident by Prepare, dequantized by layer from 8 threads
 // at once (more threads than slots), each result checked against the reference.
 TEST_F(CudaBackendTest, ResidentLayersConcurrently) {
@@ -492,9 +515,7 @@ TEST_F(CudaBackendTest, LayersInSmallSlabsAreBitExact) {
         {.K = k, .N = n, .group_size = 128, .scale_dtype = i % 3 ? DType::kF16 : DType::kBF16},
         static_cast<uint32_t>(300 + i)));
   }
-  std::vector<const PackedLayer*> pointers;
-  for (const PackedLayer& p : packed) pointers.push_back(&p);
-  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint(pointers);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpointOf(packed);
   ASSERT_NE(checkpoint, nullptr);
   CudaBackendOptions options;
   options.result_slab_bytes = 100 << 10;  // 100 KiB: several slabs
@@ -542,17 +563,8 @@ TEST_F(CudaBackendTest, LayersInSmallSlabsAreBitExact) {
 // grouped_plan_cache.h), then at another offset and with another dtype (new plans): every call
 // rewrites every byte of a poisoned buffer as the reference, and nothing outside its range.
 TEST_F(CudaBackendTest, RepeatedLayersIntoDeviceMemoryAreBitExactEveryTime) {
-  std::vector<PackedLayer> packed;
-  for (int i = 0; i < 6; ++i) {
-    packed.push_back(RandomPackedLayer({.K = 128 * (1 + i % 3),
-                                        .N = 64 * (1 + (i * 3) % 5),
-                                        .group_size = 64,
-                                        .scale_dtype = i % 2 ? DType::kF16 : DType::kBF16},
-                                       static_cast<uint32_t>(700 + i)));
-  }
-  std::vector<const PackedLayer*> pointers;
-  for (const PackedLayer& p : packed) pointers.push_back(&p);
-  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint(pointers);
+  const std::vector<PackedLayer> packed = MixedLayers(6, 3, 3, 5, 700);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpointOf(packed);
   ASSERT_NE(checkpoint, nullptr);
   std::unique_ptr<Backend> backend = Make();
   ASSERT_NE(backend, nullptr);
@@ -613,9 +625,7 @@ TEST_F(CudaBackendTest, TwoWorkersOnOneGpuSpreadSplitAndSurviveAFailure) {
         RandomPackedLayer({.K = 128 * (1 + i % 4), .N = 64 * (1 + (i * 5) % 7), .group_size = 128},
                           static_cast<uint32_t>(500 + i)));
   }
-  std::vector<const PackedLayer*> pointers;
-  for (const PackedLayer& p : packed) pointers.push_back(&p);
-  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint(pointers);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpointOf(packed);
   ASSERT_NE(checkpoint, nullptr);
   std::vector<const QuantizedLayer*> request;
   for (int i = 0; i < 12; ++i) request.push_back(checkpoint->Find("l" + std::to_string(i)));
@@ -704,17 +714,8 @@ TEST_F(CudaBackendTest, TwoWorkersOnOneGpuSpreadSplitAndSurviveAFailure) {
 // replicated and split placement, parts spread over both workers: every byte and the guard bytes
 // around each result checked.
 TEST_F(CudaBackendTest, ConcurrentCallsIntoDeviceMemoryWithPlanEvictionsAreBitExact) {
-  std::vector<PackedLayer> packed;
-  for (int i = 0; i < 10; ++i) {
-    packed.push_back(RandomPackedLayer({.K = 128 * (1 + i % 4),
-                                        .N = 64 * (1 + (i * 5) % 7),
-                                        .group_size = 64,
-                                        .scale_dtype = i % 2 ? DType::kF16 : DType::kBF16},
-                                       static_cast<uint32_t>(900 + i)));
-  }
-  std::vector<const PackedLayer*> pointers;
-  for (const PackedLayer& p : packed) pointers.push_back(&p);
-  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint(pointers);
+  const std::vector<PackedLayer> packed = MixedLayers(10, 4, 5, 7, 900);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpointOf(packed);
   ASSERT_NE(checkpoint, nullptr);
   const std::vector<int> order = {3, 0, 9, 9, 1, 4, 2, 8, 5, 7, 6};
   std::vector<const QuantizedLayer*> request;
@@ -812,9 +813,7 @@ TEST_F(CudaBackendTest, ASinkErrorAfterALaunchIntoDeviceMemoryLeavesLaterCallsBi
     packed.push_back(RandomPackedLayer({.K = 256, .N = 64 * (1 + i), .group_size = 128},
                                        static_cast<uint32_t>(950 + i)));
   }
-  std::vector<const PackedLayer*> pointers;
-  for (const PackedLayer& p : packed) pointers.push_back(&p);
-  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpoint(pointers);
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpointOf(packed);
   ASSERT_NE(checkpoint, nullptr);
   std::unique_ptr<Backend> backend = Make();
   ASSERT_NE(backend, nullptr);
