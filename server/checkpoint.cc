@@ -461,4 +461,23 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   return ckpt;
 }
 
+void LayerPositions::Assign(const std::vector<QuantizedLayer>& layers) {
+  names_.clear();
+  by_name_.clear();
+  for (const QuantizedLayer& layer : layers) {
+    by_name_[layer.name] = static_cast<int64_t>(names_.size());
+    names_.push_back(layer.name);
+  }
+}
+
+std::optional<int64_t> LayerPositions::Find(const QuantizedLayer& layer) const {
+  if (layer.index >= 0 && layer.index < size() &&
+      names_[static_cast<size_t>(layer.index)] == layer.name) {
+    return layer.index;
+  }
+  auto it = by_name_.find(layer.name);
+  if (it == by_name_.end()) return std::nullopt;
+  return it->second;
+}
+
 }  // namespace dequantd

@@ -29,8 +29,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -106,6 +108,21 @@ class Checkpoint {
   std::vector<QuantizedLayer> layers_;
   std::vector<RawTensor> raw_tensors_;
   std::string config_json_;
+};
+
+// Where a layer sits in a checkpoint's layers(), for code that keeps something per position (a
+// backend's placement, a GPU's resident copies): by the layer's own `index` when the name at that
+// position matches (a string compare, no hash), else by name, so a layer object that is not the
+// checkpoint's own (a copy, a test's) is still found. Written by Assign, read-only after.
+class LayerPositions {
+ public:
+  void Assign(const std::vector<QuantizedLayer>& layers);
+  std::optional<int64_t> Find(const QuantizedLayer& layer) const;
+  int64_t size() const { return static_cast<int64_t>(names_.size()); }
+
+ private:
+  std::vector<std::string> names_;                    // by position
+  std::unordered_map<std::string, int64_t> by_name_;  // name -> position
 };
 
 }  // namespace dequantd

@@ -14,7 +14,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -344,12 +343,9 @@ class CudaBackend final : public Backend {
   // only when a layer is then held by no worker in rotation, or on an error of another kind.
   absl::Status Prepare(const Checkpoint& checkpoint) override {
     const std::vector<QuantizedLayer>& layers = checkpoint.layers();
-    layer_index_.clear();
-    layer_names_.clear();
+    positions_.Assign(layers);
     std::vector<int64_t> layer_bytes;
     for (size_t i = 0; i < layers.size(); ++i) {
-      layer_index_[layers[i].name] = static_cast<int64_t>(i);
-      layer_names_.push_back(layers[i].name);
       layer_bytes.push_back(cuda::PackedLayout(layers[i].view.shape).total_bytes);
     }
     std::vector<int> live;  // workers in rotation
@@ -408,7 +404,7 @@ class CudaBackend final : public Backend {
   }
 
   bool IsResident(const QuantizedLayer& layer) const override {
-    const std::optional<int64_t> index = IndexOf(layer);
+    const std::optional<int64_t> index = positions_.Find(layer);
     if (!index.has_value()) return false;
     for (int w : holders_[static_cast<size_t>(*index)]) {
       const WorkerEntry& entry = entries_[static_cast<size_t>(w)];
@@ -560,20 +556,8 @@ class CudaBackend final : public Backend {
   // The workers Prepare placed `layer` on; null for an inline input or a layer never prepared.
   const std::vector<int>* HoldersOf(const QuantizedLayer* layer) const {
     if (layer == nullptr) return nullptr;
-    const std::optional<int64_t> index = IndexOf(*layer);
+    const std::optional<int64_t> index = positions_.Find(*layer);
     return index.has_value() ? &holders_[static_cast<size_t>(*index)] : nullptr;
-  }
-
-  // `layer`'s index in the prepared checkpoint: its own index when the name there matches (a
-  // string compare, no hash), else by name.
-  std::optional<int64_t> IndexOf(const QuantizedLayer& layer) const {
-    if (layer.index >= 0 && layer.index < static_cast<int64_t>(layer_names_.size()) &&
-        layer_names_[static_cast<size_t>(layer.index)] == layer.name) {
-      return layer.index;
-    }
-    auto it = layer_index_.find(layer.name);
-    if (it == layer_index_.end()) return std::nullopt;
-    return it->second;
   }
 
   // Runs `call` on `preferred` (when >= 0 and in rotation) or the least-loaded worker in rotation
@@ -620,9 +604,8 @@ class CudaBackend final : public Backend {
   std::vector<WorkerEntry> entries_;  // one per --devices entry, non-empty
   DeviceRouter router_;
   // Written by Prepare (before any call), read-only after.
-  std::unordered_map<std::string, int64_t> layer_index_;  // layer name -> checkpoint index
-  std::vector<std::string> layer_names_;                  // by checkpoint index
-  std::vector<std::vector<int>> holders_;                 // by checkpoint index: workers
+  LayerPositions positions_;               // of the prepared checkpoint's layers
+  std::vector<std::vector<int>> holders_;  // by checkpoint index: workers
 };
 }  // namespace
 

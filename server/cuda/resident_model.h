@@ -7,8 +7,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -29,23 +27,22 @@ class ResidentModel {
   absl::Status Upload(const Checkpoint& checkpoint, cudaStream_t stream,
                       const std::vector<bool>& keep = {});
 
-  // `layer`'s id when a layer of that name and shape is resident (found by layer.index when the
-  // name there matches, else by name).
+  // `layer`'s id when a layer of that name and shape is resident (LayerPositions::Find).
   std::optional<LayerId> Find(const QuantizedLayer& layer) const;
   // Device pointers of layer `id` (0 <= id < size()).
   const PackedTensorView& view(LayerId id) const { return layers_[static_cast<size_t>(id)].view; }
   int64_t size() const { return static_cast<int64_t>(layers_.size()); }  // checkpoint layers
-  int64_t resident_layers() const { return static_cast<int64_t>(by_name_.size()); }
+  int64_t resident_layers() const { return resident_layers_; }
   int64_t bytes() const { return bytes_; }  // device memory held, bytes
 
  private:
   struct Layer {
     UniqueDeviceMemory memory;  // qweight | qzeros | scales (PackedLayout); null: not held here
     PackedTensorView view;
-    std::string name;
   };
-  std::vector<Layer> layers_;                         // by id
-  std::unordered_map<std::string, LayerId> by_name_;  // layer name -> id
+  std::vector<Layer> layers_;    // by id
+  LayerPositions positions_;     // ids of the uploaded checkpoint's layers
+  int64_t resident_layers_ = 0;  // layers held here
   int64_t bytes_ = 0;
 };
 

@@ -166,6 +166,28 @@ TEST_F(CheckpointTest, OpensSingleFileWithTwoGroupSizes) {
   EXPECT_EQ(c.Find("model.layers.0.self_attn.q_proj.qweight"), nullptr);
 }
 
+// LayerPositions: a checkpoint's own layer by its index; a copy with a stale or missing index, or
+// whose index names another layer, by its name; an unknown name nowhere.
+TEST(LayerPositionsTest, FindsByIndexWhenTheNameMatchesElseByName) {
+  const auto layer = [](std::string name, int64_t index) {
+    QuantizedLayer l;
+    l.name = std::move(name);
+    l.index = index;
+    return l;
+  };
+  const std::vector<QuantizedLayer> layers = {layer("a", 0), layer("b", 1), layer("c", 2)};
+  LayerPositions positions;
+  positions.Assign(layers);
+  EXPECT_EQ(positions.size(), 3);
+  for (const QuantizedLayer& l : layers) EXPECT_EQ(positions.Find(l), l.index);
+  EXPECT_EQ(positions.Find(layer("c", 0)), 2);   // a renumbered copy
+  EXPECT_EQ(positions.Find(layer("b", -1)), 1);  // not a checkpoint's
+  EXPECT_EQ(positions.Find(layer("a", 7)), 0);   // past the end
+  EXPECT_EQ(positions.Find(layer("d", 1)), std::nullopt);
+  positions.Assign({});
+  EXPECT_EQ(positions.Find(layers[0]), std::nullopt);
+}
+
 TEST_F(CheckpointTest, ShardedWithIndexAcrossFiles) {
   std::vector<OwnedTensor> layer = Layer("model.layers.1.mlp.up_proj", 128, 24, 1, "BF16");
   // qweight in shard 1, qzeros and scales in shard 2.
