@@ -52,7 +52,7 @@ absl::Status CheckHostMemory(const BenchmarkRequest& r, bool cuda) {
         " bytes of host memory, more than the ", budget, " bytes available (", budget_what, ")"));
   }
   for (const BenchmarkShape& s : r.shapes) {
-    const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
     for (DType out : r.output_dtypes) {
       const HostBytes b = BenchmarkHostBytes(shape, out, r.full_check_max_elements, cuda);
       if (b.total() > budget) {
@@ -87,7 +87,7 @@ absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request) {
   if (r.seed == 0) r.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   for (BenchmarkShape& s : r.shapes) {
     if (s.group_size == 0) s.group_size = r.group_size;
-    AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
     for (DType out : r.output_dtypes) {
       if (absl::Status st = ValidateShape(shape, out); !st.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("shape ", s.K, "x", s.N, " group_size ",

@@ -16,7 +16,7 @@
 //     (bytes read + written), timed both ways;
 //   - after every trial each variant's output is compared bit for bit with DequantizeReference
 //     (all rows for small outputs, else the first, the last and random rows);
-//   - bytes moved = qweight + qzeros + scales + output bytes (AwqShape::bytes_moved); the
+//   - bytes moved = qweight + qzeros + scales + output bytes (QuantShape::bytes_moved); the
 //     yardstick is the peak copy rate measured at the start of the run.
 #pragma once
 

@@ -61,8 +61,7 @@ double MeasureCopyPeak(int64_t bytes, int threads) {
   return median > 0 ? 2.0 * static_cast<double>(bytes) / median : 0;
 }
 
-using DequantFn =
-    std::function<absl::Status(const PackedTensorView&, DType, int64_t, int64_t, void*)>;
+using DequantFn = std::function<absl::Status(const QuantView&, DType, int64_t, int64_t, void*)>;
 
 // An uninitialized host buffer of `bytes` (no page is touched here): RESOURCE_EXHAUSTED naming
 // `what` when it cannot be had.
@@ -90,7 +89,7 @@ absl::Status FillPolling(uint8_t* p, int64_t bytes, uint8_t value,
 // every runner of one (shape, dtype): runners run one at a time and CheckOutput recomputes).
 class CpuDequantRunner : public Runner {
  public:
-  CpuDequantRunner(std::string variant, const PackedTensorView& in, DType out_dtype, DequantFn fn,
+  CpuDequantRunner(std::string variant, const QuantView& in, DType out_dtype, DequantFn fn,
                    std::string launch_config, uint8_t* out)
       : Runner(std::move(variant), in.shape.bytes_moved(out_dtype), std::move(launch_config)),
         in_(in),
@@ -117,7 +116,7 @@ class CpuDequantRunner : public Runner {
   }
 
  private:
-  PackedTensorView in_;
+  QuantView in_;
   DType out_dtype_;
   DequantFn fn_;
   uint8_t* out_;  // not owned
@@ -175,7 +174,7 @@ absl::StatusOr<BenchmarkResult> RunCpuBenchmark(const BenchmarkRequest& request)
   options.peak_copy_bytes_per_second = result.peak_copy_bytes_per_second;
   for (const BenchmarkShape& s : request.shapes) {
     if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
-    const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
     absl::StatusOr<HostPackedTensor> host = MakeRandomPackedTensor(shape, rng(), request.cancelled);
     if (!host.ok()) return host.status();
     for (DType out : request.output_dtypes) {
@@ -198,7 +197,7 @@ absl::StatusOr<BenchmarkResult> RunCpuBenchmark(const BenchmarkRequest& request)
         } else {
           owned.push_back(std::make_unique<CpuDequantRunner>(
               v, host->view(), out,
-              [threads](const PackedTensorView& in, DType o, int64_t b, int64_t e, void* p) {
+              [threads](const QuantView& in, DType o, int64_t b, int64_t e, void* p) {
                 return DequantizeCpu(in, o, b, e, p, threads);
               },
               absl::StrCat("threads=", threads), output->get()));

@@ -27,8 +27,8 @@ using cuda::LaunchConfig;
 
 // One copy of the packed inputs plus an output buffer, inside a BufferArena.
 struct BufferSet {
-  PackedTensorView view;  // device pointers
-  void* out = nullptr;    // K * N elements of the output dtype
+  QuantView view;       // device pointers
+  void* out = nullptr;  // K * N elements of the output dtype
 };
 
 // `sets` carved out of one allocation (each part 256-byte aligned).
@@ -43,10 +43,10 @@ constexpr int64_t kMaxBufferSets = 1024;
 // `count` sets holding `host`'s inputs, each with an output of out_bytes.
 absl::StatusOr<BufferArena> MakeBufferArena(const HostPackedTensor& host, int64_t out_bytes,
                                             int64_t count) {
-  const AwqShape& shape = host.shape;
-  const int64_t qzeros_at = AlignUp(shape.qweight_bytes());
-  const int64_t scales_at = qzeros_at + AlignUp(shape.qzeros_bytes());
-  const int64_t out_at = scales_at + AlignUp(shape.scales_bytes());
+  const QuantShape& shape = host.shape;
+  const int64_t qzeros_at = AlignUp(awq::QweightBytes(shape));
+  const int64_t scales_at = qzeros_at + AlignUp(awq::QzerosBytes(shape));
+  const int64_t out_at = scales_at + AlignUp(awq::ScalesBytes(shape));
   const int64_t stride = out_at + AlignUp(out_bytes);
   BufferArena arena;
   absl::StatusOr<DeviceBuffer> memory = Allocate(stride * count);
@@ -57,18 +57,18 @@ absl::StatusOr<BufferArena> MakeBufferArena(const HostPackedTensor& host, int64_
     uint8_t* set = base + i * stride;
     BufferSet b;
     b.view.shape = shape;
-    b.view.qweight = reinterpret_cast<const int32_t*>(set);
-    b.view.qzeros = reinterpret_cast<const int32_t*>(set + qzeros_at);
-    b.view.scales = set + scales_at;
+    b.view.tensors[awq::kQweight] = reinterpret_cast<const int32_t*>(set);
+    b.view.tensors[awq::kQzeros] = reinterpret_cast<const int32_t*>(set + qzeros_at);
+    b.view.tensors[awq::kScales] = set + scales_at;
     b.out = set + out_at;
     arena.sets.push_back(b);
   }
   DEQUANTD_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(base, host.qweight.data(), shape.qweight_bytes(), cudaMemcpyHostToDevice));
+      cudaMemcpy(base, host.qweight.data(), awq::QweightBytes(shape), cudaMemcpyHostToDevice));
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + qzeros_at, host.qzeros.data(),
-                                           shape.qzeros_bytes(), cudaMemcpyHostToDevice));
+                                           awq::QzerosBytes(shape), cudaMemcpyHostToDevice));
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + scales_at, host.scales.data(),
-                                           shape.scales_bytes(), cudaMemcpyHostToDevice));
+                                           awq::ScalesBytes(shape), cudaMemcpyHostToDevice));
   for (int64_t i = 1; i < count; ++i) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(base + i * stride, base, out_at, cudaMemcpyDeviceToDevice));
@@ -78,11 +78,11 @@ absl::StatusOr<BufferArena> MakeBufferArena(const HostPackedTensor& host, int64_
 
 // RESOURCE_EXHAUSTED (MemoryExhausted) when the `count` buffer sets MakeBufferArena would
 // allocate for (shape, out_dtype) exceed the current device's free memory (cudaMemGetInfo).
-absl::Status CheckDeviceMemory(const AwqShape& shape, DType out_dtype, int64_t count) {
+absl::Status CheckDeviceMemory(const QuantShape& shape, DType out_dtype, int64_t count) {
   size_t free_bytes = 0, total_bytes = 0;
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int64_t stride = AlignUp(shape.qweight_bytes()) + AlignUp(shape.qzeros_bytes()) +
-                         AlignUp(shape.scales_bytes()) + AlignUp(shape.output_bytes(out_dtype));
+  const int64_t stride = AlignUp(awq::QweightBytes(shape)) + AlignUp(awq::QzerosBytes(shape)) +
+                         AlignUp(awq::ScalesBytes(shape)) + AlignUp(shape.output_bytes(out_dtype));
   const int64_t needed = stride * count;
   if (needed <= static_cast<int64_t>(free_bytes)) return absl::OkStatus();
   return MemoryExhausted(shape, out_dtype, "device memory", needed,
@@ -183,7 +183,7 @@ class KernelRunner : public CudaRunner {
   absl::StatusOr<bool> CheckOutput(const OutputChecker& checker,
                                    const std::vector<RowRange>& rows) override {
     BufferSet& set = sets_.front();
-    const AwqShape& shape = set.view.shape;
+    const QuantShape& shape = set.view.shape;
     cudaStream_t stream = timing_.stream();
     // Poison the output first: a kernel that skips elements cannot pass on stale results.
     DEQUANTD_CUDA_RETURN_IF_ERROR(
@@ -316,15 +316,15 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
   options.peak_copy_bytes_per_second = *peak;
   for (const BenchmarkShape& s : request.shapes) {
     if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
-    const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
     absl::StatusOr<HostPackedTensor> generated =
         MakeRandomPackedTensor(shape, rng(), request.cancelled);
     if (!generated.ok()) return generated.status();
     const HostPackedTensor& host = *generated;
     for (DType out : request.output_dtypes) {
       if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
-      const int64_t set_bytes = shape.qweight_bytes() + shape.qzeros_bytes() +
-                                shape.scales_bytes() + shape.output_bytes(out);
+      const int64_t set_bytes = awq::QweightBytes(shape) + awq::QzerosBytes(shape) +
+                                awq::ScalesBytes(shape) + shape.output_bytes(out);
       const int64_t count =
           std::clamp<int64_t>((rotation_bytes + set_bytes - 1) / set_bytes, 2, kMaxBufferSets);
       if (absl::Status m = CheckDeviceMemory(shape, out, count); !m.ok()) return m;

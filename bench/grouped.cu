@@ -41,8 +41,8 @@ struct ModelCopy {
 absl::StatusOr<ModelCopy> UploadModel(const std::vector<HostPackedTensor>& host, DType out) {
   int64_t inputs = 0, outputs = 0;
   for (const HostPackedTensor& t : host) {
-    inputs += AlignUp(t.shape.qweight_bytes()) + AlignUp(t.shape.qzeros_bytes()) +
-              AlignUp(t.shape.scales_bytes());
+    inputs += AlignUp(awq::QweightBytes(t.shape)) + AlignUp(awq::QzerosBytes(t.shape)) +
+              AlignUp(awq::ScalesBytes(t.shape));
     outputs += AlignUp(t.shape.output_bytes(out));
   }
   ModelCopy m;
@@ -62,15 +62,15 @@ absl::StatusOr<ModelCopy> UploadModel(const std::vector<HostPackedTensor>& host,
   for (const HostPackedTensor& t : host) {
     GroupedItem item;
     item.in.shape = t.shape;
-    absl::StatusOr<const void*> q = upload(t.qweight.data(), t.shape.qweight_bytes());
+    absl::StatusOr<const void*> q = upload(t.qweight.data(), awq::QweightBytes(t.shape));
     if (!q.ok()) return q.status();
-    absl::StatusOr<const void*> z = upload(t.qzeros.data(), t.shape.qzeros_bytes());
+    absl::StatusOr<const void*> z = upload(t.qzeros.data(), awq::QzerosBytes(t.shape));
     if (!z.ok()) return z.status();
-    absl::StatusOr<const void*> s = upload(t.scales.data(), t.shape.scales_bytes());
+    absl::StatusOr<const void*> s = upload(t.scales.data(), awq::ScalesBytes(t.shape));
     if (!s.ok()) return s.status();
-    item.in.qweight = static_cast<const int32_t*>(*q);
-    item.in.qzeros = static_cast<const int32_t*>(*z);
-    item.in.scales = *s;
+    item.in.tensors[awq::kQweight] = static_cast<const int32_t*>(*q);
+    item.in.tensors[awq::kQzeros] = static_cast<const int32_t*>(*z);
+    item.in.tensors[awq::kScales] = *s;
     item.out = m.outputs + out_at;
     out_at += AlignUp(t.shape.output_bytes(out));
     m.items.push_back(item);
@@ -214,7 +214,8 @@ absl::StatusOr<GroupedBenchResult> RunGroupedBenchmark(const GroupedBenchRequest
   // Random layers, their checkers, and the device copies.
   std::vector<HostPackedTensor> host;
   host.reserve(model->layers.size());
-  for (const AwqShape& shape : model->layers) host.push_back(MakeRandomPackedTensor(shape, rng()));
+  for (const QuantShape& shape : model->layers)
+    host.push_back(MakeRandomPackedTensor(shape, rng()));
   std::vector<OutputChecker> checkers;
   for (const HostPackedTensor& t : host) {
     absl::StatusOr<OutputChecker> c = OutputChecker::Create(t.view(), out, int64_t{1} << 20);
@@ -228,7 +229,7 @@ absl::StatusOr<GroupedBenchResult> RunGroupedBenchmark(const GroupedBenchRequest
     copies.push_back(std::move(*m));
   }
   int64_t bytes = 0;
-  for (const AwqShape& s : model->layers) bytes += s.bytes_moved(out);
+  for (const QuantShape& s : model->layers) bytes += s.bytes_moved(out);
   const int64_t layers = result.layers;
 
   // Plans: one per (options, copy).

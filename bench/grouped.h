@@ -26,7 +26,7 @@ namespace dequantd::bench {
 struct ModelLayers {
   std::string name;
   std::string description;  // e.g. "28 layers x 7 projections"
-  std::vector<AwqShape> layers;
+  std::vector<QuantShape> layers;
 };
 
 // "qwen2.5-1.5b": 28 x {q 1536x1536, k 1536x256, v 1536x256, o 1536x1536, gate 1536x8960,

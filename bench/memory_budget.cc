@@ -27,13 +27,13 @@ int64_t MemAvailableBytes() {
 
 }  // namespace
 
-HostBytes BenchmarkHostBytes(const AwqShape& shape, DType out_dtype,
+HostBytes BenchmarkHostBytes(const QuantShape& shape, DType out_dtype,
                              int64_t full_check_max_elements, bool cuda) {
   const int64_t output = shape.output_bytes(out_dtype);
   const int64_t row = shape.N * DTypeSize(out_dtype);
   const bool full = shape.output_elements() <= full_check_max_elements;
   HostBytes b;
-  b.inputs = shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes();
+  b.inputs = awq::QweightBytes(shape) + awq::QzerosBytes(shape) + awq::ScalesBytes(shape);
   b.reference = full ? output : row;
   const int64_t copy = CopyBytesFor(shape.bytes_moved(out_dtype));
   b.outputs = cuda ? (full ? output : row) : std::max(output, copy) + copy;
@@ -51,7 +51,7 @@ int64_t HostMemoryBudget(int64_t limit_bytes) {
   return available > 0 ? available / 2 : 0;
 }
 
-absl::Status MemoryExhausted(const AwqShape& shape, DType out_dtype, const std::string& memory,
+absl::Status MemoryExhausted(const QuantShape& shape, DType out_dtype, const std::string& memory,
                              int64_t needed, const std::string& detail, int64_t available,
                              const std::string& available_what) {
   return absl::ResourceExhaustedError(absl::StrCat(

@@ -25,7 +25,7 @@ struct HostBytes {
   int64_t outputs = 0;  // CPU: output + copy source; CUDA: checked rows
   int64_t total() const { return inputs + reference + outputs; }
 };
-HostBytes BenchmarkHostBytes(const AwqShape& shape, DType out_dtype,
+HostBytes BenchmarkHostBytes(const QuantShape& shape, DType out_dtype,
                              int64_t full_check_max_elements, bool cuda);
 
 // The host bytes a benchmark may allocate: `limit_bytes` when > 0, else half of the host's
@@ -35,7 +35,7 @@ int64_t HostMemoryBudget(int64_t limit_bytes);
 
 // RESOURCE_EXHAUSTED "benchmark shape KxN (group_size G, <dtype> output) needs <needed> bytes of
 // <memory> (<detail>), more than the <available> bytes available (<available_what>)".
-absl::Status MemoryExhausted(const AwqShape& shape, DType out_dtype, const std::string& memory,
+absl::Status MemoryExhausted(const QuantShape& shape, DType out_dtype, const std::string& memory,
                              int64_t needed, const std::string& detail, int64_t available,
                              const std::string& available_what);
 

@@ -12,7 +12,7 @@ absl::Status CheckCancelled(const std::function<bool()>& cancelled) {
 }
 
 absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& runners,
-                                                    const AwqShape& shape, DType out_dtype,
+                                                    const QuantShape& shape, DType out_dtype,
                                                     const OutputChecker& checker,
                                                     const MethodOptions& options,
                                                     std::mt19937_64& rng) {
@@ -82,7 +82,7 @@ absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& 
 }
 
 absl::Status RunMethodAppend(const std::vector<std::unique_ptr<Runner>>& runners,
-                             const AwqShape& shape, DType out_dtype, const OutputChecker& checker,
+                             const QuantShape& shape, DType out_dtype, const OutputChecker& checker,
                              const MethodOptions& options, std::mt19937_64& rng,
                              std::vector<BenchmarkRow>* rows) {
   std::vector<Runner*> raw;

@@ -60,14 +60,14 @@ absl::Status CheckCancelled(const std::function<bool()>& cancelled);
 // K, N, group_size, output_dtype taken from `shape` and `out_dtype`. options.cancelled is polled
 // before every runner call: CANCELLED (CheckCancelled) as soon as it fires.
 absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& runners,
-                                                    const AwqShape& shape, DType out_dtype,
+                                                    const QuantShape& shape, DType out_dtype,
                                                     const OutputChecker& checker,
                                                     const MethodOptions& options,
                                                     std::mt19937_64& rng);
 
 // RunMethod over owned runners, appending its rows to `*rows`. Errors: as RunMethod.
 absl::Status RunMethodAppend(const std::vector<std::unique_ptr<Runner>>& runners,
-                             const AwqShape& shape, DType out_dtype, const OutputChecker& checker,
+                             const QuantShape& shape, DType out_dtype, const OutputChecker& checker,
                              const MethodOptions& options, std::mt19937_64& rng,
                              std::vector<BenchmarkRow>* rows);
 

@@ -48,23 +48,23 @@ uint16_t RandomScaleBits(DType dtype, uint64_t r) {
 
 }  // namespace
 
-HostPackedTensor MakeRandomPackedTensor(const AwqShape& shape, uint64_t seed) {
+HostPackedTensor MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed) {
   return *MakeRandomPackedTensor(shape, seed, nullptr);  // never cancelled: always a value
 }
 
-absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const AwqShape& shape, uint64_t seed,
+absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed,
                                                         const std::function<bool()>& cancelled) {
   HostPackedTensor t;
   t.shape = shape;
   uint64_t state = seed;
   if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-  t.qweight.resize(static_cast<size_t>(shape.qweight_elements()));
+  t.qweight.resize(static_cast<size_t>(awq::QweightElements(shape)));
   if (absl::Status s = FillWords(t.qweight, state, cancelled); !s.ok()) return s;
   if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-  t.qzeros.resize(static_cast<size_t>(shape.qzeros_elements()));
+  t.qzeros.resize(static_cast<size_t>(awq::QzerosElements(shape)));
   if (absl::Status s = FillWords(t.qzeros, state, cancelled); !s.ok()) return s;
   if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-  t.scales.resize(static_cast<size_t>(shape.scales_elements()));
+  t.scales.resize(static_cast<size_t>(awq::ScalesElements(shape)));
   constexpr size_t kPollScales = kCancelPollBytes / sizeof(uint16_t);
   for (size_t i = 0; i < t.scales.size(); ++i) {
     if (i % kPollScales == kPollScales - 1) {
@@ -75,7 +75,7 @@ absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const AwqShape& shape, u
   return t;
 }
 
-absl::StatusOr<OutputChecker> OutputChecker::Create(const PackedTensorView& in, DType out_dtype,
+absl::StatusOr<OutputChecker> OutputChecker::Create(const QuantView& in, DType out_dtype,
                                                     int64_t full_check_max_elements) {
   OutputChecker checker(in, out_dtype);
   checker.full_ = in.shape.output_elements() <= full_check_max_elements;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/awq_format.h"
 #include "kernels/dequant.h"
 
 namespace dequantd::bench {
@@ -16,13 +17,13 @@ namespace dequantd::bench {
 // A packed layer owned on the host. qweight: (K, N/8) int32; qzeros: (K/G, N/8) int32;
 // scales: (K/G, N) fp16 or bf16 bits.
 struct HostPackedTensor {
-  AwqShape shape;
+  QuantShape shape;
   std::vector<int32_t> qweight;
   std::vector<int32_t> qzeros;
   std::vector<uint16_t> scales;
 
-  PackedTensorView view() const {
-    return PackedTensorView{shape, qweight.data(), qzeros.data(), scales.data()};
+  QuantView view() const {
+    return awq::MakeView(shape, qweight.data(), qzeros.data(), scales.data());
   }
 };
 
@@ -30,13 +31,13 @@ struct HostPackedTensor {
 // uniform over all 2^32 values (all 16 nibble values, zero points included); scales finite,
 // never zero, random sign, magnitude in [2^-14, 2) (fp16 normal range; same range for bf16),
 // so no output overflows or is NaN. Deterministic for a given seed.
-HostPackedTensor MakeRandomPackedTensor(const AwqShape& shape, uint64_t seed);
+HostPackedTensor MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed);
 
 // As above, polling `cancelled` (empty = never) before each of the three allocations and every
 // kCancelPollBytes of generated words or scales: CANCELLED "benchmark cancelled" once it
 // returns true. Same values as above for the same seed.
 inline constexpr int64_t kCancelPollBytes = int64_t{4} << 20;
-absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const AwqShape& shape, uint64_t seed,
+absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed,
                                                         const std::function<bool()>& cancelled);
 
 // A half-open row range [begin, end) of the (K, N) output.
@@ -49,7 +50,7 @@ class OutputChecker {
   // `in` must outlive the checker. Outputs of at most `full_check_max_elements` elements are
   // compared in full (the reference is computed once, here); larger ones on sampled rows.
   // Errors: those of DequantizeReference (INVALID_ARGUMENT).
-  static absl::StatusOr<OutputChecker> Create(const PackedTensorView& in, DType out_dtype,
+  static absl::StatusOr<OutputChecker> Create(const QuantView& in, DType out_dtype,
                                               int64_t full_check_max_elements);
 
   bool full() const { return full_; }
@@ -65,9 +66,9 @@ class OutputChecker {
   int64_t row_bytes() const { return in_.shape.N * DTypeSize(out_dtype_); }
 
  private:
-  OutputChecker(const PackedTensorView& in, DType out_dtype) : in_(in), out_dtype_(out_dtype) {}
+  OutputChecker(const QuantView& in, DType out_dtype) : in_(in), out_dtype_(out_dtype) {}
 
-  PackedTensorView in_;
+  QuantView in_;
   DType out_dtype_;
   bool full_ = false;
   std::vector<uint8_t> expected_;  // the whole reference output when full_

@@ -110,7 +110,7 @@ struct Row {
   bool met = false;
 };
 
-absl::StatusOr<Row> SweepOne(const Options& o, const TuneDevice& device, const AwqShape& shape,
+absl::StatusOr<Row> SweepOne(const Options& o, const TuneDevice& device, const QuantShape& shape,
                              DType out, TuneObjective objective) {
   const std::vector<LaunchConfig> candidates = cuda::CandidateConfigs(o.variant, shape, out);
   cuda::TuneOptions reference;
@@ -186,7 +186,7 @@ int Run(const Options& o) {
   bool all_met = true;
   for (TuneObjective objective : o.objectives) {  // the served objective (latency) first
     for (const BenchmarkShape& s : o.shapes) {
-      const AwqShape shape{s.K, s.N, o.group_size, DType::kF16};
+      const QuantShape shape{s.K, s.N, o.group_size, DType::kF16};
       for (DType out : o.dtypes) {
         absl::StatusOr<Row> row = SweepOne(o, *device, shape, out, objective);
         if (!row.ok()) {

@@ -2,12 +2,15 @@
 #include "client/packed_input.h"
 
 #include <memory>
-#include "absl/strings/string_view.h"
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "formats/awq_tensors.h"
+#include "formats/quant_tensors.h"
 #include "formats/safetensors.h"
+#include "kernels/awq_format.h"
 
 namespace dequantd {
 namespace {
@@ -15,13 +18,13 @@ namespace {
 namespace v1 = ::dequant::v1;
 
 // The header entry of tensor `name` in `file`, or NOT_FOUND.
-absl::StatusOr<formats::AwqTensorRef> Find(const safetensors::MappedFile& file,
-                                           const std::string& name) {
+absl::StatusOr<formats::QuantTensorRef> Find(const safetensors::MappedFile& file,
+                                             const std::string& name) {
   const auto it = file.header().tensors.find(name);
   if (it == file.header().tensors.end()) {
     return absl::NotFoundError(absl::StrCat(file.path(), ": no tensor '", name, "'"));
   }
-  return formats::AwqTensorRef{.file = file.path(), .entry = &it->second};
+  return formats::QuantTensorRef{.file = file.path(), .entry = &it->second};
 }
 
 absl::Status CopyBytes(const safetensors::MappedFile& file, const std::string& name,
@@ -36,22 +39,22 @@ absl::Status CopyBytes(const safetensors::MappedFile& file, const std::string& n
 
 absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
                                                         const std::string& prefix,
-                                                        int64_t group_size) {
+                                                        int64_t group_size, Format format) {
   absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file =
       safetensors::MappedFile::Open(path);
   if (!file.ok()) return file.status();
-  const std::string qweight = prefix + "qweight";
-  const std::string qzeros = prefix + "qzeros";
-  const std::string scales = prefix + "scales";
-  absl::StatusOr<formats::AwqTensorRef> qweight_ref = Find(**file, qweight);
-  if (!qweight_ref.ok()) return qweight_ref.status();
-  absl::StatusOr<formats::AwqTensorRef> qzeros_ref = Find(**file, qzeros);
-  if (!qzeros_ref.ok()) return qzeros_ref.status();
-  absl::StatusOr<formats::AwqTensorRef> scales_ref = Find(**file, scales);
-  if (!scales_ref.ok()) return scales_ref.status();
+  const FormatRow& row = FormatRowOf(format);
+  std::vector<std::string> names;
+  std::vector<formats::QuantTensorRef> refs;
+  for (int r = 0; r < row.role_count; ++r) {
+    names.push_back(prefix + std::string(row.roles[static_cast<size_t>(r)]));
+    absl::StatusOr<formats::QuantTensorRef> ref = Find(**file, names.back());
+    if (!ref.ok()) return ref.status();
+    refs.push_back(*ref);
+  }
   const absl::string_view layer = absl::StripSuffix(prefix, ".");
-  absl::StatusOr<AwqShape> shape = formats::AwqShapeFromTensors(layer, *qweight_ref, *qzeros_ref,
-                                                                *scales_ref, {.packed_u32 = true});
+  absl::StatusOr<QuantShape> shape =
+      formats::QuantShapeFromTensors(format, layer, refs, {.packed_u32 = true});
   if (!shape.ok()) return shape.status();
 
   v1::InlinePackedTensor out;
@@ -59,10 +62,21 @@ absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
   out.set_in_features(shape->K);
   out.set_out_features(shape->N);
   out.set_group_size(group_size == 0 ? shape->group_size : group_size);
-  absl::Status status = CopyBytes(**file, qweight, out.mutable_qweight());
-  if (status.ok()) status = CopyBytes(**file, qzeros, out.mutable_qzeros());
-  if (status.ok()) status = CopyBytes(**file, scales, out.mutable_scales());
-  if (!status.ok()) return status;
+  if (format == Format::kAwqGemm) {  // AWQ in fields 5-7, which servers before issue 21 read
+    absl::Status status = CopyBytes(**file, names[awq::kQweight], out.mutable_qweight());
+    if (status.ok()) status = CopyBytes(**file, names[awq::kQzeros], out.mutable_qzeros());
+    if (status.ok()) status = CopyBytes(**file, names[awq::kScales], out.mutable_scales());
+    if (!status.ok()) return status;
+    return out;
+  }
+  out.set_format(std::string(row.name));
+  for (int r = 0; r < row.role_count; ++r) {
+    v1::RoleBytes* t = out.add_tensors();
+    t->set_role(std::string(row.roles[static_cast<size_t>(r)]));
+    if (absl::Status s = CopyBytes(**file, names[static_cast<size_t>(r)], t->mutable_data());
+        !s.ok())
+      return s;
+  }
   return out;
 }
 

@@ -106,6 +106,7 @@ absl::StatusOr<TuneEntries> ParseTuneFileJson(const std::string& text) {
       TuneKey key;
       key.device.name = e.at("device").get<std::string>();
       key.device.compute_capability = e.at("compute_capability").get<int>();
+      key.format = e.at("format").get<std::string>();
       key.variant = e.at("variant").get<std::string>();
       key.K = e.at("K").get<int64_t>();
       key.N = e.at("N").get<int64_t>();
@@ -137,6 +138,7 @@ std::string TuneFileToJson(TuneEntries entries) {
   for (const auto& [key, entry] : entries) {
     list.push_back({{"device", key.device.name},
                     {"compute_capability", key.device.compute_capability},
+                    {"format", key.format},
                     {"variant", key.variant},
                     {"K", key.K},
                     {"N", key.N},

@@ -22,7 +22,8 @@
 
 namespace dequantd::formats {
 
-inline constexpr int kTuneFileVersion = 2;
+// Version 3: keys name the format (issue 21). Version 2 added the objective.
+inline constexpr int kTuneFileVersion = 3;
 
 // A TuneStore on the file at `path`.
 //

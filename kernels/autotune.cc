@@ -23,10 +23,11 @@ bool ParseTuneObjective(std::string_view name, TuneObjective* out) {
   return false;
 }
 
-TuneKey TuneKey::For(TuneDevice device, std::string_view variant, const AwqShape& shape,
+TuneKey TuneKey::For(TuneDevice device, std::string_view variant, const QuantShape& shape,
                      DType output_dtype, TuneObjective objective) {
   TuneKey key;
   key.device = std::move(device);
+  key.format = std::string(FormatName(shape.format));
   key.variant = std::string(variant);
   key.K = shape.K;
   key.N = shape.N;
@@ -38,8 +39,8 @@ TuneKey TuneKey::For(TuneDevice device, std::string_view variant, const AwqShape
 }
 
 std::string TuneKey::ToString() const {
-  return absl::StrCat(device.name, " sm", device.compute_capability, " ", variant, " ", K, "x", N,
-                      " g", group_size, " ", std::string(DTypeName(scale_dtype)), "->",
+  return absl::StrCat(device.name, " sm", device.compute_capability, " ", format, " ", variant, " ",
+                      K, "x", N, " g", group_size, " ", std::string(DTypeName(scale_dtype)), "->",
                       std::string(DTypeName(output_dtype)), " ",
                       std::string(TuneObjectiveName(objective)));
 }

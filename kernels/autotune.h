@@ -52,6 +52,7 @@ struct TuneDevice {
 // What a tuned configuration is for. Two keys are equal when every field is. Built by For only.
 struct TuneKey {
   TuneDevice device;
+  std::string format;   // FormatName, e.g. "awq_gemm"
   std::string variant;  // kernel variant name, e.g. "v4_vec16" (cuda::VariantName)
   int64_t K = 0;        // in_features
   int64_t N = 0;        // out_features
@@ -61,16 +62,16 @@ struct TuneKey {
   TuneObjective objective = TuneObjective::kLatency;
 
   // The key of one launch: `variant` of `shape` into `output_dtype` on `device`, for `objective`.
-  static TuneKey For(TuneDevice device, std::string_view variant, const AwqShape& shape,
+  static TuneKey For(TuneDevice device, std::string_view variant, const QuantShape& shape,
                      DType output_dtype, TuneObjective objective);
 
   bool operator==(const TuneKey&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const TuneKey& k) {
-    return H::combine(std::move(h), k.device.name, k.device.compute_capability, k.variant, k.K, k.N,
-                      k.group_size, k.scale_dtype, k.output_dtype, k.objective);
+    return H::combine(std::move(h), k.device.name, k.device.compute_capability, k.format, k.variant,
+                      k.K, k.N, k.group_size, k.scale_dtype, k.output_dtype, k.objective);
   }
-  // "NVIDIA H200 sm90 v4_vec16 4096x14336 g128 fp16->fp16 latency", for logs.
+  // "NVIDIA H200 sm90 awq_gemm v4_vec16 4096x14336 g128 fp16->fp16 latency", for logs.
   std::string ToString() const;
 };
 

@@ -28,8 +28,7 @@ bool CpuHasAvx2();
 // INVALID_ARGUMENT for threads < 0, min_elements_per_thread < 1 or
 // stream_min_bytes < 0, and FAILED_PRECONDITION for
 // isa = kAvx2 on a CPU without AVX2/F16C. Thread-safe (no shared state).
-absl::Status DequantizeCpuWithOptions(const PackedTensorView& in, DType out_dtype,
-                                      int64_t row_begin, int64_t row_end, void* out,
-                                      const CpuDequantOptions& options);
+absl::Status DequantizeCpuWithOptions(const QuantView& in, DType out_dtype, int64_t row_begin,
+                                      int64_t row_end, void* out, const CpuDequantOptions& options);
 
 }  // namespace dequantd::cpu

@@ -3,7 +3,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
-#include "kernels/awq_format.h"
+#include "kernels/dtype.h"
 
 namespace dequantd {
 

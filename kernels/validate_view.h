@@ -1,6 +1,6 @@
 // Checks of a whole dequantization call on host pointers: the shape (ValidateShape), the
 // pointers and the row range. Shared by DequantizeReference and DequantizeCpu; usable by any
-// entry point that takes a PackedTensorView plus [row_begin, row_end).
+// entry point that takes a QuantView plus [row_begin, row_end).
 #pragma once
 
 #include <cstdint>
@@ -10,10 +10,10 @@
 
 namespace dequantd {
 
-// Returns ValidateShape's error, or INVALID_ARGUMENT naming "qweight", "qzeros" or "scales" when
-// that pointer is null, "row range" unless 0 <= row_begin <= row_end <= K, and "out" when it is
-// null and the range is not empty. OK otherwise. Thread-safe (reads only).
-absl::Status ValidateView(const PackedTensorView& in, DType out_dtype, int64_t row_begin,
-                          int64_t row_end, const void* out);
+// Returns ValidateShape's error, or INVALID_ARGUMENT naming the role (AWQ: "qweight", "qzeros" or
+// "scales") when its pointer is null, "row range" unless 0 <= row_begin <= row_end <= K, and "out"
+// when it is null and the range is not empty. OK otherwise. Thread-safe (reads only).
+absl::Status ValidateView(const QuantView& in, DType out_dtype, int64_t row_begin, int64_t row_end,
+                          const void* out);
 
 }  // namespace dequantd

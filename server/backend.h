@@ -46,9 +46,9 @@ struct BackendInfo {
 // layers resident), or packed tensors in host memory (e.g. sent inline with a request).
 struct DequantSource {
   const QuantizedLayer* layer = nullptr;  // a layer of the checkpoint given to Prepare, or null
-  PackedTensorView host;                  // used when layer is null: host pointers, 4-byte aligned
+  QuantView host;                         // used when layer is null: host pointers, 4-byte aligned
 
-  const AwqShape& shape() const { return layer != nullptr ? layer->view.shape : host.shape; }
+  const QuantShape& shape() const { return layer != nullptr ? layer->view.shape : host.shape; }
 };
 
 // A memory destination a result is written into directly instead of being handed to Write: a

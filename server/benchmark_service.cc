@@ -99,7 +99,7 @@ absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
           "tensors[", i, "]: ", QuotedName(name), " is not a layer of the loaded model",
           options.checkpoint == nullptr ? " (no model is loaded)" : " (see ListTensors)"));
     }
-    const AwqShape& s = layer->view.shape;
+    const QuantShape& s = layer->view.shape;
     out.shapes.push_back(bench::BenchmarkShape{s.K, s.N, s.group_size, s.scale_dtype});
     fields.push_back(absl::StrCat("tensors[", i, "] (", name, ")"));
   }
@@ -113,7 +113,7 @@ absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
   for (size_t i = 0; i < out.shapes.size(); ++i) {
     bench::BenchmarkShape& s = out.shapes[i];
     if (s.group_size == 0) s.group_size = out.group_size;
-    const AwqShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
     for (DType dtype : out.output_dtypes) {
       // A malformed shape first (INVALID_ARGUMENT), then the server's limit (RESOURCE_EXHAUSTED).
       if (absl::Status st = ValidateShape(shape, dtype); !st.ok()) {

@@ -23,8 +23,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "formats/awq_tensors.h"
+#include "formats/quant_tensors.h"
 #include "formats/strict_json.h"
+#include "kernels/format_registry.h"
 #include "nlohmann/json.hpp"
 
 namespace dequantd {
@@ -33,7 +34,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr absl::string_view kQweight = ".qweight";
 constexpr char kConfigFile[] = "config.json";
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 constexpr char kSingleFile[] = "model.safetensors";
@@ -91,60 +91,65 @@ absl::StatusOr<std::optional<int64_t>> ReadConfigInteger(const fs::path& config_
   return *exact;
 }
 
+// QuantConfigReader over the quantization_config object of `config_path`.
+class JsonQuantConfig final : public QuantConfigReader {
+ public:
+  JsonQuantConfig(const fs::path& path, const json& qc) : path_(path), qc_(qc) {}
+
+  absl::StatusOr<std::optional<int64_t>> Integer(
+      std::initializer_list<const char*> keys) const override {
+    return ReadConfigInteger(path_, qc_, keys);
+  }
+  absl::StatusOr<std::optional<bool>> Boolean(
+      std::initializer_list<const char*> keys) const override {
+    const char* key = nullptr;
+    const json* value = FindAny(qc_, keys, &key);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_boolean()) return FieldError(key, "is not a boolean");
+    return value->get<bool>();
+  }
+  absl::StatusOr<std::optional<std::string>> String(
+      std::initializer_list<const char*> keys) const override {
+    const char* key = nullptr;
+    const json* value = FindAny(qc_, keys, &key);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_string()) return FieldError(key, "is not a string");
+    return value->get<std::string>();
+  }
+  absl::Status FieldError(std::string_view field, std::string_view what) const override {
+    return absl::InvalidArgumentError(absl::StrCat(path_.string(), ": quantization_config field '",
+                                                   absl::string_view(field.data(), field.size()),
+                                                   "' ",
+                                                   absl::string_view(what.data(), what.size())));
+  }
+
+ private:
+  const fs::path& path_;
+  const json& qc_;
+};
+
+// config.json's quantization_config, checked by the row of the format its quant_method names.
 absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const fs::path& config_path) {
   absl::StatusOr<json> config = ReadJsonObject(config_path);
   if (!config.ok()) return config.status();
-  auto error = [&config_path](absl::string_view field, absl::string_view what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(config_path.string(), ": quantization_config field '", field, "' ", what));
-  };
   const auto qc_it = config->find("quantization_config");
   if (qc_it == config->end() || !qc_it->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        config_path.string(), ": no 'quantization_config' object: not an AWQ checkpoint"));
+        config_path.string(), ": no 'quantization_config' object: not a quantized checkpoint"));
   }
-  const json& qc = *qc_it;
-  QuantizationConfig out;
-
-  const json* method = FindAny(qc, {"quant_method"});
-  if (method == nullptr || !method->is_string()) return error("quant_method", "is missing");
-  out.quant_method = method->get<std::string>();
-  if (!absl::EqualsIgnoreCase(out.quant_method, "awq")) {
-    return error("quant_method", absl::StrCat("is '", out.quant_method, "', only 'awq' is served"));
+  const JsonQuantConfig reader(config_path, *qc_it);
+  const json* method = FindAny(*qc_it, {"quant_method"});
+  if (method == nullptr || !method->is_string()) {
+    return reader.FieldError("quant_method", "is missing");
   }
-
-  // AutoAWQ's own quant_config.json spells these w_bit / q_group_size.
-  absl::StatusOr<std::optional<int64_t>> bits =
-      ReadConfigInteger(config_path, qc, {"bits", "w_bit"});
-  if (!bits.ok()) return bits.status();
-  if (!bits->has_value()) return error("bits", "is missing");
-  if (**bits != 4) return error("bits", absl::StrCat("is ", **bits, ", only 4 is served"));
-  out.bits = 4;
-
-  absl::StatusOr<std::optional<int64_t>> group =
-      ReadConfigInteger(config_path, qc, {"group_size", "q_group_size"});
-  if (!group.ok()) return group.status();
-  if (group->has_value()) out.group_size = **group;
-  if (out.group_size != -1 && out.group_size <= 0) {
-    return error("group_size", absl::StrCat("is ", out.group_size, ", want -1 or positive"));
+  const std::string quant_method = method->get<std::string>();
+  const FormatRow* row = FindFormatByQuantMethod(quant_method);
+  if (row == nullptr) {
+    return reader.FieldError("quant_method", absl::StrCat("is '", quant_method, "', only ",
+                                                          ServedQuantMethods(), " is served"));
   }
-
-  const json* zero = FindAny(qc, {"zero_point"});
-  if (zero != nullptr) {
-    if (!zero->is_boolean()) return error("zero_point", "is not a boolean");
-    out.zero_point = zero->get<bool>();
-  }
-  if (!out.zero_point) return error("zero_point", "is false; only zero_point true is served");
-
-  const json* version = FindAny(qc, {"version"});
-  out.version = "gemm";
-  if (version != nullptr) {
-    if (!version->is_string()) return error("version", "is not a string");
-    out.version = version->get<std::string>();
-  }
-  if (!absl::EqualsIgnoreCase(out.version, "gemm")) {
-    return error("version", absl::StrCat("is '", out.version, "', only 'gemm' is served"));
-  }
+  absl::StatusOr<QuantizationConfig> out = row->from_config(reader);
+  if (out.ok()) out->quant_method = quant_method;
   return out;
 }
 
@@ -266,16 +271,20 @@ absl::Status ReadTensor(const TensorRef& ref, uint8_t* dst) {
   return absl::OkStatus();
 }
 
-// Issue 10: every tensor of `tensors` that is not qweight/qzeros/scales of a layer in
+// Issue 10: every tensor of `tensors` that is not a stored tensor (a role of `row`) of a layer in
 // `layer_prefixes`, as RawTensor index entries sorted by name. Errors: the errno of fstat.
 absl::StatusOr<std::vector<RawTensor>> IndexRawTensors(
-    const std::map<std::string, TensorRef>& tensors, const std::set<std::string>& layer_prefixes) {
+    const std::map<std::string, TensorRef>& tensors, const std::set<std::string>& layer_prefixes,
+    const FormatRow& row) {
   std::vector<RawTensor> out;
   for (const auto& [name, ref] : tensors) {
     const size_t dot = name.rfind('.');
     if (dot != std::string::npos && layer_prefixes.count(name.substr(0, dot)) != 0) {
-      const absl::string_view suffix = absl::string_view(name).substr(dot);
-      if (suffix == kQweight || suffix == ".qzeros" || suffix == ".scales") continue;
+      const absl::string_view suffix = absl::string_view(name).substr(dot + 1);
+      bool stored = false;
+      for (int r = 0; r < row.role_count; ++r)
+        stored |= suffix == absl::string_view(row.roles[r].data(), row.roles[r].size());
+      if (stored) continue;
     }
     struct stat st;
     if (::fstat(ref.shard->fd, &st) != 0) {
@@ -322,11 +331,8 @@ int64_t Checkpoint::ReleaseHostCopies() {
   if (copies_.empty()) return 0;
   int64_t freed = 0;
   for (QuantizedLayer& layer : layers_) {
-    const AwqShape& s = layer.view.shape;
-    freed += s.qweight_bytes() + s.qzeros_bytes() + s.scales_bytes();
-    layer.view.qweight = nullptr;
-    layer.view.qzeros = nullptr;
-    layer.view.scales = nullptr;
+    freed += layer.view.shape.packed_bytes();
+    layer.view.tensors.fill(nullptr);
   }
   copies_.clear();
   return freed;
@@ -389,38 +395,38 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     }
   }
 
-  for (const auto& [tensor, qweight_ref] : tensors) {
-    if (!absl::EndsWith(tensor, kQweight)) continue;
-    const std::string prefix = tensor.substr(0, tensor.size() - kQweight.size());
-    TensorRef refs[3] = {qweight_ref, {}, {}};  // qweight, qzeros, scales
-    for (int i : {1, 2}) {
-      const std::string name = prefix + (i == 1 ? ".qzeros" : ".scales");
+  const FormatRow& row = FormatRowOf(ckpt->config_.format);
+  const std::string anchor = absl::StrCat(".", std::string(row.roles[row.anchor_role]));
+  for (const auto& [tensor, anchor_ref] : tensors) {
+    if (!absl::EndsWith(tensor, anchor)) continue;
+    const std::string prefix = tensor.substr(0, tensor.size() - anchor.size());
+    std::vector<TensorRef> refs(static_cast<size_t>(row.role_count));
+    std::vector<formats::QuantTensorRef> stored;
+    for (int r = 0; r < row.role_count; ++r) {
+      const std::string name = absl::StrCat(prefix, ".", std::string(row.roles[r]));
       const auto it = tensors.find(name);
       if (it == tensors.end()) {
         return absl::InvalidArgumentError(absl::StrCat("layer '", prefix, "': tensor '", name,
-                                                       "' is missing (qweight is in '",
-                                                       qweight_ref.path(), "')"));
+                                                       "' is missing (", anchor.substr(1),
+                                                       " is in '", anchor_ref.path(), "')"));
       }
-      refs[i] = it->second;
+      refs[static_cast<size_t>(r)] = it->second;
+      stored.push_back({.file = it->second.path(), .entry = it->second.entry});
     }
-    const auto& [qw, qz, sc] = refs;
-    auto awq_ref = [](const TensorRef& r) {
-      return formats::AwqTensorRef{.file = r.path(), .entry = r.entry};
-    };
-    absl::StatusOr<AwqShape> awq_shape =
-        formats::AwqShapeFromTensors(prefix, awq_ref(qw), awq_ref(qz), awq_ref(sc));
-    if (!awq_shape.ok()) return awq_shape.status();
-    const AwqShape& shape = *awq_shape;
+    absl::StatusOr<QuantShape> quant_shape =
+        formats::QuantShapeFromTensors(row.format, prefix, stored);
+    if (!quant_shape.ok()) return quant_shape.status();
+    const QuantShape& shape = *quant_shape;
     if (absl::Status s = ValidateShape(shape, DType::kF16); !s.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(qw.path(), ": layer '", prefix, "': ", s.message()));
+          absl::StrCat(anchor_ref.path(), ": layer '", prefix, "': ", s.message()));
     }
-    // One owned buffer per layer: qweight | qzeros | scales, each 64-byte aligned.
-    int64_t offsets[3];
+    // One owned buffer per layer: its tensors in role order, each 64-byte aligned.
+    std::vector<int64_t> offsets(refs.size());
     int64_t total = 0;
-    for (int i = 0; i < 3; ++i) {
-      offsets[i] = total;
-      total += RoundUpToAlignment(refs[i].bytes());
+    for (size_t r = 0; r < refs.size(); ++r) {
+      offsets[r] = total;
+      total += RoundUpToAlignment(refs[r].bytes());
     }
     std::unique_ptr<uint8_t[], AlignedFree> copy(
         static_cast<uint8_t*>(::operator new[](static_cast<size_t>(std::max<int64_t>(total, 1)),
@@ -429,22 +435,20 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       return absl::ResourceExhaustedError(
           absl::StrCat("layer '", prefix, "': cannot allocate ", total, " bytes for its copy"));
     }
-    for (int i = 0; i < 3; ++i) {
-      if (absl::Status s = ReadTensor(refs[i], copy.get() + offsets[i]); !s.ok()) return s;
-    }
     QuantizedLayer layer;
     layer.name = prefix;
-    layer.file = qw.path();
+    layer.file = anchor_ref.path();
     layer.view.shape = shape;
-    layer.view.qweight = reinterpret_cast<const int32_t*>(copy.get() + offsets[0]);
-    layer.view.qzeros = reinterpret_cast<const int32_t*>(copy.get() + offsets[1]);
-    layer.view.scales = copy.get() + offsets[2];
+    for (size_t r = 0; r < refs.size(); ++r) {
+      if (absl::Status s = ReadTensor(refs[r], copy.get() + offsets[r]); !s.ok()) return s;
+      layer.view.tensors[r] = copy.get() + offsets[r];
+    }
     ckpt->copies_.push_back(std::move(copy));
     ckpt->layers_.push_back(std::move(layer));
   }
   if (ckpt->layers_.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint '", dir, "' has no quantized layers (no *.qweight tensors)"));
+        absl::StrCat("checkpoint '", dir, "' has no quantized layers (no *", anchor, " tensors)"));
   }
   std::sort(ckpt->layers_.begin(), ckpt->layers_.end(),
             [](const QuantizedLayer& a, const QuantizedLayer& b) { return a.name < b.name; });
@@ -452,7 +456,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     ckpt->layers_[i].index = static_cast<int64_t>(i);
   std::set<std::string> layer_prefixes;
   for (const QuantizedLayer& layer : ckpt->layers_) layer_prefixes.insert(layer.name);
-  absl::StatusOr<std::vector<RawTensor>> raw = IndexRawTensors(tensors, layer_prefixes);
+  absl::StatusOr<std::vector<RawTensor>> raw = IndexRawTensors(tensors, layer_prefixes, row);
   if (!raw.ok()) return raw.status();
   ckpt->raw_tensors_ = *std::move(raw);
   absl::StatusOr<std::string> config_text = ReadConfigText(root / kConfigFile);

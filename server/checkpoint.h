@@ -1,31 +1,31 @@
-// The checkpoint store: an AWQ GEMM checkpoint directory, validated and read into memory.
+// The checkpoint store: a quantized checkpoint directory, validated and read into memory.
 //
-// config.json must hold a quantization_config object (the Hugging Face transformers AwqConfig
-// layout; AutoAWQ's quant_config.json names w_bit / q_group_size are accepted too):
-//   quant_method "awq" (any case), bits 4, zero_point true (missing = true), version "gemm"
-//   (any case; missing = "gemm", the AutoAWQ and transformers default), group_size -1 or > 0
-//   (missing = 128, the transformers default).
+// config.json must hold a quantization_config object whose quant_method names a format of the
+// registry (kernels/format_registry.h; any case); that format's row checks the rest (AWQ: the
+// transformers AwqConfig layout, AutoAWQ's w_bit / q_group_size accepted; bits 4, zero_point
+// true (missing = true), version "gemm" (any case; missing = "gemm"), group_size -1 or > 0
+// (missing = 128, the transformers default); kernels/awq.h). One format per checkpoint.
 // Shards: the files named by model.safetensors.index.json's "weight_map" (tensor -> file; each
 // listed tensor must be in its file) if that exists, else model.safetensors, else every
 // *.safetensors file in the directory. A tensor name may appear in one shard only.
-// A quantized layer is a prefix P with a tensor P.qweight; P.qzeros and P.scales may be in any
-// shard:
-//   P.qweight: (K, N/8) I32;  P.qzeros: (K/G, N/8) I32;  P.scales: (K/G, N) F16 or BF16.
-// Those dtypes and shapes are checked by formats::AwqShapeFromTensors (formats/awq_tensors.h,
-// shared with dequantctl). G is derived per layer from the shapes, G = K / scales rows, and must
-// divide K; it is NOT
-// required to equal the config's group_size. Real AutoAWQ checkpoints use one group size, but
-// our bundled model (tools/make_default_model.py) uses 128 where K % 128 == 0 and 64 elsewhere,
-// as its config.json notes. Each layer then passes ValidateShape (kernels/dequant.h). Every other
-// tensor (embeddings, norms, biases, lm_head; any dtype) is indexed as a RawTensor
-// (server/raw_tensor.h): name, dtype, shape and byte range only, its bytes read on demand.
-// Memory: each layer's qweight, qzeros and scales are read (pread) into one buffer the Checkpoint
-// owns, 64-byte aligned, and every shard is closed before Open returns. The server thus holds the
-// packed model in host memory (its packed size), and truncating, rewriting or deleting the files
-// later cannot affect it (a memory map would SIGBUS on a truncated file). A server whose backend
-// keeps every layer on its GPUs frees these copies after the upload (ReleaseHostCopies). The shard
-// headers are parsed through a memory map that reads only the header pages, so loading never holds
-// the whole file mapped and copied at once; a file truncated during Open is DATA_LOSS, not a crash.
+// A quantized layer is a prefix P with a tensor P.<anchor role> (AWQ: P.qweight); its other
+// roles' tensors P.<role> may be in any shard (AWQ:
+//   P.qweight: (K, N/8) I32;  P.qzeros: (K/G, N/8) I32;  P.scales: (K/G, N) F16 or BF16).
+// Those dtypes and shapes are checked by formats::QuantShapeFromTensors (formats/quant_tensors.h,
+// shared with dequantctl) through the format's row. AWQ's G is derived per layer from the shapes,
+// G = K / scales rows, and must divide K; it is NOT required to equal the config's group_size. Real
+// AutoAWQ checkpoints use one group size, but our bundled model (tools/make_default_model.py) uses
+// 128 where K % 128 == 0 and 64 elsewhere, as its config.json notes. Each layer then passes
+// ValidateShape (kernels/dequant.h). Every other tensor (embeddings, norms, biases, lm_head; any
+// dtype) is indexed as a RawTensor (server/raw_tensor.h): name, dtype, shape and byte range only,
+// its bytes read on demand. Memory: each layer's stored tensors are read (pread) into one buffer
+// the Checkpoint owns, 64-byte aligned, and every shard is closed before Open returns. The server
+// thus holds the packed model in host memory (its packed size), and truncating, rewriting or
+// deleting the files later cannot affect it (a memory map would SIGBUS on a truncated file). A
+// server whose backend keeps every layer on its GPUs frees these copies after the upload
+// (ReleaseHostCopies). The shard headers are parsed through a memory map that reads only the header
+// pages, so loading never holds the whole file mapped and copied at once; a file truncated during
+// Open is DATA_LOSS, not a crash.
 #pragma once
 
 #include <memory>
@@ -38,22 +38,15 @@
 #include "absl/status/statusor.h"
 #include "formats/safetensors.h"
 #include "kernels/dequant.h"
+#include "kernels/format_registry.h"  // QuantizationConfig
 #include "server/raw_tensor.h"
 
 namespace dequantd {
 
-struct QuantizationConfig {
-  std::string quant_method;  // "awq"
-  int bits = 4;
-  int64_t group_size = 128;  // as written; -1 means per-column (G = K)
-  bool zero_point = true;
-  std::string version;  // "gemm"
-};
-
 struct QuantizedLayer {
-  std::string name;       // prefix, e.g. "model.layers.0.mlp.down_proj"
-  PackedTensorView view;  // host pointers into the Checkpoint's own copies; 64-byte aligned
-  std::string file;       // the safetensors file holding qweight
+  std::string name;  // prefix, e.g. "model.layers.0.mlp.down_proj"
+  QuantView view;    // host pointers into the Checkpoint's own copies; 64-byte aligned
+  std::string file;  // the safetensors file holding qweight
   // Its position in the owning Checkpoint's layers() (-1: not from a checkpoint). Backends use
   // it to find what they hold for the layer without hashing its name, after checking the name.
   int64_t index = -1;

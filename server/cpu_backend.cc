@@ -129,7 +129,7 @@ class CpuBackend final : public Backend {
 
   absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
                           ChunkSink& sink) override {
-    const PackedTensorView& view = source.layer != nullptr ? source.layer->view : source.host;
+    const QuantView& view = source.layer != nullptr ? source.layer->view : source.host;
     if (absl::Status s = ValidateShape(view.shape, out_dtype); !s.ok()) return s;
     if (chunk_bytes < 1) {
       return absl::InvalidArgumentError(
@@ -178,17 +178,27 @@ class CpuBackend final : public Backend {
             : Stream(view, out_dtype, chunk_bytes, range_begin, range_end, sink, times);
     if (!status.ok()) return status;
     if (observer_ != nullptr) {
-      const AwqShape& shape = view.shape;
+      const QuantShape& shape = view.shape;
       observer_->ObserveStage(DequantizeStage::kKernel, times.kernel);
       observer_->ObserveStage(DequantizeStage::kSend, times.send);
       // The rows computed (all of them unless the sink asked for a range; a row a streamed
       // window boundary cuts is computed twice but counted once): their qweight rows and the
-      // qzeros/scales rows of the groups they touch read, their output written.
+      // qzeros/scales rows of the groups they touch read, their output written. Generic: a
+      // stored tensor with K rows is read for the rows computed, one with K/G rows for the groups
+      // they touch, any other whole.
       const int64_t rows = last_row - first_row;
       const int64_t groups = (last_row - 1) / shape.group_size - first_row / shape.group_size + 1;
-      const int64_t read =
-          rows * (shape.qweight_bytes() / K) +
-          groups * ((shape.qzeros_bytes() + shape.scales_bytes()) / shape.groups());
+      int64_t read = 0;
+      for (int r = 0; r < TensorRoleCount(shape.format); ++r) {
+        const TensorSpec spec = TensorSpecOf(shape, r);
+        if (spec.rows == K) {
+          read += rows * (spec.bytes() / K);
+        } else if (spec.rows == shape.groups()) {
+          read += groups * (spec.bytes() / shape.groups());
+        } else {
+          read += spec.bytes();
+        }
+      }
       observer_->ObserveKernel(kDevice, "cpu", "cpu", read, rows * row_bytes, times.kernel);
     }
     return absl::OkStatus();
@@ -207,7 +217,7 @@ class CpuBackend final : public Backend {
   // starts on a chunk boundary, so its chunks never span two blocks; its block holds the whole
   // rows covering it, so the row a window boundary cuts is computed by both windows (at most one
   // row per window, e.g. 1.6% more work for 4096-column fp32 rows in 1 MiB windows).
-  absl::Status Stream(const PackedTensorView& view, DType out_dtype, int64_t chunk_bytes,
+  absl::Status Stream(const QuantView& view, DType out_dtype, int64_t chunk_bytes,
                       int64_t range_begin, int64_t range_end, ChunkSink& sink, Times& times) {
     const int64_t row_bytes = view.shape.N * DTypeSize(out_dtype);
     const int64_t window = (kMinBlockBytes + chunk_bytes - 1) / chunk_bytes * chunk_bytes;
@@ -248,7 +258,7 @@ class CpuBackend final : public Backend {
 
   // Computes the whole result in place in `destination` (a host shared-memory region), block by
   // block, and reports the whole chunks each block completed through Write.
-  absl::Status Place(const PackedTensorView& view, DType out_dtype, int64_t chunk_bytes,
+  absl::Status Place(const QuantView& view, DType out_dtype, int64_t chunk_bytes,
                      int64_t rows_per_block, const ResultDestination& destination, ChunkSink& sink,
                      Times& times) {
     const int64_t K = view.shape.K;

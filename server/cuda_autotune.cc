@@ -34,23 +34,23 @@ LaunchConfigProvider MakeAutotuneLaunchConfigProvider(Autotuner& tuner,
   };
 }
 
-TuneKey CudaTuneTarget::Key(const AwqShape& shape, DType out_dtype) const {
+TuneKey CudaTuneTarget::Key(const QuantShape& shape, DType out_dtype) const {
   return TuneKey::For(identity_, cuda::VariantName(variant_), shape, out_dtype,
                       cuda::kDequantizeObjective);
 }
 
-int CudaTuneTarget::CandidateCount(const AwqShape& shape, DType out_dtype) const {
+int CudaTuneTarget::CandidateCount(const QuantShape& shape, DType out_dtype) const {
   if (!cuda::IsTunable(variant_, shape, out_dtype)) return 1;  // DefaultConfig, untimed
   return static_cast<int>(cuda::CandidateConfigs(variant_, shape, out_dtype).size());
 }
 
-absl::StatusOr<TuneEntry> CudaTuneTarget::Tune(const AwqShape& shape, DType out_dtype) {
+absl::StatusOr<TuneEntry> CudaTuneTarget::Tune(const QuantShape& shape, DType out_dtype) {
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   return cuda::TuneLaunchConfig(variant_, shape, out_dtype, cuda::kDequantizeObjective);
 }
 
 PretuneReport PretuneCuda(Autotuner& tuner, cuda::KernelVariant variant,
-                          absl::Span<const TuneDevice> devices, absl::Span<const AwqShape> shapes,
+                          absl::Span<const TuneDevice> devices, absl::Span<const QuantShape> shapes,
                           absl::Span<const DType> out_dtypes) {
   PretuneReport total;
   std::vector<TuneDevice> done;

@@ -31,9 +31,9 @@ class CudaTuneTarget final : public TuneTarget {
   CudaTuneTarget(int device, TuneDevice identity, cuda::KernelVariant variant)
       : device_(device), identity_(std::move(identity)), variant_(variant) {}
 
-  TuneKey Key(const AwqShape& shape, DType out_dtype) const override;
-  int CandidateCount(const AwqShape& shape, DType out_dtype) const override;
-  absl::StatusOr<TuneEntry> Tune(const AwqShape& shape, DType out_dtype) override;
+  TuneKey Key(const QuantShape& shape, DType out_dtype) const override;
+  int CandidateCount(const QuantShape& shape, DType out_dtype) const override;
+  absl::StatusOr<TuneEntry> Tune(const QuantShape& shape, DType out_dtype) override;
 
  private:
   const int device_;
@@ -44,7 +44,7 @@ class CudaTuneTarget final : public TuneTarget {
 // Pretune (pretune.h) of `shapes` x `out_dtypes` for `variant` once per distinct GPU identity in
 // `devices` (identical GPUs share their entries). The reports are summed.
 PretuneReport PretuneCuda(Autotuner& tuner, cuda::KernelVariant variant,
-                          absl::Span<const TuneDevice> devices, absl::Span<const AwqShape> shapes,
+                          absl::Span<const TuneDevice> devices, absl::Span<const QuantShape> shapes,
                           absl::Span<const DType> out_dtypes);
 
 }  // namespace dequantd

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/validate_view.h"
 #include "server/backend.h"
 #include "server/backend_observer.h"
 #include "server/cuda/copy_bandwidth.h"
@@ -109,7 +110,7 @@ class DeviceWorker {
   absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
                           ChunkSink& sink) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    const AwqShape& shape = source.shape();
+    const QuantShape& shape = source.shape();
     cuda::ResultJob job;
     job.out_dtype = out_dtype;
     job.variant = cuda::VariantName(options_.variant);
@@ -417,10 +418,8 @@ class CudaBackend final : public Backend {
                           ChunkSink& sink) override {
     if (absl::Status s = ValidateShape(source.shape(), out_dtype); !s.ok()) return s;
     if (absl::Status s = CheckChunkBytes(chunk_bytes); !s.ok()) return s;
-    if (source.layer == nullptr &&
-        (source.host.qweight == nullptr || source.host.qzeros == nullptr ||
-         source.host.scales == nullptr)) {
-      return absl::InvalidArgumentError("qweight, qzeros and scales must not be null");
+    if (source.layer == nullptr) {
+      if (absl::Status s = ValidateView(source.host, out_dtype, 0, 0, nullptr); !s.ok()) return s;
     }
     absl::StatusOr<std::vector<int>> candidates =
         Candidates(source.layer, HoldersOf(source.layer), sink.destination());

@@ -30,7 +30,7 @@ class BackendObserver;
 struct LaunchQuery {
   int device = 0;  // CUDA device ordinal
   cuda::KernelVariant variant = cuda::KernelVariant::kV4Vec16;
-  PackedTensorView in;  // resident or staged packed layer; copies into it are enqueued on stream
+  QuantView in;  // resident or staged packed layer; copies into it are enqueued on stream
   DType out_dtype = DType::kF16;
   void* out = nullptr;  // the request's output buffer (K * N of out_dtype); tuning may write it
   cudaStream_t stream = nullptr;  // the request's stream

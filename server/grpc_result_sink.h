@@ -50,7 +50,7 @@ grpc::ByteBuffer EncodeSharedChunkMessage(int64_t offset, absl::Span<const uint8
 // One result a GrpcResultSink streams: its layer name (empty for Dequantize) and shape.
 struct ResultLayer {
   std::string tensor;
-  AwqShape shape;
+  QuantShape shape;
 };
 
 // Fills `header` for `result` computed by `kernel` on `backend` into `out_dtype` (region and

@@ -8,19 +8,19 @@
 
 namespace dequantd {
 
-std::vector<AwqShape> DistinctLayerShapes(absl::Span<const QuantizedLayer> layers) {
-  std::vector<AwqShape> shapes;
+std::vector<QuantShape> DistinctLayerShapes(absl::Span<const QuantizedLayer> layers) {
+  std::vector<QuantShape> shapes;
   for (const QuantizedLayer& layer : layers) {
-    const AwqShape& s = layer.view.shape;
+    const QuantShape& s = layer.view.shape;
     bool seen = false;
-    for (const AwqShape& t : shapes) {
+    for (const QuantShape& t : shapes) {
       if (t.K == s.K && t.N == s.N && t.group_size == s.group_size &&
           t.scale_dtype == s.scale_dtype) {
         seen = true;
         break;
       }
     }
-    if (!seen) shapes.push_back(AwqShape{s.K, s.N, s.group_size, s.scale_dtype});
+    if (!seen) shapes.push_back(QuantShape{s.K, s.N, s.group_size, s.scale_dtype});
   }
   return shapes;
 }
@@ -35,11 +35,11 @@ void PretuneReport::Add(const PretuneReport& other) {
   wall_seconds += other.wall_seconds;
 }
 
-PretuneReport Pretune(Autotuner& tuner, TuneTarget& target, absl::Span<const AwqShape> shapes,
+PretuneReport Pretune(Autotuner& tuner, TuneTarget& target, absl::Span<const QuantShape> shapes,
                       absl::Span<const DType> out_dtypes) {
   PretuneReport report;
   const auto start = std::chrono::steady_clock::now();
-  for (const AwqShape& shape : shapes) {
+  for (const QuantShape& shape : shapes) {
     for (DType out_dtype : out_dtypes) {
       ++report.keys;
       const int candidates = target.CandidateCount(shape, out_dtype);

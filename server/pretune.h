@@ -16,7 +16,7 @@ namespace dequantd {
 
 // The distinct (K, N, group_size, scale_dtype) of `layers`, in order of first appearance: what
 // --pretune tunes.
-std::vector<AwqShape> DistinctLayerShapes(absl::Span<const QuantizedLayer> layers);
+std::vector<QuantShape> DistinctLayerShapes(absl::Span<const QuantizedLayer> layers);
 
 // One device and kernel variant to tune for, as Pretune sees it. The CUDA implementation is in
 // server/cuda_autotune.h; tests use a fake.
@@ -24,12 +24,12 @@ class TuneTarget {
  public:
   virtual ~TuneTarget() = default;
   // The key of (shape, out_dtype) on this target (TuneKey::For).
-  virtual TuneKey Key(const AwqShape& shape, DType out_dtype) const = 0;
+  virtual TuneKey Key(const QuantShape& shape, DType out_dtype) const = 0;
   // Number of candidate launch configurations a tuning chooses among; at most 1 means there is
   // nothing to tune (e.g. cuda::IsTunable is false: DefaultConfig is launched untimed).
-  virtual int CandidateCount(const AwqShape& shape, DType out_dtype) const = 0;
+  virtual int CandidateCount(const QuantShape& shape, DType out_dtype) const = 0;
   // Measures the candidates and returns the winner.
-  virtual absl::StatusOr<TuneEntry> Tune(const AwqShape& shape, DType out_dtype) = 0;
+  virtual absl::StatusOr<TuneEntry> Tune(const QuantShape& shape, DType out_dtype) = 0;
 };
 
 // What Pretune did.
@@ -49,7 +49,7 @@ struct PretuneReport {
 // Gets every tunable (shape, out_dtype) of `shapes` x `out_dtypes` on `target` through
 // tuner.GetOrTune, one after another (so hits, misses and tunings are counted and observed as for
 // requests). Failures are counted, not fatal.
-PretuneReport Pretune(Autotuner& tuner, TuneTarget& target, absl::Span<const AwqShape> shapes,
+PretuneReport Pretune(Autotuner& tuner, TuneTarget& target, absl::Span<const QuantShape> shapes,
                       absl::Span<const DType> out_dtypes);
 
 }  // namespace dequantd

@@ -2,12 +2,16 @@
 #include "server/request.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/awq_format.h"
+#include "kernels/format_registry.h"
 
 namespace dequantd {
 namespace {
@@ -98,22 +102,91 @@ v1::DType DTypeToProto(DType dtype) {
 
 absl::StatusOr<InlineTensor> InlineTensor::FromProto(const v1::InlinePackedTensor& packed,
                                                      int64_t max_request_bytes) {
-  return FromParts(packed, packed.qweight(), packed.qzeros(), packed.scales(), max_request_bytes);
+  Format format = Format::kAwqGemm;
+  if (!packed.format().empty() && !ParseFormat(packed.format(), &format)) {
+    std::string known;
+    for (const FormatRow& row : FormatRows()) {
+      absl::StrAppend(&known, known.empty() ? "" : ", ", "'",
+                      absl::string_view(row.name.data(), row.name.size()), "'");
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed.format '", packed.format(), "' is not known; served: ", known));
+  }
+  const FormatRow& row = FormatRowOf(format);
+  std::array<std::string_view, kMaxTensorRoles> parts{};
+  const bool legacy =
+      !packed.qweight().empty() || !packed.qzeros().empty() || !packed.scales().empty();
+  if (legacy && packed.tensors_size() > 0) {
+    return absl::InvalidArgumentError(
+        "packed: give the tensors either in packed.tensors or in packed.qweight/qzeros/scales, "
+        "not both");
+  }
+  if (packed.tensors_size() == 0) {
+    if (format != Format::kAwqGemm) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "packed.tensors is empty: format '", packed.format(), "' needs its tensors by role"));
+    }
+    parts[awq::kQweight] = packed.qweight();
+    parts[awq::kQzeros] = packed.qzeros();
+    parts[awq::kScales] = packed.scales();
+  } else {
+    std::array<bool, kMaxTensorRoles> seen{};
+    for (const v1::RoleBytes& t : packed.tensors()) {
+      int role = -1;
+      for (int r = 0; r < row.role_count; ++r)
+        if (t.role() == row.roles[static_cast<size_t>(r)]) role = r;
+      if (role < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("packed.tensors: role '", t.role(), "' is not a tensor of format ",
+                         absl::string_view(row.name.data(), row.name.size())));
+      }
+      if (seen[static_cast<size_t>(role)]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("packed.tensors: role '", t.role(), "' is given twice"));
+      }
+      seen[static_cast<size_t>(role)] = true;
+      parts[static_cast<size_t>(role)] = t.data();
+    }
+    for (int r = 0; r < row.role_count; ++r) {
+      if (!seen[static_cast<size_t>(r)]) {
+        const std::string_view role = row.roles[static_cast<size_t>(r)];
+        return absl::InvalidArgumentError(absl::StrCat(
+            "packed.tensors: role '", absl::string_view(role.data(), role.size()), "' is missing"));
+      }
+    }
+  }
+  return FromParts(packed, absl::MakeConstSpan(parts.data(), static_cast<size_t>(row.role_count)),
+                   max_request_bytes);
 }
 
 absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTensor& packed,
-                                                     std::string_view qweight,
-                                                     std::string_view qzeros,
-                                                     std::string_view scales,
+                                                     absl::Span<const std::string_view> parts,
                                                      int64_t max_request_bytes) {
-  const int64_t total = static_cast<int64_t>(qweight.size() + qzeros.size() + scales.size());
+  Format format = Format::kAwqGemm;
+  if (!packed.format().empty() && !ParseFormat(packed.format(), &format)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed.format '", packed.format(), "' is not known"));
+  }
+  const FormatRow& row = FormatRowOf(format);
+  if (static_cast<int>(parts.size()) != row.role_count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed: ", parts.size(), " tensors given, format has ", row.role_count));
+  }
+  int64_t total = 0;
+  for (std::string_view part : parts) total += static_cast<int64_t>(part.size());
   if (total > max_request_bytes) {
+    std::string names;
+    for (int r = 0; r < row.role_count; ++r) {
+      const std::string_view role = row.roles[static_cast<size_t>(r)];
+      absl::StrAppend(&names, r == 0 ? "" : " + ", absl::string_view(role.data(), role.size()));
+    }
     return absl::ResourceExhaustedError(
-        absl::StrCat("inline packed tensors (qweight + qzeros + scales) are ", total,
+        absl::StrCat("inline packed tensors (", names, ") are ", total,
                      " bytes, more than the server's max_request_bytes = ", max_request_bytes));
   }
 
-  AwqShape shape;
+  QuantShape shape;
+  shape.format = format;
   switch (packed.scale_dtype()) {
     case v1::DTYPE_UNSPECIFIED:
     case v1::DTYPE_FP16:
@@ -136,46 +209,41 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
     return absl::InvalidArgumentError(absl::StrCat("packed: ", s.message()));
   }
 
-  const int64_t words = shape.N / awq::kPackFactor;
-  if (absl::Status s = CheckLength("qweight", qweight, shape.qweight_bytes(),
-                                   absl::StrCat("K * N/8 * 4 = ", shape.K, " * ", words, " * 4"));
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          CheckLength("qzeros", qzeros, shape.qzeros_bytes(),
-                      absl::StrCat("K/G * N/8 * 4 = ", shape.groups(), " * ", words, " * 4"));
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckLength(
-          "scales", scales, shape.scales_bytes(),
-          absl::StrCat("K/G * N * ", DTypeSize(shape.scale_dtype), " = ", shape.groups(), " * ",
-                       shape.N, " * ", DTypeSize(shape.scale_dtype)));
-      !s.ok()) {
-    return s;
-  }
-
   InlineTensor tensor;
   tensor.view_.shape = shape;
-  if (Aligned4(qweight) && Aligned4(qzeros) && Aligned4(scales)) {
-    tensor.view_.qweight = reinterpret_cast<const int32_t*>(qweight.data());
-    tensor.view_.qzeros = reinterpret_cast<const int32_t*>(qzeros.data());
-    tensor.view_.scales = scales.data();
+  bool aligned = true;
+  std::array<int64_t, kMaxTensorRoles> words{};  // int32 words of each part's aligned copy
+  int64_t total_words = 0;
+  for (int r = 0; r < row.role_count; ++r) {
+    const TensorSpec spec = TensorSpecOf(shape, r);
+    const std::string_view bytes = parts[static_cast<size_t>(r)];
+    if (absl::Status s = CheckLength(
+            std::string(spec.role).c_str(), bytes, spec.bytes(),
+            absl::StrCat(
+                spec.rows, " * ", spec.cols, " * ", DTypeSize(spec.dtype), " (",
+                absl::string_view(DTypeName(spec.dtype).data(), DTypeName(spec.dtype).size()),
+                ")"));
+        !s.ok()) {
+      return s;
+    }
+    aligned &= Aligned4(bytes);
+    words[static_cast<size_t>(r)] = (spec.bytes() + 3) / 4;
+    total_words += words[static_cast<size_t>(r)];
+  }
+  if (aligned) {
+    for (int r = 0; r < row.role_count; ++r)
+      tensor.view_.tensors[static_cast<size_t>(r)] = parts[static_cast<size_t>(r)].data();
     return tensor;
   }
-  // Copy all three into one int32 buffer; each part starts on a 4-byte boundary.
-  const int64_t qweight_words = shape.qweight_elements();
-  const int64_t qzeros_words = shape.qzeros_elements();
-  const int64_t scales_words = (shape.scales_bytes() + 3) / 4;
-  tensor.storage_.resize(static_cast<size_t>(qweight_words + qzeros_words + scales_words));
-  int32_t* base = tensor.storage_.data();
-  std::memcpy(base, qweight.data(), qweight.size());
-  std::memcpy(base + qweight_words, qzeros.data(), qzeros.size());
-  std::memcpy(base + qweight_words + qzeros_words, scales.data(), scales.size());
-  tensor.view_.qweight = base;
-  tensor.view_.qzeros = base + qweight_words;
-  tensor.view_.scales = base + qweight_words + qzeros_words;
+  // Copy every part into one int32 buffer; each part starts on a 4-byte boundary.
+  tensor.storage_.resize(static_cast<size_t>(total_words));
+  int32_t* at = tensor.storage_.data();
+  for (int r = 0; r < row.role_count; ++r) {
+    const std::string_view bytes = parts[static_cast<size_t>(r)];
+    std::memcpy(at, bytes.data(), bytes.size());
+    tensor.view_.tensors[static_cast<size_t>(r)] = at;
+    at += words[static_cast<size_t>(r)];
+  }
   return tensor;
 }
 

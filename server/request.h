@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "dequant/v1/dequant.pb.h"
 #include "kernels/dequant.h"
 
@@ -42,32 +43,35 @@ absl::StatusOr<DType> OutputDTypeFromProto(dequant::v1::DType dtype);
 // Kernel dtype -> wire dtype.
 dequant::v1::DType DTypeToProto(DType dtype);
 
-// The inline packed tensors of a request as a PackedTensorView. The view points into the
+// The inline packed tensors of a request as a QuantView. The view points into the
 // request's bytes when they are 4-byte aligned, otherwise into aligned copies owned here: the
 // InlinePackedTensor must outlive this object. Movable (the view stays valid).
 class InlineTensor {
  public:
-  // Checks, in order: total bytes of qweight + qzeros + scales <= `max_request_bytes`
+  // Checks, in order: "packed.format" names a format (empty = awq_gemm); the tensors come either
+  // by role in "packed.tensors" (each role of the format once; no other role) or, for AWQ, in
+  // packed.qweight/qzeros/scales, not both; total bytes of the tensors <= `max_request_bytes`
   // (RESOURCE_EXHAUSTED naming "max_request_bytes"); scale_dtype UNSPECIFIED (-> fp16), FP16 or
   // BF16 ("packed.scale_dtype"); the shape (K = in_features, N = out_features, G = group_size
   // with -1 meaning K) through ValidateShape ("packed: " + its message naming K, N or
-  // group_size); the byte length of "packed.qweight", "packed.qzeros" and "packed.scales"
-  // against the shape exactly (expected vs actual). All errors INVALID_ARGUMENT otherwise.
+  // group_size); the byte length of each role ("packed.qweight has 100 bytes, expected 128")
+  // against the shape exactly. All errors INVALID_ARGUMENT otherwise.
   static absl::StatusOr<InlineTensor> FromProto(const dequant::v1::InlinePackedTensor& packed,
                                                 int64_t max_request_bytes);
-  // FromProto with the three byte arrays given apart from the message (whose shape fields are
-  // used and whose bytes fields are ignored); the arrays must outlive this object.
+  // FromProto after the tensors were found: `parts` holds each role's bytes in role order (the
+  // message's format and shape fields are used, its bytes fields ignored); the bytes must
+  // outlive this object.
   static absl::StatusOr<InlineTensor> FromParts(const dequant::v1::InlinePackedTensor& shape,
-                                                std::string_view qweight, std::string_view qzeros,
-                                                std::string_view scales, int64_t max_request_bytes);
+                                                absl::Span<const std::string_view> parts,
+                                                int64_t max_request_bytes);
 
-  const PackedTensorView& view() const { return view_; }
+  const QuantView& view() const { return view_; }
   bool copied() const { return !storage_.empty(); }  // bytes were realigned into storage
 
  private:
   InlineTensor() = default;
-  PackedTensorView view_;
-  std::vector<int32_t> storage_;  // qweight | qzeros | scales, when the request was misaligned
+  QuantView view_;
+  std::vector<int32_t> storage_;  // the parts in role order, when the request was misaligned
 };
 
 }  // namespace dequantd

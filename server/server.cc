@@ -370,7 +370,7 @@ void PretuneModel(Autotuner& tuner, cuda::KernelVariant variant,
     spdlog::info("--pretune: no model is loaded, nothing to tune");
     return;
   }
-  const std::vector<AwqShape> shapes = DistinctLayerShapes(checkpoint->layers());
+  const std::vector<QuantShape> shapes = DistinctLayerShapes(checkpoint->layers());
   const DType out_dtypes[] = {DType::kF16};
   const PretuneReport report = PretuneCuda(tuner, variant, devices, shapes, out_dtypes);
   spdlog::info(

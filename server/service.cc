@@ -126,15 +126,24 @@ grpc::Status DequantService::ListTensors(grpc::ServerContext*, const v1::ListTen
     if (checkpoint_ == nullptr) return absl::OkStatus();
     response->set_model(checkpoint_->dir());
     for (const QuantizedLayer& layer : checkpoint_->layers()) {
-      const AwqShape& shape = layer.view.shape;
+      const QuantShape& shape = layer.view.shape;
       v1::QuantizedTensorInfo* info = response->add_tensors();
       info->set_name(layer.name);
       info->set_in_features(shape.K);
       info->set_out_features(shape.N);
       info->set_group_size(shape.group_size);
       info->set_scale_dtype(DTypeToProto(shape.scale_dtype));
-      info->set_packed_bytes(shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes());
+      info->set_packed_bytes(shape.packed_bytes());
       info->set_resident_on_device(backend_->IsResident(layer));
+      info->set_format(std::string(FormatName(shape.format)));
+      for (int r = 0; r < TensorRoleCount(shape.format); ++r) {
+        const TensorSpec spec = TensorSpecOf(shape, r);
+        v1::StoredTensorInfo* stored = info->add_stored_tensors();
+        stored->set_role(std::string(spec.role));
+        stored->set_dtype(DTypeToProto(spec.dtype));
+        stored->add_shape(spec.rows);
+        stored->add_shape(spec.cols);
+      }
     }
     AddRawTensorInfos(*checkpoint_, *response);
     return absl::OkStatus();
@@ -226,7 +235,7 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   absl::StatusOr<DType> out_dtype = OutputDTypeFromProto(request.output_dtype());
   if (!out_dtype.ok()) return out_dtype.status();
 
-  const AwqShape& shape = source.shape();
+  const QuantShape& shape = source.shape();
   const int64_t output_bytes = shape.output_bytes(*out_dtype);
   if (output_bytes > options_.max_output_bytes) {
     return absl::ResourceExhaustedError(

@@ -275,7 +275,7 @@ void PrintProfiles(const std::vector<Row>& rows, const std::string& what) {
 int ServeRaw(const std::vector<int64_t>& sizes) {
   std::vector<std::pair<int64_t, int64_t>> shapes;
   for (int64_t bytes : sizes) {
-    const AwqShape shape = ShapeForBytes(bytes);
+    const QuantShape shape = ShapeForBytes(bytes);
     shapes.emplace_back(shape.K, shape.N);
   }
   RawStreamService service(shapes);

@@ -1,5 +1,6 @@
 // Synthetic checkpoint (see synthetic_model.h).
 #include "bench/e2e/synthetic_model.h"
+#include "kernels/awq_format.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -21,10 +22,10 @@ absl::Span<const uint8_t> Bytes(const std::vector<T>& v) {
 SyntheticLayer RandomLayer(std::string name, int64_t K, int64_t N, std::mt19937& rng) {
   SyntheticLayer layer;
   layer.name = std::move(name);
-  layer.shape = AwqShape{.K = K, .N = N, .group_size = 128, .scale_dtype = DType::kF16};
-  layer.qweight.resize(static_cast<size_t>(layer.shape.qweight_elements()));
-  layer.qzeros.resize(static_cast<size_t>(layer.shape.qzeros_elements()));
-  layer.scales.resize(static_cast<size_t>(layer.shape.scales_elements()));
+  layer.shape = QuantShape{.K = K, .N = N, .group_size = 128, .scale_dtype = DType::kF16};
+  layer.qweight.resize(static_cast<size_t>(awq::QweightElements(layer.shape)));
+  layer.qzeros.resize(static_cast<size_t>(awq::QzerosElements(layer.shape)));
+  layer.scales.resize(static_cast<size_t>(awq::ScalesElements(layer.shape)));
   for (int32_t& w : layer.qweight) w = static_cast<int32_t>(rng());
   for (int32_t& z : layer.qzeros) z = static_cast<int32_t>(rng());
   // fp16 magnitudes 2^-12 .. ~2^-5, either sign.
@@ -35,10 +36,10 @@ SyntheticLayer RandomLayer(std::string name, int64_t K, int64_t N, std::mt19937&
 
 }  // namespace
 
-AwqShape ShapeForBytes(int64_t output_bytes) {
+QuantShape ShapeForBytes(int64_t output_bytes) {
   const int64_t N = output_bytes > (int64_t{256} << 20) ? 28672 : 4096;
   const int64_t rows = (output_bytes / (N * 2) + 64) / 128 * 128;
-  return AwqShape{
+  return QuantShape{
       .K = std::max<int64_t>(128, rows), .N = N, .group_size = 128, .scale_dtype = DType::kF16};
 }
 
@@ -46,7 +47,7 @@ std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes,
   std::vector<SyntheticLayer> layers;
   std::mt19937 rng(seed);
   for (size_t i = 0; i < output_bytes.size(); ++i) {
-    const AwqShape shape = ShapeForBytes(output_bytes[i]);
+    const QuantShape shape = ShapeForBytes(output_bytes[i]);
     layers.push_back(
         RandomLayer(absl::StrCat("layers.", i, ".", shape.K, "x", shape.N), shape.K, shape.N, rng));
   }

@@ -14,17 +14,17 @@ namespace dequantd::e2e {
 // One layer held in memory (for inline requests and the reference result).
 struct SyntheticLayer {
   std::string name;              // "layers.<i>.<K>x<N>"
-  AwqShape shape;                // G = 128, fp16 scales
+  QuantShape shape;              // G = 128, fp16 scales
   std::vector<int32_t> qweight;  // (K, N/8)
   std::vector<int32_t> qzeros;   // (K/G, N/8)
   std::vector<uint16_t> scales;  // (K/G, N) fp16 bits in about [-0.05, 0.05]
 
-  PackedTensorView view() const { return {shape, qweight.data(), qzeros.data(), scales.data()}; }
+  QuantView view() const { return {shape, qweight.data(), qzeros.data(), scales.data()}; }
 };
 
 // The shape whose fp16 result is about `output_bytes`: N = 4096 up to 256 MB, else 28672; K the
 // nearest multiple of 128 (>= 128). 470e6 bytes gives 8192 x 28672.
-AwqShape ShapeForBytes(int64_t output_bytes);
+QuantShape ShapeForBytes(int64_t output_bytes);
 
 // Random layers, one per size, deterministic in `seed`.
 std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes, uint32_t seed);

@@ -1,6 +1,7 @@
 #include "kernels/cuda/autotune_cuda.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -37,7 +38,7 @@ constexpr int64_t Align(int64_t n) { return (n + 255) / 256 * 256; }
 // Buffer sets for (shape, out_dtype) carved out of one allocation, each a full input + output.
 struct ScratchSets {
   Memory memory;
-  std::vector<PackedTensorView> in;
+  std::vector<QuantView> in;
   std::vector<void*> out;
 };
 
@@ -47,11 +48,16 @@ struct ScratchSets {
 // overlap. Costs the same few microseconds for every candidate.
 __global__ void SerializeKernel() {}
 
-absl::StatusOr<ScratchSets> MakeScratch(const AwqShape& shape, DType out_dtype,
+absl::StatusOr<ScratchSets> MakeScratch(const QuantShape& shape, DType out_dtype,
                                         const TuneOptions& options, cudaStream_t stream) {
-  const int64_t qzeros_at = Align(shape.qweight_bytes());
-  const int64_t scales_at = qzeros_at + Align(shape.qzeros_bytes());
-  const int64_t out_at = scales_at + Align(shape.scales_bytes());
+  // One set: the format's stored tensors in role order, then the output, each 256-byte aligned.
+  const int roles = TensorRoleCount(shape.format);
+  std::array<int64_t, kMaxTensorRoles> tensor_at{};
+  int64_t out_at = 0;
+  for (int r = 0; r < roles; ++r) {
+    tensor_at[static_cast<size_t>(r)] = out_at;
+    out_at += Align(TensorSpecOf(shape, r).bytes());
+  }
   const int64_t stride = out_at + Align(shape.output_bytes(out_dtype));
   int device = 0;
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
@@ -78,16 +84,16 @@ absl::StatusOr<ScratchSets> MakeScratch(const AwqShape& shape, DType out_dtype,
   ScratchSets sets;
   sets.memory.reset(raw);
   auto* base = static_cast<uint8_t*>(raw);
-  // 0x3C bytes: scale 0x3C3C = 1.0586 (fp16) / 0.0115 (bf16), nibbles 12 and 3: finite outputs.
+  // 0x3C bytes: AWQ scale 0x3C3C = 1.0586 (fp16) / 0.0115 (bf16), nibbles 12 and 3: finite
+  // outputs (a format whose 0x3C bytes decode to non-finite values times the same work).
   DEQUANTD_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(base, 0x3C, static_cast<size_t>(stride * count), stream));
   for (int64_t i = 0; i < count; ++i) {
     uint8_t* set = base + i * stride;
-    PackedTensorView view;
+    QuantView view;
     view.shape = shape;
-    view.qweight = reinterpret_cast<const int32_t*>(set);
-    view.qzeros = reinterpret_cast<const int32_t*>(set + qzeros_at);
-    view.scales = set + scales_at;
+    for (int r = 0; r < roles; ++r)
+      view.tensors[static_cast<size_t>(r)] = set + tensor_at[static_cast<size_t>(r)];
     sets.in.push_back(view);
     sets.out.push_back(set + out_at);
   }
@@ -208,7 +214,7 @@ absl::StatusOr<TuneDevice> ReadTuneDevice(int device) {
 }
 
 absl::StatusOr<std::vector<CandidateSamples>> MeasureCandidates(
-    KernelVariant v, const AwqShape& shape, DType out_dtype, TuneObjective objective,
+    KernelVariant v, const QuantShape& shape, DType out_dtype, TuneObjective objective,
     absl::Span<const LaunchConfig> candidates, const TuneOptions& options) {
   if (absl::Status s = ValidateShape(shape, out_dtype); !s.ok()) return s;
   if (candidates.empty()) {
@@ -232,8 +238,9 @@ absl::StatusOr<std::vector<CandidateSamples>> MeasureCandidates(
   return samples;
 }
 
-absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const AwqShape& shape, DType out_dtype,
-                                           TuneObjective objective, const TuneOptions& options) {
+absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const QuantShape& shape,
+                                           DType out_dtype, TuneObjective objective,
+                                           const TuneOptions& options) {
   if (absl::Status s = ValidateShape(shape, out_dtype); !s.ok()) return s;
   const std::vector<LaunchConfig> candidates = CandidateConfigs(v, shape, out_dtype);
   absl::StatusOr<std::vector<CandidateSamples>> samples =
@@ -245,7 +252,7 @@ absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const AwqShape& shap
 }
 
 absl::StatusOr<LaunchConfig> GetOrTuneLaunchConfig(Autotuner& tuner, const TuneDevice& device,
-                                                   KernelVariant v, const AwqShape& shape,
+                                                   KernelVariant v, const QuantShape& shape,
                                                    DType out_dtype, TuneObjective objective,
                                                    Autotuner::Result* result,
                                                    const TuneOptions& options) {

@@ -46,13 +46,13 @@ absl::StatusOr<TuneDevice> ReadTuneDevice(int device);
 // RESOURCE_EXHAUSTED when not even one buffer set fits in the allowed free memory; INTERNAL on a
 // CUDA error.
 absl::StatusOr<std::vector<CandidateSamples>> MeasureCandidates(
-    KernelVariant v, const AwqShape& shape, DType out_dtype, TuneObjective objective,
+    KernelVariant v, const QuantShape& shape, DType out_dtype, TuneObjective objective,
     absl::Span<const LaunchConfig> candidates, const TuneOptions& options = {});
 
 // MeasureCandidates over CandidateConfigs(v, shape, out_dtype), then ChooseCandidate: the entry
 // holds the choice and its median seconds per launch. Errors: as MeasureCandidates.
-absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const AwqShape& shape, DType out_dtype,
-                                           TuneObjective objective,
+absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const QuantShape& shape,
+                                           DType out_dtype, TuneObjective objective,
                                            const TuneOptions& options = {});
 
 // The configuration to launch (v, shape, out_dtype) with on `device` for `objective`: through
@@ -61,7 +61,7 @@ absl::StatusOr<TuneEntry> TuneLaunchConfig(KernelVariant v, const AwqShape& shap
 // single candidate, v4 on a small layer) nothing is tuned nor counted: DefaultConfig. `result`
 // (optional) receives GetOrTune's result. Errors: ValidateShape's; TuneLaunchConfig's.
 absl::StatusOr<LaunchConfig> GetOrTuneLaunchConfig(Autotuner& tuner, const TuneDevice& device,
-                                                   KernelVariant v, const AwqShape& shape,
+                                                   KernelVariant v, const QuantShape& shape,
                                                    DType out_dtype, TuneObjective objective,
                                                    Autotuner::Result* result = nullptr,
                                                    const TuneOptions& options = {});

@@ -1,5 +1,6 @@
-// Host launcher of the CUDA AWQ dequantizer (layer 3): checks, builds DequantParams, picks the
-// kernel template instance for (variant, scale dtype, output dtype, words, rows) and launches it.
+// Host launcher of the CUDA AWQ dequantizer (layer 3): builds DequantParams, picks the kernel
+// template instance for (variant, scale dtype, output dtype, words, rows) and launches it; and
+// AWQ's FormatKernels row entry (kernels/cuda/format_kernels.h).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -9,6 +10,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/dequant_kernels.cuh"
+#include "kernels/cuda/format_kernels.h"
 #include "kernels/cuda/layer_size.h"
 
 namespace dequantd::cuda {
@@ -71,7 +73,7 @@ absl::Status Launch(Kernel kernel, int64_t work_items, int block_size, const Deq
 // drains) except on mid-size layers. Measured on the H200, graphs of back-to-back launches,
 // fp16: +0.7 to +1.2 points of the peak copy rate on large layers, +7 on 1536x1536, -1.4 on
 // 1536x8960.
-bool UseProgrammaticLaunch(const AwqShape& shape) {
+bool UseProgrammaticLaunch(const QuantShape& shape) {
   return ClassifyLayer(shape) != LayerSize::kMid;
 }
 
@@ -79,26 +81,36 @@ bool AlignedTo(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+constexpr KernelVariant kAwqVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord,
+                                          KernelVariant::kV3PerWordBlock, KernelVariant::kV4Vec16};
+
 }  // namespace
 
-absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
-                              const PackedTensorView& in, DType out_dtype, void* out,
-                              cudaStream_t stream) {
-  if (absl::Status st = CanImplement(v, config, in.shape, out_dtype); !st.ok()) return st;
-  if (in.qweight == nullptr || in.qzeros == nullptr || in.scales == nullptr || out == nullptr)
+const FormatKernels kAwqKernels = {.variants = kAwqVariants,
+                                   .default_config = &AwqDefaultConfig,
+                                   .candidate_configs = &AwqCandidateConfigs,
+                                   .is_tunable = &AwqIsTunable,
+                                   .can_implement = &AwqCanImplement,
+                                   .launch = &AwqLaunch};
+
+absl::Status AwqLaunch(KernelVariant v, const LaunchConfig& config, const QuantView& in,
+                       DType out_dtype, void* out, cudaStream_t stream) {
+  const void* scales = awq::Scales(in);
+  if (awq::Qweight(in) == nullptr || awq::Qzeros(in) == nullptr || scales == nullptr ||
+      out == nullptr)
     return absl::InvalidArgumentError("qweight, qzeros, scales and out must be non-null");
-  const AwqShape& shape = in.shape;
+  const QuantShape& shape = in.shape;
   DequantParams p;
-  p.qweight = reinterpret_cast<const uint32_t*>(in.qweight);
-  p.qzeros = reinterpret_cast<const uint32_t*>(in.qzeros);
-  p.scales = in.scales;
+  p.qweight = reinterpret_cast<const uint32_t*>(awq::Qweight(in));
+  p.qzeros = reinterpret_cast<const uint32_t*>(awq::Qzeros(in));
+  p.scales = scales;
   p.out = out;
   p.K = shape.K;
   p.N = shape.N;
   p.words_per_row = shape.N / awq::kPackFactor;
   p.group_size = shape.group_size;
 
-  if (v == KernelVariant::kV4Vec16 && (!AlignedTo(in.scales, 16) || !AlignedTo(out, 16)))
+  if (v == KernelVariant::kV4Vec16 && (!AlignedTo(scales, 16) || !AlignedTo(out, 16)))
     return absl::InvalidArgumentError("v4_vec16 needs 16-byte aligned scales and out pointers");
 
   return DispatchDTypes(shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
@@ -109,9 +121,10 @@ absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
         return Launch(DequantPerElementKernel<kScale, kOut>, shape.output_elements(), 256, p,
                       stream);
       case KernelVariant::kV2PerWord:
-        return Launch(DequantPerWordKernel<kScale, kOut>, shape.qweight_elements(), 256, p, stream);
+        return Launch(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row, 256, p,
+                      stream);
       case KernelVariant::kV3PerWordBlock:
-        return Launch(DequantPerWordKernel<kScale, kOut>, shape.qweight_elements(),
+        return Launch(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row,
                       config.block_size, p, stream);
       case KernelVariant::kV4Vec16:
         return DispatchInt<1, 2, 4>(config.words_per_thread, "words_per_thread", [&](auto w_c) {

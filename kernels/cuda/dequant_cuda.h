@@ -1,7 +1,8 @@
-// Host API of the CUDA AWQ dequantization kernels. Host types only (no device code here);
-// compiled only when DEQUANTD_HAVE_CUDA. Every variant writes exactly the bits of
-// DequantizeReference (kernels/dequant.h) for every (K, N, group_size, scale dtype, output dtype)
-// that ValidateShape accepts.
+// Host API of the CUDA dequantization kernels, for every format. Host types only (no device code
+// here); compiled only when DEQUANTD_HAVE_CUDA. Each call dispatches to the format's kernels (its
+// registry row, kernels/cuda/format_kernels.h). Every variant a format implements writes exactly
+// the bits of DequantizeReference (kernels/dequant.h) for every shape and output dtype that
+// ValidateShape accepts.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,16 +29,20 @@ enum class KernelVariant : int {
 std::string_view VariantName(KernelVariant v);
 bool ParseVariant(std::string_view name, KernelVariant* out);
 std::vector<KernelVariant> AllVariants();
+// The variants `format` implements (empty without CUDA kernels), fastest last.
+std::vector<KernelVariant> VariantsOf(Format format);
 
 // v4's limits: blocks of at most kV4MaxBlockSize threads (so a thread may use 128 registers), and
 // tiles of words_per_thread * rows_per_thread <= kV4MaxTileWords words (larger tiles spill).
 inline constexpr int kV4MaxBlockSize = 512;
 inline constexpr int kV4MaxTileWords = 16;
 
-// The configuration used when nothing is tuned.
-LaunchConfig DefaultConfig(KernelVariant v, const AwqShape& shape, DType out_dtype);
+// The configuration used when nothing is tuned (the default LaunchConfig for a variant the
+// format does not implement).
+LaunchConfig DefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype);
 // The configurations the autotuner sweeps for (v, shape, out_dtype); DefaultConfig is among them.
-std::vector<LaunchConfig> CandidateConfigs(KernelVariant v, const AwqShape& shape, DType out_dtype);
+std::vector<LaunchConfig> CandidateConfigs(KernelVariant v, const QuantShape& shape,
+                                           DType out_dtype);
 
 // Whether the autotuner times (v, shape, out_dtype)'s candidates; when false, DefaultConfig is
 // launched without a tuning (the rule-based default). False for a variant with one candidate, and
@@ -47,13 +52,14 @@ std::vector<LaunchConfig> CandidateConfigs(KernelVariant v, const AwqShape& shap
 // DefaultConfig there, which was the best of the 15 candidates by the benchmark's method for
 // fp16 and bf16, latency and throughput: docs/performance.md, issue 13). ValidateShape must
 // accept the shape.
-bool IsTunable(KernelVariant v, const AwqShape& shape, DType out_dtype);
+bool IsTunable(KernelVariant v, const QuantShape& shape, DType out_dtype);
 
-// ValidateShape plus the variant's own limits on `config` (INVALID_ARGUMENT naming the field).
-absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const AwqShape& shape,
+// ValidateShape plus the variant's own limits on `config` (INVALID_ARGUMENT naming the field;
+// also for a variant the shape's format does not implement).
+absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const QuantShape& shape,
                           DType out_dtype);
 
-// Enqueues the dequantization of `in` (device pointers, 4-byte aligned qweight/qzeros, 2-byte
+// Enqueues the dequantization of `in` (device pointers; AWQ: 4-byte aligned qweight/qzeros, 2-byte
 // aligned scales) into `out` (device pointer, K * N elements of out_dtype, 16-byte aligned) on
 // `stream`. v4 also needs 16-byte aligned scales (cudaMalloc's 256-byte alignment satisfies all
 // of these).
@@ -62,8 +68,7 @@ absl::Status CanImplement(KernelVariant v, const LaunchConfig& config, const Awq
 // Thread-safe (no shared state); launches on one stream are ordered. v4 may use programmatic
 // dependent launch: it waits for the preceding kernel before touching memory and lets the next
 // kernel on the stream launch early (that kernel must wait likewise if it reads v4's output).
-absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config,
-                              const PackedTensorView& in, DType out_dtype, void* out,
-                              cudaStream_t stream);
+absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config, const QuantView& in,
+                              DType out_dtype, void* out, cudaStream_t stream);
 
 }  // namespace dequantd::cuda

@@ -43,12 +43,17 @@ absl::Status CheckOptions(const GroupedOptions& o) {
 
 absl::Status CheckItem(const GroupedItem& item, DType out_dtype) {
   if (absl::Status st = ValidateShape(item.in.shape, out_dtype); !st.ok()) return st;
-  if (item.in.qweight == nullptr || item.in.qzeros == nullptr || item.in.scales == nullptr ||
-      item.out == nullptr)
+  if (item.in.shape.format != Format::kAwqGemm)
+    return absl::FailedPreconditionError(
+        "the grouped launch implements the awq_gemm format only (other formats launch per layer)");
+  const int32_t* qweight = awq::Qweight(item.in);
+  const int32_t* qzeros = awq::Qzeros(item.in);
+  const void* scales = awq::Scales(item.in);
+  if (qweight == nullptr || qzeros == nullptr || scales == nullptr || item.out == nullptr)
     return absl::InvalidArgumentError("qweight, qzeros, scales and out must be non-null");
-  if (!AlignedTo(item.in.qweight, 4) || !AlignedTo(item.in.qzeros, 4))
+  if (!AlignedTo(qweight, 4) || !AlignedTo(qzeros, 4))
     return absl::InvalidArgumentError("qweight and qzeros must be 4-byte aligned");
-  if (!AlignedTo(item.in.scales, 16) || !AlignedTo(item.out, 16))
+  if (!AlignedTo(scales, 16) || !AlignedTo(item.out, 16))
     return absl::InvalidArgumentError("scales and out must be 16-byte aligned");
   return absl::OkStatus();
 }
@@ -163,15 +168,15 @@ std::vector<SegmentDesc> MakeDescriptors(absl::Span<const GroupedItem> items,
   std::vector<SegmentDesc> descs;
   descs.reserve(layout.segments.size());
   for (const GroupedSegment& seg : layout.segments) {
-    const PackedTensorView& in = items[seg.item].in;
-    const AwqShape& shape = in.shape;
+    const QuantView& in = items[seg.item].in;
+    const QuantShape& shape = in.shape;
     const int64_t words_per_row = shape.N / awq::kPackFactor;
     const int64_t g0 = seg.row_begin / shape.group_size;
     SegmentDesc d;
     DequantParams& p = d.v.p;
-    p.qweight = reinterpret_cast<const uint32_t*>(in.qweight) + seg.row_begin * words_per_row;
-    p.qzeros = reinterpret_cast<const uint32_t*>(in.qzeros) + g0 * words_per_row;
-    p.scales = static_cast<const uint16_t*>(in.scales) + g0 * shape.N;
+    p.qweight = reinterpret_cast<const uint32_t*>(awq::Qweight(in)) + seg.row_begin * words_per_row;
+    p.qzeros = reinterpret_cast<const uint32_t*>(awq::Qzeros(in)) + g0 * words_per_row;
+    p.scales = static_cast<const uint16_t*>(awq::Scales(in)) + g0 * shape.N;
     p.out =
         static_cast<char*>(items[seg.item].out) + seg.row_begin * shape.N * DTypeSize(out_dtype);
     p.K = seg.row_end - seg.row_begin;
@@ -246,7 +251,7 @@ absl::StatusOr<GroupedLayout> PlanGroupedLayout(absl::Span<const GroupedItem> it
       return absl::InvalidArgumentError(absl::StrCat("item ", i, ": ", st.message()));
     };
     if (absl::Status st = CheckItem(items[i], out_dtype); !st.ok()) return item_error(st);
-    const AwqShape& shape = items[i].in.shape;
+    const QuantShape& shape = items[i].in.shape;
     const int rows = shape.group_size % options.rows_per_thread == 0 ? options.rows_per_thread : 1;
     const int64_t units_per_group = shape.group_size / rows * (shape.N / awq::kPackFactor) * lanes;
     if (units_per_group > kMaxUnits)

@@ -34,7 +34,7 @@ namespace dequantd::cuda {
 // dtype, 16-byte aligned (cudaMalloc's 256-byte alignment satisfies all of these). Outputs must
 // not overlap each other or any input.
 struct GroupedItem {
-  PackedTensorView in;
+  QuantView in;
   void* out = nullptr;
 };
 
@@ -75,7 +75,7 @@ struct GroupedLayout {
   int bucket_shift = 0;                  // blocks per bucket: 2^bucket_shift
   // bucket_first[j]: index of the segment holding block j << bucket_shift.
   std::vector<uint32_t> bucket_first;
-  int64_t bytes_moved = 0;  // sum of the items' AwqShape::bytes_moved(out_dtype)
+  int64_t bytes_moved = 0;  // sum of the items' QuantShape::bytes_moved(out_dtype)
 };
 
 // Checks the items and the options and computes the layout; touches no memory behind the

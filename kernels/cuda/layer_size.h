@@ -14,7 +14,7 @@ enum class LayerSize {
   kLarge,  // 32M outputs or more (e.g. 4096x14336): streaming at the memory rate
 };
 
-inline LayerSize ClassifyLayer(const AwqShape& shape) {
+inline LayerSize ClassifyLayer(const QuantShape& shape) {
   const int64_t outputs = shape.output_elements();
   if (outputs >= (int64_t{32} << 20)) return LayerSize::kLarge;
   if (outputs >= (int64_t{4} << 20)) return LayerSize::kMid;

@@ -9,11 +9,7 @@ namespace dequantd::cuda {
 namespace {
 
 bool SameItem(const GroupedItem& a, const GroupedItem& b) {
-  const AwqShape& x = a.in.shape;
-  const AwqShape& y = b.in.shape;
-  return a.out == b.out && a.in.qweight == b.in.qweight && a.in.qzeros == b.in.qzeros &&
-         a.in.scales == b.in.scales && x.K == y.K && x.N == y.N && x.group_size == y.group_size &&
-         x.scale_dtype == y.scale_dtype;
+  return a.out == b.out && a.in.tensors == b.in.tensors && a.in.shape == b.in.shape;
 }
 
 }  // namespace

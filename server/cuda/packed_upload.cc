@@ -11,28 +11,29 @@ constexpr int64_t AlignUp(int64_t bytes) {
 }
 }  // namespace
 
-PackedLayout::PackedLayout(const AwqShape& shape)
-    : qzeros_offset(AlignUp(shape.qweight_bytes())),
-      scales_offset(qzeros_offset + AlignUp(shape.qzeros_bytes())),
-      total_bytes(scales_offset + shape.scales_bytes()) {}
+PackedLayout::PackedLayout(const QuantShape& shape) {
+  const int roles = TensorRoleCount(shape.format);
+  for (int r = 0; r < roles; ++r) {
+    total_bytes = AlignUp(total_bytes);
+    offsets[static_cast<size_t>(r)] = total_bytes;
+    total_bytes += TensorSpecOf(shape, r).bytes();
+  }
+}
 
-absl::StatusOr<PackedTensorView> CopyPackedToDevice(const PackedTensorView& host,
-                                                    uint8_t* device_base, cudaStream_t stream) {
-  const AwqShape& shape = host.shape;
+absl::StatusOr<QuantView> CopyPackedToDevice(const QuantView& host, uint8_t* device_base,
+                                             cudaStream_t stream) {
+  const QuantShape& shape = host.shape;
   const PackedLayout layout(shape);
-  PackedTensorView view;
+  QuantView view;
   view.shape = shape;
-  view.qweight = reinterpret_cast<const int32_t*>(device_base);
-  view.qzeros = reinterpret_cast<const int32_t*>(device_base + layout.qzeros_offset);
-  view.scales = device_base + layout.scales_offset;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_base, host.qweight, shape.qweight_bytes(),
-                                                cudaMemcpyHostToDevice, stream));
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_base + layout.qzeros_offset, host.qzeros,
-                                                shape.qzeros_bytes(), cudaMemcpyHostToDevice,
-                                                stream));
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_base + layout.scales_offset, host.scales,
-                                                shape.scales_bytes(), cudaMemcpyHostToDevice,
-                                                stream));
+  const int roles = TensorRoleCount(shape.format);
+  for (int r = 0; r < roles; ++r) {
+    const auto i = static_cast<size_t>(r);
+    uint8_t* dst = device_base + layout.offsets[i];
+    view.tensors[i] = dst;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        dst, host.tensors[i], TensorSpecOf(shape, r).bytes(), cudaMemcpyHostToDevice, stream));
+  }
   return view;
 }
 

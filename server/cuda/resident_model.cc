@@ -15,13 +15,13 @@ absl::Status ResidentModel::Upload(const Checkpoint& checkpoint, cudaStream_t st
   for (size_t i = 0; i < checkpoint.layers().size(); ++i) {
     const QuantizedLayer& layer = checkpoint.layers()[i];
     if (!keep.empty() && !keep[i]) {
-      layers_.push_back(Layer{.memory = {}, .view = PackedTensorView{}});
+      layers_.push_back(Layer{.memory = {}, .view = QuantView{}});
       continue;
     }
     const PackedLayout layout(layer.view.shape);
     absl::StatusOr<UniqueDeviceMemory> memory = MakeDeviceMemory(layout.total_bytes);
     if (!memory.ok()) return memory.status();
-    absl::StatusOr<PackedTensorView> view =
+    absl::StatusOr<QuantView> view =
         CopyPackedToDevice(layer.view, static_cast<uint8_t*>(memory->get()), stream);
     if (!view.ok()) return view.status();
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
@@ -40,8 +40,8 @@ std::optional<ResidentModel::LayerId> ResidentModel::Find(const QuantizedLayer& 
     return std::nullopt;
   }
   const LayerId id = *found;
-  const AwqShape& resident = view(id).shape;
-  const AwqShape& asked = layer.view.shape;
+  const QuantShape& resident = view(id).shape;
+  const QuantShape& asked = layer.view.shape;
   if (resident.K != asked.K || resident.N != asked.N || resident.group_size != asked.group_size ||
       resident.scale_dtype != asked.scale_dtype) {
     return std::nullopt;

@@ -30,15 +30,16 @@ class ResidentModel {
   // `layer`'s id when a layer of that name and shape is resident (LayerPositions::Find).
   std::optional<LayerId> Find(const QuantizedLayer& layer) const;
   // Device pointers of layer `id` (0 <= id < size()).
-  const PackedTensorView& view(LayerId id) const { return layers_[static_cast<size_t>(id)].view; }
+  const QuantView& view(LayerId id) const { return layers_[static_cast<size_t>(id)].view; }
   int64_t size() const { return static_cast<int64_t>(layers_.size()); }  // checkpoint layers
   int64_t resident_layers() const { return resident_layers_; }
   int64_t bytes() const { return bytes_; }  // device memory held, bytes
 
  private:
   struct Layer {
-    UniqueDeviceMemory memory;  // qweight | qzeros | scales (PackedLayout); null: not held here
-    PackedTensorView view;
+    UniqueDeviceMemory
+        memory;  // the stored tensors in role order (PackedLayout); null: not held here
+    QuantView view;
   };
   std::vector<Layer> layers_;    // by id
   LayerPositions positions_;     // ids of the uploaded checkpoint's layers

@@ -276,8 +276,7 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
 
   if (job.host_input != nullptr) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->h2d[0].get(), stream));
-    absl::StatusOr<PackedTensorView> staged =
-        CopyPackedToDevice(*job.host_input, input.get(), stream);
+    absl::StatusOr<QuantView> staged = CopyPackedToDevice(*job.host_input, input.get(), stream);
     if (!staged.ok()) return staged.status();
     job.entries.front().in = *staged;
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->h2d[1].get(), stream));
@@ -295,8 +294,8 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
     items.reserve(slabs[s].distinct.size());
     for (size_t i : slabs[s].distinct) {
       items.push_back(GroupedItem{.in = job.entries[i].in, .out = output_of(s, i)});
-      const AwqShape& shape = job.entries[i].in.shape;
-      read_bytes += shape.qweight_bytes() + shape.qzeros_bytes() + shape.scales_bytes();
+      const QuantShape& shape = job.entries[i].in.shape;
+      read_bytes += shape.packed_bytes();
       written_bytes += job.entries[i].result_bytes;
     }
     absl::StatusOr<std::string> kernel =

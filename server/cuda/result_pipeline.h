@@ -34,14 +34,14 @@ namespace dequantd::cuda {
 // One call's work: the results to deliver, in sink order.
 struct ResultJob {
   struct Entry {
-    PackedTensorView in;  // device pointers (unset for the inline entry: staged by the pipeline)
-    int64_t result = 0;   // equal values: the same result (computed once per slab)
+    QuantView in;        // device pointers (unset for the inline entry: staged by the pipeline)
+    int64_t result = 0;  // equal values: the same result (computed once per slab)
     int64_t result_bytes = 0;  // K * N * sizeof(out_dtype)
   };
   std::vector<Entry> entries;
   DType out_dtype = DType::kF16;
   // Inline request: host pointers of the single entry's packed input, staged to the device.
-  const PackedTensorView* host_input = nullptr;
+  const QuantView* host_input = nullptr;
   std::string_view variant;  // the observer's kernel variant label, e.g. "v4_vec16", "grouped"
 };
 

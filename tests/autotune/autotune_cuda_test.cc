@@ -19,7 +19,7 @@ bool HaveDevice() {
 
 TEST(AutotuneCudaTest, TuningPicksACandidate_K4096N4096G128Fp16) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  const AwqShape shape{4096, 4096, 128, DType::kF16};
+  const QuantShape shape{4096, 4096, 128, DType::kF16};
   for (KernelVariant v : AllVariants()) {
     for (TuneObjective objective : {TuneObjective::kLatency, TuneObjective::kThroughput}) {
       SCOPED_TRACE(std::string(VariantName(v)) + " " + std::string(TuneObjectiveName(objective)));
@@ -34,7 +34,7 @@ TEST(AutotuneCudaTest, TuningPicksACandidate_K4096N4096G128Fp16) {
 
 TEST(AutotuneCudaTest, MeasureGivesEveryCandidateItsRounds_K1536N8960G128Bf16) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  const AwqShape shape{1536, 8960, 128, DType::kBF16};
+  const QuantShape shape{1536, 8960, 128, DType::kBF16};
   const std::vector<LaunchConfig> candidates =
       CandidateConfigs(KernelVariant::kV4Vec16, shape, DType::kBF16);
   TuneOptions options;
@@ -59,7 +59,7 @@ TEST(AutotuneCudaTest, MeasureGivesEveryCandidateItsRounds_K1536N8960G128Bf16) {
 
 TEST(AutotuneCudaTest, GetOrTuneTunesOnceThenHits_K1536N8960G128) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  const AwqShape shape{1536, 8960, 128, DType::kF16};
+  const QuantShape shape{1536, 8960, 128, DType::kF16};
   absl::StatusOr<TuneDevice> device = ReadTuneDevice(0);
   ASSERT_TRUE(device.ok()) << device.status();
   EXPECT_FALSE(device->name.empty());

@@ -277,10 +277,11 @@ TEST_F(AutotunerTest, ObserverSeesLookupsTuningsAndEntries) {
 
 TEST(TuneKeyTest, ForTakesEveryFieldAndToStringNamesThem) {
   const TuneKey key = TuneKey::For(TuneDevice{"NVIDIA H200", 90}, "v4_vec16",
-                                   AwqShape{4096, 14336, 64, DType::kBF16}, DType::kF32,
+                                   QuantShape{4096, 14336, 64, DType::kBF16}, DType::kF32,
                                    TuneObjective::kThroughput);
   EXPECT_EQ(key.device.name, "NVIDIA H200");
   EXPECT_EQ(key.device.compute_capability, 90);
+  EXPECT_EQ(key.format, "awq_gemm");
   EXPECT_EQ(key.variant, "v4_vec16");
   EXPECT_EQ(key.K, 4096);
   EXPECT_EQ(key.N, 14336);
@@ -288,7 +289,8 @@ TEST(TuneKeyTest, ForTakesEveryFieldAndToStringNamesThem) {
   EXPECT_EQ(key.scale_dtype, DType::kBF16);
   EXPECT_EQ(key.output_dtype, DType::kF32);
   EXPECT_EQ(key.objective, TuneObjective::kThroughput);
-  EXPECT_EQ(key.ToString(), "NVIDIA H200 sm90 v4_vec16 4096x14336 g64 bf16->fp32 throughput");
+  EXPECT_EQ(key.ToString(),
+            "NVIDIA H200 sm90 awq_gemm v4_vec16 4096x14336 g64 bf16->fp32 throughput");
   EXPECT_NE(key, Key(4096, 14336, DType::kF32, TuneObjective::kLatency));
 }
 

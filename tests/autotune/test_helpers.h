@@ -13,7 +13,7 @@ inline const TuneDevice kH200{"NVIDIA H200", 90};
 // and the output dtype `out`.
 inline TuneKey Key(int64_t K, int64_t N, DType out = DType::kF16,
                    TuneObjective objective = TuneObjective::kLatency) {
-  return TuneKey::For(kH200, "v4_vec16", AwqShape{K, N, 128, DType::kF16}, out, objective);
+  return TuneKey::For(kH200, "v4_vec16", QuantShape{K, N, 128, DType::kF16}, out, objective);
 }
 
 // A tuned launch configuration (block size, words and rows per thread) and its time in seconds.

@@ -40,7 +40,7 @@ TEST(CudaBenchmarkTest, SmallShapesAllVariantsAndDtypes) {
     EXPECT_FALSE(row.launch_config.empty());
     if (row.variant != "copy") {
       EXPECT_EQ(row.bytes_moved,
-                (AwqShape{row.K, row.N, 128, DType::kF16}).bytes_moved(row.output_dtype));
+                (QuantShape{row.K, row.N, 128, DType::kF16}).bytes_moved(row.output_dtype));
     }
   }
 }
@@ -66,7 +66,7 @@ TEST(CudaBenchmarkTest, HardwareCountersCountTheKernelsOwnTraffic) {
   }
   int l2 = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), cudaSuccess);
-  const AwqShape shape{4096, 14336, 128, DType::kF16};
+  const QuantShape shape{4096, 14336, 128, DType::kF16};
   const double out = static_cast<double>(shape.output_bytes(DType::kF16));
   const double in = static_cast<double>(shape.bytes_moved(DType::kF16)) - out;
   ASSERT_FALSE(result->rows.empty());

@@ -61,17 +61,17 @@ struct TestLayer {
   TestLayer(const TestLayer&) = delete;
   TestLayer& operator=(const TestLayer&) = delete;
 
-  AwqShape shape;
+  QuantShape shape;
   std::vector<int32_t> qweight, qzeros;
   std::vector<uint16_t> scales;
-  PackedTensorView view;
+  QuantView view;
   absl::StatusOr<OutputChecker> checker;
 };
 
 TEST(RunMethodTest, RowsCarryStatsRatesAndChecks) {
   const TestLayer layer(256, 64);
   ASSERT_TRUE(layer.checker.ok());
-  const AwqShape& shape = layer.shape;
+  const QuantShape& shape = layer.shape;
   const OutputChecker& checker = *layer.checker;
 
   // Warm-up takes the first 3 values of the cycle; the 2 x 3 timed runs then see
@@ -125,7 +125,7 @@ TEST(RunMethodTest, RowsCarryStatsRatesAndChecks) {
 TEST(RunMethodTest, RunnerErrorsPropagate) {
   const TestLayer layer(128, 8);
   ASSERT_TRUE(layer.checker.ok());
-  const AwqShape& shape = layer.shape;
+  const QuantShape& shape = layer.shape;
   const OutputChecker& checker = *layer.checker;
   FailingRunner failing;
   std::mt19937_64 rng(1);
@@ -137,7 +137,7 @@ TEST(RunMethodTest, RunnerErrorsPropagate) {
 TEST(RunMethodTest, CancelledStopsBeforeTheNextCall) {
   const TestLayer layer(128, 8);
   ASSERT_TRUE(layer.checker.ok());
-  const AwqShape& shape = layer.shape;
+  const QuantShape& shape = layer.shape;
   const OutputChecker& checker = *layer.checker;
   FakeRunner a("a", 1, {1e-6}, 1e-6, true), b("b", 1, {1e-6}, 1e-6, true);
   MethodOptions options;

@@ -19,7 +19,7 @@ bool Matched(const absl::StatusOr<bool>& r) {
 TEST(MakeRandomPackedTensorTest, CancelledIsPolledInsideTheGenerationLoop) {
   // K = 4096, N = 4096: qweight 4096 * 512 words = 8 MiB, two 4 MiB blocks. Polls: before
   // allocating qweight (1), before its first block (2), before its second block (3).
-  const AwqShape shape{4096, 4096, 128, DType::kF16};
+  const QuantShape shape{4096, 4096, 128, DType::kF16};
   int polls = 0;
   const absl::StatusOr<HostPackedTensor> t =
       MakeRandomPackedTensor(shape, 5, [&polls] { return ++polls == 3; });
@@ -42,7 +42,7 @@ TEST(MakeRandomPackedTensorTest, CancelledIsPolledInsideTheGenerationLoop) {
 
 TEST(MakeRandomPackedTensorTest, ScalesFiniteNonZeroAndWordsFullRange_K256N512G128) {
   for (DType scale_dtype : {DType::kF16, DType::kBF16}) {
-    const AwqShape shape{256, 512, 128, scale_dtype};
+    const QuantShape shape{256, 512, 128, scale_dtype};
     const HostPackedTensor t = MakeRandomPackedTensor(shape, 7);
     ASSERT_EQ(t.qweight.size(), 256u * 64);
     ASSERT_EQ(t.qzeros.size(), 2u * 64);
@@ -68,7 +68,7 @@ TEST(MakeRandomPackedTensorTest, ScalesFiniteNonZeroAndWordsFullRange_K256N512G1
 }
 
 TEST(MakeRandomPackedTensorTest, SeedDeterminesInputs) {
-  const AwqShape shape{128, 64, 128, DType::kF16};
+  const QuantShape shape{128, 64, 128, DType::kF16};
   const HostPackedTensor a = MakeRandomPackedTensor(shape, 1);
   const HostPackedTensor b = MakeRandomPackedTensor(shape, 1);
   const HostPackedTensor c = MakeRandomPackedTensor(shape, 2);
@@ -78,7 +78,7 @@ TEST(MakeRandomPackedTensorTest, SeedDeterminesInputs) {
 }
 
 TEST(OutputCheckerTest, FullCheckFindsOneFlippedBit_K256N64G128Fp16) {
-  const AwqShape shape{256, 64, 128, DType::kF16};
+  const QuantShape shape{256, 64, 128, DType::kF16};
   const HostPackedTensor t = MakeRandomPackedTensor(shape, 3);
   absl::StatusOr<OutputChecker> checker = OutputChecker::Create(t.view(), DType::kF16, 1 << 20);
   ASSERT_TRUE(checker.ok()) << checker.status();
@@ -96,7 +96,7 @@ TEST(OutputCheckerTest, FullCheckFindsOneFlippedBit_K256N64G128Fp16) {
 }
 
 TEST(OutputCheckerTest, SampledRowsIncludeFirstAndLast_K1024N64G128Bf16) {
-  const AwqShape shape{1024, 64, 128, DType::kF16};
+  const QuantShape shape{1024, 64, 128, DType::kF16};
   const HostPackedTensor t = MakeRandomPackedTensor(shape, 4);
   absl::StatusOr<OutputChecker> checker = OutputChecker::Create(t.view(), DType::kBF16, 1000);
   ASSERT_TRUE(checker.ok()) << checker.status();

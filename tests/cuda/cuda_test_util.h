@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/awq_format.h"
 #include "kernels/dequant.h"
 #include "tests/kernels/test_util.h"
 
@@ -64,13 +65,13 @@ class DeviceLayer {
               cudaSuccess;
   }
   bool ok() const { return ok_; }
-  PackedTensorView view() const {
-    return PackedTensorView{shape_, static_cast<const int32_t*>(qweight_.get()),
-                            static_cast<const int32_t*>(qzeros_.get()), scales_.get()};
+  QuantView view() const {
+    return awq::MakeView(shape_, static_cast<const int32_t*>(qweight_.get()),
+                         static_cast<const int32_t*>(qzeros_.get()), scales_.get());
   }
 
  private:
-  AwqShape shape_;
+  QuantShape shape_;
   DeviceBuffer qweight_, qzeros_, scales_;
   bool ok_ = false;
 };

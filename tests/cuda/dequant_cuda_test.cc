@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/awq_format.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/dequant.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -34,7 +35,7 @@ std::string DTypeTag(DType t) {
 
 // The launch configurations tested for v: its candidates, plus for v4 every (words, rows)
 // instance the shape admits at an odd block size (96) so no config escapes the test.
-std::vector<LaunchConfig> ConfigsUnderTest(KernelVariant v, const AwqShape& shape, DType out) {
+std::vector<LaunchConfig> ConfigsUnderTest(KernelVariant v, const QuantShape& shape, DType out) {
   std::vector<LaunchConfig> configs = CandidateConfigs(v, shape, out);
   if (v == KernelVariant::kV4Vec16) {
     for (int w : {1, 2, 4}) {
@@ -67,7 +68,7 @@ std::string ElementHex(const std::vector<uint8_t>& buf, int64_t index, int64_t e
 
 // Fills `out` with 0xFF bytes (a NaN pattern: finite scales never produce NaN, so an unwritten
 // element shows), launches on the default stream, waits, and copies all of `out` to `host`.
-void LaunchAndFetch(KernelVariant v, const LaunchConfig& config, const PackedTensorView& in,
+void LaunchAndFetch(KernelVariant v, const LaunchConfig& config, const QuantView& in,
                     DType out_dtype, const DeviceBuffer& out, std::vector<uint8_t>* host) {
   ASSERT_EQ(cudaMemset(out.get(), 0xFF, out.bytes()), cudaSuccess);
   const absl::Status st = LaunchDequantize(v, config, in, out_dtype, out.get(), nullptr);
@@ -86,7 +87,7 @@ void LaunchAndFetch(KernelVariant v, const LaunchConfig& config, const PackedTen
 // z = 15, columns 2,3,6,7 have z = 0), scales chosen for signed zeros, overflow and subnormals.
 HostLayer HandWorkedLayer() {
   HostLayer l;
-  l.shape = AwqShape{.K = 1, .N = 16, .group_size = 1, .scale_dtype = DType::kF16};
+  l.shape = QuantShape{.K = 1, .N = 16, .group_size = 1, .scale_dtype = DType::kF16};
   l.qweight = {0x76543210, static_cast<int32_t>(0xFFFFFFFFu)};
   l.qzeros = {0x11111111, 0x0F0F0F0F};
   l.scales = {0x3800, 0x3800, 0x3800, 0x3800, 0x3800, 0x3800, 0x3800, 0x3800,  // 0.5
@@ -178,7 +179,7 @@ class CudaDequantRandomTest : public ::testing::TestWithParam<RandomCase> {};
 TEST_P(CudaDequantRandomTest, EveryVariantAndConfigBitExact) {
   DEQUANTD_SKIP_WITHOUT_GPU();
   const RandomCase& c = GetParam();
-  const AwqShape shape{.K = c.K, .N = c.N, .group_size = c.G, .scale_dtype = c.scale};
+  const QuantShape shape{.K = c.K, .N = c.N, .group_size = c.G, .scale_dtype = c.scale};
   const uint64_t seed = static_cast<uint64_t>(c.K * 1000003 + c.N * 101 + c.G) * 7 +
                         static_cast<uint64_t>(c.scale) * 3 + static_cast<uint64_t>(c.out);
   const HostLayer host = RandomLayer(shape, seed);
@@ -235,14 +236,14 @@ uint64_t SplitMix64(uint64_t& state) {
 // A random layer too large for std::vector's zero fill to be cheap: full 32-bit words, finite
 // fp16 scale bit patterns over the whole range.
 struct BigHostLayer {
-  AwqShape shape;
+  QuantShape shape;
   std::unique_ptr<int32_t[]> qweight, qzeros;
   std::unique_ptr<uint16_t[]> scales;
 
-  explicit BigHostLayer(const AwqShape& s, uint64_t seed) : shape(s) {
-    qweight.reset(new int32_t[static_cast<size_t>(s.qweight_elements())]);
-    qzeros.reset(new int32_t[static_cast<size_t>(s.qzeros_elements())]);
-    scales.reset(new uint16_t[static_cast<size_t>(s.scales_elements())]);
+  explicit BigHostLayer(const QuantShape& s, uint64_t seed) : shape(s) {
+    qweight.reset(new int32_t[static_cast<size_t>(awq::QweightElements(s))]);
+    qzeros.reset(new int32_t[static_cast<size_t>(awq::QzerosElements(s))]);
+    scales.reset(new uint16_t[static_cast<size_t>(awq::ScalesElements(s))]);
     uint64_t state = seed;
     const auto fill_words = [&](int32_t* p, int64_t n) {
       for (int64_t i = 0; i + 1 < n; i += 2) {
@@ -252,9 +253,9 @@ struct BigHostLayer {
       }
       if (n % 2) p[n - 1] = static_cast<int32_t>(static_cast<uint32_t>(SplitMix64(state)));
     };
-    fill_words(qweight.get(), s.qweight_elements());
-    fill_words(qzeros.get(), s.qzeros_elements());
-    for (int64_t i = 0; i < s.scales_elements(); ++i) {
+    fill_words(qweight.get(), awq::QweightElements(s));
+    fill_words(qzeros.get(), awq::QzerosElements(s));
+    for (int64_t i = 0; i < awq::ScalesElements(s); ++i) {
       uint16_t h;
       do {
         h = static_cast<uint16_t>(SplitMix64(state));
@@ -262,9 +263,7 @@ struct BigHostLayer {
       scales[i] = h;
     }
   }
-  PackedTensorView view() const {
-    return PackedTensorView{shape, qweight.get(), qzeros.get(), scales.get()};
-  }
+  QuantView view() const { return awq::MakeView(shape, qweight.get(), qzeros.get(), scales.get()); }
 };
 
 // K * N = 2113536 * 8192 = 17,314,086,912 > 2^34 fp16 outputs (34.6 GB) and K * N / 8 > 2^31
@@ -273,13 +272,13 @@ struct BigHostLayer {
 // element 2^34 and both ends are copied back and compared with the reference on those rows.
 TEST(CudaDequantLargeTest, K2113536N8192G128Fp16PastTwoTo34Elements) {
   DEQUANTD_SKIP_WITHOUT_GPU();
-  const AwqShape shape{.K = 2113536, .N = 8192, .group_size = 128, .scale_dtype = DType::kF16};
+  const QuantShape shape{.K = 2113536, .N = 8192, .group_size = 128, .scale_dtype = DType::kF16};
   ASSERT_GT(shape.output_elements(), int64_t{1} << 34);
-  ASSERT_GT(shape.qweight_elements(), int64_t{1} << 31);
+  ASSERT_GT(awq::QweightElements(shape), int64_t{1} << 31);
   size_t free_bytes = 0, total_bytes = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
-  const int64_t need = shape.output_bytes(DType::kF16) + shape.qweight_bytes() +
-                       shape.qzeros_bytes() + shape.scales_bytes();
+  const int64_t need = shape.output_bytes(DType::kF16) + awq::QweightBytes(shape) +
+                       awq::QzerosBytes(shape) + awq::ScalesBytes(shape);
   if (static_cast<int64_t>(free_bytes) < need + (int64_t{1} << 30))
     GTEST_SKIP() << "needs " << need << " bytes of device memory, " << free_bytes << " free";
 
@@ -295,9 +294,9 @@ TEST(CudaDequantLargeTest, K2113536N8192G128Fp16PastTwoTo34Elements) {
     want.emplace_back(static_cast<size_t>((r[1] - r[0]) * shape.N * 2));
     ASSERT_TRUE(DequantizeReference(host.view(), DType::kF16, r[0], r[1], want.back().data()).ok());
   }
-  DeviceBuffer qweight(static_cast<size_t>(shape.qweight_bytes()));
-  DeviceBuffer qzeros(static_cast<size_t>(shape.qzeros_bytes()));
-  DeviceBuffer scales(static_cast<size_t>(shape.scales_bytes()));
+  DeviceBuffer qweight(static_cast<size_t>(awq::QweightBytes(shape)));
+  DeviceBuffer qzeros(static_cast<size_t>(awq::QzerosBytes(shape)));
+  DeviceBuffer scales(static_cast<size_t>(awq::ScalesBytes(shape)));
   DeviceBuffer out(static_cast<size_t>(shape.output_bytes(DType::kF16)));
   ASSERT_TRUE(qweight.ok() && qzeros.ok() && scales.ok() && out.ok());
   ASSERT_EQ(cudaMemcpy(qweight.get(), host.qweight.get(), qweight.bytes(), cudaMemcpyHostToDevice),
@@ -306,8 +305,8 @@ TEST(CudaDequantLargeTest, K2113536N8192G128Fp16PastTwoTo34Elements) {
             cudaSuccess);
   ASSERT_EQ(cudaMemcpy(scales.get(), host.scales.get(), scales.bytes(), cudaMemcpyHostToDevice),
             cudaSuccess);
-  const PackedTensorView dev{shape, static_cast<const int32_t*>(qweight.get()),
-                             static_cast<const int32_t*>(qzeros.get()), scales.get()};
+  const QuantView dev = awq::MakeView(shape, static_cast<const int32_t*>(qweight.get()),
+                                      static_cast<const int32_t*>(qzeros.get()), scales.get());
   for (KernelVariant v : AllVariants()) {
     std::vector<LaunchConfig> configs = {DefaultConfig(v, shape, DType::kF16)};
     if (v == KernelVariant::kV4Vec16) {
@@ -335,19 +334,19 @@ TEST(CudaDequantLargeTest, K2113536N8192G128Fp16PastTwoTo34Elements) {
 // ---- Refusals before any GPU work (no device needed) -------------------------------------------
 
 TEST(LaunchDequantizeTest, RefusesNullAndMisalignedPointers) {
-  const AwqShape shape{.K = 128, .N = 64, .group_size = 128, .scale_dtype = DType::kF16};
+  const QuantShape shape{.K = 128, .N = 64, .group_size = 128, .scale_dtype = DType::kF16};
   // Never dereferenced: every case is refused before the launch.
   alignas(16) static int32_t words[64];
   alignas(16) static uint16_t scales[64];
   alignas(16) static uint16_t out[64];
-  const PackedTensorView good{shape, words, words, scales};
-  PackedTensorView null_scales = good;
-  null_scales.scales = nullptr;
+  const QuantView good = awq::MakeView(shape, words, words, scales);
+  QuantView null_scales = good;
+  null_scales.tensors[awq::kScales] = nullptr;
   EXPECT_EQ(LaunchDequantize(KernelVariant::kV2PerWord, {}, null_scales, DType::kF16, out, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  PackedTensorView odd_scales = good;
-  odd_scales.scales = scales + 1;  // 2-byte aligned only
+  QuantView odd_scales = good;
+  odd_scales.tensors[awq::kScales] = scales + 1;  // 2-byte aligned only
   EXPECT_EQ(
       LaunchDequantize(KernelVariant::kV4Vec16, {}, odd_scales, DType::kF16, out, nullptr).code(),
       absl::StatusCode::kInvalidArgument);

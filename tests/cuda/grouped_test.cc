@@ -2,6 +2,7 @@
 // arithmetic on the CPU (no device needed), and every item of mixed lists against
 // DequantizeReference bit for bit on the GPU, with sentinel-filled outputs and guard bytes between
 // them (GPU tests skip without a device).
+#include "kernels/awq_format.h"
 #include "kernels/cuda/grouped_dequant.h"
 
 #include <cuda_runtime_api.h>
@@ -22,12 +23,12 @@ namespace {
 
 // ---- Layout (CPU only: fake, aligned pointers that are never dereferenced) ---------------------
 
-GroupedItem FakeItem(const AwqShape& shape, uintptr_t base = 0x10000) {
+GroupedItem FakeItem(const QuantShape& shape, uintptr_t base = 0x10000) {
   GroupedItem item;
   item.in.shape = shape;
-  item.in.qweight = reinterpret_cast<const int32_t*>(base);
-  item.in.qzeros = reinterpret_cast<const int32_t*>(base + 0x100);
-  item.in.scales = reinterpret_cast<const void*>(base + 0x200);
+  item.in.tensors[awq::kQweight] = reinterpret_cast<const int32_t*>(base);
+  item.in.tensors[awq::kQzeros] = reinterpret_cast<const int32_t*>(base + 0x100);
+  item.in.tensors[awq::kScales] = reinterpret_cast<const void*>(base + 0x200);
   item.out = reinterpret_cast<void*>(base + 0x300);
   return item;
 }
@@ -44,7 +45,7 @@ void ExpectLayoutConsistent(const std::vector<GroupedItem>& items, DType out,
   int64_t bytes = 0;
   size_t s = 0;
   for (size_t i = 0; i < items.size(); ++i) {
-    const AwqShape& shape = items[i].in.shape;
+    const QuantShape& shape = items[i].in.shape;
     bytes += shape.bytes_moved(out);
     const int rows = shape.group_size % options.rows_per_thread == 0 ? options.rows_per_thread : 1;
     int64_t row = 0;
@@ -84,10 +85,10 @@ void ExpectLayoutConsistent(const std::vector<GroupedItem>& items, DType out,
 
 // The shapes of the mixed lists: every N, K, G and scale dtype of the brief, K * N capped so the
 // CPU reference stays quick (10944 x 4672 has its own test).
-std::vector<AwqShape> MixedShapes() {
+std::vector<QuantShape> MixedShapes() {
   const int64_t ns[] = {8, 1440, 4672, 576};
   const int64_t ks[] = {1, 64, 576, 1536, 10944};
-  std::vector<AwqShape> shapes;
+  std::vector<QuantShape> shapes;
   int turn = 0;
   for (int64_t k : ks) {
     for (int64_t n : ns) {
@@ -111,7 +112,7 @@ std::vector<AwqShape> MixedShapes() {
 
 TEST(GroupedLayoutTest, MixedShapesCoverBrief) {
   bool n_seen[4] = {}, g_seen[4] = {}, bf16 = false, f16 = false, k1 = false, k10944 = false;
-  for (const AwqShape& s : MixedShapes()) {
+  for (const QuantShape& s : MixedShapes()) {
     ASSERT_TRUE(ValidateShape(s, DType::kF16).ok());
     n_seen[0] |= s.N == 8, n_seen[1] |= s.N == 1440, n_seen[2] |= s.N == 4672,
         n_seen[3] |= s.N == 576;
@@ -135,7 +136,7 @@ TEST(GroupedLayoutTest, EmptyList) {
 
 TEST(GroupedLayoutTest, MixedListsEveryDtypeAndOption) {
   std::vector<GroupedItem> items;
-  for (const AwqShape& s : MixedShapes()) items.push_back(FakeItem(s));
+  for (const QuantShape& s : MixedShapes()) items.push_back(FakeItem(s));
   for (DType out : {DType::kF16, DType::kBF16, DType::kF32}) {
     for (int block : {32, 128, 512}) {
       for (int rows : {1, 2, 4, 8, 16}) {
@@ -204,7 +205,7 @@ TEST(GroupedLayoutTest, RefusesGridOf2To31Blocks) {
 }
 
 TEST(GroupedLayoutTest, RejectsBadItemsNamingThem) {
-  const AwqShape good{64, 16, 32, DType::kF16};
+  const QuantShape good{64, 16, 32, DType::kF16};
   const auto expect_bad = [&](const GroupedItem& bad, DType out, const std::string& needle) {
     const std::vector<GroupedItem> items = {FakeItem(good), bad};
     absl::StatusOr<GroupedLayout> layout = PlanGroupedLayout(items, out, {});
@@ -220,17 +221,17 @@ TEST(GroupedLayoutTest, RejectsBadItemsNamingThem) {
   expect_bad(FakeItem({64, 16, 48, DType::kF16}), DType::kF16, "group_size");
   expect_bad(FakeItem({64, 16, 32, DType::kF32}), DType::kF16, "scales");
   GroupedItem item = FakeItem(good);
-  item.in.qzeros = nullptr;
+  item.in.tensors[awq::kQzeros] = nullptr;
   expect_bad(item, DType::kF16, "non-null");
   item = FakeItem(good);
   item.out = static_cast<char*>(item.out) + 8;
   expect_bad(item, DType::kF16, "16-byte");
   item = FakeItem(good);
-  item.in.scales = static_cast<const char*>(item.in.scales) + 4;
+  item.in.tensors[awq::kScales] = static_cast<const char*>(awq::Scales(item.in)) + 4;
   expect_bad(item, DType::kF16, "16-byte");
   item = FakeItem(good);
-  item.in.qweight =
-      reinterpret_cast<const int32_t*>(reinterpret_cast<uintptr_t>(item.in.qweight) + 2);
+  item.in.tensors[awq::kQweight] =
+      reinterpret_cast<const int32_t*>(reinterpret_cast<uintptr_t>(awq::Qweight(item.in)) + 2);
   expect_bad(item, DType::kF16, "4-byte");
   // An int32 output is no output dtype of the dequantizer.
   const std::vector<GroupedItem> one = {FakeItem(good)};
@@ -272,7 +273,7 @@ constexpr int64_t kGuardBytes = 256;  // between outputs: must stay kSentinel
 // guard bytes around every item's output.
 class GroupedCase {
  public:
-  GroupedCase(const std::vector<AwqShape>& shapes, uint64_t seed) {
+  GroupedCase(const std::vector<QuantShape>& shapes, uint64_t seed) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       host_.push_back(RandomLayer(shapes[i], seed + i));
       device_.push_back(std::make_unique<DeviceLayer>(host_.back()));
@@ -314,7 +315,7 @@ class GroupedCase {
               cudaSuccess);
     std::vector<bool> covered(got.size(), false);
     for (size_t i = 0; i < host_.size(); ++i) {
-      const AwqShape& s = host_[i].shape;
+      const QuantShape& s = host_[i].shape;
       const std::vector<uint8_t>& want = Reference(i, out);
       const uint8_t* item = got.data() + offsets_[i];
       EXPECT_EQ(std::memcmp(item, want.data(), want.size()), 0)
@@ -332,7 +333,7 @@ class GroupedCase {
     const auto key = std::make_pair(i, out);
     for (auto& [k, v] : refs_)
       if (k == key) return v;
-    const AwqShape& s = host_[i].shape;
+    const QuantShape& s = host_[i].shape;
     std::vector<uint8_t> want(static_cast<size_t>(s.output_bytes(out)));
     const absl::Status st = DequantizeReference(host_[i].view(), out, 0, s.K, want.data());
     EXPECT_TRUE(st.ok()) << st;
@@ -398,8 +399,8 @@ TEST(GroupedDequantTest, MixedListEveryLaunchOption) {
 // The same layer twice in one list (equal inputs, two outputs), then reversed order.
 TEST(GroupedDequantTest, RepeatedAndReorderedItems) {
   DEQUANTD_SKIP_WITHOUT_GPU();
-  std::vector<AwqShape> shapes = MixedShapes();
-  std::vector<AwqShape> list = {shapes[3], shapes[3]};
+  std::vector<QuantShape> shapes = MixedShapes();
+  std::vector<QuantShape> list = {shapes[3], shapes[3]};
   list.insert(list.end(), shapes.rbegin(), shapes.rend());
   GroupedCase c(list, 3000);
   ASSERT_TRUE(c.ok());

@@ -9,8 +9,8 @@
 namespace dequantd::cuda {
 namespace {
 
-AwqShape Shape(int64_t K, int64_t N, int64_t G, DType scale = DType::kF16) {
-  return AwqShape{.K = K, .N = N, .group_size = G, .scale_dtype = scale};
+QuantShape Shape(int64_t K, int64_t N, int64_t G, DType scale = DType::kF16) {
+  return QuantShape{.K = K, .N = N, .group_size = G, .scale_dtype = scale};
 }
 
 TEST(VariantNameTest, RoundTripsEveryVariant) {
@@ -35,7 +35,7 @@ TEST(LaunchConfigTest, ToString) {
 }
 
 TEST(CanImplementTest, V1AndV2TakeOnlyTheDefaultConfig) {
-  const AwqShape s = Shape(128, 4096, 128);
+  const QuantShape s = Shape(128, 4096, 128);
   for (KernelVariant v : {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord}) {
     EXPECT_TRUE(CanImplement(v, LaunchConfig{}, s, DType::kF16).ok());
     EXPECT_EQ(CanImplement(v, {.block_size = 128}, s, DType::kF16).code(),
@@ -44,7 +44,7 @@ TEST(CanImplementTest, V1AndV2TakeOnlyTheDefaultConfig) {
 }
 
 TEST(CanImplementTest, V3BlockSize) {
-  const AwqShape s = Shape(64, 24, 32);
+  const QuantShape s = Shape(64, 24, 32);
   for (int b : {32, 64, 992, 1024})
     EXPECT_TRUE(
         CanImplement(KernelVariant::kV3PerWordBlock, {.block_size = b}, s, DType::kF32).ok())
@@ -61,7 +61,7 @@ TEST(CanImplementTest, V3BlockSize) {
 
 TEST(CanImplementTest, V4WordsMustDivideWordsPerRow) {
   // N = 24: 3 words per row, so only words_per_thread = 1.
-  const AwqShape n24 = Shape(64, 24, 32);
+  const QuantShape n24 = Shape(64, 24, 32);
   EXPECT_TRUE(
       CanImplement(KernelVariant::kV4Vec16, {.words_per_thread = 1}, n24, DType::kF16).ok());
   EXPECT_EQ(CanImplement(KernelVariant::kV4Vec16, {.words_per_thread = 2}, n24, DType::kF16).code(),
@@ -110,13 +110,13 @@ TEST(CanImplementTest, RejectsInvalidShapeForEveryVariant) {
 }
 
 TEST(CandidateConfigsTest, AllImplementableAndIncludeTheDefault) {
-  const AwqShape shapes[] = {Shape(1, 8, 1),
-                             Shape(64, 24, 32),
-                             Shape(128, 1440, 128),
-                             Shape(10944, 4672, 64),
-                             Shape(4096, 14336, 128, DType::kBF16),
-                             Shape(1536, 1536, 128)};
-  for (const AwqShape& s : shapes) {
+  const QuantShape shapes[] = {Shape(1, 8, 1),
+                               Shape(64, 24, 32),
+                               Shape(128, 1440, 128),
+                               Shape(10944, 4672, 64),
+                               Shape(4096, 14336, 128, DType::kBF16),
+                               Shape(1536, 1536, 128)};
+  for (const QuantShape& s : shapes) {
     for (DType out : {DType::kF16, DType::kBF16, DType::kF32}) {
       for (KernelVariant v : AllVariants()) {
         SCOPED_TRACE(testing::Message()

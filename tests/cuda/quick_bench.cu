@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/awq_format.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/dequant_kernels.cuh"
 #include "tests/cuda/check_cuda.h"
@@ -85,28 +86,27 @@ __global__ void TrafficBlocked(const uint32_t* q, uint4* out, int64_t words) {
 }
 
 struct Buffers {
-  AwqShape shape;
+  QuantShape shape;
   DType out_dtype;
-  std::vector<PackedTensorView> in;
+  std::vector<QuantView> in;
   std::vector<void*> out;
   std::vector<void*> owned;
 };
 
-Buffers MakeBuffers(const AwqShape& shape, DType out_dtype) {
+Buffers MakeBuffers(const QuantShape& shape, DType out_dtype) {
   Buffers b{shape, out_dtype, {}, {}, {}};
   const int64_t set_bytes = shape.bytes_moved(out_dtype);
   const int sets = static_cast<int>(std::max<int64_t>(2, (int64_t{256} << 20) / set_bytes + 1));
   for (int s = 0; s < sets; ++s) {
     void *qw, *qz, *sc, *o;
-    CHECK_CUDA(cudaMalloc(&qw, shape.qweight_bytes()));
-    CHECK_CUDA(cudaMalloc(&qz, shape.qzeros_bytes()));
-    CHECK_CUDA(cudaMalloc(&sc, shape.scales_bytes()));
+    CHECK_CUDA(cudaMalloc(&qw, awq::QweightBytes(shape)));
+    CHECK_CUDA(cudaMalloc(&qz, awq::QzerosBytes(shape)));
+    CHECK_CUDA(cudaMalloc(&sc, awq::ScalesBytes(shape)));
     CHECK_CUDA(cudaMalloc(&o, shape.output_bytes(out_dtype)));
-    FillWords<<<1024, 256>>>(static_cast<uint32_t*>(qw), shape.qweight_elements(), 11 + s);
-    FillWords<<<1024, 256>>>(static_cast<uint32_t*>(qz), shape.qzeros_elements(), 23 + s);
-    FillHash<<<1024, 256>>>(static_cast<uint32_t*>(sc), shape.scales_bytes() / 4, 37 + s);
-    b.in.push_back(
-        PackedTensorView{shape, static_cast<int32_t*>(qw), static_cast<int32_t*>(qz), sc});
+    FillWords<<<1024, 256>>>(static_cast<uint32_t*>(qw), awq::QweightElements(shape), 11 + s);
+    FillWords<<<1024, 256>>>(static_cast<uint32_t*>(qz), awq::QzerosElements(shape), 23 + s);
+    FillHash<<<1024, 256>>>(static_cast<uint32_t*>(sc), awq::ScalesBytes(shape) / 4, 37 + s);
+    b.in.push_back(awq::MakeView(shape, static_cast<int32_t*>(qw), static_cast<int32_t*>(qz), sc));
     b.out.push_back(o);
     b.owned.insert(b.owned.end(), {qw, qz, sc, o});
   }
@@ -172,11 +172,11 @@ Timing Time(const LaunchFn& launch, int sets, cudaStream_t stream) {
 template <class Policy>
 LaunchFn V4WithPolicy(const Buffers& b, LaunchConfig c, int64_t max_blocks, bool pdl = false) {
   return [&b, c, max_blocks, pdl](int set, cudaStream_t stream) {
-    const PackedTensorView& in = b.in[set];
+    const QuantView& in = b.in[set];
     DequantParams p;
-    p.qweight = reinterpret_cast<const uint32_t*>(in.qweight);
-    p.qzeros = reinterpret_cast<const uint32_t*>(in.qzeros);
-    p.scales = in.scales;
+    p.qweight = reinterpret_cast<const uint32_t*>(awq::Qweight(in));
+    p.qzeros = reinterpret_cast<const uint32_t*>(awq::Qzeros(in));
+    p.scales = awq::Scales(in);
     p.out = b.out[set];
     p.K = in.shape.K;
     p.N = in.shape.N;
@@ -258,7 +258,7 @@ int Main(int argc, char** argv) {
   for (DType out_dtype : outs) {
     std::printf("== output %s\n", std::string(DTypeName(out_dtype)).c_str());
     for (const S& s : shapes) {
-      const AwqShape shape{.K = s.K, .N = s.N, .group_size = 128, .scale_dtype = DType::kF16};
+      const QuantShape shape{.K = s.K, .N = s.N, .group_size = 128, .scale_dtype = DType::kF16};
       Buffers b = MakeBuffers(shape, out_dtype);
       const int sets = static_cast<int>(b.in.size());
       const double bytes = static_cast<double>(shape.bytes_moved(out_dtype));
@@ -332,14 +332,14 @@ int Main(int argc, char** argv) {
         Row(s.name, "ceiling traffic-only", "",
             Time(
                 [&](int set, cudaStream_t st) {
-                  const int64_t words = shape.qweight_elements();
+                  const int64_t words = awq::QweightElements(shape);
                   TrafficOnly<<<static_cast<unsigned>((words + 255) / 256), 256, 0, st>>>(
-                      reinterpret_cast<const uint32_t*>(b.in[set].qweight),
+                      reinterpret_cast<const uint32_t*>(awq::Qweight(b.in[set])),
                       static_cast<uint4*>(b.out[set]), words);
                 },
                 sets, stream),
             bytes, peak);
-        const int64_t words = shape.qweight_elements();
+        const int64_t words = awq::QweightElements(shape);
         const auto blocked = [&](auto u_c, int block) {
           constexpr int kU = decltype(u_c)::value;
           Row(s.name, "traffic blocked U=" + std::to_string(kU), "block=" + std::to_string(block),
@@ -348,7 +348,7 @@ int Main(int argc, char** argv) {
                     const int64_t per_block = int64_t{block} * kU;
                     TrafficBlocked<kU>
                         <<<static_cast<unsigned>((words + per_block - 1) / per_block), block, 0,
-                           st>>>(reinterpret_cast<const uint32_t*>(b.in[set].qweight),
+                           st>>>(reinterpret_cast<const uint32_t*>(awq::Qweight(b.in[set])),
                                  static_cast<uint4*>(b.out[set]), words);
                   },
                   sets, stream),

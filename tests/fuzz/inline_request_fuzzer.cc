@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!out.ok()) return 0;
   absl::StatusOr<InlineTensor> tensor = InlineTensor::FromProto(request.packed(), int64_t{1} << 20);
   if (!tensor.ok()) return 0;
-  const AwqShape& shape = tensor->view().shape;
+  const QuantShape& shape = tensor->view().shape;
   if (!ValidateShape(shape, *out).ok()) std::abort();  // FromProto accepted a bad shape
   const size_t bytes = static_cast<size_t>(shape.output_bytes(*out));
   if (bytes > (size_t{16} << 20)) return 0;  // keep each run fast

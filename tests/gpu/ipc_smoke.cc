@@ -15,6 +15,7 @@
 
 #include "client/client.h"
 #include "client/shm_client.h"
+#include "kernels/awq_format.h"
 #include "kernels/dequant.h"
 
 namespace {
@@ -43,9 +44,9 @@ int main(int argc, char** argv) {
   for (int32_t& w : qweight) w = static_cast<int32_t>(rng());
   for (int32_t& z : qzeros) z = static_cast<int32_t>(rng());
   for (uint16_t& s : scales) s = static_cast<uint16_t>(0x2000u + rng() % 0x1C00u);
-  const dequantd::PackedTensorView view{
-      dequantd::AwqShape{.K = K, .N = N, .group_size = G, .scale_dtype = dequantd::DType::kF16},
-      qweight.data(), qzeros.data(), scales.data()};
+  const dequantd::QuantView view = dequantd::awq::MakeView(
+      dequantd::QuantShape{.K = K, .N = N, .group_size = G, .scale_dtype = dequantd::DType::kF16},
+      qweight.data(), qzeros.data(), scales.data());
   const int64_t bytes = K * N * 2;
   std::vector<uint8_t> expected(static_cast<size_t>(bytes));
   if (!dequantd::DequantizeReference(view, dequantd::DType::kF16, 0, K, expected.data()).ok()) {

@@ -23,11 +23,11 @@ namespace fs = std::filesystem;
 
 // A layer read straight from model.safetensors into aligned buffers (not through the server).
 struct FileLayer {
-  AwqShape shape;
+  QuantShape shape;
   std::vector<int32_t> qweight, qzeros;
   std::vector<uint16_t> scales;
 
-  PackedTensorView view() const { return {shape, qweight.data(), qzeros.data(), scales.data()}; }
+  QuantView view() const { return {shape, qweight.data(), qzeros.data(), scales.data()}; }
 };
 
 template <typename T>

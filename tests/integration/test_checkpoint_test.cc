@@ -34,7 +34,7 @@ TEST_F(TestCheckpointTest, ListTensorsReportsEveryLayerWithShapesAndBytes) {
   ASSERT_EQ(list->tensors_size(), 3);
   for (int i = 0; i < 3; ++i) {
     const v1::QuantizedTensorInfo& t = list->tensors(i);
-    const AwqShape& s = layer(i).shape;
+    const QuantShape& s = layer(i).shape;
     SCOPED_TRACE(t.name());
     EXPECT_EQ(t.name(), layer(i).name);
     EXPECT_EQ(t.in_features(), s.K);

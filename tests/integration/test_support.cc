@@ -1,5 +1,6 @@
 // Integration test helpers (see test_support.h).
 #include "tests/integration/test_support.h"
+#include "kernels/awq_format.h"
 
 #include <unistd.h>
 
@@ -31,12 +32,12 @@ std::string BytesString(const std::vector<T>& v) {
 
 }  // namespace
 
-PackedTensorView RandomLayer::view() const {
-  PackedTensorView v;
+QuantView RandomLayer::view() const {
+  QuantView v;
   v.shape = shape;
-  v.qweight = qweight.data();
-  v.qzeros = qzeros.data();
-  v.scales = scales.data();
+  v.tensors[awq::kQweight] = qweight.data();
+  v.tensors[awq::kQzeros] = qzeros.data();
+  v.tensors[awq::kScales] = scales.data();
   return v;
 }
 
@@ -70,11 +71,11 @@ RandomLayer MakeRandomLayer(const std::string& name, int64_t K, int64_t N, int64
   std::mt19937 rng(seed);
   std::uniform_int_distribution<uint32_t> word;
   std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
-  layer.qweight.resize(static_cast<size_t>(layer.shape.qweight_elements()));
+  layer.qweight.resize(static_cast<size_t>(awq::QweightElements(layer.shape)));
   for (int32_t& w : layer.qweight) w = static_cast<int32_t>(word(rng));
-  layer.qzeros.resize(static_cast<size_t>(layer.shape.qzeros_elements()));
+  layer.qzeros.resize(static_cast<size_t>(awq::QzerosElements(layer.shape)));
   for (int32_t& z : layer.qzeros) z = static_cast<int32_t>(word(rng));
-  layer.scales.resize(static_cast<size_t>(layer.shape.scales_elements()));
+  layer.scales.resize(static_cast<size_t>(awq::ScalesElements(layer.shape)));
   for (uint16_t& s : layer.scales) {
     const float f = scale(rng);
     s = scale_dtype == DType::kBF16 ? FloatToBf16BitsRne(f) : FloatToHalfBitsRne(f);

@@ -21,12 +21,12 @@ namespace dequantd::testing {
 // (including bit 31), scales are random values in [-0.05, 0.05) rounded to the scale dtype.
 struct RandomLayer {
   std::string name;  // layer prefix, e.g. "model.layers.0.self_attn.q_proj"
-  AwqShape shape;
+  QuantShape shape;
   std::vector<int32_t> qweight;  // (K, N/8)
   std::vector<int32_t> qzeros;   // (K/G, N/8)
   std::vector<uint16_t> scales;  // (K/G, N), fp16 or bf16 bits
 
-  PackedTensorView view() const;
+  QuantView view() const;
   // The same layer as inline request input.
   v1::InlinePackedTensor ToInline() const;
   // The reference result (row-major (K, N) of `out`), from DequantizeReference.

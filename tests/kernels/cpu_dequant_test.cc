@@ -54,7 +54,7 @@ class CpuVsReferenceTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CpuVsReferenceTest, BitExact) {
   const auto [sc, scale_dtype, out_dtype] = GetParam();
-  const AwqShape shape{.K = sc.K, .N = sc.N, .group_size = sc.G, .scale_dtype = scale_dtype};
+  const QuantShape shape{.K = sc.K, .N = sc.N, .group_size = sc.G, .scale_dtype = scale_dtype};
   const HostLayer layer = RandomLayer(shape, static_cast<uint64_t>(sc.K * 1000003 + sc.N));
   const int64_t elem = DTypeSize(out_dtype);
   const int64_t row_bytes = sc.N * elem;
@@ -117,7 +117,7 @@ class AllScalePatternsTest : public ::testing::TestWithParam<std::tuple<DType, D
 
 TEST_P(AllScalePatternsTest, BitExact) {
   const auto [scale_dtype, out_dtype] = GetParam();
-  const AwqShape shape{.K = 32, .N = 65536, .group_size = 16, .scale_dtype = scale_dtype};
+  const QuantShape shape{.K = 32, .N = 65536, .group_size = 16, .scale_dtype = scale_dtype};
   HostLayer layer = testing::ZeroLayer(shape);
   for (int64_t k = 0; k < 32; ++k) {
     for (int64_t c = 0; c < shape.N / 8; ++c) {
@@ -188,7 +188,7 @@ TEST(CpuDequantTest, RejectsBadCalls) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DequantizeCpu(layer.view(), DType::kF16, 0, 64, out.data(), -1).code(),
             absl::StatusCode::kInvalidArgument);
-  PackedTensorView bad = layer.view();
+  QuantView bad = layer.view();
   bad.shape.group_size = 48;
   EXPECT_EQ(DequantizeCpu(bad, DType::kF16, 0, 64, out.data()).code(),
             absl::StatusCode::kInvalidArgument);

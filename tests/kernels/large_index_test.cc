@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/awq_format.h"
 #include "kernels/cpu_dequant_internal.h"
 #include "kernels/dequant.h"
 #include "tests/kernels/test_util.h"
@@ -55,15 +56,15 @@ double Expected(int64_t k, int64_t n) {
 }
 
 TEST(LargeIndexTest, LastRowsOfK1048576N32776G128) {
-  const AwqShape shape{.K = kK, .N = kN, .group_size = kG, .scale_dtype = DType::kF16};
+  const QuantShape shape{.K = kK, .N = kN, .group_size = kG, .scale_dtype = DType::kF16};
   ASSERT_TRUE(ValidateShape(shape, DType::kF32).ok());
-  ASSERT_GT(shape.qweight_elements(), int64_t{1} << 32);
-  LazyBuffer qweight(shape.qweight_bytes());
-  LazyBuffer qzeros(shape.qzeros_bytes());
-  LazyBuffer scales(shape.scales_bytes());
+  ASSERT_GT(awq::QweightElements(shape), int64_t{1} << 32);
+  LazyBuffer qweight(awq::QweightBytes(shape));
+  LazyBuffer qzeros(awq::QzerosBytes(shape));
+  LazyBuffer scales(awq::ScalesBytes(shape));
   if (qweight.as<void>() == nullptr || qzeros.as<void>() == nullptr ||
       scales.as<void>() == nullptr) {
-    GTEST_SKIP() << "cannot reserve " << shape.qweight_bytes() << " bytes of address space";
+    GTEST_SKIP() << "cannot reserve " << awq::QweightBytes(shape) << " bytes of address space";
   }
   const int64_t words = kN / 8;
   const int64_t last_group = kK / kG - 1;
@@ -80,8 +81,8 @@ TEST(LargeIndexTest, LastRowsOfK1048576N32776G128) {
     qzeros.as<int32_t>()[last_group * words + c] = static_cast<int32_t>(testing::PackColumns(z));
   }
   for (int64_t n = 0; n < kN; ++n) scales.as<uint16_t>()[last_group * kN + n] = ScaleBits(n);
-  const PackedTensorView view{shape, qweight.as<int32_t>(), qzeros.as<int32_t>(),
-                              scales.as<void>()};
+  const QuantView view =
+      awq::MakeView(shape, qweight.as<int32_t>(), qzeros.as<int32_t>(), scales.as<void>());
 
   auto check = [](const std::vector<float>& out, int64_t row_begin, const char* what) {
     int bad = 0;

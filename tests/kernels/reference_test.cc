@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/awq_format.h"
 #include "kernels/dequant.h"
 #include "tests/kernels/test_util.h"
 
@@ -114,7 +115,7 @@ TEST(ReferenceTest, WorkedExampleK1N8G1Bf16ScalesBf16Out) {
 TEST(ReferenceTest, RejectsBadCalls) {
   HostLayer layer = ZeroLayer({.K = 4, .N = 8, .group_size = 2, .scale_dtype = DType::kF16});
   std::vector<uint16_t> out(32);
-  PackedTensorView v = layer.view();
+  QuantView v = layer.view();
   EXPECT_EQ(DequantizeReference(v, DType::kF16, 0, 5, out.data()).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DequantizeReference(v, DType::kF16, -1, 2, out.data()).code(),
@@ -127,10 +128,10 @@ TEST(ReferenceTest, RejectsBadCalls) {
   EXPECT_EQ(DequantizeReference(v, DType::kI32, 0, 4, out.data()).code(),
             absl::StatusCode::kInvalidArgument);
   for (int which = 0; which < 3; ++which) {
-    PackedTensorView bad = v;
-    if (which == 0) bad.qweight = nullptr;
-    if (which == 1) bad.qzeros = nullptr;
-    if (which == 2) bad.scales = nullptr;
+    QuantView bad = v;
+    if (which == 0) bad.tensors[awq::kQweight] = nullptr;
+    if (which == 1) bad.tensors[awq::kQzeros] = nullptr;
+    if (which == 2) bad.tensors[awq::kScales] = nullptr;
     const absl::Status s = DequantizeReference(bad, DType::kF16, 0, 4, out.data());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << which;
     EXPECT_NE(s.message().find(which == 0   ? "qweight"

@@ -1,4 +1,5 @@
 #include "tests/kernels/test_util.h"
+#include "kernels/awq_format.h"
 
 #include <random>
 
@@ -10,16 +11,16 @@ uint32_t PackColumns(const std::array<uint32_t, 8>& columns) {
   return word;
 }
 
-HostLayer ZeroLayer(const AwqShape& shape) {
+HostLayer ZeroLayer(const QuantShape& shape) {
   HostLayer layer;
   layer.shape = shape;
-  layer.qweight.assign(static_cast<size_t>(shape.qweight_elements()), 0);
-  layer.qzeros.assign(static_cast<size_t>(shape.qzeros_elements()), 0);
-  layer.scales.assign(static_cast<size_t>(shape.scales_elements()), 0);
+  layer.qweight.assign(static_cast<size_t>(awq::QweightElements(shape)), 0);
+  layer.qzeros.assign(static_cast<size_t>(awq::QzerosElements(shape)), 0);
+  layer.scales.assign(static_cast<size_t>(awq::ScalesElements(shape)), 0);
   return layer;
 }
 
-HostLayer RandomLayer(const AwqShape& shape, uint64_t seed) {
+HostLayer RandomLayer(const QuantShape& shape, uint64_t seed) {
   HostLayer layer = ZeroLayer(shape);
   std::mt19937_64 rng(seed);
   for (int32_t& w : layer.qweight) w = static_cast<int32_t>(static_cast<uint32_t>(rng()));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/awq_format.h"  // awq::MakeView only; the packing here is independent
 #include "kernels/dequant.h"
 
 namespace dequantd::testing {
@@ -19,23 +20,23 @@ uint32_t PackColumns(const std::array<uint32_t, 8>& columns);
 
 // A packed layer owned by host vectors. scales hold fp16 or bf16 bits (shape.scale_dtype).
 struct HostLayer {
-  AwqShape shape;
+  QuantShape shape;
   std::vector<int32_t> qweight;  // (K, N/8)
   std::vector<int32_t> qzeros;   // (K/G, N/8)
   std::vector<uint16_t> scales;  // (K/G, N)
 
-  PackedTensorView view() const {
-    return PackedTensorView{shape, qweight.data(), qzeros.data(), scales.data()};
+  QuantView view() const {
+    return awq::MakeView(shape, qweight.data(), qzeros.data(), scales.data());
   }
 };
 
 // Zero-filled layer of the given shape (shape must be valid).
-HostLayer ZeroLayer(const AwqShape& shape);
+HostLayer ZeroLayer(const QuantShape& shape);
 
 // Random layer: every qweight/qzeros word is a full 32-bit random value (sign bit included);
 // scales are random bit patterns over the whole finite range of scale_dtype (no inf or NaN), so
 // products overflow to inf in fp16 and subnormals occur.
-HostLayer RandomLayer(const AwqShape& shape, uint64_t seed);
+HostLayer RandomLayer(const QuantShape& shape, uint64_t seed);
 
 // Output buffer of `elements` elements of `dtype`, as bytes, filled with 0xA5 so unwritten
 // elements show.

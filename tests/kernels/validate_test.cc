@@ -7,9 +7,9 @@
 namespace dequantd {
 namespace {
 
-AwqShape Good() { return {.K = 4096, .N = 1440, .group_size = 128, .scale_dtype = DType::kF16}; }
+QuantShape Good() { return {.K = 4096, .N = 1440, .group_size = 128, .scale_dtype = DType::kF16}; }
 
-void ExpectRejected(const AwqShape& shape, DType out, const std::string& field) {
+void ExpectRejected(const QuantShape& shape, DType out, const std::string& field) {
   const absl::Status s = ValidateShape(shape, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
   EXPECT_NE(s.message().find(field), absl::string_view::npos) << s.message();
@@ -29,7 +29,7 @@ TEST(ValidateShapeTest, AcceptsValidShapes) {
 }
 
 TEST(ValidateShapeTest, RejectsEachBadField) {
-  AwqShape s = Good();
+  QuantShape s = Good();
   s.K = 0;
   ExpectRejected(s, DType::kF16, "K");
   s.K = -128;

@@ -2,6 +2,7 @@
 // safetensors::WriteFile into a temporary directory, opened and checked field by field, and each
 // kind of bad checkpoint refused with its exact status code and a message naming the tensor.
 #include "server/checkpoint.h"
+#include "kernels/awq_format.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -150,16 +151,16 @@ TEST_F(CheckpointTest, OpensSingleFileWithTwoGroupSizes) {
   EXPECT_EQ(q->view.shape.group_size, 128);
   EXPECT_EQ(q->view.shape.scale_dtype, DType::kF16);
   EXPECT_EQ(q->file, dir_ + "/model.safetensors");
-  ExpectSameBytes(q->view.qweight, Named(t, "model.layers.0.self_attn.q_proj.qweight"));
-  ExpectSameBytes(q->view.qzeros, Named(t, "model.layers.0.self_attn.q_proj.qzeros"));
-  ExpectSameBytes(q->view.scales, Named(t, "model.layers.0.self_attn.q_proj.scales"));
+  ExpectSameBytes(awq::Qweight(q->view), Named(t, "model.layers.0.self_attn.q_proj.qweight"));
+  ExpectSameBytes(awq::Qzeros(q->view), Named(t, "model.layers.0.self_attn.q_proj.qzeros"));
+  ExpectSameBytes(awq::Scales(q->view), Named(t, "model.layers.0.self_attn.q_proj.scales"));
 
   const QuantizedLayer* d = c.Find("model.layers.0.mlp.down_proj");
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->view.shape.K, 576);
   EXPECT_EQ(d->view.shape.N, 16);
   EXPECT_EQ(d->view.shape.group_size, 64);
-  ExpectSameBytes(d->view.qweight, Named(t, "model.layers.0.mlp.down_proj.qweight"));
+  ExpectSameBytes(awq::Qweight(d->view), Named(t, "model.layers.0.mlp.down_proj.qweight"));
 
   EXPECT_EQ(c.Find("model.layers.0.mlp"), nullptr);
   EXPECT_EQ(c.Find("model.embed_tokens"), nullptr);
@@ -210,9 +211,9 @@ TEST_F(CheckpointTest, ShardedWithIndexAcrossFiles) {
   EXPECT_EQ(l.view.shape.group_size, 128);
   EXPECT_EQ(l.view.shape.scale_dtype, DType::kBF16);
   EXPECT_EQ(l.file, dir_ + "/model-00001-of-00002.safetensors");
-  ExpectSameBytes(l.view.qweight, layer[0]);
-  ExpectSameBytes(l.view.qzeros, layer[1]);
-  ExpectSameBytes(l.view.scales, layer[2]);
+  ExpectSameBytes(awq::Qweight(l.view), layer[0]);
+  ExpectSameBytes(awq::Qzeros(l.view), layer[1]);
+  ExpectSameBytes(awq::Scales(l.view), layer[2]);
 }
 
 TEST_F(CheckpointTest, IndexNamingMissingShardIsNotFound) {
@@ -258,9 +259,9 @@ TEST_F(CheckpointTest, MisalignedTensorsAreCopiedToAlignedStorage) {
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   const QuantizedLayer* l = (*ckpt)->Find("m.k_proj");
   ASSERT_NE(l, nullptr);
-  ExpectSameBytes(l->view.qweight, t[1]);
-  ExpectSameBytes(l->view.qzeros, t[2]);
-  ExpectSameBytes(l->view.scales, t[3]);
+  ExpectSameBytes(awq::Qweight(l->view), t[1]);
+  ExpectSameBytes(awq::Qzeros(l->view), t[2]);
+  ExpectSameBytes(awq::Scales(l->view), t[3]);
 }
 
 // Every layer of `ckpt` holds the bytes in `t` and dequantizes (fp16, reference path) to the same
@@ -274,13 +275,13 @@ void ExpectLayersMatch(const Checkpoint& ckpt, const std::vector<OwnedTensor>& t
     const OwnedTensor& qweight = Named(t, prefix + ".qweight");
     const OwnedTensor& qzeros = Named(t, prefix + ".qzeros");
     const OwnedTensor& scales = Named(t, prefix + ".scales");
-    ExpectSameBytes(l->view.qweight, qweight);
-    ExpectSameBytes(l->view.qzeros, qzeros);
-    ExpectSameBytes(l->view.scales, scales);
-    PackedTensorView written = l->view;
-    written.qweight = reinterpret_cast<const int32_t*>(qweight.bytes.data());
-    written.qzeros = reinterpret_cast<const int32_t*>(qzeros.bytes.data());
-    written.scales = scales.bytes.data();
+    ExpectSameBytes(awq::Qweight(l->view), qweight);
+    ExpectSameBytes(awq::Qzeros(l->view), qzeros);
+    ExpectSameBytes(awq::Scales(l->view), scales);
+    QuantView written = l->view;
+    written.tensors[awq::kQweight] = reinterpret_cast<const int32_t*>(qweight.bytes.data());
+    written.tensors[awq::kQzeros] = reinterpret_cast<const int32_t*>(qzeros.bytes.data());
+    written.tensors[awq::kScales] = scales.bytes.data();
     const size_t out_bytes = static_cast<size_t>(l->view.shape.output_bytes(DType::kF16));
     std::vector<uint8_t> got(out_bytes), want(out_bytes, 0xAB);
     const int64_t K = l->view.shape.K;
@@ -331,9 +332,9 @@ TEST_F(CheckpointTest, ReleaseHostCopiesKeepsShapesAndNullsTheData) {
   EXPECT_EQ(b->view.shape.group_size, 128);
   EXPECT_EQ(b->view.shape.scale_dtype, DType::kBF16);
   for (const QuantizedLayer& l : (*ckpt)->layers()) {
-    EXPECT_EQ(l.view.qweight, nullptr);
-    EXPECT_EQ(l.view.qzeros, nullptr);
-    EXPECT_EQ(l.view.scales, nullptr);
+    EXPECT_EQ(awq::Qweight(l.view), nullptr);
+    EXPECT_EQ(awq::Qzeros(l.view), nullptr);
+    EXPECT_EQ(awq::Scales(l.view), nullptr);
   }
   EXPECT_EQ((*ckpt)->ReleaseHostCopies(), 0);  // already released
 }

@@ -67,7 +67,7 @@ void ExpectChunking(const std::vector<int64_t>& sizes, int64_t chunk_bytes, int6
 }
 
 struct ChunkCase {
-  AwqShape shape;
+  QuantShape shape;
   DType out_dtype;
   int64_t chunk_bytes;
 };
@@ -268,7 +268,7 @@ TEST(ChunkWriterTest, ChunksCutFromAPieceCarryItsKeepaliveAssembledOnesAreCopied
 // 64 KiB (2.5 of the 1 MiB windows; a call has 8 blocks) over an 11-window result whose window
 // boundaries fall inside rows (2560-byte rows): every byte is the reference's when released.
 TEST(CpuBackendTest, StreamedChunksAreLentAndBlocksWaitForTheirRelease) {
-  const AwqShape shape{.K = 4096, .N = 1280, .group_size = 128, .scale_dtype = DType::kF16};
+  const QuantShape shape{.K = 4096, .N = 1280, .group_size = 128, .scale_dtype = DType::kF16};
   const testing::PackedLayer layer = RandomPackedLayer(shape, 41);
   const std::vector<uint8_t> reference = ReferenceBytes(layer, DType::kF16);
   const int64_t total = static_cast<int64_t>(reference.size());  // 10485760

@@ -83,7 +83,7 @@ class CudaBackendTest : public ::testing::Test {
 };
 
 struct InlineCase {
-  AwqShape shape;
+  QuantShape shape;
   DType out_dtype;
   int64_t chunk_bytes;
 };
@@ -127,7 +127,7 @@ TEST_F(CudaBackendTest, LaunchConfigProviderIsAskedAndItsErrorFailsTheRequest) {
   options.launch_config = [&](const LaunchQuery& q) -> absl::StatusOr<cuda::LaunchConfig> {
     ++calls;
     EXPECT_EQ(q.device, 0);
-    EXPECT_NE(q.in.qweight, nullptr);
+    EXPECT_NE(awq::Qweight(q.in), nullptr);
     EXPECT_NE(q.out, nullptr);
     EXPECT_NE(q.stream, nullptr);
     if (q.in.shape.N == 16) return absl::UnavailableError("tuner unavailable");
@@ -184,7 +184,7 @@ std::unique_ptr<Checkpoint> WriteCheckpoint(const std::vector<const PackedLayer*
   std::vector<safetensors::TensorToWrite> tensors;
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string name = "l" + std::to_string(i);
-    const AwqShape& s = layers[i]->shape;
+    const QuantShape& s = layers[i]->shape;
     tensors.push_back({name + ".qweight", "I32", {s.K, s.N / 8}, span(layers[i]->qweight)});
     tensors.push_back({name + ".qzeros", "I32", {s.groups(), s.N / 8}, span(layers[i]->qzeros)});
     tensors.push_back({name + ".scales",
@@ -291,7 +291,7 @@ class RangeSink : public CollectingSink {
 // A random inline layer, its reference result in `dtype`, and a source naming it. Not movable
 // (source points into layer).
 struct InlineLayer {
-  InlineLayer(const AwqShape& shape, uint32_t seed, DType dtype)
+  InlineLayer(const QuantShape& shape, uint32_t seed, DType dtype)
       : layer(RandomPackedLayer(shape, seed)), expected(ReferenceBytes(layer, dtype)) {
     source.host = layer.view();
   }

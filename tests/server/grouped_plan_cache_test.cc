@@ -6,6 +6,7 @@
 #if DEQUANTD_HAVE_CUDA
 
 #include "server/cuda/grouped_plan_cache.h"
+#include "kernels/awq_format.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -25,9 +26,9 @@ std::vector<GroupedItem> FakeItems(uintptr_t out_base) {
     GroupedItem item;
     item.in.shape = {.K = 256, .N = 128 * (i + 1), .group_size = 128};
     const uintptr_t in_base = 0x100000 * static_cast<uintptr_t>(i + 1);
-    item.in.qweight = reinterpret_cast<const int32_t*>(in_base);
-    item.in.qzeros = reinterpret_cast<const int32_t*>(in_base + 0x10000);
-    item.in.scales = reinterpret_cast<const void*>(in_base + 0x20000);
+    item.in.tensors[awq::kQweight] = reinterpret_cast<const int32_t*>(in_base);
+    item.in.tensors[awq::kQzeros] = reinterpret_cast<const int32_t*>(in_base + 0x10000);
+    item.in.tensors[awq::kScales] = reinterpret_cast<const void*>(in_base + 0x20000);
     item.out = reinterpret_cast<void*>(out_base + 0x100000 * static_cast<uintptr_t>(i));
     items.push_back(item);
   }

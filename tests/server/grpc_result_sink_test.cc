@@ -102,7 +102,7 @@ TEST(GrpcResultSinkTest, WriteSharedSendsTheBytesInPlaceAndHoldsTheKeepaliveUnti
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   grpc::ServerContext context;  // not bound to a call: IsCancelled() is false
   HoldingWriter writer;
-  const AwqShape shape{.K = 64, .N = 32, .group_size = 64, .scale_dtype = DType::kF16};
+  const QuantShape shape{.K = 64, .N = 32, .group_size = 64, .scale_dtype = DType::kF16};
   GrpcResultSink sink(&context, &writer, {ResultLayer{.tensor = "", .shape = shape}},
                       /*per_layer=*/false, DType::kF16, "cpu", metrics->get());
   ASSERT_TRUE(sink.Begin("test kernel").ok());

@@ -19,7 +19,7 @@ const TuneDevice kH200{"NVIDIA H200", 90};
 QuantizedLayer Layer(const std::string& name, int64_t K, int64_t N, int64_t G, DType scales) {
   QuantizedLayer layer;
   layer.name = name;
-  layer.view.shape = AwqShape{K, N, G, scales};
+  layer.view.shape = QuantShape{K, N, G, scales};
   return layer;
 }
 
@@ -33,7 +33,7 @@ TEST(DistinctLayerShapesTest, OnePerKNGroupAndScaleDtypeInFirstAppearanceOrder) 
       Layer("l1.up_proj", 1536, 8960, 128, DType::kF16),  // same as l0.up_proj
       Layer("l1.down_proj", 8960, 1536, 128, DType::kF16),
   };
-  const std::vector<AwqShape> shapes = DistinctLayerShapes(layers);
+  const std::vector<QuantShape> shapes = DistinctLayerShapes(layers);
   ASSERT_EQ(shapes.size(), 5u);
   auto expect = [&](size_t i, int64_t K, int64_t N, int64_t G, DType s) {
     SCOPED_TRACE(i);
@@ -53,13 +53,13 @@ TEST(DistinctLayerShapesTest, OnePerKNGroupAndScaleDtypeInFirstAppearanceOrder) 
 // A target whose candidate counts and failures are scripted per K.
 class FakeTarget final : public TuneTarget {
  public:
-  TuneKey Key(const AwqShape& shape, DType out_dtype) const override {
+  TuneKey Key(const QuantShape& shape, DType out_dtype) const override {
     return TuneKey::For(kH200, "v4_vec16", shape, out_dtype, TuneObjective::kLatency);
   }
-  int CandidateCount(const AwqShape& shape, DType) const override {
+  int CandidateCount(const QuantShape& shape, DType) const override {
     return shape.K == 128 ? 1 : 5;  // K = 128: a single candidate, nothing to tune
   }
-  absl::StatusOr<TuneEntry> Tune(const AwqShape& shape, DType out_dtype) override {
+  absl::StatusOr<TuneEntry> Tune(const QuantShape& shape, DType out_dtype) override {
     tuned.push_back(Key(shape, out_dtype));
     if (shape.K == 512) return absl::InternalError("scripted failure");
     return TuneEntry{cuda::LaunchConfig{static_cast<int>(shape.N / 8), 1, 1}, 1e-5};
@@ -70,18 +70,18 @@ class FakeTarget final : public TuneTarget {
 TEST(PretuneTest, TunesOnlyWhatIsTunableAndNotCached) {
   Autotuner tuner;
   FakeTarget target;
-  const AwqShape cached{256, 512, 128};
+  const QuantShape cached{256, 512, 128};
   const TuneEntry winner{cuda::LaunchConfig{128, 1, 2}, 2.5e-5};
   ASSERT_TRUE(tuner
                   .GetOrTune(target.Key(cached, DType::kF16), 5,
                              [&] { return absl::StatusOr<TuneEntry>(winner); })
                   .ok());
-  const std::vector<AwqShape> shapes = {
-      AwqShape{128, 256, 128},  // untunable
-      cached,                   // already cached
-      AwqShape{512, 256, 128},  // fails
-      AwqShape{1024, 2048, 128},
-      AwqShape{2048, 1024, 128, DType::kBF16},
+  const std::vector<QuantShape> shapes = {
+      QuantShape{128, 256, 128},  // untunable
+      cached,                     // already cached
+      QuantShape{512, 256, 128},  // fails
+      QuantShape{1024, 2048, 128},
+      QuantShape{2048, 1024, 128, DType::kBF16},
   };
   const DType dtypes[] = {DType::kF16};
   const PretuneReport report = Pretune(tuner, target, shapes, dtypes);

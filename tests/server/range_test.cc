@@ -121,7 +121,7 @@ struct RangeCase {
 };
 
 TEST(CpuBackendRangeTest, RangesEqualTheReferenceBytesK320N1024G64Bf16ScalesToFp32) {
-  const AwqShape shape{.K = 320, .N = 1024, .group_size = 64, .scale_dtype = DType::kBF16};
+  const QuantShape shape{.K = 320, .N = 1024, .group_size = 64, .scale_dtype = DType::kBF16};
   const testing::PackedLayer layer = RandomPackedLayer(shape, 17);
   const std::vector<uint8_t> reference = ReferenceBytes(layer, DType::kF32);
   const int64_t total = static_cast<int64_t>(reference.size());  // 1310720; a row is 4096 bytes
@@ -189,7 +189,7 @@ class RangeServiceTest : public ::testing::Test {
   std::unique_ptr<v1::DequantService::Stub> stub_;
 };
 
-const AwqShape kShape{.K = 256, .N = 512, .group_size = 128, .scale_dtype = DType::kF16};
+const QuantShape kShape{.K = 256, .N = 512, .group_size = 128, .scale_dtype = DType::kF16};
 
 TEST_F(RangeServiceTest, RangesStreamHeaderThenTheReferenceBytesK256N512G128Fp16) {
   Start({});
@@ -252,7 +252,7 @@ TEST_F(RangeServiceTest, BadRangesAreInvalidArgumentNamingTheFieldAndTheServerKe
 
 // A result big enough that a client which stops reading leaves the server blocked in a write
 // (gRPC's flow-control window is a few MiB): 2048 x 4096 fp32 = 32 MiB.
-const AwqShape kBigShape{.K = 2048, .N = 4096, .group_size = 128, .scale_dtype = DType::kF16};
+const QuantShape kBigShape{.K = 2048, .N = 4096, .group_size = 128, .scale_dtype = DType::kF16};
 
 TEST_F(RangeServiceTest, StreamsPastMaxConcurrentStreamsAreResourceExhausted) {
   ServerOptions options;

@@ -79,7 +79,7 @@ class RawTensorServiceTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(templ.data()), nullptr);
     dir_ = templ;
     std::ofstream(dir_ + "/config.json", std::ios::binary) << kConfig;
-    const AwqShape shape{.K = 128, .N = 16, .group_size = 128, .scale_dtype = DType::kF16};
+    const QuantShape shape{.K = 128, .N = 16, .group_size = 128, .scale_dtype = DType::kF16};
     const testing::PackedLayer layer = testing::RandomPackedLayer(shape, 3);
     tensors_ = {
         {"model.layers.0.mlp.down_proj.qweight", "I32", {128, 2}, AsBytes(layer.qweight)},

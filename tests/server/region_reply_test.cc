@@ -56,8 +56,8 @@ TEST(EncodeRegionReplyTest, DequantizeIsOneHeaderNamingTheRegionAndOffset) {
 }
 
 TEST(EncodeRegionReplyTest, DequantizeLayersCarriesEveryLayerHeaderInCallOrder) {
-  const AwqShape a{.K = 128, .N = 256, .group_size = 64};
-  const AwqShape b{.K = 64, .N = 512, .group_size = 32};
+  const QuantShape a{.K = 128, .N = 256, .group_size = 64};
+  const QuantShape b{.K = 64, .N = 512, .group_size = 32};
   const std::vector<ResultLayer> results = {
       {.tensor = "b", .shape = b}, {.tensor = "a", .shape = a}, {.tensor = "b", .shape = b}};
   const int64_t nb = 64 * 512 * 4, na = 128 * 256 * 4;

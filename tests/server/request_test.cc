@@ -1,10 +1,11 @@
-// Tests for server/request: an inline InlinePackedTensor becomes the right PackedTensorView, and
+// Tests for server/request: an inline InlinePackedTensor becomes the right QuantView, and
 // each bad field is refused with its exact status code and a message naming the field.
 #include "server/request.h"
 
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,15 +34,75 @@ TEST(InlineTensorTest, ValidRequestPointsIntoTheRequestBytes) {
   const v1::InlinePackedTensor packed = Valid();
   absl::StatusOr<InlineTensor> tensor = InlineTensor::FromProto(packed, kNoLimit);
   ASSERT_TRUE(tensor.ok()) << tensor.status();
-  const PackedTensorView& view = tensor->view();
+  const QuantView& view = tensor->view();
   EXPECT_EQ(view.shape.K, 256);
   EXPECT_EQ(view.shape.N, 16);
   EXPECT_EQ(view.shape.group_size, 128);
   EXPECT_EQ(view.shape.scale_dtype, DType::kF16);
   EXPECT_FALSE(tensor->copied());
-  EXPECT_EQ(static_cast<const void*>(view.qweight), packed.qweight().data());
-  EXPECT_EQ(static_cast<const void*>(view.qzeros), packed.qzeros().data());
-  EXPECT_EQ(view.scales, packed.scales().data());
+  EXPECT_EQ(static_cast<const void*>(awq::Qweight(view)), packed.qweight().data());
+  EXPECT_EQ(static_cast<const void*>(awq::Qzeros(view)), packed.qzeros().data());
+  EXPECT_EQ(awq::Scales(view), packed.scales().data());
+}
+
+// The same layer given by role (InlinePackedTensor.format + tensors) is the same view as in
+// fields 5-7, in any role order.
+TEST(InlineTensorTest, TensorsByRoleGiveTheSameView) {
+  const v1::InlinePackedTensor legacy = Valid();
+  v1::InlinePackedTensor packed = legacy;
+  packed.clear_qweight();
+  packed.clear_qzeros();
+  packed.clear_scales();
+  packed.set_format("awq_gemm");
+  for (const auto& [role, bytes] :
+       {std::pair<const char*, const std::string*>{"scales", &legacy.scales()},
+        {"qweight", &legacy.qweight()},
+        {"qzeros", &legacy.qzeros()}}) {
+    v1::RoleBytes* t = packed.add_tensors();
+    t->set_role(role);
+    t->set_data(*bytes);
+  }
+  absl::StatusOr<InlineTensor> tensor = InlineTensor::FromProto(packed, kNoLimit);
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  const QuantView& view = tensor->view();
+  EXPECT_EQ(view.shape, awq::MakeShape(256, 16, 128, DType::kF16));
+  EXPECT_EQ(static_cast<const void*>(awq::Qweight(view)), packed.tensors(1).data().data());
+  EXPECT_EQ(static_cast<const void*>(awq::Qzeros(view)), packed.tensors(2).data().data());
+  EXPECT_EQ(awq::Scales(view), packed.tensors(0).data().data());
+}
+
+TEST(InlineTensorTest, TensorsByRoleErrorsNameTheRoleOrFormat) {
+  const v1::InlinePackedTensor legacy = Valid();
+  auto by_role = [&](std::vector<std::string> roles) {
+    v1::InlinePackedTensor p = legacy;
+    p.clear_qweight();
+    p.clear_qzeros();
+    p.clear_scales();
+    for (const std::string& r : roles) {
+      v1::RoleBytes* t = p.add_tensors();
+      t->set_role(r);
+      t->set_data(r == "qweight"  ? legacy.qweight()
+                  : r == "qzeros" ? legacy.qzeros()
+                                  : legacy.scales());
+    }
+    return p;
+  };
+  auto message = [](const v1::InlinePackedTensor& p) {
+    absl::StatusOr<InlineTensor> t = InlineTensor::FromProto(p, kNoLimit);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(t.status().message());
+  };
+  EXPECT_EQ(message(by_role({"qweight", "qzeros"})), "packed.tensors: role 'scales' is missing");
+  EXPECT_EQ(message(by_role({"qweight", "qzeros", "scales", "qzeros"})),
+            "packed.tensors: role 'qzeros' is given twice");
+  EXPECT_EQ(message(by_role({"qweight", "qzeros", "g_idx"})),
+            "packed.tensors: role 'g_idx' is not a tensor of format awq_gemm");
+  v1::InlinePackedTensor both = by_role({"qweight", "qzeros", "scales"});
+  both.set_qweight(legacy.qweight());
+  EXPECT_THAT(message(both), HasSubstr("not both"));
+  v1::InlinePackedTensor unknown = legacy;
+  unknown.set_format("gptq");
+  EXPECT_EQ(message(unknown), "packed.format 'gptq' is not known; served: 'awq_gemm'");
 }
 
 TEST(InlineTensorTest, GroupSizeMinusOneMeansK) {
@@ -79,22 +140,24 @@ TEST(InlineTensorTest, MisalignedBytesAreCopiedToAlignedStorage) {
   std::memcpy(scales, packed.scales().data(), packed.scales().size());
   ASSERT_EQ(reinterpret_cast<uintptr_t>(qweight) % 4, 1u);
 
-  absl::StatusOr<InlineTensor> tensor = InlineTensor::FromParts(
-      packed, {qweight, packed.qweight().size()}, {qzeros, packed.qzeros().size()},
-      {scales, packed.scales().size()}, kNoLimit);
+  const std::string_view parts[] = {{qweight, packed.qweight().size()},
+                                    {qzeros, packed.qzeros().size()},
+                                    {scales, packed.scales().size()}};
+  absl::StatusOr<InlineTensor> tensor = InlineTensor::FromParts(packed, parts, kNoLimit);
   ASSERT_TRUE(tensor.ok()) << tensor.status();
   EXPECT_TRUE(tensor->copied());
-  const PackedTensorView& view = tensor->view();
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(view.qweight) % 4, 0u);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(view.qzeros) % 4, 0u);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(view.scales) % 4, 0u);
-  EXPECT_EQ(std::memcmp(view.qweight, packed.qweight().data(), packed.qweight().size()), 0);
-  EXPECT_EQ(std::memcmp(view.qzeros, packed.qzeros().data(), packed.qzeros().size()), 0);
-  EXPECT_EQ(std::memcmp(view.scales, packed.scales().data(), packed.scales().size()), 0);
+  const QuantView& view = tensor->view();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(awq::Qweight(view)) % 4, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(awq::Qzeros(view)) % 4, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(awq::Scales(view)) % 4, 0u);
+  EXPECT_EQ(std::memcmp(awq::Qweight(view), packed.qweight().data(), packed.qweight().size()), 0);
+  EXPECT_EQ(std::memcmp(awq::Qzeros(view), packed.qzeros().data(), packed.qzeros().size()), 0);
+  EXPECT_EQ(std::memcmp(awq::Scales(view), packed.scales().data(), packed.scales().size()), 0);
 
   // The view survives a move of the InlineTensor.
   InlineTensor moved = std::move(*tensor);
-  EXPECT_EQ(std::memcmp(moved.view().qweight, packed.qweight().data(), packed.qweight().size()), 0);
+  EXPECT_EQ(
+      std::memcmp(awq::Qweight(moved.view()), packed.qweight().data(), packed.qweight().size()), 0);
 }
 
 struct BadCase {

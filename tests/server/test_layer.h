@@ -9,28 +9,29 @@
 #include <vector>
 
 #include "dequant/v1/dequant.pb.h"
+#include "kernels/awq_format.h"
 #include "kernels/dequant.h"
 
 namespace dequantd::testing {
 
 struct PackedLayer {
-  AwqShape shape;
+  QuantShape shape;
   std::vector<int32_t> qweight;  // (K, N/8), every bit pattern (sign bit included)
   std::vector<int32_t> qzeros;   // (K/G, N/8)
   std::vector<uint16_t> scales;  // (K/G, N), finite fp16 / bf16 values in about [2^-7, 1)
 
-  PackedTensorView view() const {
-    return PackedTensorView{shape, qweight.data(), qzeros.data(), scales.data()};
+  QuantView view() const {
+    return awq::MakeView(shape, qweight.data(), qzeros.data(), scales.data());
   }
 };
 
-inline PackedLayer RandomPackedLayer(const AwqShape& shape, uint32_t seed) {
+inline PackedLayer RandomPackedLayer(const QuantShape& shape, uint32_t seed) {
   std::mt19937 rng(seed);
   PackedLayer layer;
   layer.shape = shape;
-  layer.qweight.resize(static_cast<size_t>(shape.qweight_elements()));
-  layer.qzeros.resize(static_cast<size_t>(shape.qzeros_elements()));
-  layer.scales.resize(static_cast<size_t>(shape.scales_elements()));
+  layer.qweight.resize(static_cast<size_t>(awq::QweightElements(shape)));
+  layer.qzeros.resize(static_cast<size_t>(awq::QzerosElements(shape)));
+  layer.scales.resize(static_cast<size_t>(awq::ScalesElements(shape)));
   for (int32_t& w : layer.qweight) w = static_cast<int32_t>(rng());
   for (int32_t& z : layer.qzeros) z = static_cast<int32_t>(rng());
   for (uint16_t& s : layer.scales) {

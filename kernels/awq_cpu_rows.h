@@ -1,4 +1,4 @@
-// Row kernels of the fast CPU path (private to cpu_dequant.cc): dequantize one row segment of
+// Row kernels of the fast CPU path (private to awq_cpu.cc): dequantize one row segment of
 // `words` packed words (8 * words output columns) given the group's zero points and scales
 // already widened to float per column. Each returns exactly what DequantizeReference returns:
 //   out[j] = round_out((float(q[j]) - zero[j]) * scale[j]),

@@ -4,11 +4,10 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/awq.h"
 #include "kernels/awq_format.h"
-#include "kernels/dequant.h"
-#include "kernels/validate_view.h"
 
-namespace dequantd {
+namespace dequantd::awq {
 namespace {
 
 // scales[i] as float; `scales` holds fp16 or bf16 bits.
@@ -34,26 +33,27 @@ void StoreAt(void* out, DType out_dtype, int64_t i, float w) {
 
 }  // namespace
 
-absl::Status DequantizeReference(const PackedTensorView& in, DType out_dtype, int64_t row_begin,
+absl::Status DequantizeReference(const QuantView& in, DType out_dtype, int64_t row_begin,
                                  int64_t row_end, void* out) {
-  if (absl::Status s = ValidateView(in, out_dtype, row_begin, row_end, out); !s.ok()) return s;
+  const int32_t* qweight = Qweight(in);
+  const int32_t* qzeros = Qzeros(in);
   const int64_t N = in.shape.N;
   const int64_t G = in.shape.group_size;
-  const int64_t words_per_row = N / awq::kPackFactor;
+  const int64_t words_per_row = N / kPackFactor;
   for (int64_t k = row_begin; k < row_end; ++k) {
     const int64_t g = k / G;
     for (int64_t n = 0; n < N; ++n) {
-      const int64_t word = n / awq::kPackFactor;
-      const int column = static_cast<int>(n % awq::kPackFactor);
-      const auto q = static_cast<int32_t>(awq::NibbleForColumn(
-          static_cast<uint32_t>(in.qweight[k * words_per_row + word]), column));
+      const int64_t word = n / kPackFactor;
+      const int column = static_cast<int>(n % kPackFactor);
+      const auto q = static_cast<int32_t>(
+          NibbleForColumn(static_cast<uint32_t>(qweight[k * words_per_row + word]), column));
       const auto z = static_cast<int32_t>(
-          awq::NibbleForColumn(static_cast<uint32_t>(in.qzeros[g * words_per_row + word]), column));
-      const float s = ScaleAt(in.scales, in.shape.scale_dtype, g * N + n);
+          NibbleForColumn(static_cast<uint32_t>(qzeros[g * words_per_row + word]), column));
+      const float s = ScaleAt(Scales(in), in.shape.scale_dtype, g * N + n);
       StoreAt(out, out_dtype, (k - row_begin) * N + n, static_cast<float>(q - z) * s);
     }
   }
   return absl::OkStatus();
 }
 
-}  // namespace dequantd
+}  // namespace dequantd::awq

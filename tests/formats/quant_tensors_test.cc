@@ -1,6 +1,7 @@
-// Tests for formats/awq_tensors: hand-written header entries of one AWQ layer, the shape derived
-// from them, and each wrong dtype or shape refused with INVALID_ARGUMENT and its exact message.
-#include "formats/awq_tensors.h"
+// Tests for formats/quant_tensors with the AWQ row: hand-written header entries of one AWQ layer,
+// the shape derived from them, and each wrong dtype or shape refused with INVALID_ARGUMENT and its
+// exact message.
+#include "formats/quant_tensors.h"
 
 #include <cstdint>
 #include <string>
@@ -27,12 +28,13 @@ safetensors::TensorEntry Entry(const std::string& name, const std::string& dtype
 // A layer "l" with K = 128, N = 576, G = 32: qweight (128, 72), qzeros (4, 72), scales (4, 576).
 class AwqTensorsTest : public ::testing::Test {
  protected:
-  absl::StatusOr<AwqShape> Check(const AwqTensorsOptions& options = {}) {
-    return AwqShapeFromTensors("l", {"a.safetensors", &qweight_}, {"b.safetensors", &qzeros_},
-                               {"c.safetensors", &scales_}, options);
+  absl::StatusOr<QuantShape> Check(const StoredTensorOptions& options = {}) {
+    const QuantTensorRef refs[] = {
+        {"a.safetensors", &qweight_}, {"b.safetensors", &qzeros_}, {"c.safetensors", &scales_}};
+    return QuantShapeFromTensors(Format::kAwqGemm, "l", refs, options);
   }
-  std::string Message(const AwqTensorsOptions& options = {}) {
-    absl::StatusOr<AwqShape> s = Check(options);
+  std::string Message(const StoredTensorOptions& options = {}) {
+    absl::StatusOr<QuantShape> s = Check(options);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
     return std::string(s.status().message());
   }
@@ -42,7 +44,7 @@ class AwqTensorsTest : public ::testing::Test {
 };
 
 TEST_F(AwqTensorsTest, K128N576G32F16) {
-  absl::StatusOr<AwqShape> s = Check();
+  absl::StatusOr<QuantShape> s = Check();
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->K, 128);
   EXPECT_EQ(s->N, 576);
@@ -53,7 +55,7 @@ TEST_F(AwqTensorsTest, K128N576G32F16) {
 TEST_F(AwqTensorsTest, BF16ScalesAndOneGroup) {
   qzeros_.shape = {1, 72};
   scales_ = Entry("l.scales", "BF16", {1, 576});
-  absl::StatusOr<AwqShape> s = Check();
+  absl::StatusOr<QuantShape> s = Check();
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->group_size, 128);
   EXPECT_EQ(s->scale_dtype, DType::kBF16);

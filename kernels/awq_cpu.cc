@@ -1,10 +1,10 @@
-// DequantizeCpu: the reference's result, bit for bit, from a threaded word-at-a-time path.
+// awq::DequantizeCpu: the reference's result, bit for bit, from a threaded word-at-a-time path.
 //
 // Work split: the rows [row_begin, row_end) are cut into one contiguous range per thread (or,
 // when there are fewer rows than threads, the packed words of each row are). Each thread walks
 // its rows group by group and its columns in tiles of kTileColumns; per (group, tile) it widens
 // the group's zero points and scales to float once (noting whether all scales are finite, which
-// rules out NaN products), then runs a row kernel (cpu_row_kernels.h) over the group's rows. All
+// rules out NaN products), then runs a row kernel (awq_cpu_rows.h) over the group's rows. All
 // indices are int64_t.
 #include <algorithm>
 #include <cstdint>
@@ -12,12 +12,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/awq.h"
+#include "kernels/awq_cpu_rows.h"
 #include "kernels/awq_format.h"
 #include "kernels/cpu_dequant_internal.h"
-#include "kernels/cpu_row_kernels.h"
-#include "kernels/dequant.h"
 #include "kernels/run_parts.h"
-#include "kernels/validate_view.h"
 
 namespace dequantd {
 namespace cpu {
@@ -40,12 +39,12 @@ float ScaleToFloat(uint16_t bits) {
 
 // Runs one part. `out` points at output row `out_row0` (the call's row_begin).
 template <DType kScale, DType kOut, class Rows>
-void RunPart(const PackedTensorView& in, const Part& part, int64_t out_row0, void* out) {
+void RunPart(const QuantView& in, const Part& part, int64_t out_row0, void* out) {
   using OutT = typename OutTraits<kOut>::T;
   const int64_t N = in.shape.N;
   const int64_t G = in.shape.group_size;
   const int64_t words_per_row = N / awq::kPackFactor;
-  const auto* scales = static_cast<const uint16_t*>(in.scales);
+  const auto* scales = static_cast<const uint16_t*>(awq::Scales(in));
   alignas(64) float zero[kTileColumns];
   alignas(64) float scale[kTileColumns];
 
@@ -55,7 +54,7 @@ void RunPart(const PackedTensorView& in, const Part& part, int64_t out_row0, voi
     for (int64_t t0 = part.word_begin; t0 < part.word_end; t0 += kTileWords) {
       const int64_t words = std::min(kTileWords, part.word_end - t0);
       // Hoist the group's zero points and scales for this tile's columns.
-      const int32_t* zrow = in.qzeros + g * words_per_row + t0;
+      const int32_t* zrow = awq::Qzeros(in) + g * words_per_row + t0;
       const uint16_t* srow = scales + g * N + t0 * awq::kPackFactor;
       bool finite_scales = true;
       for (int64_t c = 0; c < words; ++c) {
@@ -69,7 +68,7 @@ void RunPart(const PackedTensorView& in, const Part& part, int64_t out_row0, voi
       }
       for (int64_t k = k0; k < k1; ++k) {
         OutT* orow = static_cast<OutT*>(out) + (k - out_row0) * N + t0 * awq::kPackFactor;
-        const int32_t* qrow = in.qweight + k * words_per_row + t0;
+        const int32_t* qrow = awq::Qweight(in) + k * words_per_row + t0;
         if (finite_scales) {
           Rows::template Row<kOut, true>(qrow, words, zero, scale, orow);
         } else {
@@ -82,7 +81,7 @@ void RunPart(const PackedTensorView& in, const Part& part, int64_t out_row0, voi
   Rows::Finish();
 }
 
-using PartFn = void (*)(const PackedTensorView&, const Part&, int64_t, void*);
+using PartFn = void (*)(const QuantView&, const Part&, int64_t, void*);
 
 enum class RowKernel { kPortable, kAvx2, kAvx2Stream };
 
@@ -141,23 +140,10 @@ bool CpuHasAvx2() {
 #endif
 }
 
-absl::Status DequantizeCpuWithOptions(const PackedTensorView& in, DType out_dtype,
-                                      int64_t row_begin, int64_t row_end, void* out,
-                                      const CpuDequantOptions& options) {
-  if (absl::Status s = ValidateView(in, out_dtype, row_begin, row_end, out); !s.ok()) return s;
-  if (options.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
-  if (options.stream_min_bytes < 0) {
-    return absl::InvalidArgumentError("stream_min_bytes must be >= 0");
-  }
-  if (options.min_elements_per_thread < 1) {
-    return absl::InvalidArgumentError("min_elements_per_thread must be >= 1");
-  }
-  if (options.isa == CpuIsa::kAvx2 && !CpuHasAvx2()) {
-    return absl::FailedPreconditionError("this CPU lacks AVX2/F16C for the AVX2 row kernel");
-  }
+absl::Status DequantizeAwq(const QuantView& in, DType out_dtype, int64_t row_begin, int64_t row_end,
+                           void* out, const CpuDequantOptions& options) {
   const bool avx2 = options.isa == CpuIsa::kAvx2 || (options.isa == CpuIsa::kBest && CpuHasAvx2());
   const int64_t rows = row_end - row_begin;
-  if (rows == 0) return absl::OkStatus();
   // Non-temporal stores for outputs too large to stay in cache, when `out` is 16-byte aligned
   // (malloc's alignment; then every word's 16 or 32 output bytes are too: N % 8 == 0).
   const bool stream = avx2 &&
@@ -181,10 +167,12 @@ absl::Status DequantizeCpuWithOptions(const PackedTensorView& in, DType out_dtyp
 
 }  // namespace cpu
 
-absl::Status DequantizeCpu(const PackedTensorView& in, DType out_dtype, int64_t row_begin,
-                           int64_t row_end, void* out, int threads) {
-  return cpu::DequantizeCpuWithOptions(in, out_dtype, row_begin, row_end, out,
-                                       cpu::CpuDequantOptions{.threads = threads});
+namespace awq {
+
+absl::Status DequantizeCpu(const QuantView& in, DType out_dtype, int64_t row_begin, int64_t row_end,
+                           void* out, const cpu::CpuDequantOptions& options) {
+  return cpu::DequantizeAwq(in, out_dtype, row_begin, row_end, out, options);
 }
 
+}  // namespace awq
 }  // namespace dequantd

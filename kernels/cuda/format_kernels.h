@@ -1,0 +1,45 @@
+// A format's CUDA kernels as its registry row holds them (FormatRow::cuda,
+// kernels/format_registry.h): which kernel variants it implements, their launch configurations
+// and checks, and its launcher. The generic entry points of dequant_cuda.h dispatch through this;
+// nothing else calls these. Host types only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kernels/cuda/dequant_cuda.h"
+
+namespace dequantd::cuda {
+
+struct FormatKernels {
+  absl::Span<const KernelVariant> variants;  // implemented, fastest last
+  // The entries behind DefaultConfig, CandidateConfigs and IsTunable (dequant_cuda.h), for a
+  // variant in `variants` and a shape that passed ValidateShape.
+  LaunchConfig (*default_config)(KernelVariant v, const QuantShape& shape, DType out_dtype);
+  std::vector<LaunchConfig> (*candidate_configs)(KernelVariant v, const QuantShape& shape,
+                                                 DType out_dtype);
+  bool (*is_tunable)(KernelVariant v, const QuantShape& shape, DType out_dtype);
+  // The variant's own limits on `config` after ValidateShape (INVALID_ARGUMENT naming the field).
+  absl::Status (*can_implement)(KernelVariant v, const LaunchConfig& config,
+                                const QuantShape& shape, DType out_dtype);
+  // The launch after CanImplement (LaunchDequantize's contract: pointers, alignment, errors).
+  absl::Status (*launch)(KernelVariant v, const LaunchConfig& config, const QuantView& in,
+                         DType out_dtype, void* out, cudaStream_t stream);
+};
+
+// AWQ GEMM: v1-v4 (awq_launch_config.cc, dequant_cuda.cu).
+extern const FormatKernels kAwqKernels;
+
+LaunchConfig AwqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype);
+std::vector<LaunchConfig> AwqCandidateConfigs(KernelVariant v, const QuantShape& shape,
+                                              DType out_dtype);
+bool AwqIsTunable(KernelVariant v, const QuantShape& shape, DType out_dtype);
+absl::Status AwqCanImplement(KernelVariant v, const LaunchConfig& config, const QuantShape& shape,
+                             DType out_dtype);
+absl::Status AwqLaunch(KernelVariant v, const LaunchConfig& config, const QuantView& in,
+                       DType out_dtype, void* out, cudaStream_t stream);
+
+}  // namespace dequantd::cuda

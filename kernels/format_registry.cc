@@ -1,0 +1,76 @@
+// The format registry's rows (see format_registry.h): one per Format, the only switch on format.
+#include "kernels/format_registry.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/awq.h"
+#include "kernels/awq_format.h"
+
+#if DEQUANTD_HAVE_CUDA
+#include "kernels/cuda/format_kernels.h"
+#define DEQUANTD_FORMAT_KERNELS(name) (&cuda::name)
+#else
+#define DEQUANTD_FORMAT_KERNELS(name) nullptr
+#endif
+
+namespace dequantd {
+namespace {
+
+// In Format order: kRows[i].format == Format(i).
+constexpr FormatRow kRows[] = {
+    {.format = Format::kAwqGemm,
+     .name = "awq_gemm",
+     .quant_method = "awq",
+     .role_count = awq::kRoleCount,
+     .roles = {awq::kRoleNames[0], awq::kRoleNames[1], awq::kRoleNames[2]},
+     .anchor_role = awq::kQweight,
+     .from_config = &awq::FromConfig,
+     .shape_from_stored = &awq::ShapeFromStored,
+     .tensor_spec = &awq::TensorSpecOf,
+     .validate = &awq::ValidateShape,
+     .reference = &awq::DequantizeReference,
+     .cpu = &awq::DequantizeCpu,
+     .cuda = DEQUANTD_FORMAT_KERNELS(kAwqKernels)},
+};
+
+constexpr bool RowsInFormatOrder() {
+  for (size_t i = 0; i < std::size(kRows); ++i)
+    if (static_cast<size_t>(kRows[i].format) != i) return false;
+  return true;
+}
+
+static_assert(RowsInFormatOrder(), "kRows[i] must be the row of Format(i)");
+
+}  // namespace
+
+const FormatRow& FormatRowOf(Format format) {
+  const auto i = static_cast<size_t>(format);
+  if (i >= std::size(kRows)) std::abort();  // every Format has a row (RowsInFormatOrder)
+  return kRows[i];
+}
+
+absl::Span<const FormatRow> FormatRows() { return kRows; }
+
+const FormatRow* FindFormatByQuantMethod(std::string_view quant_method) {
+  for (const FormatRow& row : kRows) {
+    if (absl::EqualsIgnoreCase(absl::string_view(quant_method.data(), quant_method.size()),
+                               absl::string_view(row.quant_method.data(), row.quant_method.size())))
+      return &row;
+  }
+  return nullptr;
+}
+
+std::string ServedQuantMethods() {
+  std::string out;
+  for (const FormatRow& row : kRows) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", "'",
+                    absl::string_view(row.quant_method.data(), row.quant_method.size()), "'");
+  }
+  return out;
+}
+
+}  // namespace dequantd

@@ -1,0 +1,110 @@
+// The format registry: one row per Format, the only switch on format in the tree. A row holds
+// everything the rest of dequantd needs of a format: its names, its stored tensors by role, how
+// a checkpoint declares it (quantization_config), how its stored tensors give the layer's
+// shape, its checks, its CPU reference and fast CPU path, and (with CUDA) its kernels. What a new
+// format adds is in docs/architecture.md ("Formats as plug-ins"). Host only; no I/O: the
+// checkpoint store reads config.json and safetensors headers and hands the row plain values.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/cpu_dequant_internal.h"
+#include "kernels/quant_tensor.h"
+
+namespace dequantd {
+
+namespace cuda {
+struct FormatKernels;  // kernels/cuda/format_kernels.h
+}
+
+// A checkpoint's quantization_config object, read through the checkpoint store (over JSON).
+// Each getter returns the value of the first of `keys` present (nullopt when none is), or
+// INVALID_ARGUMENT naming the key when it has another JSON type ("... field 'w_bit' must be an
+// integer, got 4.0"); integers are exact, never narrowed.
+class QuantConfigReader {
+ public:
+  virtual ~QuantConfigReader() = default;
+  virtual absl::StatusOr<std::optional<int64_t>> Integer(
+      std::initializer_list<const char*> keys) const = 0;
+  virtual absl::StatusOr<std::optional<bool>> Boolean(
+      std::initializer_list<const char*> keys) const = 0;
+  virtual absl::StatusOr<std::optional<std::string>> String(
+      std::initializer_list<const char*> keys) const = 0;
+  // INVALID_ARGUMENT "<config.json path>: quantization_config field '<field>' <what>".
+  virtual absl::Status FieldError(std::string_view field, std::string_view what) const = 0;
+};
+
+// What a checkpoint's quantization_config declares, once its format's row has checked it.
+struct QuantizationConfig {
+  Format format = Format::kAwqGemm;
+  std::string quant_method;  // as written, e.g. "awq"
+  int bits = 4;
+  int64_t group_size = 128;  // as written; -1 means per-column (G = K)
+  bool zero_point = true;
+  std::string version;  // format-specific variant, e.g. AWQ's "gemm"
+};
+
+// A stored tensor as its checkpoint describes it: safetensors dtype code ("I32", "F16", ...) and
+// dims. Passed to FormatRow::shape_from_stored in role order.
+struct StoredTensor {
+  std::string_view dtype;
+  absl::Span<const int64_t> shape;
+};
+
+// Why stored tensors do not make a layer: the role at fault, the field ("shape" or "dtype") and
+// what is wrong with it ("has 3 dims, want 2"); the caller names the file, tensor and layer.
+struct StoredTensorProblem {
+  int role = -1;
+  std::string field;
+  std::string what;
+};
+
+struct StoredTensorOptions {
+  bool packed_u32 = false;  // also accept U32 for int32 packed words (dequantctl does)
+};
+
+struct FormatRow {
+  Format format;
+  std::string_view name;          // FormatName: "awq_gemm"
+  std::string_view quant_method;  // config.json quantization_config.quant_method, e.g. "awq"
+  int role_count;                 // stored tensors per layer, <= kMaxTensorRoles
+  std::array<std::string_view, kMaxTensorRoles> roles;  // role names = checkpoint suffixes
+  int anchor_role;  // the role whose <layer>.<role> tensor marks a layer in a checkpoint
+
+  // Checks the format's quantization_config (quant_method already matched) and returns it.
+  absl::StatusOr<QuantizationConfig> (*from_config)(const QuantConfigReader& config);
+  // The layer's shape from its stored tensors (role order), or false with `problem` filled.
+  // Checks dtypes and how the dims agree; ValidateShape is the caller's next step.
+  bool (*shape_from_stored)(absl::Span<const StoredTensor> tensors,
+                            const StoredTensorOptions& options, QuantShape* shape,
+                            StoredTensorProblem* problem);
+  // Role `role`'s spec for a shape that passed ValidateShape.
+  TensorSpec (*tensor_spec)(const QuantShape& shape, int role);
+  // The format's own shape rules after ValidateShape's common ones (INVALID_ARGUMENT).
+  absl::Status (*validate)(const QuantShape& shape);
+  // DequantizeReference and DequantizeCpu of the format (arguments already validated).
+  absl::Status (*reference)(const QuantView& in, DType out_dtype, int64_t row_begin,
+                            int64_t row_end, void* out);
+  absl::Status (*cpu)(const QuantView& in, DType out_dtype, int64_t row_begin, int64_t row_end,
+                      void* out, const cpu::CpuDequantOptions& options);
+  const cuda::FormatKernels* cuda;  // nullptr when built without CUDA
+};
+
+// The row of `format`. Every Format has one.
+const FormatRow& FormatRowOf(Format format);
+// Every row, in Format order.
+absl::Span<const FormatRow> FormatRows();
+// The row whose quant_method equals `quant_method` (case-insensitive), or nullptr.
+const FormatRow* FindFormatByQuantMethod(std::string_view quant_method);
+// "'awq'" or "'awq', 'gptq'": the quant_methods served, for messages.
+std::string ServedQuantMethods();
+
+}  // namespace dequantd
