@@ -30,11 +30,18 @@ RUN apt-get update \
       libabsl-dev prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libspdlog-dev \
     && rm -rf /var/lib/apt/lists/*
 COPY deploy/container/install-cuda-pypi.sh /usr/local/bin/
-RUN if [ "$CUDA" = pypi ]; then install-cuda-pypi.sh /usr/local/cuda; \
+# The two steps that use pip (PyPI over HTTPS) read an extra CA bundle from the build secret
+# pip_cert when one is given (behind a TLS-intercepting proxy: `docker build --secret
+# id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt .`); it is not kept in the image.
+RUN --mount=type=secret,id=pip_cert \
+    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
+    if [ "$CUDA" = pypi ]; then install-cuda-pypi.sh /usr/local/cuda; \
     elif [ "$CUDA" != none ]; then echo "CUDA must be pypi or none, got '$CUDA'" >&2; exit 1; fi
 WORKDIR /src
 COPY . .
-RUN cuda=OFF; if [ "$CUDA" = pypi ]; then cuda=ON; export PATH="/usr/local/cuda/bin:$PATH"; fi \
+RUN --mount=type=secret,id=pip_cert \
+    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
+    cuda=OFF; if [ "$CUDA" = pypi ]; then cuda=ON; export PATH="/usr/local/cuda/bin:$PATH"; fi \
     && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
          -DDEQUANTD_CUDA="$cuda" \
     && ninja -C build dequantd dequantctl \

@@ -92,9 +92,13 @@ timestamped() { while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; don
 build_start=$(date +%s)
 if [[ ${DEQUANTD_CONTAINER_FROM_SOURCE:-0} == 1 ]]; then
   cuda=${DEQUANTD_CONTAINER_CUDA:-none}
-  step "building $image from source (CUDA=$cuda; log: $cache/build.log)"
+  # pip's CA bundle (PIP_CERT, as a TLS-intercepting proxy needs) goes in as the build secret the
+  # Dockerfile's pip steps read.
+  secret=()
+  [[ -n ${PIP_CERT:-} && -f ${PIP_CERT:-} ]] && secret=(--secret "id=pip_cert,src=$PIP_CERT")
+  step "building $image from source (CUDA=$cuda${secret:+, pip CA $PIP_CERT}; log: $cache/build.log)"
   timeout "${DEQUANTD_CONTAINER_BUILD_TIMEOUT:-3600}" podman build "${build_flags[@]}" \
-    --build-arg ARTIFACTS=from-source --build-arg CUDA="$cuda" -t "$image" . 2>&1 |
+    "${secret[@]}" --build-arg ARTIFACTS=from-source --build-arg CUDA="$cuda" -t "$image" . 2>&1 |
     timestamped > "$cache/build.log" || { tail -n 30 "$cache/build.log"; fail "podman build failed"; }
 else
   step "building $image from build/ and $model (prebuilt artifacts stage)"
