@@ -1,15 +1,18 @@
 // Spreading dequantctl's calls over a static list of replicas (docs/container.md, "Scale-out").
 //
-// gRPC's round_robin connects to every address of a channel and sends each call to the next READY
-// one, but a new channel's first call goes to whichever address was READY first, and for
-// "ipv4:A,B,C" that is nearly always A: one-shot processes (dequantctl in a script, one call
-// each) all land on A (10, 1 and 1 of 12 calls measured over three local replicas), and the
-// --streams channels of one process too. So dequantctl rotates the list: each process starts one
-// place further than the previous dequantctl process of the same user on this host (a counter in
-// a POSIX shared-memory object), and its extra --streams channels one place further each. Where
-// the counter cannot be used the process starts at a random place. A random start for every
-// process would spread calls only on average: for 30 one-shot calls over three replicas, 3.6% of
-// runs would leave one replica with fewer than 5.
+// gRPC's round_robin connects to every address of a channel; a new channel's first call goes to
+// whichever address is READY first (for "ipv4:A,B,C" nearly always A), later calls to any READY
+// one. One-shot processes (dequantctl in a script, one call each) gave 10, 1 and 1 of 12 calls
+// over three local replicas, and the 6 channels of `dequantize-layers --streams 6` 3, 3 and 0.
+// Rotating the list alone was not enough: once all three were READY the calls still landed at
+// random (30 one-shot processes: 8/11/11, 13/10/7, 8/9/13; --streams 6: 5/1/0 once in three).
+// So for --lb round_robin with an ipv4:/ipv6: list dequantctl gives each channel one address:
+// pick_first over the list rotated to start one place further than the previous dequantctl
+// process of this user on this host (a counter in a POSIX shared-memory object), each extra
+// --streams channel one place further again; the other addresses stay its fallback. Where the
+// counter cannot be used the process starts at a random place. A random start for every process
+// would spread calls only on average: for 30 one-shot calls over three replicas, 3.6% of runs
+// would leave one replica with fewer than 5.
 #pragma once
 
 #include <cstdint>

@@ -39,7 +39,7 @@ ABSL_FLAG(std::string, server, "127.0.0.1:50051",
 ABSL_FLAG(std::string, lb, "",
           "load balancing over the addresses --server resolves to: pick_first (gRPC's default: "
           "all calls to one) or round_robin (each call to the next ready one; with an ipv4:/ipv6: "
-          "list, each dequantctl process and --streams connection starts one address further)");
+          "list, each dequantctl process and --streams connection to the next address)");
 ABSL_FLAG(double, deadline, 0, "per-call deadline in seconds, > 0; not given = none");
 // Security (client/credentials.h; README.md, Security).
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA that verifies the server's certificate: use TLS");
@@ -124,8 +124,9 @@ every subcommand: --server HOST:PORT (default 127.0.0.1:50051), --deadline SECON
   --server also takes gRPC targets: ipv4:10.0.0.1:50051,10.0.0.2:50051 (several replicas),
   dns:///NAME:PORT (every address NAME resolves to, e.g. a Kubernetes headless Service),
   unix:PATH. With several addresses, --lb round_robin spreads the calls over them; with an
-  ipv4:/ipv6: list each dequantctl process (and each --streams connection) starts one address
-  further than the last, so one-shot calls from a script spread too.
+  ipv4:/ipv6: list each dequantctl process (and each --streams connection) goes to the address
+  after the last process's (the others are its fallback), so one-shot calls from a script
+  spread evenly too.
 dequantize (results of 64 MiB and more) and dequantize-layers show a progress line (bytes, rate,
   time left) on stderr when stderr is a terminal; nothing otherwise.
 exit status: 0 ok, 1 the call failed, 2 usage error)";
@@ -342,12 +343,15 @@ int main(int argc, char** argv) {
   if (!token.ok()) return UsageError(std::string(token.status().message()));
   client_options.security.token = std::move(*token);
   client_options.lb_policy = lb;
-  // round_robin over an ipv4:/ipv6: list: this process starts one address further than the last
-  // dequantctl process here, each --streams connection one further again (address_rotation.h).
+  // round_robin over an ipv4:/ipv6: list (address_rotation.h): each channel takes one address,
+  // one further than the last dequantctl process's here (each --streams connection one further
+  // again), as pick_first over the list rotated to start there; the others are its fallback.
   const std::string server = absl::GetFlag(FLAGS_server);
-  const uint64_t rotation = lb == "round_robin" && dequantd::AddressCount(server) > 1
-                                ? dequantd::NextProcessRotation(dequantd::DefaultRotationKey())
-                                : 0;
+  uint64_t rotation = 0;
+  if (lb == "round_robin" && dequantd::AddressCount(server) > 1) {
+    rotation = dequantd::NextProcessRotation(dequantd::DefaultRotationKey());
+    client_options.lb_policy = "pick_first";
+  }
   absl::StatusOr<std::unique_ptr<dequantd::DequantClient>> client =
       dequantd::DequantClient::Connect(dequantd::RotateAddressList(server, rotation),
                                        client_options);
