@@ -330,9 +330,9 @@ class Client:
                 does not divide, and the server then names the field).
             dtype: output dtype, "fp16", "bf16" or "fp32".
             as_torch: return a torch.Tensor (CPU) instead of a numpy array.
-            streams: parallel byte-range streams for one result, when the server's protocol has
-                byte ranges (supports_byte_ranges()); None = automatic (1 without them, which is
-                the case with this proto), 1 = one stream.
+            streams: parallel byte-range streams for one result (DequantizeRequest.offset and
+                length; supports_byte_ranges() says whether this package's proto has them);
+                None or 1 = one stream.
             progress: show a tqdm bar (bytes, bytes/s).
 
         Returns:
@@ -394,7 +394,7 @@ class Client:
 
     def _dequantize_ranges(self, request: Any, n_streams: int, as_torch: bool, progress: bool,
                            desc: str) -> ArrayLike:
-        """Byte-range streams (needs DequantizeRequest.offset/length, the result-path issue):
+        """Byte-range streams (DequantizeRequest.offset/length):
         the first range's header gives the size; the others fill their part of one buffer.
         Response offsets are taken as offsets in the whole result."""
         # One element (ranges must be multiples of the output dtype's size): only its header.
