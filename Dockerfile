@@ -2,6 +2,9 @@
 # container toolkit) or without --gpus (CPU backend). Design and trade-offs: docs/container.md.
 #
 #   docker build -t dequantd .                      # from source, CUDA toolkit from PyPI wheels
+#       (BuildKit, Docker's default builder, or Buildah: the pip steps take an optional build
+#       secret pip_cert, a CA bundle for a TLS-intercepting proxy; release check:
+#       scripts/check-image-from-source.sh)
 #   docker build --build-arg CUDA=none -t dequantd .   # from source, CPU backend only
 #   docker build --build-arg ARTIFACTS=prebuilt -t dequantd CONTEXT
 #       # CONTEXT/out made by deploy/container/collect-artifacts.sh from a build on a Debian 12
