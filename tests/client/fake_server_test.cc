@@ -462,6 +462,50 @@ TEST_F(FakeServerTest, DequantizeLayersDrawsAProgressLineOnATerminal) {
   EXPECT_EQ(terminal, "");
 }
 
+// On a terminal, dequantize draws a line for a result of kProgressMinBytes (64 MiB) and more,
+// and none for a smaller one. The clock reads 32 s after the start from the first bytes on, so
+// the final line's time and rate are known however the transport cuts the messages.
+TEST_F(FakeServerTest, DequantizeDrawsAProgressLineFromSixtyFourMiB) {
+  std::string terminal;
+  int readings = 0;
+  DequantizeOptions options;
+  options.tensor = "x";  // not in ListTensors: one stream, the size from the header
+  options.progress.terminal = true;
+  options.progress.columns = 60;  // a bar of 14 cells
+  options.progress.write = [&](absl::string_view text) { absl::StrAppend(&terminal, text); };
+  options.progress.now = [&] {
+    return std::chrono::steady_clock::time_point() + std::chrono::seconds(readings++ == 0 ? 0 : 32);
+  };
+
+  std::vector<v1::DequantizeResponse> script = {Header(4096, 8192, kProgressMinBytes)};
+  const std::string chunk(4 << 20, 'x');
+  for (int64_t offset = 0; offset < kProgressMinBytes; offset += 4 << 20) {
+    script.push_back(Chunk(offset, chunk));
+  }
+  service_.SetScript(std::move(script));
+  std::ostringstream out;
+  absl::Status status = RunDequantize(*client_, options, out);
+  ASSERT_TRUE(status.ok()) << status;
+  const size_t last = terminal.rfind('\r');
+  ASSERT_NE(last, std::string::npos) << "no line drawn";
+  EXPECT_EQ(terminal.substr(last),
+            "\rx: 100%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588"
+            "\u2588\u2588\u2588| 64.0M/64.0M [00:32<00:00, 2.00MB/s]\n");
+
+  // One fp16 element less than 64 MiB, (1, 32 Mi - 1): no line.
+  terminal.clear();
+  readings = 0;
+  const int64_t smaller = kProgressMinBytes - 2;
+  script = {Header(1, smaller / 2, smaller)};
+  for (int64_t offset = 0; offset < smaller; offset += 4 << 20) {
+    script.push_back(Chunk(offset, chunk.substr(0, std::min<int64_t>(4 << 20, smaller - offset))));
+  }
+  service_.SetScript(std::move(script));
+  status = RunDequantize(*client_, options, out);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(terminal, "");
+}
+
 TEST_F(FakeServerTest, DequantizeLayersFailingBeforeAnyResultCreatesNoOutDir) {
   service_.SetScript({});
   service_.final_status = grpc::Status(grpc::StatusCode::NOT_FOUND, "no tensor 'm.z'");
