@@ -70,6 +70,6 @@ uint64_t NextProcessRotation(const std::string& key) {
   return written ? value : RandomRotation();
 }
 
-std::string DefaultRotationKey() { return absl::StrCat("/dequantctl.", ::geteuid(), ".rotation"); }
+std::string DefaultRotationKey() { return absl::StrCat("/dequantctl-rotation.", ::geteuid()); }
 
 }  // namespace dequantd

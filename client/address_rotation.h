@@ -38,7 +38,8 @@ std::string RotateAddressList(absl::string_view target, uint64_t by);
 // random number. Never fails.
 uint64_t NextProcessRotation(const std::string& key);
 
-// dequantctl's counter: "/dequantctl.<uid>.rotation".
+// dequantctl's counter: "/dequantctl-rotation.<uid>" (a name unlike the
+// "/dequantctl.<pid>.<region>" objects of --shm, client/shm_client.h).
 std::string DefaultRotationKey();
 
 }  // namespace dequantd
