@@ -11,7 +11,7 @@
 // process of this user on this host (a counter in a POSIX shared-memory object), each extra
 // --streams channel one place further again; the other addresses stay its fallback. Where the
 // counter cannot be used the process starts at a random place. A random start for every process
-// would spread calls only on average: for 30 one-shot calls over three replicas, 3.6% of runs
+// would spread calls only on average: for 30 one-shot calls over three replicas, 3.7% of runs
 // would leave one replica with fewer than 5.
 #pragma once
 
