@@ -3,10 +3,10 @@
 # Kubernetes manifests (tests/container/validate-deploy.sh), builds the image with Podman from
 # the binaries and model that scripts/build.sh and scripts/make-model.sh made (the Dockerfile's
 # prebuilt artifacts stage; same runtime stage as a from-source build), runs it (CPU backend)
-# and checks from outside the container what a user checks: gRPC health SERVING, `dequantctl
-# list` and a Dequantize through the published port returning the model's exact weights,
-# /metrics, a numeric non-root UID, a clean stop on SIGTERM within the grace period, the image
-# size. Removes the container and the image it made; keeps the Debian 12 base (made with
+# and checks from outside the container what a user checks: `dequantd --help` in the image, gRPC
+# health SERVING, `dequantctl list` and a Dequantize through the published port returning the
+# model's exact weights, /metrics, a numeric non-root UID, a clean stop on SIGTERM within the
+# grace period, the image size. Removes the container and the image it made; keeps the Debian 12 base (made with
 # debootstrap, as no image registry is reachable here) in $DEQUANTD_CONTAINER_CACHE
 # (default build/container-cache) for the next run. Run as root on Debian 12.
 #
