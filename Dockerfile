@@ -2,6 +2,9 @@
 # container toolkit) or without --gpus (CPU backend). Design and trade-offs: docs/container.md.
 #
 #   docker build -t dequantd .                      # from source, CUDA toolkit from PyPI wheels
+#       (BuildKit, Docker's default builder, or Buildah: the pip steps take an optional build
+#       secret pip_cert, a CA bundle for a TLS-intercepting proxy; release check:
+#       scripts/check-image-from-source.sh)
 #   docker build --build-arg CUDA=none -t dequantd .   # from source, CPU backend only
 #   docker build --build-arg ARTIFACTS=prebuilt -t dequantd CONTEXT
 #       # CONTEXT/out made by deploy/container/collect-artifacts.sh from a build on a Debian 12
@@ -30,11 +33,18 @@ RUN apt-get update \
       libabsl-dev prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libspdlog-dev \
     && rm -rf /var/lib/apt/lists/*
 COPY deploy/container/install-cuda-pypi.sh /usr/local/bin/
-RUN if [ "$CUDA" = pypi ]; then install-cuda-pypi.sh /usr/local/cuda; \
+# The two steps that use pip (PyPI over HTTPS) read an extra CA bundle from the build secret
+# pip_cert when one is given (behind a TLS-intercepting proxy: `docker build --secret
+# id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt .`); it is not kept in the image.
+RUN --mount=type=secret,id=pip_cert \
+    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
+    if [ "$CUDA" = pypi ]; then install-cuda-pypi.sh /usr/local/cuda; \
     elif [ "$CUDA" != none ]; then echo "CUDA must be pypi or none, got '$CUDA'" >&2; exit 1; fi
 WORKDIR /src
 COPY . .
-RUN cuda=OFF; if [ "$CUDA" = pypi ]; then cuda=ON; export PATH="/usr/local/cuda/bin:$PATH"; fi \
+RUN --mount=type=secret,id=pip_cert \
+    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
+    cuda=OFF; if [ "$CUDA" = pypi ]; then cuda=ON; export PATH="/usr/local/cuda/bin:$PATH"; fi \
     && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
          -DDEQUANTD_CUDA="$cuda" \
     && ninja -C build dequantd dequantctl \

@@ -38,12 +38,12 @@ absl::StatusOr<std::vector<std::unique_ptr<DequantClient>>> MoreClients(const Cl
 }
 
 // Fetches `request`'s result of `total_bytes` in `streams` ranges into `file` (written in place)
-// or nowhere (file null). Returns the header.
+// or nowhere (file null), counting the bytes on `progress` (when not null). Returns the header.
 absl::StatusOr<v1::DequantizeHeader> FetchRangesInto(DequantClient& client,
                                                      const ClientFactory& more,
                                                      const v1::DequantizeRequest& request,
                                                      int64_t total_bytes, int streams,
-                                                     OutputFile* file) {
+                                                     OutputFile* file, ProgressLine* progress) {
   absl::StatusOr<std::vector<std::unique_ptr<DequantClient>>> extra = MoreClients(more, streams);
   if (!extra.ok()) return extra.status();
   std::vector<DequantClient*> clients = {&client};
@@ -52,7 +52,8 @@ absl::StatusOr<v1::DequantizeHeader> FetchRangesInto(DequantClient& client,
   sink.on_header = [file](const v1::DequantizeHeader& header) {
     return file != nullptr ? file->Begin(header) : absl::OkStatus();
   };
-  sink.write_at = [file](int64_t offset, absl::Span<const uint8_t> data) {
+  sink.write_at = [file, progress](int64_t offset, absl::Span<const uint8_t> data) {
+    if (progress != nullptr) progress->Add(static_cast<int64_t>(data.size()));
     return file != nullptr ? file->WriteAt(offset, data) : absl::OkStatus();
   };
   return FetchRanges(clients, request, total_bytes, static_cast<int>(clients.size()), sink);
@@ -156,14 +157,25 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
       streams = more ? (options.streams > 0 ? options.streams : DefaultStreams(total_bytes)) : 1;
     }
   }
+  // The progress line, for a large result: made before a ranged fetch (the size is known), else
+  // when the header arrives.
+  std::unique_ptr<ProgressLine> progress;
+  const auto begin_progress = [&](int64_t result_bytes) {
+    if (options.progress.terminal && result_bytes >= kProgressMinBytes && !progress) {
+      progress = std::make_unique<ProgressLine>(options.progress, label, result_bytes);
+    }
+  };
+  if (streams > 0) begin_progress(total_bytes);
   DequantizeSink sink;
   sink.on_header = [&](const v1::DequantizeHeader& header) {
+    begin_progress(header.total_bytes());
     // The comparison first: a reference it refuses leaves no temporary output file behind.
     absl::Status s = comparer ? comparer->Begin(header) : absl::OkStatus();
     if (s.ok() && file) s = file->Begin(header);
     return s;
   };
   sink.on_chunk = [&](int64_t, absl::Span<const uint8_t> data) {
+    if (progress) progress->Add(static_cast<int64_t>(data.size()));
     absl::Status s = file ? file->Write(data) : absl::OkStatus();
     if (s.ok() && comparer) s = comparer->Add(data);
     return s;
@@ -171,8 +183,9 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<v1::DequantizeHeader> header =
       !options.shm.empty() ? DequantizeThroughShm(client, options.shm, request, sink)
-      : streams > 0 ? FetchRangesInto(client, more, request, total_bytes, streams, file.get())
-                    : client.Dequantize(request, sink);
+      : streams > 0
+          ? FetchRangesInto(client, more, request, total_bytes, streams, file.get(), progress.get())
+          : client.Dequantize(request, sink);
   if (!header.ok()) return header.status();
   if (file) {
     status = file->Finish();
@@ -180,6 +193,7 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (progress) progress->Finish();
 
   const int64_t bytes = header->total_bytes();
   out << absl::StrFormat(

@@ -120,11 +120,12 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   const v1::DType dtype =
       request.output_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP16 : request.output_dtype();
 
-  // The layers and their shapes: for splitting them over streams and for laying out --out.
+  // The layers and their shapes: for splitting them over streams, for laying out --out and for
+  // the progress line's total.
   int streams = more ? options.streams : 1;
   std::vector<LayersSafetensorsFile::Layer> layers;
   std::unique_ptr<LayersSafetensorsFile> file;  // --out
-  if (streams > 1 || !options.out.empty()) {
+  if (streams > 1 || !options.out.empty() || options.progress.terminal) {
     absl::StatusOr<std::vector<LayersSafetensorsFile::Layer>> listed = ListLayers(client, *tensors);
     if (!listed.ok()) return listed.status();
     layers = *std::move(listed);
@@ -166,6 +167,19 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
     std::unique_ptr<OutputFile> npy;
     size_t layer = 0;
   };
+  std::unique_ptr<ProgressLine> progress;
+  if (options.progress.terminal) {
+    int64_t total = 0;  // 0 (unknown) when a name is not listed: the server's NOT_FOUND follows
+    for (const LayersSafetensorsFile::Layer& l : layers) {
+      if (l.K <= 0 || l.N <= 0) {
+        total = 0;
+        break;
+      }
+      total += l.K * l.N * OutputDTypeBytes(dtype);
+    }
+    progress = std::make_unique<ProgressLine>(
+        options.progress, Count(static_cast<int64_t>(layers.size()), "layer"), total);
+  }
   std::vector<StreamState> states(subsets.size());
   std::mutex dir_mu;
   bool dir_created = false;
@@ -199,6 +213,7 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
     };
     sink.on_chunk = [&](int64_t offset, absl::Span<const uint8_t> data) -> absl::Status {
       bytes += static_cast<int64_t>(data.size());
+      if (progress) progress->Add(static_cast<int64_t>(data.size()));
       if (file != nullptr) return file->WriteAt(state.layer, offset, data);
       return state.npy ? state.npy->Write(data) : absl::OkStatus();
     };
@@ -219,6 +234,7 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (progress) progress->Finish();
 
   out << absl::StrFormat(
       "%s, %s, %d bytes in %.3f ms (%.3f GB/s)", Count(headers->size(), "layer"),

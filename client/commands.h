@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/client.h"
+#include "client/progress.h"
 
 namespace dequantd {
 
@@ -23,6 +24,13 @@ absl::Status RunList(DequantClient& client, std::ostream& out);
 
 // `info`: version, backend, model and devices.
 absl::Status RunInfo(DequantClient& client, std::ostream& out);
+
+// `regions`: the server's shared-memory regions (SharedMemoryStatus) as a table (name, kind,
+// key, device, offset, bytes, pinned, calls in flight, idle seconds, owner), then one line with
+// their count and bytes against the server's limits, its --shared-memory mode and idle release.
+// Errors: the server's (PERMISSION_DENIED for a peer on another host or a token without the
+// admin role).
+absl::Status RunRegions(DequantClient& client, std::ostream& out);
 
 // `dequantize`.
 struct DequantizeOptions {
@@ -39,6 +47,9 @@ struct DequantizeOptions {
       0;  // --streams: parallel range streams, 0..kMaxStreams; 0 = by size (ranged_fetch.h)
   std::string shm;  // --shm: a region name ([A-Za-z0-9._-]): the result comes through a host
                     // shared-memory region (client/shm_client.h) instead of the stream
+  // Where the progress line of a result of kProgressMinBytes or more goes (client/progress.h);
+  // default: none. dequantctl: stderr when it is a terminal.
+  ProgressOutput progress;
 };
 
 // Makes a client on its own connection number `connection` (>= 1) to the same server, for the
@@ -68,6 +79,9 @@ struct DequantizeLayersOptions {
   std::string out;             // --out: one FILE.safetensors holding every layer (once each)
   int streams = 1;             // --streams: parallel DequantizeLayers calls, each a subset of the
                                // layers, 1..kMaxStreams
+  // Where the progress line goes (client/progress.h), for every call; default: none. With a
+  // terminal and no --tensors, the layers are listed first (ListTensors) to know the total.
+  ProgressOutput progress;
 };
 // Usage checks: at most one of out / out_dir, out ends in .safetensors, dtype, chunk_bytes >= 0,
 // no empty or repeated name in tensors.

@@ -25,6 +25,7 @@ const std::vector<Subcommand>& Subcommands() {
   static const auto* const subcommands = new std::vector<Subcommand>{
       {"list", {}},
       {"info", {}},
+      {"regions", {}},
       {"dequantize",
        {"tensor", "packed", "prefix", "group_size", "out", "dtype", "chunk_bytes", "compare",
         "streams", "compare_layout", "shm"}},

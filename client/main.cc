@@ -1,6 +1,6 @@
 // dequantctl: the command-line client of dequantd.
-//   dequantctl [--server HOST:PORT] list | info | dequantize ... | dequantize-layers ... |
-//              benchmark ...
+//   dequantctl [--server HOST:PORT] list | info | regions | dequantize ... |
+//              dequantize-layers ... | benchmark ...
 // Flags may be spelled with '-' or '_' (--group-size == --group_size); a flag that does not apply
 // to the subcommand (client/flag_scope.h) is a usage error. Exit status: 0 on
 // success, 2 for a usage error, 1 when the call (or local file I/O) fails. Errors are one line
@@ -26,9 +26,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "client/address_rotation.h"
 #include "client/client.h"
 #include "client/commands.h"
 #include "client/flag_scope.h"
+#include "client/progress.h"
 #include "client/temp_file_guard.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051",
@@ -36,7 +38,8 @@ ABSL_FLAG(std::string, server, "127.0.0.1:50051",
           "(ipv4:A:P,B:P,... or dns:///NAME:PORT), or unix:PATH");
 ABSL_FLAG(std::string, lb, "",
           "load balancing over the addresses --server resolves to: pick_first (gRPC's default: "
-          "all calls to one) or round_robin (each call to the next ready one)");
+          "all calls to one) or round_robin (each call to the next ready one; with an ipv4:/ipv6: "
+          "list, each dequantctl process and --streams connection to the next address)");
 ABSL_FLAG(double, deadline, 0, "per-call deadline in seconds, > 0; not given = none");
 // Security (client/credentials.h; README.md, Security).
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA that verifies the server's certificate: use TLS");
@@ -91,6 +94,7 @@ constexpr char kUsage[] = R"(dequantctl: client of the dequantd AWQ dequantizati
 usage:
   dequantctl [--server HOST:PORT] list
   dequantctl [--server HOST:PORT] info
+  dequantctl [--server HOST:PORT] regions     the server's shared-memory regions (admin role)
   dequantctl [--server HOST:PORT] dequantize --tensor LAYER [--out FILE] [--dtype fp16|bf16|fp32]
   dequantctl [--server HOST:PORT] dequantize --packed FILE.safetensors --prefix PREFIX
              [--group-size G] [--out FILE] [--dtype ...]
@@ -119,7 +123,12 @@ every subcommand: --server HOST:PORT (default 127.0.0.1:50051), --deadline SECON
   that does not apply to the subcommand is a usage error.
   --server also takes gRPC targets: ipv4:10.0.0.1:50051,10.0.0.2:50051 (several replicas),
   dns:///NAME:PORT (every address NAME resolves to, e.g. a Kubernetes headless Service),
-  unix:PATH. With several addresses, --lb round_robin spreads the calls over them.
+  unix:PATH. With several addresses, --lb round_robin spreads the calls over them; with an
+  ipv4:/ipv6: list each dequantctl process (and each --streams connection) goes to the address
+  after the last process's (the others are its fallback), so one-shot calls from a script
+  spread evenly too.
+dequantize (results of 64 MiB and more) and dequantize-layers show a progress line (bytes, rate,
+  time left) on stderr when stderr is a terminal; nothing otherwise.
 exit status: 0 ok, 1 the call failed, 2 usage error)";
 
 // While absl parses flags it may exit(1) on a bad value; make that a usage exit.
@@ -239,8 +248,8 @@ int main(int argc, char** argv) {
 
   if (positional.size() != 2) {
     return UsageError(positional.size() < 2
-                          ? "missing subcommand: list, info, dequantize, dequantize-layers or "
-                            "benchmark"
+                          ? "missing subcommand: list, info, regions, dequantize, "
+                            "dequantize-layers or benchmark"
                           : absl::StrCat("unexpected argument '", positional[2], "'"));
   }
   const std::string command = positional[1];
@@ -280,6 +289,11 @@ int main(int argc, char** argv) {
       return UsageError("--streams must be in 1..64 (leave it out to choose by size)");
     }
     dequantize.shm = absl::GetFlag(FLAGS_shm);
+    if (dequantize.shm.empty() &&
+        std::find(specified.begin(), specified.end(), "shm") != specified.end()) {
+      return UsageError("--shm is empty: give a region name, or leave it out to use the stream");
+    }
+    dequantize.progress = dequantd::ProgressOutput::ForFd(STDERR_FILENO);
     if (absl::Status s = dequantd::CheckDequantizeOptions(dequantize); !s.ok()) {
       return UsageError(std::string(s.message()));
     }
@@ -296,6 +310,7 @@ int main(int argc, char** argv) {
     if (std::find(specified.begin(), specified.end(), "streams") != specified.end()) {
       dequantize_layers.streams = absl::GetFlag(FLAGS_streams);
     }
+    dequantize_layers.progress = dequantd::ProgressOutput::ForFd(STDERR_FILENO);
     if (absl::Status s = dequantd::CheckDequantizeLayersOptions(dequantize_layers); !s.ok()) {
       return UsageError(std::string(s.message()));
     }
@@ -311,10 +326,11 @@ int main(int argc, char** argv) {
     options.hardware_counters = absl::GetFlag(FLAGS_hardware_counters);
     benchmark = dequantd::MakeBenchmarkRequest(options);
     if (!benchmark.ok()) return UsageError(std::string(benchmark.status().message()));
-  } else if (command != "list" && command != "info") {
+  } else if (command != "list" && command != "info" && command != "regions") {
     return UsageError(
         absl::StrCat("unknown subcommand '", command,
-                     "': expected list, info, dequantize, dequantize-layers or benchmark"));
+                     "': expected list, info, regions, dequantize, dequantize-layers or "
+                     "benchmark"));
   }
 
   dequantd::ClientOptions client_options;
@@ -327,20 +343,33 @@ int main(int argc, char** argv) {
   if (!token.ok()) return UsageError(std::string(token.status().message()));
   client_options.security.token = std::move(*token);
   client_options.lb_policy = lb;
+  // round_robin over an ipv4:/ipv6: list (address_rotation.h): each channel takes one address,
+  // one further than the last dequantctl process's here (each --streams connection one further
+  // again), as pick_first over the list rotated to start there; the others are its fallback.
+  const std::string server = absl::GetFlag(FLAGS_server);
+  uint64_t rotation = 0;
+  if (lb == "round_robin" && dequantd::AddressCount(server) > 1) {
+    rotation = dequantd::NextProcessRotation(dequantd::DefaultRotationKey());
+    client_options.lb_policy = "pick_first";
+  }
   absl::StatusOr<std::unique_ptr<dequantd::DequantClient>> client =
-      dequantd::DequantClient::Connect(absl::GetFlag(FLAGS_server), client_options);
+      dequantd::DequantClient::Connect(dequantd::RotateAddressList(server, rotation),
+                                       client_options);
   if (!client.ok()) return UsageError(std::string(client.status().message()));
 
   // The parallel streams' clients: same server and options, each on its own connection.
   const dequantd::ClientFactory more = [&](int connection) {
-    return dequantd::DequantClient::Connect(absl::GetFlag(FLAGS_server), client_options,
-                                            connection);
+    return dequantd::DequantClient::Connect(
+        dequantd::RotateAddressList(server, rotation + static_cast<uint64_t>(connection)),
+        client_options, connection);
   };
   absl::Status status;
   if (command == "list") {
     status = dequantd::RunList(**client, std::cout);
   } else if (command == "info") {
     status = dequantd::RunInfo(**client, std::cout);
+  } else if (command == "regions") {
+    status = dequantd::RunRegions(**client, std::cout);
   } else if (command == "dequantize") {
     status = dequantd::RunDequantize(**client, dequantize, std::cout, more);
   } else if (command == "dequantize-layers") {

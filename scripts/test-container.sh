@@ -3,15 +3,20 @@
 # Kubernetes manifests (tests/container/validate-deploy.sh), builds the image with Podman from
 # the binaries and model that scripts/build.sh and scripts/make-model.sh made (the Dockerfile's
 # prebuilt artifacts stage; same runtime stage as a from-source build), runs it (CPU backend)
-# and checks from outside the container what a user checks: gRPC health SERVING, `dequantctl
-# list` and a Dequantize through the published port returning the model's exact weights,
-# /metrics, a numeric non-root UID, a clean stop on SIGTERM within the grace period, the image
-# size. Removes the container and the image it made; keeps the Debian 12 base (made with
+# and checks from outside the container what a user checks: `dequantd --help` in the image, gRPC
+# health SERVING, `dequantctl list` and a Dequantize through the published port returning the
+# model's exact weights, /metrics, a numeric non-root UID, a clean stop on SIGTERM within the
+# grace period, the image size. Removes the container and the image it made; keeps the Debian 12 base (made with
 # debootstrap, as no image registry is reachable here) in $DEQUANTD_CONTAINER_CACHE
 # (default build/container-cache) for the next run. Run as root on Debian 12.
 #
-# Environment: DEQUANTD_CONTAINER_FROM_SOURCE=1 builds the image from source (CUDA=none) instead
-# of from build/ (slow: docs/container.md); DEQUANTD_MODEL_DIR as for ctest.
+# Environment: DEQUANTD_CONTAINER_FROM_SOURCE=1 builds the image from source (the Dockerfile's
+# default from-source stage; slow: docs/container.md, and scripts/check-image-from-source.sh, the
+# release check that uses it) instead of from build/; DEQUANTD_CONTAINER_CUDA=pypi|none picks its
+# CUDA build arg (default none); DEQUANTD_CONTAINER_BUILD_TIMEOUT bounds the build in seconds
+# (default 1200 prebuilt, 3600 from source); DEQUANTD_CONTAINER_KEEP_LAYERS=1 keeps the build's
+# layer cache (the intermediate images) for a warm rebuild; DEQUANTD_MODEL_DIR as for ctest.
+# Without build/client/dequantctl (a clean clone), the checks use the image's own dequantctl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -74,28 +79,52 @@ images_before=$("${podman[@]}" images -a -q --no-trunc | sort -u)
 cleanup() {
   "${podman[@]}" rm -f "$name" >/dev/null 2>&1 || true
   "${podman[@]}" rmi -f "$image" >/dev/null 2>&1 || true
-  comm -13 <(echo "$images_before") <("${podman[@]}" images -a -q --no-trunc | sort -u) |
+  [[ ${DEQUANTD_CONTAINER_KEEP_LAYERS:-0} == 1 ]] ||
+    comm -13 <(echo "$images_before") <("${podman[@]}" images -a -q --no-trunc | sort -u) |
     xargs -r "${podman[@]}" rmi -f >/dev/null 2>&1 || true
-  rm -rf "$cache/context" "$cache/out.bin" "$cache/tune-cache"
+  rm -rf "$cache/context" "$cache/client" "$cache/tune-cache"
 }
 trap cleanup EXIT
 
-# 3. The image.
+# 3. The image. The build log gets the time of day on every line (docs/container.md's step
+#    times come from it).
+timestamped() { while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done; }
 build_start=$(date +%s)
 if [[ ${DEQUANTD_CONTAINER_FROM_SOURCE:-0} == 1 ]]; then
-  step "building $image from source (CUDA=none)"
-  timeout 3600 podman build "${build_flags[@]}" --build-arg ARTIFACTS=from-source \
-    --build-arg CUDA=none -t "$image" . > "$cache/build.log" 2>&1 ||
-    { tail -n 30 "$cache/build.log"; fail "podman build failed"; }
+  cuda=${DEQUANTD_CONTAINER_CUDA:-none}
+  # pip's CA bundle (PIP_CERT, as a TLS-intercepting proxy needs) goes in as the build secret the
+  # Dockerfile's pip steps read.
+  secret=()
+  [[ -n ${PIP_CERT:-} && -f ${PIP_CERT:-} ]] && secret=(--secret "id=pip_cert,src=$PIP_CERT")
+  step "building $image from source (CUDA=$cuda${secret:+, pip CA $PIP_CERT}; log: $cache/build.log)"
+  timeout "${DEQUANTD_CONTAINER_BUILD_TIMEOUT:-3600}" podman build "${build_flags[@]}" \
+    "${secret[@]}" --build-arg ARTIFACTS=from-source --build-arg CUDA="$cuda" -t "$image" . 2>&1 |
+    timestamped > "$cache/build.log" || { tail -n 30 "$cache/build.log"; fail "podman build failed"; }
 else
   step "building $image from build/ and $model (prebuilt artifacts stage)"
   deploy/container/collect-artifacts.sh build "$model" "$cache/context/out"
-  timeout 1200 podman build "${build_flags[@]}" --build-arg ARTIFACTS=prebuilt -f Dockerfile -t "$image" "$cache/context" \
-    > "$cache/build.log" 2>&1 || { tail -n 30 "$cache/build.log"; fail "podman build failed"; }
+  timeout "${DEQUANTD_CONTAINER_BUILD_TIMEOUT:-1200}" podman build "${build_flags[@]}" \
+    --build-arg ARTIFACTS=prebuilt -f Dockerfile -t "$image" "$cache/context" 2>&1 |
+    timestamped > "$cache/build.log" || { tail -n 30 "$cache/build.log"; fail "podman build failed"; }
 fi
 build_seconds=$(($(date +%s) - build_start))
 size=$("${podman[@]}" image inspect --format '{{.Size}}' "$image")
 step "image built in $build_seconds s, $((size / 1000000)) MB"
+help=$("${podman[@]}" run --rm "${limits[@]}" --entrypoint dequantd "$image" --help) ||
+  fail "dequantd --help in the image exited $?"
+grep -q -- '--model' <<< "$help" || fail "dequantd --help in the image does not list --model"
+step "dequantd --help in the image: $(wc -l <<< "$help") lines"
+
+# The client the checks use: this build's dequantctl, else (a clean clone) the image's own, on
+# the host's network with $cache/client as /client for its output file.
+if [[ -x build/client/dequantctl ]]; then
+  install -d "$cache/client"
+  dequantctl=(build/client/dequantctl) client_dir=$cache/client
+else
+  install -d -m 0777 "$cache/client"  # the image's UID writes there
+  dequantctl=("${podman[@]}" run --rm "${limits[@]}" --network host -v "$cache/client:/client"
+              --entrypoint dequantctl "$image") client_dir=/client
+fi
 
 # 4. Run it and check it from outside.
 # As deploy/kubernetes runs it: read-only root filesystem, no capabilities, no privilege
@@ -111,15 +140,15 @@ step "running $name: gRPC on $grpc, metrics on $metrics"
 /usr/bin/python3 tests/container/grpc_health.py "$grpc" --wait 60 ||
   { "${podman[@]}" logs "$name" | tail -n 20; fail "gRPC health is not SERVING"; }
 
-listed=$(build/client/dequantctl --server "$grpc" --deadline 30 list |
+listed=$("${dequantctl[@]}" --server "$grpc" --deadline 30 list |
          awk 'NR > 1 && $2 ~ /^[0-9]+$/ {print $1}' | sort)
 [[ $listed == "$(python3 tests/container/model_facts.py layers "$model")" ]] ||
   fail "dequantctl list does not list exactly the model's $(echo "$listed" | wc -l) layers"
 step "dequantctl list: the model's $(echo "$listed" | wc -l) layers"
 
-build/client/dequantctl --server "$grpc" --deadline 60 dequantize --tensor "$layer" --dtype fp16 \
-  --out "$cache/out.bin"
-python3 tests/container/model_facts.py same-bytes "$expected" "$layer.weight" "$cache/out.bin" ||
+"${dequantctl[@]}" --server "$grpc" --deadline 60 dequantize --tensor "$layer" --dtype fp16 \
+  --out "$client_dir/out.bin"
+python3 tests/container/model_facts.py same-bytes "$expected" "$layer.weight" "$cache/client/out.bin" ||
   fail "Dequantize through the published port did not return the exact weights"
 
 page=$(curl -fsS "http://$metrics/metrics") || fail "/metrics did not answer"

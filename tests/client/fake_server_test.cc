@@ -36,6 +36,7 @@ class ScriptedService final : public v1::DequantService::Service {
   v1::ListTensorsResponse list;
   v1::BenchmarkResponse benchmark;
   v1::BenchmarkRequest last_benchmark_request;
+  v1::SharedMemoryStatusResponse regions;
 
   grpc::Status Dequantize(grpc::ServerContext*, const v1::DequantizeRequest*,
                           grpc::ServerWriter<v1::DequantizeResponse>* writer) override {
@@ -67,6 +68,11 @@ class ScriptedService final : public v1::DequantService::Service {
     d->set_compute_capability("9.0");
     d->set_memory_bytes(int64_t{141} << 30);
     d->set_driver_version("13.0");
+    return grpc::Status::OK;
+  }
+  grpc::Status SharedMemoryStatus(grpc::ServerContext*, const v1::SharedMemoryStatusRequest*,
+                                  v1::SharedMemoryStatusResponse* response) override {
+    *response = regions;
     return grpc::Status::OK;
   }
   grpc::Status Benchmark(grpc::ServerContext*, const v1::BenchmarkRequest* request,
@@ -314,6 +320,50 @@ TEST_F(FakeServerTest, InfoListsDevices) {
               HasSubstr("[0] NVIDIA H200, compute capability 9.0, 141.0 GiB, driver 13.0"));
 }
 
+TEST_F(FakeServerTest, RegionsRendersTable) {
+  v1::SharedMemoryRegionInfo* host = service_.regions.add_regions();
+  host->set_name("a");
+  host->set_kind("host");
+  host->set_key("/dequantctl.7.a");
+  host->set_device_id(-1);
+  host->set_byte_size(1 << 20);
+  host->set_pinned(true);
+  host->set_owner("ipv4:127.0.0.1:41234");
+  host->set_calls_in_flight(1);
+  host->set_idle_seconds(2.5);
+  v1::SharedMemoryRegionInfo* device = service_.regions.add_regions();
+  device->set_name("b");
+  device->set_kind("device");
+  device->set_device_id(0);
+  device->set_offset(4096);
+  device->set_byte_size(2048);
+  device->set_owner("unix:");
+  device->set_idle_seconds(10);
+  service_.regions.set_mode("all");
+  service_.regions.set_max_regions(16);
+  service_.regions.set_max_bytes(int64_t{1} << 30);
+  service_.regions.set_idle_release_seconds(300);
+  std::ostringstream out;
+  ASSERT_TRUE(RunRegions(*client_, out).ok());
+  EXPECT_EQ(out.str(),
+            "name  kind    key              device  offset    bytes  pinned  calls  idle s  owner\n"
+            "a     host    /dequantctl.7.a       -       0  1048576  yes         1     2.5  "
+            "ipv4:127.0.0.1:41234\n"
+            "b     device  -                     0    4096     2048  -           0    10.0  unix:\n"
+            "2 regions, 1050624 of 1073741824 bytes (at most 16 regions); --shared-memory=all, "
+            "idle regions released after 300 s\n");
+
+  service_.regions = v1::SharedMemoryStatusResponse();
+  service_.regions.set_mode("off");
+  service_.regions.set_max_regions(1);
+  out.str("");
+  ASSERT_TRUE(RunRegions(*client_, out).ok());
+  EXPECT_EQ(out.str(),
+            "name  kind  key  device  offset  bytes  pinned  calls  idle s  owner\n"
+            "0 regions, 0 of 0 bytes (at most 1 region); --shared-memory=off, idle regions "
+            "released never\n");
+}
+
 TEST_F(FakeServerTest, BenchmarkSendsRequestAndRendersRows) {
   service_.benchmark.set_device("NVIDIA H200");
   service_.benchmark.set_peak_copy_bytes_per_second(4.1e12);
@@ -373,6 +423,87 @@ TEST_F(FakeServerTest, DequantizeLayersCreatesTheOutDir) {
   status = RunDequantizeLayers(*client_, options, out);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(status.message()), HasSubstr("--out-dir"));
+}
+
+// On a terminal, dequantize-layers lists the layers for the total (2 layers of 1 x 8 fp16: 32
+// bytes) and draws the line as bytes arrive; a clock that moves 1 s per reading makes the times.
+TEST_F(FakeServerTest, DequantizeLayersDrawsAProgressLineOnATerminal) {
+  for (const char* name : {"m.a", "m.b"}) {
+    v1::QuantizedTensorInfo* t = service_.list.add_tensors();
+    t->set_name(name);
+    t->set_in_features(1);
+    t->set_out_features(8);
+  }
+  service_.SetScript({LayerHeader("m.a", 1, 8), Chunk(0, std::string(16, 'x')),
+                      LayerHeader("m.b", 1, 8), Chunk(0, std::string(16, 'y'))});
+  std::string terminal;
+  auto now = std::chrono::steady_clock::time_point();
+  DequantizeLayersOptions options;
+  options.progress.terminal = true;
+  options.progress.columns = 60;  // a bar of 10 cells
+  options.progress.write = [&](absl::string_view text) { absl::StrAppend(&terminal, text); };
+  options.progress.now = [&] { return now += std::chrono::seconds(1); };
+  std::ostringstream out;
+  const absl::Status status = RunDequantizeLayers(*client_, options, out);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(terminal,
+            "\r2 layers:  50%|\u2588\u2588\u2588\u2588\u2588     | 16.0/32.0 [00:01<00:01, "
+            "16.0B/s]"
+            "\r2 layers: 100%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588| "
+            "32.0/32.0 [00:03<00:00, 10.7B/s]"
+            "\r2 layers: 100%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588| "
+            "32.0/32.0 [00:04<00:00, 8.00B/s]\n");
+  EXPECT_THAT(out.str(), HasSubstr("2 layers, fp16, 32 bytes in "));
+
+  // Not a terminal: nothing.
+  terminal.clear();
+  options.progress.terminal = false;
+  ASSERT_TRUE(RunDequantizeLayers(*client_, options, out).ok());
+  EXPECT_EQ(terminal, "");
+}
+
+// On a terminal, dequantize draws a line for a result of kProgressMinBytes (64 MiB) and more,
+// and none for a smaller one. The clock reads 32 s after the start from the first bytes on, so
+// the final line's time and rate are known however the transport cuts the messages.
+TEST_F(FakeServerTest, DequantizeDrawsAProgressLineFromSixtyFourMiB) {
+  std::string terminal;
+  int readings = 0;
+  DequantizeOptions options;
+  options.tensor = "x";  // not in ListTensors: one stream, the size from the header
+  options.progress.terminal = true;
+  options.progress.columns = 60;  // a bar of 14 cells
+  options.progress.write = [&](absl::string_view text) { absl::StrAppend(&terminal, text); };
+  options.progress.now = [&] {
+    return std::chrono::steady_clock::time_point() + std::chrono::seconds(readings++ == 0 ? 0 : 32);
+  };
+
+  std::vector<v1::DequantizeResponse> script = {Header(4096, 8192, kProgressMinBytes)};
+  const std::string chunk(4 << 20, 'x');
+  for (int64_t offset = 0; offset < kProgressMinBytes; offset += 4 << 20) {
+    script.push_back(Chunk(offset, chunk));
+  }
+  service_.SetScript(std::move(script));
+  std::ostringstream out;
+  absl::Status status = RunDequantize(*client_, options, out);
+  ASSERT_TRUE(status.ok()) << status;
+  const size_t last = terminal.rfind('\r');
+  ASSERT_NE(last, std::string::npos) << "no line drawn";
+  EXPECT_EQ(terminal.substr(last),
+            "\rx: 100%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588"
+            "\u2588\u2588\u2588| 64.0M/64.0M [00:32<00:00, 2.00MB/s]\n");
+
+  // One fp16 element less than 64 MiB, (1, 32 Mi - 1): no line.
+  terminal.clear();
+  readings = 0;
+  const int64_t smaller = kProgressMinBytes - 2;
+  script = {Header(1, smaller / 2, smaller)};
+  for (int64_t offset = 0; offset < smaller; offset += 4 << 20) {
+    script.push_back(Chunk(offset, chunk.substr(0, std::min<int64_t>(4 << 20, smaller - offset))));
+  }
+  service_.SetScript(std::move(script));
+  status = RunDequantize(*client_, options, out);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(terminal, "");
 }
 
 TEST_F(FakeServerTest, DequantizeLayersFailingBeforeAnyResultCreatesNoOutDir) {

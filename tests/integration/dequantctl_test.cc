@@ -191,6 +191,37 @@ TEST_F(DequantctlTest, ShmReleasesTheRegionOfAKilledRunButNotOfALiveOne) {
   ASSERT_TRUE(regions.UnregisterSystem("live").ok());
 }
 
+// `regions`: the SharedMemoryStatus table, one row per registered region, and the limits line.
+TEST_F(DequantctlTest, RegionsListsTheRegisteredRegions) {
+  CommandResult run = Ctl({"regions"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+  std::vector<std::string> lines = Lines(run.out);
+  ASSERT_EQ(lines.size(), 2u) << run.out;
+  EXPECT_EQ(lines[0], "name  kind  key  device  offset  bytes  pinned  calls  idle s  owner");
+  EXPECT_THAT(lines[1], StartsWith("0 regions, 0 of "));
+  EXPECT_THAT(lines[1], HasSubstr("; --shared-memory=host, idle regions released "));
+
+  const std::string key = absl::StrCat("/dequantctl-test.", getpid(), ".listed");
+  absl::StatusOr<std::unique_ptr<ShmObject>> object = ShmObject::Create(key, 8192);
+  ASSERT_TRUE(object.ok()) << object.status();
+  RegionClient regions(client().channel());
+  ASSERT_TRUE(regions.RegisterSystem("listed", key, 4096, 4096).ok());
+  run = Ctl({"regions"});
+  ASSERT_TRUE(regions.UnregisterSystem("listed").ok());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  lines = Lines(run.out);
+  ASSERT_EQ(lines.size(), 3u) << run.out;
+  // name, kind, key, device, offset, bytes, pinned (no cudaHostRegister on the CPU backend),
+  // calls in flight, idle seconds, owner (this test's connection).
+  const std::vector<std::string> cells = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
+  ASSERT_EQ(cells.size(), 10u) << lines[1];
+  EXPECT_THAT(std::vector<std::string>(cells.begin(), cells.begin() + 8),
+              ::testing::ElementsAre("listed", "host", key, "-", "4096", "4096", "no", "0"));
+  EXPECT_THAT(cells[9], StartsWith("ipv4:127.0.0.1:"));
+  EXPECT_THAT(lines[2], StartsWith("1 region, 4096 of "));
+}
+
 TEST_F(DequantctlTest, DequantizeThroughShmWritesTheSameNpyAndCleansUp) {
   const std::string out = Path("v_proj.shm.npy");
   const CommandResult run =
@@ -436,6 +467,8 @@ TEST_F(DequantctlTest, UsageErrorsExitTwo) {
         std::vector<std::string>{"dequantize", "--tensor", "a", "--shm", "r", "--streams", "4"},
         std::vector<std::string>{"dequantize", "--tensor", "a", "--shm", "a/b"},
         std::vector<std::string>{"dequantize", "--tensor", "a", "--shm", std::string(129, 'x')},
+        std::vector<std::string>{"dequantize", "--tensor", "a", "--shm", ""},
+        std::vector<std::string>{"dequantize", "--tensor", "a", "--shm="},
         std::vector<std::string>{"dequantize", "--tensor", "a", "--streams", "-3"},
         std::vector<std::string>{"frobnicate"}, std::vector<std::string>{"--no-such-flag", "list"},
         std::vector<std::string>{}}) {
@@ -445,6 +478,20 @@ TEST_F(DequantctlTest, UsageErrorsExitTwo) {
     ASSERT_EQ(Lines(run.err).size(), 1u) << run.err;
     EXPECT_THAT(run.err, StartsWith("dequantctl: INVALID_ARGUMENT: "));
   }
+}
+
+// --shm '' was taken as no --shm and the result came over the stream (found by the new-user
+// review): an empty region name is a usage error naming the flag, and no call is made.
+TEST_F(DequantctlTest, EmptyShmIsAUsageError) {
+  const std::string out = Path("empty_shm.npy");
+  const CommandResult run =
+      Ctl({"dequantize", "--tensor", layer(0).name, "--out", out, "--shm", ""});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err,
+            "dequantctl: INVALID_ARGUMENT: --shm is empty: give a region name, or leave it out to "
+            "use the stream (see dequantctl --help)\n");
+  EXPECT_FALSE(fs::exists(out));
 }
 
 // A flag the subcommand would ignore is a usage error (exit 2) naming where it belongs, and

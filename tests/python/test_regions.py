@@ -110,3 +110,24 @@ def test_region_errors_keep_their_status(regions, shm):
         assert bytes(s.buf[:4096]) == b"\0" * 4096  # nothing written
     finally:
         regions.unregister_system_shared_memory("")
+
+
+def test_shared_memory_status_lists_the_registered_regions(regions, shm):
+    status = regions.shared_memory_status()
+    # The server's defaults: 64 regions, 64 GiB, idle regions never released.
+    assert status == dequantd.SharedMemoryStatus(regions=[], mode="host", max_regions=64,
+                                                 max_bytes=64 << 30, idle_release_seconds=0)
+    s = shm(8192)
+    regions.register_system_shared_memory("listed", "/" + s.name, 4096, offset=4096)
+    try:
+        status = regions.shared_memory_status()
+        assert len(status.regions) == 1
+        r = status.regions[0]
+        # No cudaHostRegister on the CPU backend: pinned is False; no call writes into it.
+        assert (r.name, r.kind, r.key, r.device_id, r.offset, r.byte_size, r.pinned,
+                r.calls_in_flight) == ("listed", "host", "/" + s.name, -1, 4096, 4096, False, 0)
+        assert r.owner.startswith("ipv4:127.0.0.1:"), r.owner
+        assert r.idle_seconds >= 0
+    finally:
+        assert regions.unregister_system_shared_memory("listed") == 1
+    assert regions.shared_memory_status().regions == []

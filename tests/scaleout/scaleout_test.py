@@ -11,12 +11,17 @@ compared byte for byte with the model's reference weights (numpy, independent of
  2. pick_first (gRPC's default): every call goes to one replica.
  3. --lb round_robin: the calls spread over all three (each serves at least half its share) and
     the replicas' counts add up to the client's.
- 4. Failover: while 6 streams call without pause, replica 3 is killed (SIGKILL); the calls in
+ 4. One-shot processes: 30 `dequantctl --lb round_robin dequantize` runs, one call each, spread
+    over the three (each serves at least 5; before issue 24 a new channel's first call nearly
+    always went to the first address: 10, 1 and 1 of 12), every result byte for byte;
+    `dequantize-layers --streams 6` puts its 6 calls on all three replicas; a dead address in
+    the list is skipped.
+ 5. Failover: while 6 streams call without pause, replica 3 is killed (SIGKILL); the calls in
     flight on it (and any sent to it before the channel saw the connection close) fail with
     UNAVAILABLE and are retried after a pause (counted; at most 2 calls per stream), no call
     fails for good, the other replicas keep serving; replica 3 is restarted on its address and
     gets calls again.
- 5. Throughput (printed, never asserted): 16 streams against one replica, then against three.
+ 6. Throughput (printed, never asserted): 16 streams against one replica, then against three.
 
 Usage: scaleout_test.py --dequantd D --dequantctl C --driver S [--throughput-calls N]
 Needs DEQUANTD_MODEL_DIR (the bundled model and its -reference directory); exit 77 without it.
@@ -41,9 +46,15 @@ import model_facts  # noqa: E402  pylint: disable=wrong-import-position
 SKIP = 77
 LAYER = "model.layers.0.self_attn.q_proj"
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-OK_SERIES = re.compile(
-    r'^dequantd_rpc_requests_total\{(?=[^}]*code="OK")(?=[^}]*method="Dequantize")[^}]*\} (\S+)$',
-    re.M)
+
+
+def ok_series(method):
+    """The /metrics line of `method`'s calls finished with OK; group 1 is the count."""
+    return re.compile(r'^dequantd_rpc_requests_total\{(?=[^}]*code="OK")'
+                      rf'(?=[^}}]*method="{method}")[^}}]*\}} (\S+)$', re.M)
+
+
+OK_SERIES = ok_series("Dequantize")
 
 
 def free_port():
@@ -98,11 +109,11 @@ class Replica:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def dequantize_ok(self):
-        """Dequantize calls this process finished with OK (its /metrics)."""
+    def dequantize_ok(self, series=OK_SERIES):
+        """Dequantize calls (or those of `series`) this process finished with OK (its /metrics)."""
         url = f"http://{self.host}:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as page:
-            match = OK_SERIES.search(page.read().decode())
+            match = series.search(page.read().decode())
         return int(float(match.group(1))) if match else 0
 
     def log_tail(self):
@@ -165,6 +176,41 @@ def check_round_robin(args, replicas):
     print(f"3. round_robin: 120 calls, per replica {delta}")
 
 
+def check_one_shot_spread(args, replicas, tmp):
+    calls = 30
+    before = counts(replicas)
+    out = pathlib.Path(tmp, "one-shot.bin")
+    expected = pathlib.Path(args.expect).read_bytes()
+    for i in range(calls):
+        run([args.dequantctl, f"--server={target(replicas)}", "--lb=round_robin", "--deadline=30",
+             "dequantize", f"--tensor={LAYER}", f"--out={out}"])
+        assert out.read_bytes() == expected, f"one-shot call {i}: the result differs"
+    delta = [a - b for a, b in zip(counts(replicas), before)]
+    assert sum(delta) == calls, (calls, delta)
+    assert min(delta) >= 5, f"{calls} one-shot processes left a replica with {min(delta)}: {delta}"
+    print(f"4. one-shot: {calls} dequantctl processes, one Dequantize each, per replica {delta}")
+
+    layers = ok_series("DequantizeLayers")
+    before = [r.dequantize_ok(layers) for r in replicas]
+    out_dir = pathlib.Path(tmp, "layers")
+    run([args.dequantctl, f"--server={target(replicas)}", "--lb=round_robin", "--deadline=60",
+         "dequantize-layers", "--streams=6", f"--out-dir={out_dir}"])
+    delta = [r.dequantize_ok(layers) - b for r, b in zip(replicas, before)]
+    assert sum(delta) == 6 and min(delta) >= 1, f"--streams 6: DequantizeLayers per replica {delta}"
+    assert pathlib.Path(out_dir, f"{LAYER}.npy").read_bytes().endswith(expected), \
+        "dequantize-layers --streams 6: the layer's .npy does not end with the reference bytes"
+    print(f"   dequantize-layers --streams 6: DequantizeLayers calls per replica {delta}")
+
+    # An address nothing listens on is only skipped: each of three processes (one of them starts
+    # at the dead address) is answered by the next address of its list.
+    dead = "ipv4:127.0.0.4:" + str(replicas[0].port) + "," + target(replicas[:2])[len("ipv4:"):]
+    for _ in range(3):
+        listed = run([args.dequantctl, f"--server={dead}", "--lb=round_robin", "--deadline=30",
+                      "list"])
+        assert LAYER in listed.stdout, listed.stdout[:500]
+    print("   a list with a dead address: 3 of 3 one-shot processes answered")
+
+
 def read_progress(driver, at_least):
     """Reads the driver's progress lines until ok >= at_least; returns the last ok."""
     for line in driver.stdout:
@@ -200,7 +246,7 @@ def check_failover(args, replicas):
     finally:
         if driver.poll() is None:
             driver.kill()
-    print(f"4. failover: killed replica 3 at ok={ok_at_kill}; {ok_after - ok_at_kill}+ calls "
+    print(f"5. failover: killed replica 3 at ok={ok_at_kill}; {ok_after - ok_at_kill}+ calls "
           f"on after; driver {summary}")
     assert summary["failed"] == 0 and summary["mismatched"] == 0, (summary, stderr[-2000:])
     # What the kill may cost: the calls in flight on replica 3 (at most one per stream) and the
@@ -226,7 +272,7 @@ def throughput(args, replicas, calls):
         summary = drive(args, target(group), "round_robin", streams=16, calls=calls)
         rows.append((name, summary))
     mib = len(pathlib.Path(args.expect).read_bytes()) / 2**20
-    print(f"5. throughput: 16 streams x {calls} calls of {LAYER} (fp16, {mib:.2f} MiB), CPU "
+    print(f"6. throughput: 16 streams x {calls} calls of {LAYER} (fp16, {mib:.2f} MiB), CPU "
           f"backend, --cpu-threads=1 per replica, {os.cpu_count()} CPUs")
     print("| replicas | calls | seconds | calls/s | MiB/s | speed-up |")
     print("|---|---|---|---|---|---|")
@@ -262,6 +308,7 @@ def main():
             check_dequantctl(args, replicas)
             check_pick_first(args, replicas)
             check_round_robin(args, replicas)
+            check_one_shot_spread(args, replicas, tmp)
             check_failover(args, replicas)
             throughput(args, replicas, args.throughput_calls)
         except (AssertionError, RuntimeError) as e:

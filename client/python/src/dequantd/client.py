@@ -95,6 +95,39 @@ class RegionHeader:
     kernel: str
 
 
+@dataclasses.dataclass(frozen=True)
+class RegionInfo:
+    """One registered shared-memory region (SharedMemoryStatus): `kind` "host" (a POSIX
+    shared-memory object `key`, `pinned` when the server registered it for DMA) or "device" (a
+    CUDA buffer on `device_id`; `key` ""; `device_id` is -1 for host regions); bytes
+    [offset, offset + byte_size) as registered; `owner` the peer that registered it
+    ("ipv4:127.0.0.1:41234"); `calls_in_flight` calls writing into it now; `idle_seconds` since
+    it was registered or last written."""
+    name: str
+    kind: str
+    key: str
+    device_id: int
+    offset: int
+    byte_size: int
+    pinned: bool
+    owner: str
+    calls_in_flight: int
+    idle_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedMemoryStatus:
+    """SharedMemoryStatus: the registered regions (sorted by name) and the server's settings:
+    `mode` its --shared-memory (off, host, cuda or all), `max_regions` and `max_bytes` (total
+    registered bytes) its limits, `idle_release_seconds` after which an idle region is released
+    (0 = never)."""
+    regions: List[RegionInfo]
+    mode: str
+    max_regions: int
+    max_bytes: int
+    idle_release_seconds: float
+
+
 def _region_header(h: Any) -> RegionHeader:
     name = {wire: name for name, wire in dtypes.OUTPUT_DTYPES.items()}.get(h.dtype,
                                                                           pb.DType.Name(h.dtype))
@@ -204,10 +237,12 @@ class Client:
             Default 60.
         stream_timeout: deadline in seconds for dequantize / read_tensor / dequantize_layers
             calls; None (default) = none (a whole model may take a while on a slow link).
-        credentials: grpc.ChannelCredentials for TLS (grpc.ssl_channel_credentials(...));
-            None = plaintext (dequantd serves plaintext today).
-        metadata: extra (key, value) metadata sent with every call (e.g. an auth token header
-            for a proxy in front of dequantd).
+        credentials: grpc.ChannelCredentials for TLS (grpc.ssl_channel_credentials(...), or
+            security_options(...)'s, which also does mutual TLS); None = plaintext (dequantd's
+            default; its --tls-cert/--tls-key turn TLS on, docs/security.md).
+        metadata: extra (key, value) metadata sent with every call: the bearer token of a
+            server run with --auth-tokens, ("authorization", "Bearer TOKEN"), as
+            security_options(...) gives it, or headers for a proxy in front of dequantd.
         options: extra gRPC channel options, overriding DEFAULT_CHANNEL_OPTIONS by name.
         chunk_bytes: payload bytes per streamed message asked for; 0 = the server's default.
     """
@@ -295,9 +330,9 @@ class Client:
                 does not divide, and the server then names the field).
             dtype: output dtype, "fp16", "bf16" or "fp32".
             as_torch: return a torch.Tensor (CPU) instead of a numpy array.
-            streams: parallel byte-range streams for one result, when the server's protocol has
-                byte ranges (supports_byte_ranges()); None = automatic (1 without them, which is
-                the case with this proto), 1 = one stream.
+            streams: parallel byte-range streams for one result (DequantizeRequest.offset and
+                length; supports_byte_ranges() says whether this package's proto has them);
+                None or 1 = one stream.
             progress: show a tqdm bar (bytes, bytes/s).
 
         Returns:
@@ -359,7 +394,7 @@ class Client:
 
     def _dequantize_ranges(self, request: Any, n_streams: int, as_torch: bool, progress: bool,
                            desc: str) -> ArrayLike:
-        """Byte-range streams (needs DequantizeRequest.offset/length, the result-path issue):
+        """Byte-range streams (DequantizeRequest.offset/length):
         the first range's header gives the size; the others fill their part of one buffer.
         Response offsets are taken as offsets in the whole result."""
         # One element (ranges must be multiples of the output dtype's size): only its header.
@@ -531,6 +566,22 @@ class Client:
                         pb.UnregisterCudaSharedMemoryRequest(name=name),
                         self._timeout if timeout is ... else timeout)
         return r.released
+
+    def shared_memory_status(
+            self, *, timeout: Optional[float] = ...) -> SharedMemoryStatus:  # type: ignore[assignment]
+        """The server's registered shared-memory regions (host and device) and its region
+        settings (SharedMemoryStatus; `dequantctl regions` prints the same). Answers with
+        mode "off" and no regions when the server runs without --shared-memory. Raises
+        DequantdError (PERMISSION_DENIED for a peer on another host, or a token without the
+        admin role)."""
+        r = self._unary(self._stub.SharedMemoryStatus, pb.SharedMemoryStatusRequest(),
+                        self._timeout if timeout is ... else timeout)
+        return SharedMemoryStatus(
+            regions=[RegionInfo(i.name, i.kind, i.key, i.device_id, i.offset, i.byte_size,
+                                i.pinned, i.owner, i.calls_in_flight, i.idle_seconds)
+                     for i in r.regions],
+            mode=r.mode, max_regions=r.max_regions, max_bytes=r.max_bytes,
+            idle_release_seconds=r.idle_release_seconds)
 
     def _region_reply(self, method: Callable, request: Any, region: str) -> Any:
         """The one message of a region call's stream (it arrives with the OK status, once every
