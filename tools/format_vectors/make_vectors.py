@@ -19,7 +19,8 @@ References used (the versions these vectors were made with; pip installs, Python
                          utils/model.py convert_gptq_v2_to_v1_format_module (v1 zeros),
                          utils/model_dequant.py convert_gptq_file (the offline dequantizer: the
                          expected tensors) and TorchLinear.dequantize_weight (the in-memory one;
-                         cross-checked, see --help of docs/formats/gptq.md)
+                         asserted equal to expected.fp16 except in the v1 zero-0 case, where
+                         both are stored; docs/formats/gptq.md says why)
   compressed-tensors 0.20.0
                          PackedQuantizationCompressor.compress / .decompress (pack-quantized),
                          FloatQuantizationCompressor.compress / .decompress (float-quantized)
@@ -28,9 +29,13 @@ References used (the versions these vectors were made with; pip installs, Python
                          --deepseek-kernel the FP8 block expected tensors come from a
                          transcription of its arithmetic (labelled below); with it (on a CUDA
                          machine) they come from the kernel itself and the transcription is
-                         asserted equal. The committed FP8 block vectors were made on an H200
-                         with the kernel at deepseek-ai/DeepSeek-V3 commit
-                         06231633430c449a1f6a8c0b5a1d6f99860b8eb2 (torch 2.11.0, triton 3.6.0).
+                         asserted equal. The committed FP8 block vectors were made here by the
+                         transcription (CPU) and verified on an NVIDIA H200: the kernel body of
+                         weight_dequant_kernel at deepseek-ai/DeepSeek-V3 commit
+                         06231633430c449a1f6a8c0b5a1d6f99860b8eb2, run with torch 2.11.0+cu130 and
+                         triton 3.6.0 on the same inputs (regenerated from the same seed; input
+                         sha256 equal), gave sha256-identical fp16, bf16 and fp32 outputs for all
+                         four cases.
 
 Usage (from the repo root, in a venv with the packages above):
   python tools/format_vectors/make_vectors.py [--out tests/data/formats] [--only gptq,ct,...]
