@@ -159,6 +159,17 @@ def test_compressed_tensors(path):
             assert zpp.dtype == np.int32 and zpp.shape == (-(-N * bits // 32), scale.shape[1])
             zp = unpack_bits(zpp, bits, axis=0, count=N) - off  # packed along N (dim 0)
         cols = np.arange(K) // G
+        if w.get("actorder") == "group":
+            # weight_g_idx (compressed-tensors <= 0.18): the library sorts the columns by g_idx,
+            # cuts the sorted order into groups of G and un-sorts, so column k's group is its rank
+            # in that order // G; with exactly G columns per group that is g_idx[k].
+            g_idx = t[f"{PREFIX}.weight_g_idx"].astype(np.int64)
+            assert g_idx.shape == (K,) and (np.bincount(g_idx) == G).all()
+            cols = np.empty(K, np.int64)
+            cols[np.argsort(g_idx, kind="stable")] = np.arange(K) // G
+            assert np.array_equal(cols, g_idx) and not np.array_equal(g_idx, np.arange(K) // G)
+        else:
+            assert f"{PREFIX}.weight_g_idx" not in t
         # (q - zp) * s in the scale dtype: the fp32 product of exact operands, rounded once to it
         d = (q - zp[:, cols]).astype(F32) * scale[:, cols].astype(F32)
     else:

@@ -40,7 +40,11 @@ References used (the versions these vectors were made with; pip installs, Python
 Usage (from the repo root, in a venv with the packages above):
   python tools/format_vectors/make_vectors.py [--out tests/data/formats] [--only gptq,ct,...]
       [--deepseek-kernel PATH/TO/DeepSeek-V3/inference/kernel.py]
-Formats for --only: gptq, compressed_tensors, fp8_block, mxfp4 (default: all).
+Formats for --only: gptq, compressed_tensors, fp8_block, mxfp4 (the default: these four), and
+compressed_tensors_actorder, which needs compressed-tensors 0.18.x (0.19 removed actorder
+"group"); the committed case was made with 0.18.0 unpacked from its wheel onto PYTHONPATH:
+  pip download --no-deps compressed-tensors==0.18.0 && unzip -d ct018 compressed_tensors-0.18.0-*.whl
+  PYTHONPATH=ct018 python tools/format_vectors/make_vectors.py --only compressed_tensors_actorder
 """
 
 import argparse
@@ -67,7 +71,7 @@ def save_case(out_dir, fmt, case, tensors, config, notes):
     meta = {"case": case, "format": fmt, "made_by": "tools/format_vectors/make_vectors.py",
             "notes": notes}
     save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(d, case + ".safetensors"),
-              metadata={k: str(v) for k, v in meta.items()})
+              metadata={"about": json.dumps(meta, sort_keys=True)})  # one key: stable header bytes
     with open(os.path.join(d, case + ".config.json"), "w") as f:
         json.dump({"quantization_config": config}, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -272,6 +276,50 @@ def ct_cases(out_dir, rng):
         save_case(out_dir, "compressed_tensors", name, tensors, config, notes)
 
 
+def ct_actorder_cases(out_dir, rng):
+    """actorder "group" (weight_g_idx): compressed-tensors 0.19+ rejects it, so this case needs an
+    older release on PYTHONPATH (made with 0.18.0, the last one that accepts it)."""
+    import compressed_tensors
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import (QuantizationArgs, QuantizationConfig,
+                                                 QuantizationScheme)
+
+    ver = tuple(int(v) for v in compressed_tensors.__version__.split(".")[:2])
+    assert ver < (0, 19), f"actorder group needs compressed-tensors < 0.19, got {ver}"
+    print(f"  (compressed-tensors {compressed_tensors.__version__} for actorder group)")
+    name, G, N, K, sdt = "ct_int4_g32_asym_actorder_bf16", 32, 64, 128, torch.bfloat16
+    args = QuantizationArgs(num_bits=4, type="int", symmetric=False, strategy="group",
+                            group_size=G, actorder="group")
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    qc = QuantizationConfig(config_groups={"group_0": scheme}, format="pack-quantized",
+                            quantization_status="compressed", ignore=["lm_head"])
+    config = json.loads(json.dumps(qc.model_dump(), default=str))
+    perm = torch.from_numpy(rng.permutation(K))
+    g_idx = torch.empty(K, dtype=torch.int32)
+    g_idx[perm] = (torch.arange(K) // G).to(torch.int32)  # G columns per group, scattered
+    q = torch.from_numpy(rng.integers(-8, 8, size=(N, K))).to(torch.int64)
+    s = rand_fp16_scales(rng, (N, K // G), lo=-3.5, hi=-1.5).to(sdt)
+    zp = torch.from_numpy(rng.integers(-8, 8, size=(N, K // G))).to(torch.int8)
+    gl = g_idx.long()
+    W = (q - zp.long()[:, gl]).to(torch.float64) * s.to(torch.float64)[:, gl]
+    sd = {"weight": W.to(torch.float32), "weight_scale": s.clone(), "weight_zero_point": zp.clone(),
+          "weight_g_idx": g_idx.clone()}
+    assert torch.equal(sd["weight"].to(torch.float64), W)
+    comp = PackedQuantizationCompressor.compress(sd, scheme)
+    from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
+    assert torch.equal(unpack_from_int32(comp["weight_packed"], 4, (N, K)).long(), q)
+    dec = PackedQuantizationCompressor.decompress(dict(comp), scheme)["weight"]
+    assert dec.dtype == sdt
+    tensors = {f"{PREFIX}.{k}": v for k, v in comp.items()}
+    for tag, dt in OUT_DTYPES.items():
+        tensors[f"expected.{tag}"] = dec.to(dt)
+    notes = (f"compressed-tensors {compressed_tensors.__version__} (actorder group was removed in "
+             "0.19). expected.*: PackedQuantizationCompressor.decompress(...)['weight'] (bf16; "
+             "columns argsorted by weight_g_idx, grouped by G, dequantized, unpermuted), then "
+             ".to(<dtype>). (N, K).")
+    save_case(out_dir, "compressed_tensors", name, tensors, config, notes)
+
+
 # ------------------------------------------------------------------------------------------------
 # FP8 block-scaled (DeepSeek-V3 style)
 # ------------------------------------------------------------------------------------------------
@@ -401,6 +449,8 @@ def main():
         gptq_cases(a.out, np.random.default_rng(21001))
     if "compressed_tensors" in only:
         ct_cases(a.out, np.random.default_rng(21002))
+    if "compressed_tensors_actorder" in only:  # needs compressed-tensors < 0.19 (see above)
+        ct_actorder_cases(a.out, np.random.default_rng(21005))
     if "fp8_block" in only:
         fp8_block_cases(a.out, np.random.default_rng(21003), a.deepseek_kernel)
     if "mxfp4" in only:
