@@ -24,6 +24,8 @@ References used (the versions these vectors were made with; pip installs, Python
   compressed-tensors 0.20.0
                          PackedQuantizationCompressor.compress / .decompress (pack-quantized),
                          FloatQuantizationCompressor.compress / .decompress (float-quantized)
+  compressed-tensors 0.18.0 (only for compressed_tensors_actorder: actorder "group",
+                         weight_g_idx, was removed in 0.19)
   transformers 5.23.0    integrations/mxfp4.py convert_moe_packed_tensors (MXFP4, gpt-oss)
   DeepSeek-V3 inference/kernel.py weight_dequant (Triton, CUDA only; not a package). Without
                          --deepseek-kernel the FP8 block expected tensors come from a
@@ -37,8 +39,10 @@ References used (the versions these vectors were made with; pip installs, Python
                          sha256 equal), gave sha256-identical fp16, bf16 and fp32 outputs for all
                          four cases.
 
-Usage (from the repo root, in a venv with the packages above):
-  python tools/format_vectors/make_vectors.py [--out tests/data/formats] [--only gptq,ct,...]
+Usage (from the repo root, in a venv with the packages above: python3 -m venv V &&
+V/bin/pip install -r tools/format_vectors/requirements.txt; torch from PyPI brings its CUDA
+libraries, about 5 GB, though this runs on the CPU):
+  python tools/format_vectors/make_vectors.py [--out tests/data/formats] [--only gptq,mxfp4,...]
       [--deepseek-kernel PATH/TO/DeepSeek-V3/inference/kernel.py]
 Formats for --only: gptq, compressed_tensors, fp8_block, mxfp4 (the default: these four), and
 compressed_tensors_actorder, which needs compressed-tensors 0.18.x (0.19 removed actorder
