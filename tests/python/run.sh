@@ -3,7 +3,8 @@
 # once (python3 -m venv; Debian: python3-venv), installs ./client/python with its test extras
 # from PyPI (grpcio, protobuf, numpy, safetensors, ml-dtypes, tqdm, pytest; no torch: the torch
 # cases skip), then runs pytest on tests/python against BUILD_DIR's dequantd and dequantctl and
-# $DEQUANTD_MODEL_DIR (default models/smollm2-135m-awq).
+# $DEQUANTD_MODEL_DIR (default models/smollm2-135m-awq). test_format_vectors.py needs neither: it
+# checks the format reference vectors in tests/data/formats with numpy and ml-dtypes alone.
 #
 #   tests/python/run.sh BUILD_DIR [pytest args...]
 set -euo pipefail
