@@ -1,6 +1,6 @@
 // The Benchmark RPC's core: dequant.v1.BenchmarkRequest -> bench::BenchmarkRequest (limits,
-// defaults, model layers), the benchmark library (bench/benchmark.h) run one call at a time, and
-// bench::BenchmarkResult -> dequant.v1.BenchmarkResponse. The service's handler stays thin
+// defaults, model layers), the benchmark library (benchmark/benchmark.h) run one call at a time,
+// and bench::BenchmarkResult -> dequant.v1.BenchmarkResponse. The service's handler stays thin
 // (service.h: BenchmarkRunner).
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "bench/benchmark.h"
+#include "benchmark/benchmark.h"
 #include "dequant/v1/dequant.pb.h"
 #include "server/checkpoint.h"
 #include "server/service.h"

@@ -1,9 +1,9 @@
 // The benchmark's CPU mode end to end (the plumbing the Benchmark RPC uses on CPU servers).
 #include <string>
 
-#include "bench/benchmark.h"
-#include "bench/memory_budget.h"
-#include "bench/table.h"
+#include "benchmark/benchmark.h"
+#include "benchmark/memory_budget.h"
+#include "benchmark/table.h"
 #include "gtest/gtest.h"
 
 namespace dequantd::bench {

@@ -1,5 +1,5 @@
-// The metric names of bench/hw_counters.h, shared by the CUPTI and stub implementations.
-#include "bench/hw_counters.h"
+// The metric names of benchmark/hw_counters.h, shared by the CUPTI and stub implementations.
+#include "benchmark/hw_counters.h"
 
 namespace dequantd::bench {
 

@@ -1,4 +1,4 @@
-// MeasureCounters with CUPTI's Range Profiler (bench/hw_counters.h). One session per call:
+// MeasureCounters with CUPTI's Range Profiler (benchmark/hw_counters.h). One session per call:
 //   host side (libnvperf_host through libcupti): chip name + counter availability -> config image
 //   for the metrics; target side: enable the range profiler on the context, size and initialize a
 //   counter data image, SetConfig (auto range: one range per kernel, bounded by the kernel's own
@@ -24,8 +24,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "bench/hw_counters.h"
-#include "bench/l2_flush.h"
+#include "benchmark/hw_counters.h"
+#include "benchmark/l2_flush.h"
 
 namespace dequantd::bench {
 namespace {

@@ -1,5 +1,5 @@
 // Memory estimates and budgets of the benchmark (see memory_budget.h).
-#include "bench/memory_budget.h"
+#include "benchmark/memory_budget.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "bench/method.h"
+#include "benchmark/method.h"
 
 namespace dequantd::bench {
 namespace {

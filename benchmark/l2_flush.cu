@@ -1,10 +1,10 @@
-// L2Flush (bench/l2_flush.h): a grid-stride read of the buffer with 16-byte loads.
+// L2Flush (benchmark/l2_flush.h): a grid-stride read of the buffer with 16-byte loads.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <utility>
 
-#include "bench/l2_flush.h"
+#include "benchmark/l2_flush.h"
 
 namespace dequantd::bench {
 namespace {

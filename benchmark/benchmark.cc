@@ -1,13 +1,13 @@
-#include "bench/benchmark.h"
+#include "benchmark/benchmark.h"
 
 #include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "bench/backends.h"
-#include "bench/memory_budget.h"
-#include "bench/method.h"
+#include "benchmark/backends.h"
+#include "benchmark/memory_budget.h"
+#include "benchmark/method.h"
 #include "kernels/dequant.h"
 
 namespace dequantd::bench {

@@ -1,4 +1,4 @@
-#include "bench/packed_inputs.h"
+#include "benchmark/packed_inputs.h"
 
 #include <algorithm>
 #include <cmath>

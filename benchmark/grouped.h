@@ -2,7 +2,7 @@
 // grouped launch (kernels/cuda/grouped_dequant.h), timed against a device-to-device copy of the
 // same byte count and against one v4_vec16 launch per layer. CUDA builds only (grouped.cu).
 //
-// Method: random packed inputs per layer (bench/packed_inputs.h), replicated over `copies` sets
+// Method: random packed inputs per layer (benchmark/packed_inputs.h), replicated over `copies` sets
 // of device buffers (the model's traffic is far larger than the L2, so each call reads from
 // DRAM); warm-up; `runs` runs, each timing every variant once in a freshly shuffled order,
 // rotating over the copies; latency = CUDA events around one call; the yardstick is the peak copy
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bench/stats.h"
+#include "benchmark/stats.h"
 #include "kernels/dequant.h"
 
 namespace dequantd::bench {

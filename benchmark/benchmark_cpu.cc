@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/backends.h"
-#include "bench/method.h"
+#include "benchmark/backends.h"
+#include "benchmark/method.h"
 #include "kernels/dequant.h"
 #include "kernels/run_parts.h"
 

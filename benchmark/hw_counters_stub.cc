@@ -1,5 +1,5 @@
-// MeasureCounters for builds without CUPTI (bench/hw_counters.h).
-#include "bench/hw_counters.h"
+// MeasureCounters for builds without CUPTI (benchmark/hw_counters.h).
+#include "benchmark/hw_counters.h"
 
 namespace dequantd::bench {
 

@@ -4,7 +4,7 @@
 // depending on protobuf (the server converts).
 //
 // Method, per (shape, output dtype):
-//   - fresh random inputs (bench/packed_inputs.h: full-range packed words, finite non-zero
+//   - fresh random inputs (benchmark/packed_inputs.h: full-range packed words, finite non-zero
 //     scales); on the GPU replicated over enough buffer sets that one rotation covers at least
 //     4x the L2 size (and at least 2 sets), so no launch reads what the previous one left in L2;
 //   - warm-up, then `trials` trials of `runs` runs; every run times each variant once, in a
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bench/stats.h"
+#include "benchmark/stats.h"
 #include "kernels/awq_format.h"
 
 namespace dequantd {
@@ -73,7 +73,7 @@ struct BenchmarkRequest {
   int64_t full_check_max_elements = int64_t{1} << 24;  // larger outputs are checked on rows
   int sampled_rows = 8;  // random rows checked per trial, besides first and last
   int cpu_threads = 0;   // cpu_threads variant: 0 = hardware concurrency
-  // The most host memory one (shape, output dtype) may hold (bench/memory_budget.h counts it:
+  // The most host memory one (shape, output dtype) may hold (benchmark/memory_budget.h counts it:
   // inputs, reference, outputs, copy buffers), checked for every shape before anything is
   // allocated; 0 = half of the host's MemAvailable. The CUDA backend also checks each shape's
   // device buffers against cudaMemGetInfo's free memory.
@@ -104,8 +104,8 @@ struct BenchmarkRow {
   double throughput_fraction_of_peak = 0;  // throughput_bytes_per_second / peak
   bool correct = false;  // every trial matched the CPU reference (copy rows: true, not checked)
   std::string launch_config;  // e.g. "block=256,words=4,rows=2"; "" when not applicable
-  // Hardware counters of one launch (bench/hw_counters.h names: percentages 0..100, bytes), when
-  // requested and available; empty for copy rows and on the CPU.
+  // Hardware counters of one launch (benchmark/hw_counters.h names: percentages 0..100, bytes),
+  // when requested and available; empty for copy rows and on the CPU.
   std::map<std::string, double> counters;
 };
 

@@ -1,10 +1,10 @@
-// The backends behind RunBenchmark (bench/benchmark.h). Internal to bench/.
+// The backends behind RunBenchmark (benchmark/benchmark.h). Internal to bench/.
 #pragma once
 
 #include <random>
 
 #include "absl/status/statusor.h"
-#include "bench/benchmark.h"
+#include "benchmark/benchmark.h"
 
 namespace dequantd::bench {
 

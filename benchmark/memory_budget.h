@@ -1,4 +1,4 @@
-// How much memory a benchmark (bench/benchmark.h) allocates for one (shape, output dtype), and
+// How much memory a benchmark (benchmark/benchmark.h) allocates for one (shape, output dtype), and
 // the check that it fits what the host (or the CUDA device) can give, made before allocating.
 // Internal to bench/. Thread-safe (no state).
 #pragma once

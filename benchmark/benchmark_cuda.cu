@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/backends.h"
-#include "bench/cuda_timing.h"
-#include "bench/hw_counters.h"
-#include "bench/memory_budget.h"
-#include "bench/method.h"
+#include "benchmark/backends.h"
+#include "benchmark/cuda_timing.h"
+#include "benchmark/hw_counters.h"
+#include "benchmark/memory_budget.h"
+#include "benchmark/method.h"
 #include "kernels/autotune.h"
 #include "kernels/cuda/autotune_cuda.h"
 #include "kernels/cuda/cuda_status.h"

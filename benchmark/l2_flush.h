@@ -3,7 +3,7 @@
 // output lines above all) is evicted -- and written back to DRAM -- before the next kernel runs.
 // The next kernel then misses on everything it reads and its DRAM writes are its own, which is the
 // state Nsight Compute's default `--cache-control all` gives each profiled pass. Used by
-// MeasureCounters (bench/hw_counters.h). CUDA builds only. Not thread-safe.
+// MeasureCounters (benchmark/hw_counters.h). CUDA builds only. Not thread-safe.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "bench/cuda_timing.h"
+#include "benchmark/cuda_timing.h"
 
 namespace dequantd::bench {
 

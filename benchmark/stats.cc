@@ -1,4 +1,4 @@
-#include "bench/stats.h"
+#include "benchmark/stats.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "bench/table.h"
+#include "benchmark/table.h"
 
 #include <algorithm>
 #include <vector>

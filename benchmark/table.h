@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "bench/benchmark.h"
+#include "benchmark/benchmark.h"
 
 namespace dequantd::bench {
 

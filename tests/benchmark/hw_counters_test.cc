@@ -1,5 +1,5 @@
-// bench/hw_counters.h: the metric names, and UNAVAILABLE (launch never called) without a GPU.
-#include "bench/hw_counters.h"
+// benchmark/hw_counters.h: the metric names, and UNAVAILABLE (launch never called) without a GPU.
+#include "benchmark/hw_counters.h"
 
 #include <cuda_runtime_api.h>
 

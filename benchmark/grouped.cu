@@ -1,6 +1,6 @@
-// The grouped benchmark (bench/grouped.h): one grouped launch for a whole model vs a copy of the
-// same bytes and vs one v4 launch per layer.
-#include "bench/grouped.h"
+// The grouped benchmark (benchmark/grouped.h): one grouped launch for a whole model vs a copy of
+// the same bytes and vs one v4 launch per layer.
+#include "benchmark/grouped.h"
 
 #include <cuda_runtime_api.h>
 
@@ -15,9 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "bench/cuda_timing.h"
-#include "bench/method.h"
-#include "bench/packed_inputs.h"
+#include "benchmark/cuda_timing.h"
+#include "benchmark/method.h"
+#include "benchmark/packed_inputs.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/grouped_dequant.h"

@@ -1,4 +1,4 @@
-#include "bench/method.h"
+#include "benchmark/method.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,9 +1,9 @@
-#include "bench/packed_inputs.h"
+#include "benchmark/packed_inputs.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "bench/method.h"
+#include "benchmark/method.h"
 
 namespace dequantd::bench {
 namespace {

@@ -1,5 +1,5 @@
 // The CUDA backend's entry points in builds without CUDA (compiled only then).
-#include "bench/backends.h"
+#include "benchmark/backends.h"
 
 namespace dequantd::bench {
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bench/benchmark.h"
-#include "bench/packed_inputs.h"
+#include "benchmark/benchmark.h"
+#include "benchmark/packed_inputs.h"
 
 namespace dequantd::bench {
 

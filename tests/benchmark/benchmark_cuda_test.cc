@@ -4,8 +4,8 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/match.h"
-#include "bench/backends.h"
-#include "bench/benchmark.h"
+#include "benchmark/backends.h"
+#include "benchmark/benchmark.h"
 #include "gtest/gtest.h"
 #include "kernels/dequant.h"
 

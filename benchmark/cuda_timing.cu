@@ -1,11 +1,11 @@
 // Device allocation, the event timer and the copy yardstick (see cuda_timing.h).
-#include "bench/cuda_timing.h"
+#include "benchmark/cuda_timing.h"
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
-#include "bench/stats.h"
+#include "benchmark/stats.h"
 
 namespace dequantd::bench {
 

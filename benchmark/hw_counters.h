@@ -31,10 +31,10 @@ const std::vector<std::string>& HardwareCounterNames();
 // `launch` is called once per replay pass (a handful; user replay, no memory is saved or restored)
 // and must enqueue the same single kernel each time with results that do not depend on earlier
 // passes: true of the dequantize kernels, whose outputs are a function of inputs they never
-// write. Before every pass the L2 is flushed (bench/l2_flush.h: 4 x L2 read, allocated per call)
-// so each pass starts as Nsight Compute's default --cache-control all starts it: nothing left dirty
-// by earlier work, nothing of the inputs cached. Percentages are clamped to [0, 100]. Blocking
-// (synchronizes `stream`).
+// write. Before every pass the L2 is flushed (benchmark/l2_flush.h: 4 x L2 read, allocated per
+// call) so each pass starts as Nsight Compute's default --cache-control all starts it: nothing left
+// dirty by earlier work, nothing of the inputs cached. Percentages are clamped to [0, 100].
+// Blocking (synchronizes `stream`).
 //
 // Profiling covers every kernel of the context, so kernels other threads launch meanwhile (a
 // server's Dequantize calls) are seen: they run normally, once, with correct results, but the
