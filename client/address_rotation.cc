@@ -70,6 +70,18 @@ uint64_t NextProcessRotation(const std::string& key) {
   return written ? value : RandomRotation();
 }
 
-std::string DefaultRotationKey() { return absl::StrCat("/dequantctl-rotation.", ::geteuid()); }
+std::string RotationKey(absl::string_view target, absl::string_view command) {
+  uint64_t h = 0xcbf29ce484222325u;  // FNV-1a 64: stable across builds and processes
+  auto mix = [&h](absl::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h ^= c;
+      h *= 0x100000001b3u;
+    }
+  };
+  mix(target);
+  mix(absl::string_view("\0", 1));
+  mix(command);
+  return absl::StrCat("/dequantctl-rotation.", ::geteuid(), ".", absl::Hex(h, absl::kZeroPad16));
+}
 
 }  // namespace dequantd

@@ -38,8 +38,12 @@ std::string RotateAddressList(absl::string_view target, uint64_t by);
 // random number. Never fails.
 uint64_t NextProcessRotation(const std::string& key);
 
-// dequantctl's counter: "/dequantctl-rotation.<uid>" (a name unlike the
-// "/dequantctl.<pid>.<region>" objects of --shm, client/shm_client.h).
-std::string DefaultRotationKey();
+// dequantctl's counter for `command` (e.g. "dequantize") over `target`:
+// "/dequantctl-rotation.<uid>.<FNV-1a 64 of target and command, 16 hex digits>" (a name unlike
+// the "/dequantctl.<pid>.<region>" objects of --shm, client/shm_client.h). One counter per
+// address list and command, so that a script alternating two commands (a cheap `info`, then a
+// heavy `dequantize`) over an even number of replicas still spreads each command's calls: with
+// one counter per user every second call, and so every heavy one, landed on the same replica.
+std::string RotationKey(absl::string_view target, absl::string_view command);
 
 }  // namespace dequantd

@@ -91,6 +91,19 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options) {
     return absl::InvalidArgumentError(
         "--streams does not apply with --shm: the result is written into the region in one call");
   }
+  // --streams S > 1 needs bytes that may arrive out of order (see RunDequantize); where they
+  // cannot, an explicit S is refused rather than quietly run on one stream.
+  if (options.streams > 1 && !options.compare.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--streams ", options.streams,
+        " does not apply with --compare: the result is compared in order on one stream"));
+  }
+  if (options.streams > 1 && !options.out.empty() && !OutputFile::CanWriteAt(options.out)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--streams ", options.streams, " does not apply with --out ", options.out,
+        ": a .safetensors file, or an output that is not a regular file, is written in order on "
+        "one stream"));
+  }
   absl::StatusOr<v1::DType> dtype = ParseOutputDType(options.dtype);
   if (!dtype.ok()) return dtype.status();
   if (!options.compare.empty()) {

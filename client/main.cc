@@ -349,7 +349,7 @@ int main(int argc, char** argv) {
   const std::string server = absl::GetFlag(FLAGS_server);
   uint64_t rotation = 0;
   if (lb == "round_robin" && dequantd::AddressCount(server) > 1) {
-    rotation = dequantd::NextProcessRotation(dequantd::DefaultRotationKey());
+    rotation = dequantd::NextProcessRotation(dequantd::RotationKey(server, command));
     client_options.lb_policy = "pick_first";
   }
   absl::StatusOr<std::unique_ptr<dequantd::DequantClient>> client =

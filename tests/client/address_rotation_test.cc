@@ -87,5 +87,22 @@ TEST_F(ProcessRotationTest, AnObjectOthersMayWriteIsNotUsed) {
   ::close(fd);
 }
 
+// One counter per (address list, command): a script alternating `info` and `dequantize` over
+// two replicas would otherwise send every dequantize to the same one. FNV-1a 64 of
+// "ipv4:a:1,b:1" "\0" "info" is computed here independently of the implementation.
+TEST(AddressRotationTest, KeyNamesTheUserTheListAndTheCommand) {
+  uint64_t h = 0xcbf29ce484222325u;
+  for (unsigned char c : std::string("ipv4:a:1,b:1") + std::string(1, '\0') + "info") {
+    h ^= c;
+    h *= 0x100000001b3u;
+  }
+  EXPECT_EQ(RotationKey("ipv4:a:1,b:1", "info"), absl::StrCat("/dequantctl-rotation.", ::geteuid(),
+                                                              ".", absl::Hex(h, absl::kZeroPad16)));
+  EXPECT_EQ(RotationKey("ipv4:a:1,b:1", "info"), RotationKey("ipv4:a:1,b:1", "info"));
+  EXPECT_NE(RotationKey("ipv4:a:1,b:1", "info"), RotationKey("ipv4:a:1,b:1", "dequantize"));
+  EXPECT_NE(RotationKey("ipv4:a:1,b:1", "info"), RotationKey("ipv4:b:1,a:1", "info"));
+  EXPECT_EQ(RotationKey("x", "y").rfind("/dequantctl-rotation.", 0), 0u);
+}
+
 }  // namespace
 }  // namespace dequantd

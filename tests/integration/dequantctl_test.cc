@@ -470,6 +470,12 @@ TEST_F(DequantctlTest, UsageErrorsExitTwo) {
         std::vector<std::string>{"dequantize", "--tensor", "a", "--shm", ""},
         std::vector<std::string>{"dequantize", "--tensor", "a", "--shm="},
         std::vector<std::string>{"dequantize", "--tensor", "a", "--streams", "-3"},
+        // An explicit --streams where the bytes must come in order (new-user review: these ran
+        // on one stream without a word).
+        std::vector<std::string>{"dequantize", "--tensor", "a", "--streams", "3", "--out",
+                                 Path("w.safetensors")},
+        std::vector<std::string>{"dequantize", "--tensor", "a", "--streams", "4", "--out",
+                                 Path("x.npy"), "--compare", Path("ref.npy")},
         std::vector<std::string>{"frobnicate"}, std::vector<std::string>{"--no-such-flag", "list"},
         std::vector<std::string>{}}) {
     SCOPED_TRACE(absl::StrJoin(args, " "));

@@ -186,6 +186,13 @@ def test_benchmark_runs_on_the_cpu_backend(client):
         assert float(row["median_seconds"]) > 0
 
 
+@pytest.mark.parametrize("streams", [0, -1, 65, 100000])
+def test_streams_outside_1_to_64_is_a_value_error_before_any_call(client, streams):
+    # 100000 used to open ~98000 one-element range RPCs, one thread each (new-user review).
+    with pytest.raises(ValueError, match=f"streams must be in 1..64 \\(or None\\), got {streams}"):
+        client.dequantize(LAYER_Q, streams=streams)
+
+
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
 @pytest.mark.parametrize("streams", [2, 3, 4, 7])
 def test_byte_range_streams_equal_one_stream(client, dtype, streams):

@@ -17,6 +17,10 @@ from .errors import DequantdError
 
 MiB = 1 << 20
 
+# Most parallel byte-range streams one dequantize() opens (the same bound as dequantctl --streams:
+# each stream is a thread and an RPC).
+MAX_STREAMS = 64
+
 # Channel defaults. Every response message of dequantd is at most 4 MiB (chunked streams); 64 MiB
 # leaves room for a large ListTensors/Benchmark answer. Sends: inline packed layers up to the
 # server's max_request_bytes (256 MiB by default). Keepalive every 5 minutes: gRPC servers by
@@ -332,7 +336,8 @@ class Client:
             as_torch: return a torch.Tensor (CPU) instead of a numpy array.
             streams: parallel byte-range streams for one result (DequantizeRequest.offset and
                 length; supports_byte_ranges() says whether this package's proto has them);
-                None or 1 = one stream.
+                None or 1 = one stream; at most MAX_STREAMS (64, as dequantctl --streams); other
+                values raise ValueError.
             progress: show a tqdm bar (bytes, bytes/s).
 
         Returns:
@@ -368,7 +373,9 @@ class Client:
                 scale_dtype=_scale_wire_dtype(scales, sc), qweight=qw.tobytes(),
                 qzeros=qz.tobytes(), scales=sc.tobytes()))
             desc = "inline layer"
-        n_streams = 1 if streams is None or not supports_byte_ranges() else max(1, int(streams))
+        if streams is not None and not 1 <= int(streams) <= MAX_STREAMS:
+            raise ValueError(f"streams must be in 1..{MAX_STREAMS} (or None), got {streams}")
+        n_streams = 1 if streams is None or not supports_byte_ranges() else int(streams)
         if n_streams > 1:
             return self._dequantize_ranges(request, n_streams, as_torch, progress, desc)
         bar = _Progress(progress, None, desc)
