@@ -98,7 +98,9 @@ struct FormatRow {
   const cuda::FormatKernels* cuda;  // nullptr when built without CUDA
 };
 
-// The row of `format`. Every Format has one.
+// The row of `format`. Every Format value has one; a value outside the enum (only a cast can
+// make one: ValidateShape refuses it with INVALID_ARGUMENT before any row is used) is a
+// programming error and aborts.
 const FormatRow& FormatRowOf(Format format);
 // Every row, in Format order.
 absl::Span<const FormatRow> FormatRows();
