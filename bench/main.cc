@@ -1,4 +1,4 @@
-// dequantd_bench: runs the benchmark method (benchmark/benchmark.h) and prints the table.
+// dequantd_bench: runs the benchmark method (measure/benchmark.h) and prints the table.
 //
 //   dequantd_bench [--shapes KxN,...] [--group-size 128] [--dtypes fp16,bf16,fp32]
 //                  [--variants v1_per_element,...] [--trials 5] [--runs 20] [--markdown]
@@ -7,7 +7,7 @@
 //   dequantd_bench --grouped MODEL [--dtypes fp16] [--runs R] [--device D] [--seed S]
 //                  [--peak-copy-mib MiB]
 //     (CUDA builds: every layer of MODEL, e.g. qwen2.5-1.5b, in one grouped launch;
-//     benchmark/grouped.h)
+//     measure/grouped.h)
 //
 // Exit status: 0 when every row is correct, 1 when a variant's output differed from the CPU
 // reference, 2 on a usage or run error.
@@ -25,14 +25,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "benchmark/benchmark.h"
 #include "build_commit.h"
+#include "measure/benchmark.h"
 #if defined(DEQUANTD_HAVE_CUDA)
-#include "benchmark/grouped.h"
+#include "measure/grouped.h"
 #endif
-#include "benchmark/table.h"
 #include "formats/tune_store.h"
 #include "kernels/autotune.h"
+#include "measure/table.h"
 
 namespace {
 

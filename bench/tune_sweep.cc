@@ -30,9 +30,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "benchmark/benchmark.h"
 #include "kernels/autotune.h"
 #include "kernels/cuda/autotune_cuda.h"
+#include "measure/benchmark.h"
 
 namespace dequantd::bench {
 namespace {
@@ -115,7 +115,7 @@ absl::StatusOr<Row> SweepOne(const Options& o, const TuneDevice& device, const Q
   const std::vector<LaunchConfig> candidates = cuda::CandidateConfigs(o.variant, shape, out);
   cuda::TuneOptions reference;
   reference.rounds = o.reference_rounds;
-  reference.sample_seconds = 5e-3;  // the benchmark's graph length (benchmark/benchmark_cuda.cu)
+  reference.sample_seconds = 5e-3;  // the benchmark's graph length (measure/benchmark_cuda.cu)
   reference.max_launches_per_sample = 2000;
   absl::StatusOr<std::vector<CandidateSamples>> swept =
       cuda::MeasureCandidates(o.variant, shape, out, objective, candidates, reference);

@@ -1,6 +1,6 @@
 // Running the parts of a CPU job on one std::thread each: the fork/join shared by the CPU
 // dequantization path (kernels/cpu_dequant.cc) and the CPU benchmark's copy yardstick
-// (benchmark/benchmark_cpu.cc), so both pay the same thread start-up.
+// (measure/benchmark_cpu.cc), so both pay the same thread start-up.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The Benchmark RPC's core: dequant.v1.BenchmarkRequest -> bench::BenchmarkRequest (limits,
-// defaults, model layers), the benchmark library (benchmark/benchmark.h) run one call at a time,
+// defaults, model layers), the benchmark library (measure/benchmark.h) run one call at a time,
 // and bench::BenchmarkResult -> dequant.v1.BenchmarkResponse. The service's handler stays thin
 // (service.h: BenchmarkRunner).
 #pragma once
@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "benchmark/benchmark.h"
 #include "dequant/v1/dequant.pb.h"
+#include "measure/benchmark.h"
 #include "server/checkpoint.h"
 #include "server/service.h"
 

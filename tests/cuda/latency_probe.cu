@@ -5,7 +5,7 @@
 //   events    start event, the operation, stop event (what dequantd_bench's latency column does)
 //   blocked   the same behind a kernel that spins until the host has enqueued all three, so the
 //             host's launch cost is not inside the events
-//   flushed   blocked, after benchmark/l2_flush.h's 4 x L2 read, so no dirty line of the previous
+//   flushed   blocked, after measure/l2_flush.h's 4 x L2 read, so no dirty line of the previous
 //   operation is
 //             written back during this one
 // for v4 as a programmatic dependent launch (as shipped), v4 without it, and a device-to-device
@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "benchmark/l2_flush.h"
 #include "kernels/cuda/dequant_kernels.cuh"
+#include "measure/l2_flush.h"
 #include "tests/cuda/check_cuda.h"
 
 namespace dequantd::cuda {
