@@ -31,6 +31,20 @@ absl::Status CheckLength(const char* field, std::string_view bytes, int64_t expe
       "packed.", field, " has ", actual, " bytes, expected ", expected, " (", formula, ")"));
 }
 
+// The format a request names: empty = awq_gemm; else FormatName's spelling, or INVALID_ARGUMENT
+// "packed.format 'x' is not known; served: 'awq_gemm'".
+absl::StatusOr<Format> FormatOf(const v1::InlinePackedTensor& packed) {
+  Format format = Format::kAwqGemm;
+  if (packed.format().empty() || ParseFormat(packed.format(), &format)) return format;
+  std::string known;
+  for (const FormatRow& row : FormatRows()) {
+    absl::StrAppend(&known, known.empty() ? "" : ", ", "'",
+                    absl::string_view(row.name.data(), row.name.size()), "'");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("packed.format '", packed.format(), "' is not known; served: ", known));
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> EffectiveChunkBytes(int64_t requested, int64_t default_bytes) {
@@ -102,16 +116,9 @@ v1::DType DTypeToProto(DType dtype) {
 
 absl::StatusOr<InlineTensor> InlineTensor::FromProto(const v1::InlinePackedTensor& packed,
                                                      int64_t max_request_bytes) {
-  Format format = Format::kAwqGemm;
-  if (!packed.format().empty() && !ParseFormat(packed.format(), &format)) {
-    std::string known;
-    for (const FormatRow& row : FormatRows()) {
-      absl::StrAppend(&known, known.empty() ? "" : ", ", "'",
-                      absl::string_view(row.name.data(), row.name.size()), "'");
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("packed.format '", packed.format(), "' is not known; served: ", known));
-  }
+  absl::StatusOr<Format> parsed = FormatOf(packed);
+  if (!parsed.ok()) return parsed.status();
+  const Format format = *parsed;
   const FormatRow& row = FormatRowOf(format);
   std::array<std::string_view, kMaxTensorRoles> parts{};
   const bool legacy =
@@ -162,11 +169,9 @@ absl::StatusOr<InlineTensor> InlineTensor::FromProto(const v1::InlinePackedTenso
 absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTensor& packed,
                                                      absl::Span<const std::string_view> parts,
                                                      int64_t max_request_bytes) {
-  Format format = Format::kAwqGemm;
-  if (!packed.format().empty() && !ParseFormat(packed.format(), &format)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("packed.format '", packed.format(), "' is not known"));
-  }
+  absl::StatusOr<Format> parsed = FormatOf(packed);
+  if (!parsed.ok()) return parsed.status();
+  const Format format = *parsed;
   const FormatRow& row = FormatRowOf(format);
   if (static_cast<int>(parts.size()) != row.role_count) {
     return absl::InvalidArgumentError(
