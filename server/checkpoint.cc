@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -212,6 +213,7 @@ int64_t RoundUpToAlignment(int64_t bytes) {
 struct Shard {
   std::unique_ptr<safetensors::MappedFile> map;
   int fd = -1;
+  int index = -1;  // in Checkpoint::shards()
   Shard() = default;
   Shard(const Shard&) = delete;
   Shard& operator=(const Shard&) = delete;
@@ -245,31 +247,8 @@ struct TensorRef {
   const safetensors::TensorEntry* entry = nullptr;
   const std::string& path() const { return shard->map->path(); }
   int64_t bytes() const { return entry->data_end - entry->data_begin; }
+  int64_t file_offset() const { return shard->map->header().data_start + entry->data_begin; }
 };
-
-// Reads the bytes of `ref` into `dst` with pread. DATA_LOSS naming the file and tensor if the
-// file is now shorter than its header says (truncated since the header was parsed).
-absl::Status ReadTensor(const TensorRef& ref, uint8_t* dst) {
-  const int64_t begin = ref.shard->map->header().data_start + ref.entry->data_begin;
-  const int64_t size = ref.bytes();
-  int64_t done = 0;
-  while (done < size) {
-    const size_t want = static_cast<size_t>(std::min<int64_t>(size - done, int64_t{1} << 30));
-    const ssize_t got = ::pread(ref.shard->fd, dst + done, want, begin + done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      return absl::ErrnoToStatus(errno,
-                                 absl::StrCat(ref.path(), ": read tensor '", ref.entry->name, "'"));
-    }
-    if (got == 0) {
-      return absl::DataLossError(
-          absl::StrCat(ref.path(), ": tensor '", ref.entry->name, "' ends at byte ", begin + size,
-                       " but the file ends at byte ", begin + done, ": truncated while loading?"));
-    }
-    done += got;
-  }
-  return absl::OkStatus();
-}
 
 // Issue 10: every tensor of `tensors` that is not a stored tensor (a role of `row`) of a layer in
 // `layer_prefixes`, as RawTensor index entries sorted by name. Errors: the errno of fstat.
@@ -290,15 +269,14 @@ absl::StatusOr<std::vector<RawTensor>> IndexRawTensors(
     if (::fstat(ref.shard->fd, &st) != 0) {
       return absl::ErrnoToStatus(errno, absl::StrCat("stat ", ref.path()));
     }
-    out.push_back(
-        RawTensor{.name = name,
-                  .dtype = ref.entry->dtype,
-                  .shape = ref.entry->shape,
-                  .file = ref.path(),
-                  .file_offset = ref.shard->map->header().data_start + ref.entry->data_begin,
-                  .bytes = ref.bytes(),
-                  .device = st.st_dev,
-                  .inode = st.st_ino});
+    out.push_back(RawTensor{.name = name,
+                            .dtype = ref.entry->dtype,
+                            .shape = ref.entry->shape,
+                            .file = ref.path(),
+                            .file_offset = ref.file_offset(),
+                            .bytes = ref.bytes(),
+                            .device = st.st_dev,
+                            .inode = st.st_ino});
   }
   return out;  // std::map iterates in name order
 }
@@ -327,15 +305,73 @@ void Checkpoint::AlignedFree::operator()(uint8_t* p) const {
 
 Checkpoint::~Checkpoint() = default;
 
+int DefaultLoadThreads() {
+  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+}
+
 int64_t Checkpoint::ReleaseHostCopies() {
-  if (copies_.empty()) return 0;
   int64_t freed = 0;
-  for (QuantizedLayer& layer : layers_) {
-    freed += layer.view.shape.packed_bytes();
-    layer.view.tensors.fill(nullptr);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (copies_[i] == nullptr) continue;
+    freed += layers_[i].view.shape.packed_bytes();
+    layers_[i].view.tensors.fill(nullptr);
+    copies_[i].reset();
   }
-  copies_.clear();
   return freed;
+}
+
+std::string Checkpoint::StoredTensorName(int64_t layer, int role) const {
+  const QuantizedLayer& l = layers_[static_cast<size_t>(layer)];
+  return absl::StrCat(l.name, ".", std::string(FormatRowOf(l.view.shape.format).roles[role]));
+}
+
+absl::StatusOr<int64_t> Checkpoint::ReadHostCopies(const std::vector<bool>& which, int threads,
+                                                   const std::atomic<bool>* cancel) {
+  constexpr int64_t kChunkBytes = int64_t{64} << 20;
+  std::vector<std::unique_ptr<uint8_t[], AlignedFree>> copies(layers_.size());
+  std::vector<std::array<uint8_t*, kMaxTensorRoles>> bases(layers_.size());
+  std::vector<ReadChunk> chunks;
+  int64_t total_bytes = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if ((!which.empty() && !which[i]) || copies_[i] != nullptr) continue;
+    const QuantizedLayer& layer = layers_[i];
+    const int roles = TensorRoleCount(layer.view.shape.format);
+    int64_t total = 0;
+    for (int r = 0; r < roles; ++r) total += RoundUpToAlignment(layer.stored[r].bytes);
+    copies[i].reset(
+        static_cast<uint8_t*>(::operator new[](static_cast<size_t>(std::max<int64_t>(total, 1)),
+                                               std::align_val_t{kCopyAlignment}, std::nothrow)));
+    if (copies[i] == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("layer '", layer.name, "': cannot allocate ", total, " bytes for its copy"));
+    }
+    int64_t at = 0;
+    for (int r = 0; r < roles; ++r) {
+      bases[i][r] = copies[i].get() + at;
+      at += RoundUpToAlignment(layer.stored[r].bytes);
+      AppendChunks(layer.stored[r].shard, layer.stored[r].offset, layer.stored[r].bytes,
+                   static_cast<int64_t>(i), r, kChunkBytes, &chunks);
+      total_bytes += layer.stored[r].bytes;
+    }
+  }
+  if (chunks.empty()) return 0;
+  absl::StatusOr<ShardReader> reader = ShardReader::Open(shards_);
+  if (!reader.ok()) return reader.status();
+  const absl::Status read = reader->Read(
+      chunks, threads > 0 ? threads : DefaultLoadThreads(),
+      [this](int64_t layer, int role) { return StoredTensorName(layer, role); },
+      [&](int, const ReadChunk& c) -> absl::StatusOr<uint8_t*> {
+        return bases[static_cast<size_t>(c.layer)][c.role] + c.tensor_offset;
+      },
+      [](int, const ReadChunk&, uint8_t*) { return absl::OkStatus(); }, cancel);
+  if (!read.ok()) return read;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (copies[i] == nullptr) continue;
+    for (int r = 0; r < TensorRoleCount(layers_[i].view.shape.format); ++r)
+      layers_[i].view.tensors[r] = bases[i][r];
+    copies_[i] = std::move(copies[i]);
+  }
+  return total_bytes;
 }
 
 const QuantizedLayer* Checkpoint::Find(std::string_view name) const {
@@ -345,7 +381,8 @@ const QuantizedLayer* Checkpoint::Find(std::string_view name) const {
   return it != layers_.end() && it->name == name ? &*it : nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& dir,
+                                                             const CheckpointLoad& load) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
     return absl::NotFoundError(absl::StrCat("checkpoint directory '", dir, "' not found"));
@@ -375,7 +412,15 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     }
     absl::StatusOr<std::unique_ptr<Shard>> shard = OpenShard(path);
     if (!shard.ok()) return shard.status();
-    const Shard* f = shard->get();
+    Shard* f = shard->get();
+    struct stat st;
+    if (::fstat(f->fd, &st) != 0)
+      return absl::ErrnoToStatus(errno, absl::StrCat("stat ", path.string()));
+    f->index = static_cast<int>(ckpt->shards_.size());
+    ckpt->shards_.push_back(ShardFile{.path = path.string(),
+                                      .device = st.st_dev,
+                                      .inode = st.st_ino,
+                                      .size = static_cast<int64_t>(st.st_size)});
     by_file[name] = f;
     for (const auto& [tensor, entry] : f->map->header().tensors) {
       const auto [it, inserted] = tensors.emplace(tensor, TensorRef{f, &entry});
@@ -421,29 +466,14 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       return absl::InvalidArgumentError(
           absl::StrCat(anchor_ref.path(), ": layer '", prefix, "': ", s.message()));
     }
-    // One owned buffer per layer: its tensors in role order, each 64-byte aligned.
-    std::vector<int64_t> offsets(refs.size());
-    int64_t total = 0;
-    for (size_t r = 0; r < refs.size(); ++r) {
-      offsets[r] = total;
-      total += RoundUpToAlignment(refs[r].bytes());
-    }
-    std::unique_ptr<uint8_t[], AlignedFree> copy(
-        static_cast<uint8_t*>(::operator new[](static_cast<size_t>(std::max<int64_t>(total, 1)),
-                                               std::align_val_t{kCopyAlignment}, std::nothrow)));
-    if (copy == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("layer '", prefix, "': cannot allocate ", total, " bytes for its copy"));
-    }
     QuantizedLayer layer;
     layer.name = prefix;
     layer.file = anchor_ref.path();
     layer.view.shape = shape;
     for (size_t r = 0; r < refs.size(); ++r) {
-      if (absl::Status s = ReadTensor(refs[r], copy.get() + offsets[r]); !s.ok()) return s;
-      layer.view.tensors[r] = copy.get() + offsets[r];
+      layer.stored[r] = StoredRange{
+          .shard = refs[r].shard->index, .offset = refs[r].file_offset(), .bytes = refs[r].bytes()};
     }
-    ckpt->copies_.push_back(std::move(copy));
     ckpt->layers_.push_back(std::move(layer));
   }
   if (ckpt->layers_.empty()) {
@@ -454,6 +484,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
             [](const QuantizedLayer& a, const QuantizedLayer& b) { return a.name < b.name; });
   for (size_t i = 0; i < ckpt->layers_.size(); ++i)
     ckpt->layers_[i].index = static_cast<int64_t>(i);
+  ckpt->copies_.resize(ckpt->layers_.size());
   std::set<std::string> layer_prefixes;
   for (const QuantizedLayer& layer : ckpt->layers_) layer_prefixes.insert(layer.name);
   absl::StatusOr<std::vector<RawTensor>> raw = IndexRawTensors(tensors, layer_prefixes, row);
@@ -462,6 +493,10 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   absl::StatusOr<std::string> config_text = ReadConfigText(root / kConfigFile);
   if (!config_text.ok()) return config_text.status();
   ckpt->config_json_ = *std::move(config_text);
+  if (load.host_copies) {
+    absl::StatusOr<int64_t> read = ckpt->ReadHostCopies({}, load.threads);
+    if (!read.ok()) return read.status();
+  }
   return ckpt;
 }
 

@@ -18,16 +18,21 @@
 // 128 where K % 128 == 0 and 64 elsewhere, as its config.json notes. Each layer then passes
 // ValidateShape (kernels/dequant.h). Every other tensor (embeddings, norms, biases, lm_head; any
 // dtype) is indexed as a RawTensor (server/raw_tensor.h): name, dtype, shape and byte range only,
-// its bytes read on demand. Memory: each layer's stored tensors are read (pread) into one buffer
-// the Checkpoint owns, 64-byte aligned, and every shard is closed before Open returns. The server
-// thus holds the packed model in host memory (its packed size), and truncating, rewriting or
-// deleting the files later cannot affect it (a memory map would SIGBUS on a truncated file). A
-// server whose backend keeps every layer on its GPUs frees these copies after the upload
-// (ReleaseHostCopies). The shard headers are parsed through a memory map that reads only the header
-// pages, so loading never holds the whole file mapped and copied at once; a file truncated during
-// Open is DATA_LOSS, not a crash.
+// its bytes read on demand.
+// Memory (issue 22): Open indexes the layers (each stored tensor's shard and byte range,
+// `QuantizedLayer::stored`) and, unless told not to, reads them into host copies the Checkpoint
+// owns (one 64-byte-aligned buffer per layer), with several threads (server/shard_reader.h).
+// A server whose backend holds layers on its GPUs opens without copies, uploads those layers
+// straight from the files through bounded pinned staging, and reads host copies only of the
+// layers no device holds (ReadHostCopies); so the packed model is never held twice. Once a
+// layer's copy is read, truncating, rewriting or deleting the files cannot affect it (a memory
+// map would SIGBUS on a truncated file). The shard headers are parsed through a memory map that
+// reads only the header pages; a file truncated, extended or replaced while it is read is
+// DATA_LOSS or ABORTED naming the file and tensor, not a crash.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,17 +45,37 @@
 #include "kernels/dequant.h"
 #include "kernels/format_registry.h"  // QuantizationConfig
 #include "server/raw_tensor.h"
+#include "server/shard_reader.h"
 
 namespace dequantd {
 
+// Where a stored tensor's bytes are in the checkpoint's files.
+struct StoredRange {
+  int shard = -1;      // index into Checkpoint::shards(); -1: not from a checkpoint
+  int64_t offset = 0;  // from the start of the file, bytes
+  int64_t bytes = 0;
+};
+
 struct QuantizedLayer {
   std::string name;  // prefix, e.g. "model.layers.0.mlp.down_proj"
-  QuantView view;    // host pointers into the Checkpoint's own copies; 64-byte aligned
-  std::string file;  // the safetensors file holding qweight
+  // Host pointers into the Checkpoint's own copies (64-byte aligned), or null for every role
+  // when the layer has no host copy (opened without copies, or released).
+  QuantView view;
+  std::array<StoredRange, kMaxTensorRoles> stored{};  // per role, in role order
+  std::string file;                                   // the safetensors file holding qweight
   // Its position in the owning Checkpoint's layers() (-1: not from a checkpoint). Backends use
   // it to find what they hold for the layer without hashing its name, after checking the name.
   int64_t index = -1;
 };
+
+// How Checkpoint::Open reads the layers.
+struct CheckpointLoad {
+  bool host_copies = true;  // read every layer into a host copy; false: index only
+  int threads = 0;          // reader threads for host copies; 0 = DefaultLoadThreads()
+};
+
+// min(8, hardware threads): enough to read page-cache or NVMe files at their rate.
+int DefaultLoadThreads();
 
 class Checkpoint {
  public:
@@ -63,7 +88,8 @@ class Checkpoint {
   // (truncated file, also while being read), ABORTED (a shard replaced while being opened),
   // RESOURCE_EXHAUSTED (no memory for a layer's copy).
   // Thread-safety: the returned object is immutable and safe to read from any thread.
-  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir,
+                                                          const CheckpointLoad& load = {});
   ~Checkpoint();
 
   const std::string& dir() const { return dir_; }
@@ -82,6 +108,22 @@ class Checkpoint {
   // already released).
   int64_t ReleaseHostCopies();
 
+  // Reads the host copy of every layer that `which` selects (all when empty) and has none, with
+  // `threads` threads (0 = DefaultLoadThreads()), setting its view's pointers. For the layers no
+  // device holds; call before the Checkpoint is shared with other threads. Returns the bytes
+  // read (the stored tensors' sizes). Errors: ShardReader's (ABORTED, DATA_LOSS naming file and
+  // tensor), RESOURCE_EXHAUSTED (no memory for a copy), CANCELLED (`cancel`).
+  absl::StatusOr<int64_t> ReadHostCopies(const std::vector<bool>& which = {}, int threads = 0,
+                                         const std::atomic<bool>* cancel = nullptr);
+  // True when layer `i` (a position in layers()) has its host copy.
+  bool has_host_copy(size_t i) const { return i < copies_.size() && copies_[i] != nullptr; }
+
+  // The shard files, as Open found them (path, identity, size): what QuantizedLayer::stored
+  // indexes. Read them through ShardReader, which checks they are still those files.
+  const std::vector<ShardFile>& shards() const { return shards_; }
+  // "<layer>.<role>": the name of a stored tensor, for errors.
+  std::string StoredTensorName(int64_t layer, int role) const;
+
   // Issue 10. The tensors that are not qweight/qzeros/scales of a layer, sorted by name (an
   // index; see server/raw_tensor.h). Not affected by ReleaseHostCopies.
   const std::vector<RawTensor>& raw_tensors() const { return raw_tensors_; }
@@ -97,7 +139,8 @@ class Checkpoint {
   struct AlignedFree {  // frees a 64-byte-aligned operator new[] block
     void operator()(uint8_t* p) const;
   };
-  std::vector<std::unique_ptr<uint8_t[], AlignedFree>> copies_;  // one per layer
+  std::vector<std::unique_ptr<uint8_t[], AlignedFree>> copies_;  // by layer position; null: none
+  std::vector<ShardFile> shards_;
   std::vector<QuantizedLayer> layers_;
   std::vector<RawTensor> raw_tensors_;
   std::string config_json_;

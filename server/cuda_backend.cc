@@ -96,7 +96,9 @@ class DeviceWorker {
   // keeps them resident.
   absl::Status Upload(const Checkpoint& checkpoint, const std::vector<bool>& keep) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    if (absl::Status s = model_.Upload(checkpoint, slots_->front().stream.get(), keep); !s.ok()) {
+    if (absl::Status s =
+            model_.Upload(checkpoint, slots_->front().stream.get(), keep, options_.load);
+        !s.ok()) {
       return s;
     }
     if (observer_ != nullptr) {

@@ -17,6 +17,7 @@
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/grouped_dequant.h"
 #include "kernels/dequant.h"
+#include "server/cuda/shard_upload.h"
 #include "server/device_placement.h"
 #include "server/failure_injection.h"
 
@@ -92,6 +93,9 @@ struct CudaBackendOptions {
   // output buffer it used to build is what bounded slabs replace), so it changes nothing; kept so
   // the server's option plumbing is unchanged.
   bool build_model_plan = false;
+  // How Prepare reads the layers that have no host copy (the server opens the checkpoint without
+  // copies): straight from the files through bounded pinned staging (server/cuda/shard_upload.h).
+  cuda::ShardUploadOptions load;
 };
 
 // Number of CUDA devices; 0 when there is no driver or no device.

@@ -58,9 +58,19 @@ ABSL_FLAG(std::string, devices, "all",
 ABSL_FLAG(std::string, placement, "auto",
           "auto (the whole model on every GPU when it fits, else split), replicated or split "
           "(layers split over the GPUs by bytes, contiguous in checkpoint order)");
+ABSL_FLAG(int, load_threads, 0,
+          "threads that read the checkpoint's files at start (0..256; 0 = min(8, hardware "
+          "threads))");
+ABSL_FLAG(int64_t, load_staging_bytes, int64_t{256} << 20,
+          "CUDA backend: pinned host memory that stages the upload from the files to the GPUs, "
+          "bytes (2 MiB.. half of the available memory; held during the load only): the packed "
+          "model is never copied into host memory");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
           "largest inline request accepted (qweight + qzeros + scales), bytes");
-ABSL_FLAG(int64_t, max_output_bytes, int64_t{16} << 30, "largest result served, bytes");
+ABSL_FLAG(int64_t, max_output_bytes, int64_t{16} << 30,
+          "largest result of one tensor (K * N * dtype size) served or benchmarked, bytes: a "
+          "call holds buffers of about its largest result; a whole-model DequantizeLayers of any "
+          "total size is served");
 ABSL_FLAG(std::string, tune_cache, "",
           "CUDA backend: the autotuner's cache file (versioned JSON, shared safely between "
           "servers); empty = $XDG_CACHE_HOME/dequantd/tune_cache.json, else "
@@ -271,6 +281,8 @@ int main(int argc, char** argv) {
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.devices = absl::GetFlag(FLAGS_devices);
   options.placement = absl::GetFlag(FLAGS_placement);
+  options.load_threads = absl::GetFlag(FLAGS_load_threads);
+  options.load_staging_bytes = absl::GetFlag(FLAGS_load_staging_bytes);
   // Tests only (server/failure_injection.h): make chosen GPUs fail at start or at a launch.
   if (const char* inject = std::getenv(std::string(dequantd::kInjectDeviceFailureEnv).c_str());
       inject != nullptr) {
@@ -310,8 +322,35 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // A shutdown signal during the load (tens of seconds for a large model) stops it: a watcher
+  // waits for one until Start returns, and the loader checks the flag between chunks.
+  std::atomic<bool> loading{true};
+  std::atomic<bool> cancel_load{false};
+  std::atomic<int> load_signal{0};
+  options.cancel_load = &cancel_load;
+  std::thread load_watcher([&] {
+    const timespec tick{.tv_sec = 0, .tv_nsec = 50'000'000};
+    while (loading.load()) {
+      const int got = sigtimedwait(&signals, nullptr, &tick);
+      if (got > 0) {
+        load_signal.store(got);
+        cancel_load.store(true);
+        return;
+      }
+    }
+  });
   absl::StatusOr<std::unique_ptr<dequantd::DequantServer>> server =
       dequantd::DequantServer::Start(options);
+  loading.store(false);
+  load_watcher.join();
+  if (load_signal.load() != 0) {
+    const int got = load_signal.load();
+    spdlog::info("signal {} (SIG{}) received while starting: stopped{}", got, sigabbrev_np(got),
+                 server.ok() ? "" : absl::StrCat(" (", server.status().ToString(), ")"));
+    if (server.ok()) (*server)->Shutdown(0);
+    spdlog::info("dequantd stopped");
+    return 0;
+  }
   if (!server.ok()) {
     spdlog::error("dequantd cannot start: {}", server.status().ToString());
     return 1;

@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "formats/tune_store.h"
 #include "kernels/autotune.h"
+#include "measure/memory_budget.h"
 #include "server/auth/server_security.h"
 #include "server/backend.h"
 #include "server/benchmark_service.h"
@@ -83,6 +84,37 @@ std::string DescribeDevices(const BackendInfo& info) {
   }
   if (info.devices.size() > 1) text = absl::StrCat(info.devices.size(), " x ", text);
   return text;
+}
+
+// The load (docs/architecture.md "Loading"): the backend uploads what its devices hold straight
+// from the files (Prepare), then the layers no device holds get host copies (all of them on the
+// CPU backend). Logs what was read, where, and how fast. CANCELLED when options.cancel_load.
+absl::Status LoadModel(Checkpoint& checkpoint, Backend& backend, const ServerOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (absl::Status s = backend.Prepare(checkpoint); !s.ok()) return s;
+  const auto uploaded = std::chrono::steady_clock::now();
+  std::vector<bool> host(checkpoint.layers().size());
+  int64_t device_bytes = 0;
+  for (size_t i = 0; i < host.size(); ++i) {
+    host[i] = !backend.IsResident(checkpoint.layers()[i]);
+    if (!host[i]) device_bytes += checkpoint.layers()[i].view.shape.packed_bytes();
+  }
+  absl::StatusOr<int64_t> host_bytes =
+      checkpoint.ReadHostCopies(host, options.load_threads, options.cancel_load);
+  if (!host_bytes.ok()) return host_bytes.status();
+  const auto done = std::chrono::steady_clock::now();
+  const auto rate = [](int64_t bytes, std::chrono::steady_clock::duration d) {
+    const double s = std::chrono::duration<double>(d).count();
+    return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0.0;
+  };
+  spdlog::info(
+      "loaded {} layers: {} MB packed to the devices in {:.2f} s ({:.2f} GB/s), {} MB into host "
+      "copies in {:.2f} s ({:.2f} GB/s)",
+      checkpoint.layers().size(), device_bytes >> 20,
+      std::chrono::duration<double>(uploaded - start).count(), rate(device_bytes, uploaded - start),
+      *host_bytes >> 20, std::chrono::duration<double>(done - uploaded).count(),
+      rate(*host_bytes, done - uploaded));
+  return absl::OkStatus();
 }
 
 // Largest --shutdown-deadline accepted (a day): far beyond any drain, far below overflow.
@@ -213,6 +245,25 @@ absl::Status CheckOptions(const ServerOptions& options) {
         "max_request_bytes (--max-request-bytes) must be in 1..", kMaxRequestBytesLimit,
         " (gRPC's largest message is ", INT_MAX,
         " bytes, less room for the request's other fields), got ", options.max_request_bytes));
+  }
+  if (options.load_threads < 0 || options.load_threads > kMaxLoadThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("load_threads (--load-threads) must be in 0..",
+                                                   kMaxLoadThreads,
+                                                   " (0 = min(8, hardware "
+                                                   "threads)), got ",
+                                                   options.load_threads));
+  }
+  if (options.load_staging_bytes < kMinLoadStagingBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "load_staging_bytes (--load-staging-bytes) must be at least ", kMinLoadStagingBytes,
+        " (two 1 MiB buffers), got ", options.load_staging_bytes));
+  }
+  if (const int64_t budget = bench::HostMemoryBudget(0);
+      budget > 0 && options.load_staging_bytes > budget) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("load_staging_bytes (--load-staging-bytes) = ", options.load_staging_bytes,
+                     " bytes of pinned staging is more than half of this host's available memory (",
+                     budget, " bytes): ask for less"));
   }
   if (options.max_output_bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -512,7 +563,10 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   auto server = std::make_unique<RunningServer>();
 
   if (!options.model_dir.empty()) {
-    absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(options.model_dir);
+    // Indexed only: the backend reads what it holds straight from the files (Prepare), and host
+    // copies are read below only for the layers no device holds.
+    absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(
+        options.model_dir, CheckpointLoad{.host_copies = false, .threads = options.load_threads});
     if (!checkpoint.ok()) return checkpoint.status();
     server->checkpoint_ = std::move(*checkpoint);
   }
@@ -537,6 +591,10 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
         MakeAutotuneLaunchConfigProvider(*server->autotuner_, tune_devices);
     // --pretune also builds the whole model's grouped fp16 plan (DequantizeLayers) in Prepare.
     backend_options.cuda.build_model_plan = options.pretune;
+    backend_options.cuda.load =
+        cuda::ShardUploadOptions{.threads = options.load_threads,
+                                 .staging_bytes = options.load_staging_bytes,
+                                 .cancel = options.cancel_load};
     absl::StatusOr<std::vector<int>> ordinals =
         ParseDeviceList(options.devices, static_cast<int>(tune_devices.size()));
     if (!ordinals.ok()) return ordinals.status();
@@ -565,13 +623,8 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   }
   server->metrics_->SetDevices(server->backend_info_);
   if (server->checkpoint_ != nullptr) {
-    if (absl::Status s = server->backend_->Prepare(*server->checkpoint_); !s.ok()) return s;
-    const std::vector<QuantizedLayer>& layers = server->checkpoint_->layers();
-    if (std::all_of(layers.begin(), layers.end(),
-                    [&](const QuantizedLayer& l) { return server->backend_->IsResident(l); })) {
-      const int64_t freed = server->checkpoint_->ReleaseHostCopies();
-      spdlog::info("every layer is resident on the device: freed the host copies ({} MB)",
-                   freed >> 20);
+    if (absl::Status s = LoadModel(*server->checkpoint_, *server->backend_, options); !s.ok()) {
+      return s;
     }
   }
   server->metrics_->SetModelLayers(server->layer_count());

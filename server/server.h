@@ -3,6 +3,7 @@
 // tests start it in-process on 127.0.0.1 with port 0.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,6 +29,10 @@ int GrpcReceiveLimitBytes(int64_t max_request_bytes);
 
 // The largest max_concurrent_streams accepted.
 inline constexpr int kMaxConcurrentStreamsLimit = 100000;
+// Largest --load-threads accepted.
+inline constexpr int kMaxLoadThreads = 256;
+// Smallest --load-staging-bytes accepted: two 1 MiB buffers for one reader thread.
+inline constexpr int64_t kMinLoadStagingBytes = int64_t{2} << 20;
 
 struct ServerOptions {
   std::string model_dir;  // checkpoint directory; empty = no model loaded
@@ -42,11 +47,19 @@ struct ServerOptions {
   // the cpu backend is INVALID_ARGUMENT.
   std::string devices = "all";
   std::string placement = "auto";  // auto, replicated or split: which GPU holds which layers
+  // Loading (issue 22; docs/architecture.md "Loading"): reader threads (0 = min(8, hardware
+  // threads); 1..kMaxLoadThreads) and the pinned staging the CUDA upload holds meanwhile
+  // (kMinLoadStagingBytes.. half of the host's available memory).
+  int load_threads = 0;
+  int64_t load_staging_bytes = int64_t{256} << 20;
+  // Set (by main's signal watcher) when a shutdown signal arrives during the load: Start stops
+  // reading and returns CANCELLED. May be null.
+  const std::atomic<bool>* cancel_load = nullptr;
   // Failure injection for tests (DEQUANTD_INJECT_DEVICE_FAILURE, server/failure_injection.h).
   std::string inject_device_failures;
   int64_t max_request_bytes = int64_t{256} << 20;  // inline packed bytes accepted per request;
                                                    // 1..kMaxRequestBytesLimit
-  int64_t max_output_bytes = int64_t{16} << 30;    // largest result served (bytes)
+  int64_t max_output_bytes = int64_t{16} << 30;    // largest result of one tensor (bytes)
   int64_t default_chunk_bytes = int64_t{1} << 20;  // streamed payload per message
   std::string tune_cache;                          // autotune cache file; empty = default location
   bool pretune = false;  // tune every layer of the model at start-up; CUDA: also build the

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "server/grpc_result_sink.h"
 #include "server/protobuf_errors.h"
 #include "server/quoted_name.h"
@@ -185,6 +186,19 @@ absl::Status ReadRequest(grpc::ServerContext* context, StallWatchdog* watchdog, 
   return absl::OkStatus();
 }
 
+// RESOURCE_EXHAUSTED when one tensor's result (K * N * sizeof(dtype)) is more than
+// max_output_bytes (--max-output-bytes); `tensor` names it (empty: an inline tensor).
+absl::Status CheckOutputBytes(const QuantShape& shape, DType dtype, int64_t max_output_bytes,
+                              absl::string_view tensor) {
+  const int64_t bytes = shape.output_bytes(dtype);
+  if (bytes <= max_output_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      tensor.empty() ? "the result" : absl::StrCat("the result of tensor ", QuotedName(tensor)),
+      " is ", bytes, " bytes (K * N * ", DTypeSize(dtype), " = ", shape.K, " * ", shape.N, " * ",
+      DTypeSize(dtype), "), more than the server's max_output_bytes = ", max_output_bytes,
+      " (--max-output-bytes: the largest result of one tensor)"));
+}
+
 absl::Status TooManyStreams(int max) {
   return absl::ResourceExhaustedError(absl::StrCat(
       "the server is serving its max_concurrent_streams = ", max,
@@ -236,13 +250,12 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   if (!out_dtype.ok()) return out_dtype.status();
 
   const QuantShape& shape = source.shape();
-  const int64_t output_bytes = shape.output_bytes(*out_dtype);
-  if (output_bytes > options_.max_output_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the result is ", output_bytes, " bytes (K * N * ", DTypeSize(*out_dtype),
-                     " = ", shape.K, " * ", shape.N, " * ", DTypeSize(*out_dtype),
-                     "), more than the server's max_output_bytes = ", options_.max_output_bytes));
+  if (absl::Status s = CheckOutputBytes(shape, *out_dtype, options_.max_output_bytes,
+                                        request.has_tensor() ? request.tensor() : "");
+      !s.ok()) {
+    return s;
   }
+  const int64_t output_bytes = shape.output_bytes(*out_dtype);
   absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
   if (!chunk_bytes.ok()) return chunk_bytes.status();
@@ -310,20 +323,19 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
       layers.push_back(layer);
     }
   }
+  // max_output_bytes bounds each tensor's result, what a call holds at once (the CUDA pipeline's
+  // slab buffers are max(slab, largest single result)); the sum over the layers holds nothing
+  // and is not limited: streamed results go through bounded slabs, region results into the
+  // client's own memory (issue 22).
   std::vector<ResultLayer> results;
   results.reserve(layers.size());
-  int64_t output_bytes = 0;
   for (const QuantizedLayer* layer : layers) {
-    output_bytes += layer->view.shape.output_bytes(*out_dtype);
+    if (absl::Status s =
+            CheckOutputBytes(layer->view.shape, *out_dtype, options_.max_output_bytes, layer->name);
+        !s.ok()) {
+      return s;
+    }
     results.push_back(ResultLayer{.tensor = layer->name, .shape = layer->view.shape});
-  }
-  if (output_bytes > options_.max_output_bytes) {
-    const std::string results =
-        layers.size() == 1 ? "the result of the 1 tensor is"
-                           : absl::StrCat("the results of the ", layers.size(), " tensors are");
-    return absl::ResourceExhaustedError(absl::StrCat(
-        results, " ", output_bytes,
-        " bytes, more than the server's max_output_bytes = ", options_.max_output_bytes));
   }
   absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);

@@ -33,7 +33,7 @@ using BenchmarkRunner = std::function<absl::StatusOr<dequant::v1::BenchmarkRespo
 struct ServiceOptions {
   std::string version;                             // reported by GetServerInfo, e.g. "0.1.0"
   int64_t max_request_bytes = int64_t{256} << 20;  // inline packed bytes accepted per request
-  int64_t max_output_bytes = int64_t{16} << 30;    // largest result served, bytes
+  int64_t max_output_bytes = int64_t{16} << 30;    // largest result of one tensor, bytes
   int64_t default_chunk_bytes = int64_t{1} << 20;  // payload per message when chunk_bytes is 0
   const Autotuner* autotuner = nullptr;            // the CUDA backend's, for GetServerInfo's
                                                    // autotune_* fields; null: none (not owned)
@@ -74,8 +74,9 @@ class DequantService final : public dequant::v1::DequantService::Service {
   grpc::Status DequantizeStream(grpc::ServerContext* context, ByteStream* stream);
   // Layers of the loaded model (empty list = all, in order), in one backend call. Errors:
   // INVALID_ARGUMENT (output_dtype; more than kMaxLayersPerRequest "tensors"), NOT_FOUND (a name,
-  // given), RESOURCE_EXHAUSTED (the results add up to more than max_output_bytes;
-  // max_concurrent_streams; device memory), CANCELLED, the backend's.
+  // given), RESOURCE_EXHAUSTED (one tensor's result over max_output_bytes, naming it; the sum
+  // over the layers is not limited; max_concurrent_streams; device memory), CANCELLED, the
+  // backend's.
   grpc::Status DequantizeLayersStream(grpc::ServerContext* context, LayersByteStream* stream);
   grpc::Status GetServerInfo(grpc::ServerContext* context,
                              const dequant::v1::GetServerInfoRequest* request,

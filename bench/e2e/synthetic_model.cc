@@ -8,6 +8,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "formats/safetensors.h"
 
 namespace dequantd::e2e {
@@ -54,8 +55,9 @@ std::vector<SyntheticLayer> MakeLayers(const std::vector<int64_t>& output_bytes,
   return layers;
 }
 
-absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::string>& names,
-                             const std::vector<const SyntheticLayer*>& layers) {
+namespace {
+
+absl::Status WriteConfig(const std::string& dir) {
   std::filesystem::create_directories(dir);
   std::ofstream config(std::filesystem::path(dir) / "config.json");
   config << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",)"
@@ -63,8 +65,15 @@ absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::stri
          << R"( "zero_point": true, "version": "gemm"}})" << '\n';
   config.close();
   if (!config) return absl::InternalError(absl::StrCat("cannot write ", dir, "/config.json"));
+  return absl::OkStatus();
+}
+
+// The three tensors of layers [begin, end).
+std::vector<safetensors::TensorToWrite> LayerTensors(
+    const std::vector<std::string>& names, const std::vector<const SyntheticLayer*>& layers,
+    size_t begin, size_t end) {
   std::vector<safetensors::TensorToWrite> tensors;
-  for (size_t i = 0; i < names.size(); ++i) {
+  for (size_t i = begin; i < end; ++i) {
     const SyntheticLayer& l = *layers[i];
     const int64_t words = l.shape.N / 8;
     tensors.push_back({names[i] + ".qweight", "I32", {l.shape.K, words}, Bytes(l.qweight)});
@@ -72,8 +81,55 @@ absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::stri
     tensors.push_back(
         {names[i] + ".scales", "F16", {l.shape.groups(), l.shape.N}, Bytes(l.scales)});
   }
+  return tensors;
+}
+
+}  // namespace
+
+absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::string>& names,
+                             const std::vector<const SyntheticLayer*>& layers) {
+  if (absl::Status s = WriteConfig(dir); !s.ok()) return s;
   return safetensors::WriteFile((std::filesystem::path(dir) / "model.safetensors").string(),
-                                tensors);
+                                LayerTensors(names, layers, 0, names.size()));
+}
+
+absl::Status WriteShardedCheckpoint(const std::string& dir, const std::vector<std::string>& names,
+                                    const std::vector<const SyntheticLayer*>& layers, int shards) {
+  if (absl::Status s = WriteConfig(dir); !s.ok()) return s;
+  int64_t total = 0;
+  for (const SyntheticLayer* l : layers) total += l->shape.packed_bytes();
+  std::ofstream index(std::filesystem::path(dir) / "model.safetensors.index.json");
+  index << R"({"metadata": {"total_size": )" << total << R"(}, "weight_map": {)";
+  size_t begin = 0;
+  int64_t written = 0;
+  bool first = true;
+  for (int s = 0; s < shards && begin < names.size(); ++s) {
+    // Layers until this shard's share of the total is reached (the last takes the rest).
+    size_t end = begin;
+    const int64_t target = total * (s + 1) / shards;
+    while (end < names.size() && (written < target || end == begin || s == shards - 1)) {
+      written += layers[end]->shape.packed_bytes();
+      ++end;
+    }
+    const std::string file = absl::StrFormat("model-%05d-of-%05d.safetensors", s + 1, shards);
+    if (absl::Status st = safetensors::WriteFile((std::filesystem::path(dir) / file).string(),
+                                                 LayerTensors(names, layers, begin, end));
+        !st.ok()) {
+      return st;
+    }
+    for (size_t i = begin; i < end; ++i) {
+      for (const char* role : {"qweight", "qzeros", "scales"}) {
+        index << (first ? "" : ", ") << '"' << names[i] << '.' << role << R"(": ")" << file << '"';
+        first = false;
+      }
+    }
+    begin = end;
+  }
+  index << "}}\n";
+  index.close();
+  if (!index)
+    return absl::InternalError(absl::StrCat("cannot write ", dir, "/model.safetensors.index.json"));
+  return absl::OkStatus();
 }
 
 absl::Status WriteCheckpoint(const std::string& dir, const std::vector<SyntheticLayer>& layers) {
@@ -93,15 +149,19 @@ int64_t SyntheticModel::fp16_bytes() const {
 }
 
 SyntheticModel MakeLlamaShapedModel(int blocks, int shrink, uint32_t seed) {
+  return MakeLlamaModel(kLlama8B, blocks, shrink, seed);
+}
+
+SyntheticModel MakeLlamaModel(const LlamaDims& dims, int blocks, int shrink, uint32_t seed) {
   struct Projection {
     const char* name;
     int64_t K, N;
   };
-  constexpr Projection kBlock[] = {
-      {"self_attn.q_proj", 4096, 4096}, {"self_attn.k_proj", 4096, 1024},
-      {"self_attn.v_proj", 4096, 1024}, {"self_attn.o_proj", 4096, 4096},
-      {"mlp.gate_proj", 4096, 14336},   {"mlp.up_proj", 4096, 14336},
-      {"mlp.down_proj", 14336, 4096}};
+  const int64_t h = dims.hidden, f = dims.intermediate, kv = dims.kv;
+  const Projection kBlock[] = {{"self_attn.q_proj", h, h},  {"self_attn.k_proj", h, kv},
+                               {"self_attn.v_proj", h, kv}, {"self_attn.o_proj", h, h},
+                               {"mlp.gate_proj", h, f},     {"mlp.up_proj", h, f},
+                               {"mlp.down_proj", f, h}};
   SyntheticModel model;
   std::mt19937 rng(seed);
   for (const Projection& p : kBlock) {

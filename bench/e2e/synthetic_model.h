@@ -46,10 +46,25 @@ struct SyntheticModel {
 // `shrink` must divide 1024 and leave K a multiple of 128 (1, 2, 4, 8: 14336 / 8 = 1792;
 // 16: 256/64/896, whose K 896 is 7 x 128).
 SyntheticModel MakeLlamaShapedModel(int blocks, int shrink, uint32_t seed);
+
+// A Llama model's projection sizes: hidden, intermediate and the k/v width (kv heads x 128).
+struct LlamaDims {
+  int64_t hidden = 4096;
+  int64_t intermediate = 14336;
+  int64_t kv = 1024;
+};
+inline constexpr LlamaDims kLlama8B{};  // 32 blocks: 224 layers, 3.75 GB packed
+inline constexpr LlamaDims kLlama70B{.hidden = 8192, .intermediate = 28672, .kv = 1024};
+// (80 blocks: 560 layers, 35.6 GB packed, 137 GB of fp16.) As MakeLlamaShapedModel, for `dims`.
+SyntheticModel MakeLlamaModel(const LlamaDims& dims, int blocks, int shrink, uint32_t seed);
 // Writes a checkpoint as WriteCheckpoint does, holding `data[i]`'s packed tensors under the layer
 // name `names[i]` (so layers can share data: a SyntheticModel's names and distinct data, plus
 // any other layers).
 absl::Status WriteCheckpoint(const std::string& dir, const std::vector<std::string>& names,
                              const std::vector<const SyntheticLayer*>& data);
+// The same in `shards` files model-0000i-of-0000S.safetensors (consecutive layers, about equal
+// sizes) with model.safetensors.index.json, as Hugging Face writes large checkpoints.
+absl::Status WriteShardedCheckpoint(const std::string& dir, const std::vector<std::string>& names,
+                                    const std::vector<const SyntheticLayer*>& data, int shards);
 
 }  // namespace dequantd::e2e

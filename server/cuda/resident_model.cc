@@ -7,11 +7,13 @@
 namespace dequantd::cuda {
 
 absl::Status ResidentModel::Upload(const Checkpoint& checkpoint, cudaStream_t stream,
-                                   const std::vector<bool>& keep) {
+                                   const std::vector<bool>& keep, const ShardUploadOptions& load) {
   layers_.clear();
   positions_.Assign(checkpoint.layers());
   resident_layers_ = 0;
   bytes_ = 0;
+  std::vector<int64_t> from_files;  // layers without a host copy: read from the shards
+  std::vector<uint8_t*> from_files_bases;
   for (size_t i = 0; i < checkpoint.layers().size(); ++i) {
     const QuantizedLayer& layer = checkpoint.layers()[i];
     if (!keep.empty() && !keep[i]) {
@@ -21,13 +23,29 @@ absl::Status ResidentModel::Upload(const Checkpoint& checkpoint, cudaStream_t st
     const PackedLayout layout(layer.view.shape);
     absl::StatusOr<UniqueDeviceMemory> memory = MakeDeviceMemory(layout.total_bytes);
     if (!memory.ok()) return memory.status();
-    absl::StatusOr<QuantView> view =
-        CopyPackedToDevice(layer.view, static_cast<uint8_t*>(memory->get()), stream);
-    if (!view.ok()) return view.status();
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    layers_.push_back(Layer{.memory = std::move(*memory), .view = *view});
+    uint8_t* base = static_cast<uint8_t*>(memory->get());
+    QuantView view;
+    if (layer.view.tensors[0] != nullptr) {
+      absl::StatusOr<QuantView> copied = CopyPackedToDevice(layer.view, base, stream);
+      if (!copied.ok()) return copied.status();
+      view = *copied;
+    } else {
+      view.shape = layer.view.shape;
+      for (int r = 0; r < TensorRoleCount(view.shape.format); ++r)
+        view.tensors[static_cast<size_t>(r)] = base + layout.offsets[static_cast<size_t>(r)];
+      from_files.push_back(static_cast<int64_t>(i));
+      from_files_bases.push_back(base);
+    }
+    layers_.push_back(Layer{.memory = std::move(*memory), .view = view});
     ++resident_layers_;
     bytes_ += layout.total_bytes;
+  }
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  if (absl::Status s = UploadFromShards(checkpoint, from_files, from_files_bases, load); !s.ok()) {
+    layers_.clear();  // nothing half-uploaded is served
+    resident_layers_ = 0;
+    bytes_ = 0;
+    return s;
   }
   return absl::OkStatus();
 }

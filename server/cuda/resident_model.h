@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "server/checkpoint.h"
 #include "server/cuda/cuda_objects.h"
+#include "server/cuda/shard_upload.h"
 
 namespace dequantd::cuda {
 
@@ -20,12 +21,14 @@ class ResidentModel {
  public:
   using LayerId = int64_t;
 
-  // Uploads the layers of `checkpoint` to the current device through `stream` (synchronously),
-  // replacing what was resident: every layer when `keep` is empty, else layer i when keep[i]
-  // (one flag per checkpoint layer; the placement of several GPUs). Errors: RESOURCE_EXHAUSTED
-  // (device memory), INTERNAL.
+  // Uploads the layers of `checkpoint` to the current device (synchronously), replacing what was
+  // resident: every layer when `keep` is empty, else layer i when keep[i] (one flag per
+  // checkpoint layer; the placement of several GPUs). A layer with a host copy is copied from it
+  // through `stream`; the others straight from the checkpoint's files (shard_upload.h, with
+  // `load`). Errors: RESOURCE_EXHAUSTED (device memory, pinned staging), UploadFromShards',
+  // INTERNAL.
   absl::Status Upload(const Checkpoint& checkpoint, cudaStream_t stream,
-                      const std::vector<bool>& keep = {});
+                      const std::vector<bool>& keep = {}, const ShardUploadOptions& load = {});
 
   // `layer`'s id when a layer of that name and shape is resident (LayerPositions::Find).
   std::optional<LayerId> Find(const QuantizedLayer& layer) const;

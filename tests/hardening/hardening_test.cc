@@ -369,19 +369,30 @@ TEST(GracefulShutdownTest, ThirtyTwoWholeModelStreamsAllArriveWhole) {
   struct Outcome {
     int64_t bytes = 0;
     int64_t total = 0;
+    int64_t messages = 0;
     grpc::Status status;
   };
   std::vector<Outcome> outcomes(kStreams);
   std::atomic<int> started{0};
+  // Every connection is up before the first call: gRPC stops accepting new connections while
+  // its memory quota is under pressure, which 31 streams in flight can cause on a slow machine,
+  // and a fail-fast call on a refused connection would end without a message.
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int id = 0; id < kStreams; ++id) {
+    grpc::ChannelArguments args;
+    args.SetInt("dequantd.test.connection", id);  // a connection of its own
+    channels.push_back(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server.port),
+                                                 grpc::InsecureChannelCredentials(), args));
+    ASSERT_TRUE(channels.back()->WaitForConnected(std::chrono::system_clock::now() +
+                                                  std::chrono::seconds(30)))
+        << "connection " << id;
+  }
   std::vector<std::thread> clients;
   for (int id = 0; id < kStreams; ++id) {
     clients.emplace_back([&, id] {
-      grpc::ChannelArguments args;
-      args.SetInt("dequantd.test.connection", id);  // a connection of its own
-      auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server.port),
-                                               grpc::InsecureChannelCredentials(), args);
-      auto stub = v1::DequantService::NewStub(channel);
+      auto stub = v1::DequantService::NewStub(channels[static_cast<size_t>(id)]);
       grpc::ClientContext context;
+      context.set_wait_for_ready(true);
       v1::DequantizeLayersRequest request;  // every layer
       request.set_output_dtype(v1::DTYPE_FP32);
       auto reader = stub->DequantizeLayers(&context, request);
@@ -392,6 +403,7 @@ TEST(GracefulShutdownTest, ThirtyTwoWholeModelStreamsAllArriveWhole) {
       while (reader->Read(&response)) {
         if (!counted) started.fetch_add(1);
         counted = true;
+        ++out.messages;
         if (response.has_header()) out.total += response.header().total_bytes();
         out.bytes += static_cast<int64_t>(response.data().size());
         if (id % 2 == 0) {  // a slow reader
@@ -402,15 +414,23 @@ TEST(GracefulShutdownTest, ThirtyTwoWholeModelStreamsAllArriveWhole) {
         }
       }
       out.status = reader->Finish();
+      if (!counted) started.fetch_add(1);  // ended before its first message: a failure below
     });
   }
-  while (started.load() < kStreams) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Every stream has its first message (or ended without one), or a minute has passed; SIGTERM
+  // either way, so that a stream refused at the start fails the test instead of hanging it.
+  const auto wait_until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (started.load() < kStreams && std::chrono::steady_clock::now() < wait_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(started.load(), kStreams) << "streams still without a first message after 60 s";
   ASSERT_EQ(::kill(server.process.pid(), SIGTERM), 0);
   for (std::thread& t : clients) t.join();
   for (int id = 0; id < kStreams; ++id) {
     EXPECT_TRUE(outcomes[id].status.ok())
         << "stream " << id << ": " << outcomes[id].status.error_code() << " "
-        << outcomes[id].status.error_message() << " after " << outcomes[id].bytes << " bytes";
+        << outcomes[id].status.error_message() << " after " << outcomes[id].bytes << " bytes in "
+        << outcomes[id].messages << " messages";
     EXPECT_EQ(outcomes[id].bytes, outcomes[id].total) << "stream " << id;
   }
   EXPECT_EQ(server.process.Wait(), 0) << server.process.output();

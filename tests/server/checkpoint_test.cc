@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <filesystem>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -337,6 +338,121 @@ TEST_F(CheckpointTest, ReleaseHostCopiesKeepsShapesAndNullsTheData) {
     EXPECT_EQ(awq::Scales(l.view), nullptr);
   }
   EXPECT_EQ((*ckpt)->ReleaseHostCopies(), 0);  // already released
+}
+
+// Issue 22: opened without copies, a layer has null views and its stored ranges name the shard
+// and the bytes of each tensor in the file; ReadHostCopies reads only the layers asked for (the
+// bytes read are the stored sizes, hand-computed), and again the rest.
+TEST_F(CheckpointTest, IndexOnlyOpenThenReadHostCopiesOfTheSelectedLayers) {
+  std::vector<OwnedTensor> t = Layer("a", 576, 64, 9);
+  Append(&t, Layer("b", 256, 128, 2, "BF16"));
+  const std::string path = dir_ + "/model.safetensors";
+  ASSERT_TRUE(Write(path, t).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt =
+      Checkpoint::Open(dir_, CheckpointLoad{.host_copies = false});
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  Checkpoint& c = **ckpt;
+  ASSERT_EQ(c.shards().size(), 1u);
+  EXPECT_EQ(c.shards()[0].path, path);
+  EXPECT_EQ(c.shards()[0].size, static_cast<int64_t>(std::filesystem::file_size(path)));
+  std::ifstream in(path, std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), {});
+  const char* roles[] = {"qweight", "qzeros", "scales"};
+  for (const QuantizedLayer& l : c.layers()) {
+    EXPECT_FALSE(c.has_host_copy(static_cast<size_t>(l.index)));
+    for (int r = 0; r < 3; ++r) {
+      SCOPED_TRACE(l.name + "." + roles[r]);
+      EXPECT_EQ(l.view.tensors[r], nullptr);
+      const StoredRange& range = l.stored[r];
+      const OwnedTensor& want = Named(t, l.name + "." + roles[r]);
+      EXPECT_EQ(range.shard, 0);
+      ASSERT_EQ(range.bytes, static_cast<int64_t>(want.bytes.size()));
+      ASSERT_LE(range.offset + range.bytes, static_cast<int64_t>(file.size()));
+      EXPECT_EQ(std::memcmp(file.data() + range.offset, want.bytes.data(), want.bytes.size()), 0);
+    }
+  }
+  // a: 18432 + 288 + 1152; b: 16384 + 128 + 512.
+  absl::StatusOr<int64_t> read = c.ReadHostCopies({true, false}, /*threads=*/2);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, 18432 + 288 + 1152);
+  EXPECT_TRUE(c.has_host_copy(0));
+  EXPECT_FALSE(c.has_host_copy(1));
+  ExpectSameBytes(awq::Qweight(c.layers()[0].view), Named(t, "a.qweight"));
+  ExpectSameBytes(awq::Qzeros(c.layers()[0].view), Named(t, "a.qzeros"));
+  ExpectSameBytes(awq::Scales(c.layers()[0].view), Named(t, "a.scales"));
+  EXPECT_EQ(awq::Qweight(c.layers()[1].view), nullptr);
+  read = c.ReadHostCopies();  // the rest: only b is read
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, 16384 + 128 + 512);
+  ExpectSameBytes(awq::Scales(c.layers()[1].view), Named(t, "b.scales"));
+  EXPECT_EQ(c.ReadHostCopies().value_or(-1), 0);  // nothing left to read
+}
+
+// Issue 22: a shard truncated between Open and the read is DATA_LOSS naming the file and the
+// tensor that is cut; nothing is read into the layers.
+TEST_F(CheckpointTest, ShardTruncatedBeforeTheReadIsDataLossNamingFileAndTensor) {
+  std::vector<OwnedTensor> t = Layer("a", 576, 64, 9);
+  const std::string path = dir_ + "/model.safetensors";
+  ASSERT_TRUE(Write(path, t).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt =
+      Checkpoint::Open(dir_, CheckpointLoad{.host_copies = false});
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const StoredRange qweight = (*ckpt)->layers()[0].stored[0];
+  ASSERT_EQ(::truncate(path.c_str(), qweight.offset + 100), 0);  // inside a.qweight
+  absl::StatusOr<int64_t> read = (*ckpt)->ReadHostCopies({}, /*threads=*/1);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss) << read.status();
+  EXPECT_THAT(read.status().message(), HasSubstr(path));
+  EXPECT_THAT(read.status().message(), HasSubstr("'a.qweight'"));
+  EXPECT_THAT(read.status().message(), HasSubstr("truncated while loading"));
+  EXPECT_FALSE((*ckpt)->has_host_copy(0));
+  EXPECT_EQ(awq::Qweight((*ckpt)->layers()[0].view), nullptr);
+}
+
+// Issue 22: a shard that grew (rewritten in place, larger) is DATA_LOSS naming it; one replaced
+// by another file of the same name is ABORTED; a set cancel flag is CANCELLED.
+TEST_F(CheckpointTest, ShardGrownReplacedOrLoadCancelledIsRefused) {
+  const std::string path = dir_ + "/model.safetensors";
+  ASSERT_TRUE(Write(path, Layer("a", 576, 64, 9)).ok());
+  const CheckpointLoad index_only{.host_copies = false};
+  absl::StatusOr<std::unique_ptr<Checkpoint>> grown = Checkpoint::Open(dir_, index_only);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  std::ofstream(path, std::ios::binary | std::ios::app) << std::string(4096, 'x');
+  absl::StatusOr<int64_t> read = (*grown)->ReadHostCopies();
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss) << read.status();
+  EXPECT_THAT(read.status().message(), HasSubstr(path));
+  EXPECT_THAT(read.status().message(), HasSubstr("changed size during the load"));
+
+  absl::StatusOr<std::unique_ptr<Checkpoint>> replaced = Checkpoint::Open(dir_, index_only);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  ASSERT_TRUE(Write(dir_ + "/other", Layer("a", 576, 64, 9)).ok());
+  ASSERT_EQ(::rename((dir_ + "/other").c_str(), path.c_str()), 0);
+  read = (*replaced)->ReadHostCopies();
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kAborted) << read.status();
+  EXPECT_THAT(read.status().message(), HasSubstr("was replaced"));
+
+  absl::StatusOr<std::unique_ptr<Checkpoint>> cancelled = Checkpoint::Open(dir_, index_only);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  const std::atomic<bool> cancel{true};
+  read = (*cancelled)->ReadHostCopies({}, 1, &cancel);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kCancelled) << read.status();
+  EXPECT_FALSE((*cancelled)->has_host_copy(0));
+}
+
+TEST(ShardReaderTest, AppendChunksCutsARangeIntoChunksOfAtMostTheSize) {
+  std::vector<ReadChunk> chunks;
+  AppendChunks(/*shard=*/2, /*file_offset=*/100, /*bytes=*/10, /*layer=*/7, /*role=*/1,
+               /*max_chunk_bytes=*/4, &chunks);
+  AppendChunks(0, 0, 0, 8, 0, 4, &chunks);  // an empty tensor: no chunk
+  ASSERT_EQ(chunks.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(chunks[i].shard, 2);
+    EXPECT_EQ(chunks[i].layer, 7);
+    EXPECT_EQ(chunks[i].role, 1);
+    EXPECT_EQ(chunks[i].file_offset, 100 + 4 * static_cast<int64_t>(i));
+    EXPECT_EQ(chunks[i].tensor_offset, 4 * static_cast<int64_t>(i));
+  }
+  EXPECT_EQ(chunks[0].bytes, 4);
+  EXPECT_EQ(chunks[2].bytes, 2);
 }
 
 TEST_F(CheckpointTest, GroupSizeMinusOneMeansOneGroup) {

@@ -122,8 +122,9 @@ class DequantServiceServicer(object):
         once every byte is there: its layer_headers hold every layer's header, in request order
         (`header` is unset); an error ends the call with its status and no message.
         Errors: INVALID_ARGUMENT (output_dtype, more than 10000 tensors), NOT_FOUND (a name, given),
-        RESOURCE_EXHAUSTED (the results add up to more than the server's max_output_bytes, or do not
-        fit device memory), FAILED_PRECONDITION (the server has no model loaded).
+        RESOURCE_EXHAUSTED (one layer's result is more than the server's max_output_bytes, which
+        bounds each tensor, not the sum: a whole model of any size is served; or a slab does not fit
+        device memory), FAILED_PRECONDITION (the server has no model loaded).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
