@@ -2,6 +2,8 @@
 // server (CPU backend) and read with the real DequantClient: every layer equals
 // DequantizeReference byte for byte, in request order with duplicates, with the right headers;
 // the empty list means every layer; NOT_FOUND, RESOURCE_EXHAUSTED and INVALID_ARGUMENT.
+#include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -134,6 +136,20 @@ TEST_F(LayersTest, ExactlyTenThousandNamesAreServed) {
   absl::StatusOr<std::vector<DequantizedTensor>> got = client().DequantizeLayersToMemory(
       Request(std::vector<std::string>(10000, layer(0).name), v1::DTYPE_FP32));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+}
+
+// Issue 22: a shutdown signal during the load (main sets ServerOptions::cancel_load) stops it:
+// Start returns CANCELLED and no server is left serving.
+TEST(LoadTest, ACancelledLoadIsCancelled) {
+  const std::string model = BundledModelDir();
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " is not there";
+  ServerOptions options;
+  options.model_dir = model;
+  const std::atomic<bool> cancel{true};
+  options.cancel_load = &cancel;
+  absl::StatusOr<std::unique_ptr<TestServer>> server = StartServer(options, "cpu");
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kCancelled) << server.status();
+  EXPECT_THAT(server.status().message(), HasSubstr("interrupted"));
 }
 
 // The CUDA backend's grouped launch, through a server started with backend "cuda" (skipped

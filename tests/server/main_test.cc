@@ -187,6 +187,26 @@ TEST(DequantdMainTest, OptionErrorsNameTheFlag) {
               HasSubstr("INVALID_ARGUMENT: metrics_listen (--metrics-listen) must be HOST:PORT"));
 }
 
+// Issue 22: the load's flags are checked at start, before anything is read.
+TEST(DequantdMainTest, LoadOptionErrorsNameTheFlag) {
+  const std::string common = "--model= --metrics-listen= --backend=cpu --listen=127.0.0.1:0 ";
+  ProcessResult run = RunDequantd(common + "--load-threads=257");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: load_threads (--load-threads) must be in "
+                                    "0..256 (0 = min(8, hardware threads)), got 257"));
+  run = RunDequantd(common + "--load-staging-bytes=1048576");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: load_staging_bytes (--load-staging-bytes) "
+                                    "must be at least 2097152 (two 1 MiB buffers), got 1048576"));
+  // Host memory too small for the staging asked for: 1 TiB here (24 GiB, or a CI runner).
+  run = RunDequantd(common + "--load-staging-bytes=1099511627776");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("RESOURCE_EXHAUSTED: load_staging_bytes (--load-staging-bytes) = "
+                        "1099511627776 bytes of pinned staging is more than half of this host's "
+                        "available memory"));
+}
+
 TEST(DequantdMainTest, DeviceOptionErrorsNameTheFlagOrVariable) {
   const std::string common = "--model= --metrics-listen= --listen=127.0.0.1:0 ";
   ProcessResult run = RunDequantd(common + "--backend=cpu --devices=0,x");

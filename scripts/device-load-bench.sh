@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Issue 22's load rows, run on the GPU machine from the repository root after `. .bundle/env.sh`
+# (a bundle holding dequantd and dequantd_load_bench; docs/performance.md "Loading"): writes a
+# Llama-3-70B-shaped checkpoint (35.6 GB, 8 shards) to LOAD_DIR unless it is there, then times
+# dequantd's start to serving beside the file read with the same threads, warm and dropped from
+# the page cache. Environment: LOAD_DIR (default /tmp/dequantd-l70b; must be on a disk for the
+# dropped rows), LOAD_MODEL (llama-70b | llama-8b), LOAD_THREADS (8), LOAD_EXTRA (dequantd flags,
+# comma-separated). Logs under $OUT (default ./out).
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+dir=${LOAD_DIR:-/tmp/dequantd-l70b}
+{ date -u; nvidia-smi -L; df -h "$(dirname "$dir")" /dev/shm; free -g; nproc; } 2>&1 | tee "$OUT/load_host.txt"
+dequantd_load_bench --dir "$dir" --model "${LOAD_MODEL:-llama-70b}" --threads "${LOAD_THREADS:-8}" \
+  --cold --dequantd "$(command -v dequantd)" --extra "${LOAD_EXTRA:-}" 2>&1 | tee "$OUT/load.txt"
+rc=${PIPESTATUS[0]}
+cp "$dir.dequantd.log" "$OUT/load_server.log" 2>/dev/null
+exit "$rc"
