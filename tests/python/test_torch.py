@@ -254,3 +254,69 @@ def test_the_server_config_has_no_quantization_config(client):
     assert (config.hidden_size, config.num_hidden_layers, config.tie_word_embeddings) == (
         576, 30, True)
     assert os.path.isdir(MODEL)
+
+
+# --- the CUDA region cache's bookkeeping, with a fake driver and server (no GPU here) -------
+
+class FakeServer:
+    def __init__(self):
+        self.registered, self.unregistered = [], []
+
+    def register_cuda_shared_memory(self, name, handle, device, size, offset=0):
+        assert len(handle) == 64 and offset == 0
+        self.registered.append((name, device, size))
+
+    def unregister_cuda_shared_memory(self, name, timeout=None):
+        self.unregistered.append(name)
+        return 1
+
+
+def fake_target(tensor, base, buffer_id, size=1 << 20, name="x"):
+    allocation = dt._cuda.Allocation(base=base, size=size, device=0, buffer_id=buffer_id,
+                                     ipc_capable=True, context=0)
+    return dt._Target(name, tensor, "bf16", tensor.numel() * 2, tuple(tensor.shape),
+                      allocation=allocation, offset=0)
+
+
+def test_one_registration_per_allocation_released_with_its_last_storage(monkeypatch):
+    import gc
+    monkeypatch.setattr(dt._cuda, "ipc_handle", lambda allocation: bytes(64))
+    server = FakeServer()
+    cache = dt.RegionCache(server)
+    a, b = torch.empty(4), torch.empty(4)
+    name = cache.region_for(fake_target(a, 0x1000, 7))
+    assert cache.region_for(fake_target(b, 0x1000, 7)) == name  # same allocation: cached
+    assert server.registered == [(name, 0, 1 << 20)] and cache.names() == [name]
+    del a
+    gc.collect()
+    assert server.unregistered == []  # b's storage still uses it
+    del b
+    gc.collect()
+    assert server.unregistered == [name] and cache.names() == []
+
+
+def test_a_new_allocation_at_a_cached_address_is_registered_anew(monkeypatch):
+    monkeypatch.setattr(dt._cuda, "ipc_handle", lambda allocation: bytes(64))
+    server = FakeServer()
+    cache = dt.RegionCache(server)
+    keep = [torch.empty(4), torch.empty(4)]
+    old = cache.region_for(fake_target(keep[0], 0x1000, 7))
+    new = cache.region_for(fake_target(keep[1], 0x1000, 8))  # freed and allocated again
+    assert new != old
+    assert server.unregistered == [old] and [r[0] for r in server.registered] == [old, new]
+    cache.forget([new])  # the server lost it (restart): no Unregister sent
+    assert server.unregistered == [old] and cache.names() == []
+    again = cache.region_for(fake_target(keep[1], 0x1000, 8))
+    cache.close()
+    assert server.unregistered == [old, again]
+
+
+def test_back_to_back_tensors_of_one_allocation_make_one_call():
+    flat = torch.empty(64, dtype=torch.bfloat16)
+    t = [fake_target(flat[i * 16:(i + 1) * 16], 0x1000, 1, name=f"l{i}") for i in range(4)]
+    for i, target in enumerate(t):
+        target.offset, target.nbytes = i * 32, 32
+    t[3].offset = 160  # a gap before the last
+    other = fake_target(flat[:16], 0x9000, 2, name="o")
+    runs = dt._runs([t[2], other, t[0], t[3], t[1]])
+    assert [[x.name for x in run] for run in runs] == [["l0", "l1", "l2"], ["l3"], ["o"]]

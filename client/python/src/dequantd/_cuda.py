@@ -145,7 +145,9 @@ def device_uuid(device: int) -> str:
     Raises CudaError."""
     lib = _driver()
     raw = (ctypes.c_ubyte * 16)()
+    handle = ctypes.c_int()
+    _check("cuDeviceGet", lib.cuDeviceGet(ctypes.byref(handle), ctypes.c_int(device)))
     fn = getattr(lib, "cuDeviceGetUuid_v2", None) or lib.cuDeviceGetUuid
-    _check("cuDeviceGetUuid", fn(ctypes.byref(raw), ctypes.c_int(device)))
+    _check("cuDeviceGetUuid", fn(ctypes.byref(raw), handle))
     h = bytes(raw).hex()
     return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"

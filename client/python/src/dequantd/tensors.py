@@ -172,7 +172,10 @@ def _check_cuda_targets(client: Any, targets: Sequence[_Target]) -> None:
     for t in targets:
         index = t.tensor.device.index if t.tensor.device.index is not None else 0
         try:
-            allocation = _cuda.allocation_of(t.tensor.data_ptr())
+            import torch  # pylint: disable=import-outside-toplevel
+
+            with torch.cuda.device(t.tensor.device):  # its context current on this thread
+                allocation = _cuda.allocation_of(t.tensor.data_ptr())
         except (_cuda.CudaError, ValueError) as e:
             raise ValueError(f"{t.name}: the tensor's memory is no exportable device "
                              f"allocation: {e}") from None
