@@ -23,6 +23,7 @@ transpose: a device copy on CUDA, exact); LoadReport.transposed says which path 
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -37,6 +38,8 @@ from .errors import DequantdError
 _DROP_CONFIG_KEYS = ("quantization_config", "dequantd_source")
 # Largest staging buffer of the (K, N) path, bytes (at least the largest layer).
 STAGING_BYTES = 1 << 30
+# ReadTensor calls in flight at once for the tensors that are not quantized layers.
+READ_STREAMS = 8
 _FLOATING = ("F16", "BF16", "F32", "F64")
 
 
@@ -270,9 +273,16 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     report.layer_bytes = total * element
 
     t0 = time.perf_counter()
-    for name in stored:
+    # Several ReadTensor streams at once (gRPC waits outside the GIL): the embeddings and an
+    # untied lm_head are the largest tensors of a model and ReadTensor has no byte ranges.
+    def fill(name: str) -> None:
         params[name].copy_(client.read_tensor(name, as_torch=True))
-        report.other_bytes += params[name].numel() * params[name].element_size()
+
+    with concurrent.futures.ThreadPoolExecutor(READ_STREAMS) as pool:
+        for future in [pool.submit(fill, name) for name in
+                       sorted(stored, key=lambda n: -others[n].bytes)]:
+            future.result()
+    report.other_bytes = sum(params[n].numel() * params[n].element_size() for n in stored)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     report.read_seconds = time.perf_counter() - t0
