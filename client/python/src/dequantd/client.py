@@ -315,7 +315,9 @@ class Client:
         r = self._unary(self._stub.GetServerInfo, pb.GetServerInfoRequest(),
                         self._timeout if timeout is ... else timeout)
         devices = [{"index": d.index, "name": d.name, "compute_capability": d.compute_capability,
-                    "memory_bytes": d.memory_bytes, "driver_version": d.driver_version}
+                    "memory_bytes": d.memory_bytes, "driver_version": d.driver_version,
+                    # A proto with DeviceInfo.uuid: the GPU as nvidia-smi names it ("" if not).
+                    "uuid": getattr(d, "uuid", "")}
                    for d in r.devices]
         config = json.loads(r.model_config_json) if r.model_config_json else {}
         return ServerInfo(version=r.version, backend=r.backend, devices=devices, model=r.model,
