@@ -320,3 +320,12 @@ def test_back_to_back_tensors_of_one_allocation_make_one_call():
     other = fake_target(flat[:16], 0x9000, 2, name="o")
     runs = dt._runs([t[2], other, t[0], t[3], t[1]])
     assert [[x.name for x in run] for run in runs] == [["l0", "l1", "l2"], ["l3"], ["o"]]
+
+
+def test_a_run_is_split_below_the_servers_output_limit(monkeypatch):
+    monkeypatch.setattr(dt, "MAX_CALL_BYTES", 64)
+    flat = torch.empty(64, dtype=torch.bfloat16)
+    t = [fake_target(flat[i * 16:(i + 1) * 16], 0x1000, 1, name=f"l{i}") for i in range(4)]
+    for i, target in enumerate(t):
+        target.offset, target.nbytes = i * 32, 32
+    assert [[x.name for x in run] for run in dt._runs(t)] == [["l0", "l1"], ["l2", "l3"]]

@@ -37,6 +37,9 @@ from .errors import DequantdError
 
 ORIENTATIONS = ("KN", "NK")
 ALIGNMENT = 16  # region offsets: a multiple of the kernels' widest store (the server's rule)
+# Most result bytes one DequantizeLayers region call carries: half the server's default
+# --max-output-bytes (16 GiB), which refuses larger calls with RESOURCE_EXHAUSTED.
+MAX_CALL_BYTES = 8 << 30
 
 _TORCH_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 _ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
@@ -346,14 +349,16 @@ def run(client: Any, targets: List[_Target], orientation: str) -> None:
 
 def _runs(targets: List[_Target]) -> List[List[_Target]]:
     """Targets grouped into runs of one allocation, one dtype, each tensor starting where the
-    previous one ends (one DequantizeLayers call each), in memory order."""
+    previous one ends, at most MAX_CALL_BYTES each (one DequantizeLayers call each), in memory
+    order."""
     ordered = sorted(targets, key=lambda t: (t.allocation.device, t.allocation.base, t.offset))
     runs: List[List[_Target]] = []
     for t in ordered:
         last = runs[-1][-1] if runs else None
         if (last is not None and last.allocation.base == t.allocation.base
                 and last.allocation.device == t.allocation.device and last.dtype == t.dtype
-                and last.offset + last.nbytes == t.offset):
+                and last.offset + last.nbytes == t.offset
+                and sum(x.nbytes for x in runs[-1]) + t.nbytes <= MAX_CALL_BYTES):
             runs[-1].append(t)
         else:
             runs.append([t])
