@@ -37,9 +37,10 @@ from .errors import DequantdError
 
 ORIENTATIONS = ("KN", "NK")
 ALIGNMENT = 16  # region offsets: a multiple of the kernels' widest store (the server's rule)
-# Most result bytes one DequantizeLayers region call carries: half the server's default
-# --max-output-bytes (16 GiB), which refuses larger calls with RESOURCE_EXHAUSTED.
-MAX_CALL_BYTES = 8 << 30
+# Most result bytes one DequantizeLayers region call carries. Servers since issue 22 part 1
+# bound each tensor's result by --max-output-bytes, not a call's sum; older ones refuse a call
+# whose results add up to more than it (16 GiB by default) with RESOURCE_EXHAUSTED.
+MAX_CALL_BYTES = 16 << 30
 
 _TORCH_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 _ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
