@@ -187,6 +187,7 @@ def main():
     def from_pretrained():
         try:
             import accelerate  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+            del accelerate  # only whether it is there: device_map needs it
             m = transformers.AutoModelForCausalLM.from_pretrained(
                 out, dtype=torch.bfloat16, device_map={"": device}, local_files_only=True)
             how = "device_map"
@@ -226,7 +227,7 @@ def main():
         print(rows[-1], flush=True)
         del loaded
 
-    print(f"\n| row | GB (bf16) | seconds | GB/s | note |\n| --- | --- | --- | --- | --- |")
+    print("\n| row | GB (bf16) | seconds | GB/s | note |\n| --- | --- | --- | --- | --- |")
     for label, seconds, nbytes, note in rows:
         print(f"| {label} | {nbytes / 1e9:.2f} | {seconds:.3f} | {nbytes / seconds / 1e9:.1f} | "
               f"{note} |")

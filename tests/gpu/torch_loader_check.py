@@ -160,7 +160,6 @@ def main():
     client = dequantd.Client(server.target)
     layers = client.list().layers
     big = max(layers, key=lambda l: l.in_features * l.out_features)
-    sq = next((l for l in layers if l.in_features == l.out_features), layers[0])
     rect = next(l for l in layers if l.in_features != l.out_features)
 
     def nan(shape, dtype=torch.bfloat16, device=dev):

@@ -233,8 +233,6 @@ class RegionCache:
 
     def region_for(self, target: _Target) -> str:
         """The region holding `target`'s tensor, registered now if needed; tracks its storage."""
-        import torch  # pylint: disable=import-outside-toplevel,unused-import
-
         allocation = target.allocation
         key = (allocation.device, allocation.base)
         with self._lock:

@@ -1,24 +1,26 @@
 """A ready transformers model from a dequantd server, filled in place (issue 23).
 
-    import dequantd, dequantd.torch
+    import dequantd, dequantd.torch, torch
     with dequantd.Client("127.0.0.1:50051") as c:
         model = dequantd.torch.load_model(c, device="cuda:0", dtype=torch.bfloat16)
 
-The model is built from the server's config.json (or `model`'s) without its quantization_config,
-with no parameter memory (meta device) and no weight initialisation; then its parameters are
-allocated on `device` and filled: every quantized linear's weight by dequantd (the kernel writes
-the GPU memory through CUDA IPC; a CPU model gets the streamed result written into its memory),
-every other tensor (embeddings, norms, biases, an untied lm_head) by ReadTensor, cast to `dtype`
-the way transformers casts a checkpoint's tensors. Weights are tied, the model is put in eval
-mode and returned. If anything fails (the server gone mid-load, a tensor missing), the error is
-raised and no model is returned: nothing half-filled escapes.
+The model's parameters are learnt from a meta-device build of the server's config.json (or
+`model`'s) without its quantization_config; then every parameter is allocated on `device` and
+filled: each quantized linear's weight by dequantd (on CUDA the kernel writes the GPU memory
+through CUDA IPC; a CPU model gets the streamed result written into its memory), every other
+tensor (embeddings, norms, biases, an untied lm_head) by ReadTensor, cast to `dtype` as
+transformers casts a checkpoint's tensors. transformers' from_pretrained(None, config=,
+state_dict=) then assembles the model around those tensors (no copy: it keeps them as the
+parameters), ties weights and computes the non-persistent buffers; the model is put in eval mode
+and returned. If anything fails (the server gone mid-load, a tensor missing), the error is raised
+and no model is returned: nothing half-filled escapes.
 
 Orientation: nn.Linear.weight is (N, K) = (out_features, in_features), AWQ's result (K, N). With
-a server that writes (N, K) results (the request orientation of issue 21, detected by
-Client._orientation_support) the kernel writes straight into the parameters, which are then views
-of one buffer (one region, one DequantizeLayers call). Until then each batch of layers is written
-as (K, N) into a staging buffer on `device` and transposed there by torch (`copy_` of the
-transpose: a device copy on CUDA, exact); LoadReport.transposed says which path ran.
+a server that writes (N, K) results (the request orientation of issue 21, feature-detected once
+per client) the kernel writes straight into the parameters, which are then views of one buffer
+(one region, one DequantizeLayers call per 16 GiB). Until then each batch of layers is written as
+(K, N) into a staging buffer on `device` and transposed there by torch (`copy_` of the transpose:
+a device copy on CUDA, exact); LoadReport.transposed says which path ran.
 """
 
 from __future__ import annotations
@@ -252,6 +254,7 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
         largest = max((layer.in_features * layer.out_features for _, layer in quantized),
                       default=0) * element
         batches = _batches(quantized, element, max(STAGING_BYTES, largest))
+        views: Dict[str, torch.Tensor] = {}
         staging = torch.empty(max((sum(layer.in_features * layer.out_features for _, layer in b)
                                    for b in batches), default=0), dtype=dtype, device=device)
         for batch in batches:
@@ -275,8 +278,8 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     t0 = time.perf_counter()
     # Several ReadTensor streams at once (gRPC waits outside the GIL): the embeddings and an
     # untied lm_head are the largest tensors of a model and ReadTensor has no byte ranges.
-    def fill(name: str) -> None:
-        params[name].copy_(client.read_tensor(name, as_torch=True))
+    def fill(name: str, into: Dict[str, torch.Tensor] = params) -> None:
+        into[name].copy_(client.read_tensor(name, as_torch=True))
 
     with concurrent.futures.ThreadPoolExecutor(READ_STREAMS) as pool:
         for future in [pool.submit(fill, name) for name in
