@@ -5,12 +5,15 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
+import threading
+import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
 
 from . import dtypes
+from . import tensors as tensors_module
 from ._proto import dequant_pb2 as pb
 from ._proto import dequant_pb2_grpc as pb_grpc
 from .errors import DequantdError
@@ -176,14 +179,19 @@ class _Assembler:
     consecutive from 0; all bytes received."""
 
     def __init__(self, name: str, code: str, shape: Tuple[int, ...], total: int,
-                 sequential: bool = True):
+                 sequential: bool = True, buffer: Optional[np.ndarray] = None):
         self.name, self.code, self.shape, self.total = name, code, shape, total
         self.sequential = sequential
         expected = int(np.prod(shape, dtype=np.int64)) * dtypes.element_bytes(code)
         if expected != total:
             raise DequantdError(grpc.StatusCode.DATA_LOSS,
                                 f"{name}: header total_bytes {total} != shape {shape} x {code}")
-        self.buffer = np.empty(total, dtype=np.uint8)
+        if buffer is not None and buffer.nbytes != total:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"{name}: the server's result is {total} bytes, the destination "
+                                f"{buffer.nbytes}")
+        # The caller's memory (a uint8 view of a tensor, dequantize_into_tensors) or our own.
+        self.buffer = buffer if buffer is not None else np.empty(total, dtype=np.uint8)
         self.received = 0
 
     def add(self, offset: int, data: bytes) -> None:
@@ -267,9 +275,16 @@ class Client:
         self._stream_timeout = stream_timeout
         self._metadata = tuple(metadata)
         self._chunk_bytes = chunk_bytes
+        self._lock = threading.Lock()
+        self._cuda_regions: Optional["tensors_module.RegionCache"] = None
+        self._orientation: Optional[Tuple[bool, str]] = None
 
     def close(self) -> None:
-        """Closes the channel; calls in flight are cancelled."""
+        """Unregisters the CUDA regions dequantize_into_tensor(s) registered (best effort: a
+        server that is gone holds none), then closes the channel; calls in flight are
+        cancelled."""
+        if self._cuda_regions is not None:
+            self._cuda_regions.close()
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -300,7 +315,9 @@ class Client:
         r = self._unary(self._stub.GetServerInfo, pb.GetServerInfoRequest(),
                         self._timeout if timeout is ... else timeout)
         devices = [{"index": d.index, "name": d.name, "compute_capability": d.compute_capability,
-                    "memory_bytes": d.memory_bytes, "driver_version": d.driver_version}
+                    "memory_bytes": d.memory_bytes, "driver_version": d.driver_version,
+                    # A proto with DeviceInfo.uuid: the GPU as nvidia-smi names it ("" if not).
+                    "uuid": getattr(d, "uuid", "")}
                    for d in r.devices]
         config = json.loads(r.model_config_json) if r.model_config_json else {}
         return ServerInfo(version=r.version, backend=r.backend, devices=devices, model=r.model,
@@ -473,16 +490,22 @@ class Client:
         finally:
             bar.close()
 
-    def _layer_results(self, request: Any, bar: Optional[_Progress] = None) -> Iterator[_Assembler]:
-        """The DequantizeLayers stream as one complete _Assembler per layer (raw bytes)."""
+    def _layer_results(self, request: Any, bar: Optional[_Progress] = None,
+                       buffers: Optional[Dict[str, np.ndarray]] = None) -> Iterator[_Assembler]:
+        """The DequantizeLayers stream as one complete _Assembler per layer (raw bytes; into
+        buffers[layer] when given: uint8 arrays of exactly the result's size)."""
         current: Optional[_Assembler] = None
         for message in self._stream(self._stub.DequantizeLayers, request):
             if message.HasField("header"):
                 if current is not None:
                     yield current.check()
                 h = message.header
+                if buffers is not None and h.tensor not in buffers:
+                    raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                        f"the stream carried layer {h.tensor!r}, not requested")
                 current = _Assembler(h.tensor, dtypes.safetensors_code(h.dtype), tuple(h.shape),
-                                     h.total_bytes)
+                                     h.total_bytes,
+                                     buffer=None if buffers is None else buffers[h.tensor])
             if message.data:
                 if current is None:
                     raise DequantdError(grpc.StatusCode.DATA_LOSS, "data before the header")
@@ -617,8 +640,14 @@ class Client:
                 region was unregistered during the call; ...), DATA_LOSS when the reply is not
                 one header naming the region.
         """
+        return self._region_call_into(region, layer, offset, dtype, None)
+
+    def _region_call_into(self, region: str, layer: str, offset: int, dtype: str,
+                          orientation: Optional[int]) -> RegionHeader:
         request = pb.DequantizeRequest(tensor=layer, output_dtype=dtypes.output_dtype(dtype),
                                        output_region=pb.OutputRegion(name=region, offset=offset))
+        if orientation is not None:
+            setattr(request, "orientation", orientation)
         reply = self._region_reply(self._stub.Dequantize, request, region)
         if not reply.HasField("header") or reply.layer_headers or reply.header.region != region:
             raise DequantdError(grpc.StatusCode.DATA_LOSS,
@@ -638,9 +667,15 @@ class Client:
             DequantdError: as dequantize_into; DATA_LOSS when the reply is not one message with
                 a header per requested layer, in order, naming the region.
         """
+        return self._region_layers_into(region, names, offset, dtype, None)
+
+    def _region_layers_into(self, region: str, names: Optional[Sequence[str]], offset: int,
+                            dtype: str, orientation: Optional[int]) -> List[RegionHeader]:
         request = pb.DequantizeLayersRequest(output_dtype=dtypes.output_dtype(dtype),
                                              output_region=pb.OutputRegion(name=region,
                                                                            offset=offset))
+        if orientation is not None:
+            setattr(request, "orientation", orientation)
         if names is not None:
             request.tensors.extend(names)
             if not request.tensors:
@@ -656,6 +691,81 @@ class Client:
                                 f"{len(headers)} layer headers do not match the {len(wanted)} "
                                 "requested layers and the region")
         return headers
+
+    # --- torch tensors the caller owns (issue 23) -------------------------------------------
+
+    def dequantize_into_tensor(self, layer: str, tensor: Any, *,
+                               orientation: str = "KN") -> Any:
+        """Dequantizes layer `layer` of the loaded model into `tensor` in place and returns it.
+
+        Args:
+            layer: a name from list().layers.
+            tensor: a contiguous torch.Tensor of dtype torch.float16, torch.bfloat16 or
+                torch.float32 (the output dtype follows it), shape (K, N) = (in_features,
+                out_features) for orientation "KN", (N, K) for "NK"; on a CUDA device the
+                server computes on (written by the kernel through CUDA IPC: the server must run
+                --backend=cuda --shared-memory=cuda|all on this host) or on the CPU (the
+                streamed result is written into its memory).
+            orientation: "KN" (AWQ's, the default) or "NK" (nn.Linear.weight's; needs a server
+                that writes (N, K) results, else ValueError: dequantd never transposes on the
+                host).
+
+        When this returns every byte is in the tensor (CUDA: visible to work enqueued
+        afterwards on any stream). See dequantize_into_tensors for errors and lifetimes.
+        """
+        self.dequantize_into_tensors({layer: tensor}, orientation=orientation)
+        return tensor
+
+    def dequantize_into_tensors(self, tensors: Dict[str, Any], *,
+                                orientation: str = "KN") -> Dict[str, Any]:
+        """Dequantizes many layers into torch tensors in place ({layer name: tensor}, each as
+        for dequantize_into_tensor) and returns the mapping. Every tensor is checked against
+        ListTensors and the server before any byte is written. CUDA tensors that lie back to
+        back in one allocation in memory order (e.g. views of one flat buffer) are written by one
+        DequantizeLayers call (one grouped launch); CPU tensors by one streamed call per dtype.
+
+        Lifetimes: the call holds the tensors until the reply (freeing them meanwhile is safe).
+        A CUDA allocation is exported (cuIpcGetMemHandle on its base, found with
+        cuPointerGetAttribute) and registered once, then cached; it is unregistered when the last
+        tensor storage that used it is freed, when a new allocation took its address, and on
+        close(). After a server restart the region is registered again and the call retried
+        once. A process that exits without close() leaves its regions on the server until its
+        --shared-memory-idle-release.
+
+        Raises:
+            TypeError: a value not a torch.Tensor; a dtype other than float16/bfloat16/float32.
+            ValueError: an unknown layer, a wrong shape (naming the expected (K, N) or (N, K)),
+                orientation "NK" on a server without (N, K) results, a non-contiguous tensor, a
+                device other than cuda/cpu, a GPU the server does not compute on, a CUDA tensor
+                and a server without the cuda backend or CUDA regions, memory that CUDA IPC
+                cannot export, a start not 16-byte aligned in its allocation, overlapping
+                tensors; each message names the layer.
+            DequantdError: the server's status (UNAVAILABLE, PERMISSION_DENIED for a peer on
+                another host, RESOURCE_EXHAUSTED: region limits, ...); DATA_LOSS when a reply
+                does not describe what was asked.
+        """
+        if not tensors:
+            return tensors
+        targets = tensors_module.check_targets(self, tensors, orientation)
+        tensors_module.run(self, targets, orientation)
+        return tensors
+
+    def cuda_regions(self) -> List[str]:
+        """Names of the CUDA regions this client registered for tensors and holds now."""
+        return [] if self._cuda_regions is None else self._cuda_regions.names()
+
+    def _regions_cache(self) -> "tensors_module.RegionCache":
+        with self._lock:
+            if self._cuda_regions is None:
+                self._cuda_regions = tensors_module.RegionCache(self)
+                weakref.finalize(self, self._cuda_regions.close)  # at exit, if still open
+            return self._cuda_regions
+
+    def _orientation_support(self) -> Tuple[bool, str]:
+        """(server writes (N, K) results, reason if not); probed once per client."""
+        if self._orientation is None:
+            self._orientation = tensors_module.probe_orientation(self)
+        return self._orientation
 
     def benchmark(self, *, shapes: Sequence[Tuple[int, int]] = (), tensors: Sequence[str] = (),
                   group_size: int = 0, variants: Sequence[str] = (),

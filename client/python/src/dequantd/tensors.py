@@ -1,0 +1,389 @@
+"""Dequantize into torch tensors the caller owns (issue 23): the checks, the CUDA-region cache and
+the calls behind Client.dequantize_into_tensor / Client.dequantize_into_tensors.
+
+CUDA tensors are written in place by the server's kernel through a CUDA IPC region: the tensor's
+allocation (found with cuPointerGetAttribute, dequantd._cuda) is exported once with
+cuIpcGetMemHandle, registered once (RegisterCudaSharedMemory) and cached; every later tensor in
+the same allocation is a byte offset in that region. CPU tensors get the normal streamed result
+written straight into their memory (a numpy view of the tensor's bytes; no second buffer).
+
+Lifetimes (docs/python-client.md, "Torch tensors"):
+- A call holds its tensors until the server's reply has come: freeing them during a call is
+  safe (the memory is released after the reply).
+- A registered allocation is unregistered when the last tensor storage that used it is freed
+  (a weakref finalizer on each storage), when a call finds that a new allocation took its
+  address (buffer-id check), and on Client.close().
+- A server restart loses every region: a call that gets NOT_FOUND for its region registers
+  the allocation again and is retried once.
+- A client process that exits without close() leaves its regions registered on the server until
+  the server's --shared-memory-idle-release or an Unregister (dequantd cannot see a client die).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import threading
+import weakref
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import grpc
+import numpy as np
+
+from . import _cuda
+from ._proto import dequant_pb2 as pb
+from .errors import DequantdError
+
+ORIENTATIONS = ("KN", "NK")
+ALIGNMENT = 16  # region offsets: a multiple of the kernels' widest store (the server's rule)
+# Most result bytes one DequantizeLayers region call carries. Servers since issue 22 part 1
+# bound each tensor's result by --max-output-bytes, not a call's sum; older ones refuse a call
+# whose results add up to more than it (16 GiB by default) with RESOURCE_EXHAUSTED.
+MAX_CALL_BYTES = 16 << 30
+
+_TORCH_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+_ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+_names = itertools.count()
+
+
+def orientation_nk_value() -> Optional[int]:
+    """The wire value of the (N, K) orientation when this package's proto has
+    DequantizeRequest.orientation and DequantizeLayersRequest.orientation (an enum with a value
+    whose name ends in "NK"); None otherwise."""
+    value = None
+    for message in (pb.DequantizeRequest, pb.DequantizeLayersRequest):
+        field = message.DESCRIPTOR.fields_by_name.get("orientation")
+        if field is None or field.enum_type is None:
+            return None
+        found = [v.number for v in field.enum_type.values if v.name.upper().endswith("NK")]
+        if not found:
+            return None
+        value = found[0]
+    return value
+
+
+def probe_orientation(client: Any) -> Tuple[bool, str]:
+    """Whether the server writes (N, K) results when asked: (supported, reason if not). A tiny
+    inline layer (K=16, N=8, G=16) asked for with the NK orientation must come back with header
+    shape [8, 16]; a server that predates the field ignores it and answers [16, 8]."""
+    nk = orientation_nk_value()
+    if nk is None:
+        return False, ("this dequantd package's proto has no DequantizeRequest.orientation "
+                       "(the request orientation of issue 21 has not landed)")
+    k, n, g = 16, 8, 16
+    request = pb.DequantizeRequest(packed=pb.InlinePackedTensor(
+        in_features=k, out_features=n, group_size=g, scale_dtype=pb.DTYPE_FP16,
+        qweight=bytes(k * n // 2), qzeros=bytes(n // 2), scales=bytes(2 * n)))
+    setattr(request, "orientation", nk)
+    try:
+        shapes = [tuple(m.header.shape) for m in client._stream(  # pylint: disable=protected-access
+            client._stub.Dequantize, request) if m.HasField("header")]  # pylint: disable=protected-access
+    except DequantdError as e:
+        return False, f"the server refused the orientation probe: {e}"
+    if shapes == [(n, k)]:
+        return True, ""
+    return False, (f"the server ignores the orientation field (a (K, N) = ({k}, {n}) probe came "
+                   f"back as {shapes}): it predates (N, K) results")
+
+
+@dataclasses.dataclass
+class _Target:
+    """One (layer, tensor) pair, checked. `nbytes` of the result; for CUDA tensors `allocation`
+    and `offset` (bytes from the allocation's base)."""
+    name: str
+    tensor: Any
+    dtype: str
+    nbytes: int
+    shape: Tuple[int, int]
+    allocation: Optional[_cuda.Allocation] = None
+    offset: int = 0
+
+
+def check_targets(client: Any, tensors: Mapping[str, Any], orientation: str) -> List[_Target]:
+    """Checks every (layer, tensor) of `tensors` against ListTensors and the server before any
+    byte is written. Raises TypeError (not a tensor, a dtype dequantd does not write) or
+    ValueError (unknown layer, shape, orientation, contiguity, device, alignment, overlap),
+    each naming the layer and the mismatch."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    if orientation not in ORIENTATIONS:
+        raise ValueError(f"orientation must be 'KN' ((K, N) = (in_features, out_features), "
+                         f"AWQ's) or 'NK' (nn.Linear's (out_features, in_features)), not "
+                         f"{orientation!r}")
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"tensors must be a mapping of layer name -> torch.Tensor, not "
+                        f"{type(tensors).__name__}")
+    listing = client.list()
+    layers = {layer.name: layer for layer in listing.layers}
+    targets = []
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
+        layer = layers.get(name)
+        if layer is None:
+            raise ValueError(f"{name}: not a quantized layer of the server's model "
+                             f"{listing.model!r} (Client.list().layers names its "
+                             f"{len(layers)} layers)")
+        dtype = _TORCH_DTYPES.get(str(tensor.dtype).replace("torch.", ""))
+        if dtype is None:
+            raise TypeError(f"{name}: dtype {tensor.dtype} is not one dequantd writes; use "
+                            "torch.float16, torch.bfloat16 or torch.float32")
+        k, n = layer.in_features, layer.out_features
+        want = (k, n) if orientation == "KN" else (n, k)
+        got = tuple(tensor.shape)
+        if got != want:
+            hint = ""
+            if orientation == "KN" and got == (n, k):
+                hint = (": that is nn.Linear's (N, K) orientation; pass orientation='NK' (needs a "
+                        "server that writes (N, K) results) or a (K, N) tensor")
+            elif orientation == "NK" and got == (k, n):
+                hint = ": that is AWQ's (K, N) orientation; pass orientation='KN'"
+            raise ValueError(f"{name}: tensor shape {got} != the layer's "
+                             f"{'(K, N)' if orientation == 'KN' else '(N, K)'} = {want}{hint}")
+        if not tensor.is_contiguous():
+            raise ValueError(f"{name}: tensor is not contiguous (strides {tuple(tensor.stride())}); "
+                             "dequantd writes row-major bytes: pass a contiguous tensor")
+        if tensor.device.type not in ("cuda", "cpu"):
+            raise ValueError(f"{name}: tensor on {tensor.device}; dequantd writes CUDA tensors "
+                             "(through CUDA IPC) and CPU tensors (streamed)")
+        targets.append(_Target(name, tensor, dtype, k * n * _ELEMENT_BYTES[dtype], want))
+
+    if orientation == "NK":
+        supported, reason = client._orientation_support()  # pylint: disable=protected-access
+        if not supported:
+            raise ValueError(f"orientation 'NK': {reason}; until then pass (K, N) tensors "
+                             "(orientation='KN') and use .T for nn.Linear")
+    cuda = [t for t in targets if t.tensor.device.type == "cuda"]
+    if cuda:
+        _check_cuda_targets(client, cuda)
+    _check_no_overlap(targets)
+    return targets
+
+
+def _check_cuda_targets(client: Any, targets: Sequence[_Target]) -> None:
+    info = client.info()
+    if info.backend != "cuda":
+        raise ValueError(f"{targets[0].name}: tensor on {targets[0].tensor.device} but the "
+                         f"server's backend is {info.backend!r}: CUDA tensors need a server run "
+                         "with --backend=cuda and --shared-memory=cuda (or all); pass CPU "
+                         "tensors to stream")
+    mode = client.shared_memory_status().mode
+    if mode not in ("cuda", "all"):
+        raise ValueError(f"{targets[0].name}: the server runs with --shared-memory={mode}; CUDA "
+                         "tensors need --shared-memory=cuda or all")
+    by_index = {d["index"]: d for d in info.devices}
+    for t in targets:
+        index = t.tensor.device.index if t.tensor.device.index is not None else 0
+        try:
+            import torch  # pylint: disable=import-outside-toplevel
+
+            with torch.cuda.device(t.tensor.device):  # its context current on this thread
+                allocation = _cuda.allocation_of(t.tensor.data_ptr())
+        except (_cuda.CudaError, ValueError) as e:
+            raise ValueError(f"{t.name}: the tensor's memory is no exportable device "
+                             f"allocation: {e}") from None
+        device = by_index.get(allocation.device)
+        uuid = device.get("uuid") if device else None
+        if device is None or (uuid and uuid != _cuda.device_uuid(allocation.device)):
+            raise ValueError(f"{t.name}: tensor on cuda:{index}, a GPU the server does not "
+                             f"compute on (its devices: {sorted(by_index)}; client and server "
+                             "must see the same CUDA_VISIBLE_DEVICES)")
+        if not allocation.ipc_capable:
+            raise ValueError(f"{t.name}: the tensor's allocation cannot be exported with CUDA "
+                             "IPC (torch's expandable segments? unset "
+                             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)")
+        t.allocation = allocation
+        t.offset = t.tensor.data_ptr() - allocation.base
+        if t.offset % ALIGNMENT:
+            raise ValueError(f"{t.name}: the tensor starts {t.offset} bytes into its allocation, "
+                             f"not a multiple of {ALIGNMENT} (the server's region offsets are)")
+
+
+def _check_no_overlap(targets: Sequence[_Target]) -> None:
+    spans = sorted((t.tensor.data_ptr(), t.tensor.data_ptr() + t.nbytes, t.name)
+                   for t in targets)
+    for (_, end, a), (begin, _, b) in zip(spans, spans[1:]):
+        if begin < end:
+            raise ValueError(f"{a} and {b}: their tensors overlap in memory")
+
+
+@dataclasses.dataclass
+class _Region:
+    """One registered allocation: region `name` covers [base, base + size) of `allocation`;
+    `storages` the finalizers of the tensor storages that used it (keyed by id)."""
+    name: str
+    allocation: _cuda.Allocation
+    storages: Dict[int, Any] = dataclasses.field(default_factory=dict)
+
+
+class RegionCache:
+    """A client's registered CUDA allocations, keyed by (device, base). Thread-safe (one
+    re-entrant lock: a finalizer can run inside a locked section on the same thread)."""
+
+    def __init__(self, client: Any):
+        self._client = weakref.ref(client)
+        self._lock = threading.RLock()
+        self._regions: Dict[Tuple[int, int], _Region] = {}
+        self._closed = False
+
+    def names(self) -> List[str]:
+        with self._lock:
+            return sorted(r.name for r in self._regions.values())
+
+    def region_for(self, target: _Target) -> str:
+        """The region holding `target`'s tensor, registered now if needed; tracks its storage."""
+        allocation = target.allocation
+        key = (allocation.device, allocation.base)
+        with self._lock:
+            region = self._regions.get(key)
+            if region is not None and (region.allocation.buffer_id != allocation.buffer_id
+                                       or region.allocation.size != allocation.size):
+                self._release(key)  # freed, and a new allocation took the address
+                region = None
+            if region is None:
+                region = self._register(allocation)
+                self._regions[key] = region
+            # The storage's Python object outlives this call only where torch preserves it
+            # (torch >= 2.1: one object per storage); else the tensor is watched instead.
+            storage = target.tensor.untyped_storage()
+            owner = storage if target.tensor.untyped_storage() is storage else target.tensor
+            if id(owner) not in region.storages:
+                region.storages[id(owner)] = weakref.finalize(
+                    owner, self._storage_freed, key, id(owner), region.name)
+                region.storages[id(owner)].atexit = False
+            return region.name
+
+    def release_tensor(self, tensor: Any) -> None:
+        """Unregisters the region holding `tensor`'s allocation now, if one is registered (the
+        loader does this once the model is filled: the model's memory then has no server
+        mapping)."""
+        allocation = _cuda.allocation_of(tensor.data_ptr())
+        with self._lock:
+            if (allocation.device, allocation.base) in self._regions:
+                self._release((allocation.device, allocation.base))
+
+    def _register(self, allocation: _cuda.Allocation) -> _Region:
+        client = self._client()
+        name = f"dequantd-py.{os.getpid()}.{id(self):x}.{next(_names)}"
+        client.register_cuda_shared_memory(name, _cuda.ipc_handle(allocation),
+                                           allocation.device, allocation.size, offset=0)
+        return _Region(name, allocation)
+
+    def forget(self, names: Sequence[str]) -> None:
+        """Drops regions the server no longer has (after a restart) without an Unregister; the
+        next region_for registers their allocations again."""
+        with self._lock:
+            for key in [k for k, r in self._regions.items() if r.name in names]:
+                for fin in self._regions.pop(key).storages.values():
+                    fin.detach()
+
+    def _storage_freed(self, key: Tuple[int, int], storage_id: int, name: str) -> None:
+        with self._lock:
+            region = self._regions.get(key)
+            if region is None or region.name != name:
+                return
+            region.storages.pop(storage_id, None)
+            if not region.storages:
+                self._release(key)
+
+    def _release(self, key: Tuple[int, int]) -> None:
+        region = self._regions.pop(key)
+        for fin in region.storages.values():
+            fin.detach()
+        client = self._client()
+        if client is None or self._closed:
+            return
+        try:
+            client.unregister_cuda_shared_memory(region.name, timeout=5.0)
+        except DequantdError:
+            pass  # the server is gone or restarted: it holds no region of ours any more
+
+    def close(self) -> None:
+        """Unregisters every region (Client.close)."""
+        with self._lock:
+            for key in list(self._regions):
+                self._release(key)
+            self._closed = True
+
+
+def _torch_bytes(tensor: Any) -> np.ndarray:
+    """A writable uint8 numpy view of a contiguous CPU tensor's bytes (no copy)."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    return tensor.detach().reshape(-1).view(torch.uint8).numpy()
+
+
+def run(client: Any, targets: List[_Target], orientation: str) -> None:
+    """Writes every target: CUDA ones through regions (consecutive tensors of one allocation in
+    one DequantizeLayers call), CPU ones through one streamed DequantizeLayers per dtype."""
+    nk = orientation_nk_value() if orientation == "NK" else None
+    cpu = [t for t in targets if t.allocation is None]
+    for dtype in sorted({t.dtype for t in cpu}):
+        group = {t.name: _torch_bytes(t.tensor) for t in cpu if t.dtype == dtype}
+        request = pb.DequantizeLayersRequest(output_dtype=_wire(dtype), tensors=list(group),
+                                             chunk_bytes=client._chunk_bytes)  # pylint: disable=protected-access
+        if nk is not None:
+            setattr(request, "orientation", nk)
+        seen = []
+        for result in client._layer_results(request, buffers=group):  # pylint: disable=protected-access
+            seen.append(result.name)
+        if seen != list(group):
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"streamed layers {seen} != the requested {list(group)}")
+    cuda = [t for t in targets if t.allocation is not None]
+    if not cuda:
+        return
+    try:
+        _run_regions(client, cuda, nk)
+    except DequantdError as e:
+        mine = client._regions_cache().names()  # pylint: disable=protected-access
+        if e.code != grpc.StatusCode.NOT_FOUND or not any(f'"{n}"' in e.message for n in mine):
+            raise
+        # The server lost our region (a restart): register again and retry once.
+        held = {r.name for r in client.shared_memory_status().regions}
+        client._regions_cache().forget([n for n in mine if n not in held])  # pylint: disable=protected-access
+        _run_regions(client, cuda, nk)
+
+
+def _runs(targets: List[_Target]) -> List[List[_Target]]:
+    """Targets grouped into runs of one allocation, one dtype, each tensor starting where the
+    previous one ends, at most MAX_CALL_BYTES each (one DequantizeLayers call each), in memory
+    order."""
+    ordered = sorted(targets, key=lambda t: (t.allocation.device, t.allocation.base, t.offset))
+    runs: List[List[_Target]] = []
+    for t in ordered:
+        last = runs[-1][-1] if runs else None
+        if (last is not None and last.allocation.base == t.allocation.base
+                and last.allocation.device == t.allocation.device and last.dtype == t.dtype
+                and last.offset + last.nbytes == t.offset
+                and sum(x.nbytes for x in runs[-1]) + t.nbytes <= MAX_CALL_BYTES):
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    return runs
+
+
+def _run_regions(client: Any, targets: List[_Target], nk: Optional[int]) -> None:
+    cache = client._regions_cache()  # pylint: disable=protected-access
+    for run_ in _runs(targets):
+        region = cache.region_for(run_[0])
+        for t in run_[1:]:
+            cache.region_for(t)  # tracks every storage of the run
+        first = run_[0]
+        if len(run_) == 1:
+            headers = [client._region_call_into(region, first.name, first.offset, first.dtype, nk)]  # pylint: disable=protected-access
+            headers[0] = dataclasses.replace(headers[0], tensor=first.name)
+        else:
+            headers = client._region_layers_into(region, [t.name for t in run_], first.offset,  # pylint: disable=protected-access
+                                                 first.dtype, nk)
+        for t, h in zip(run_, headers):
+            if h.region_offset != t.offset or tuple(h.shape) != t.shape or h.total_bytes != t.nbytes:
+                raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                    f"{t.name}: the server wrote {h.shape} ({h.total_bytes} "
+                                    f"bytes) at offset {h.region_offset}, expected {t.shape} "
+                                    f"({t.nbytes} bytes) at {t.offset}")
+
+
+def _wire(dtype: str) -> int:
+    return {"fp16": pb.DTYPE_FP16, "bf16": pb.DTYPE_BF16, "fp32": pb.DTYPE_FP32}[dtype]

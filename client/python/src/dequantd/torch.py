@@ -1,0 +1,307 @@
+"""A ready transformers model from a dequantd server, filled in place (issue 23).
+
+    import dequantd, dequantd.torch, torch
+    with dequantd.Client("127.0.0.1:50051") as c:
+        model = dequantd.torch.load_model(c, device="cuda:0", dtype=torch.bfloat16)
+
+The model's parameters are learnt from a meta-device build of the server's config.json (or
+`model`'s) without its quantization_config; then every parameter is allocated on `device` and
+filled: each quantized linear's weight by dequantd (on CUDA the kernel writes the GPU memory
+through CUDA IPC; a CPU model gets the streamed result written into its memory), every other
+tensor (embeddings, norms, biases, an untied lm_head) by ReadTensor, cast to `dtype` as
+transformers casts a checkpoint's tensors. transformers' from_pretrained(None, config=,
+state_dict=) then assembles the model around those tensors (no copy: it keeps them as the
+parameters), ties weights and computes the non-persistent buffers; the model is put in eval mode
+and returned. If anything fails (the server gone mid-load, a tensor missing), the error is raised
+and no model is returned: nothing half-filled escapes.
+
+Orientation: nn.Linear.weight is (N, K) = (out_features, in_features), AWQ's result (K, N). With
+a server that writes (N, K) results (the request orientation of issue 21, feature-detected once
+per client) the kernel writes straight into the parameters, which are then views of one buffer
+(one region, one DequantizeLayers call per 16 GiB). Until then each batch of layers is written as
+(K, N) into a staging buffer on `device` and transposed there by torch (`copy_` of the transpose:
+a device copy on CUDA, exact); LoadReport.transposed says which path ran.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import time
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from . import dtypes
+from .client import Client, LayerInfo
+from .errors import DequantdError
+
+# Config keys that describe the quantized checkpoint, not the model: dropped.
+_DROP_CONFIG_KEYS = ("quantization_config", "dequantd_source")
+# Largest staging buffer of the (K, N) path, bytes (at least the largest layer).
+STAGING_BYTES = 1 << 30
+# ReadTensor calls in flight at once for the tensors that are not quantized layers.
+READ_STREAMS = 8
+_FLOATING = ("F16", "BF16", "F32", "F64")
+
+
+@dataclasses.dataclass
+class LoadReport:
+    """What load_model did: seconds per phase (`build`: meta model; `allocate`: parameter
+    memory; `dequantize`: every quantized layer, registration included; `read`: every other
+    tensor; `assemble`: transformers' from_pretrained over those tensors), the bytes written per
+    kind, the number of calls, whether the layers went through a (K, N) staging buffer and a
+    transpose on the device (`transposed`), and how many of the model's parameters are the
+    tensors dequantd filled, not copies (`in_place`: every parameter when transformers kept
+    them)."""
+    build_seconds: float = 0.0
+    allocate_seconds: float = 0.0
+    dequantize_seconds: float = 0.0
+    read_seconds: float = 0.0
+    total_seconds: float = 0.0
+    layer_bytes: int = 0
+    other_bytes: int = 0
+    layers: int = 0
+    others: int = 0
+    dequantize_calls: int = 0
+    transposed: bool = False
+    device: str = ""
+    assemble_seconds: float = 0.0
+    in_place: int = 0
+
+
+class LoadError(RuntimeError):
+    """load_model could not build a model: a parameter with no tensor on the server, a shape that
+    does not match the config, ... (server failures are DequantdError)."""
+
+
+def server_config(client: Client, model: Optional[str] = None) -> Any:
+    """The transformers config of the model: `model`'s (a Hugging Face id or directory, passed to
+    AutoConfig.from_pretrained) or, when None, the server's config.json; without
+    quantization_config. Raises LoadError when the server has no config."""
+    import transformers  # pylint: disable=import-outside-toplevel
+
+    if model is not None:
+        config = transformers.AutoConfig.from_pretrained(model)
+        for key in _DROP_CONFIG_KEYS:
+            if hasattr(config, key):
+                delattr(config, key)
+        return config
+    raw = dict(client.info().model_config)
+    if not raw:
+        raise LoadError("the server has no config.json for its model (GetServerInfo."
+                        "model_config_json is empty); pass model=<id or directory>")
+    for key in _DROP_CONFIG_KEYS:
+        raw.pop(key, None)
+    model_type = raw.pop("model_type", None)
+    if model_type is None:
+        raise LoadError("the server's config.json has no model_type")
+    return transformers.AutoConfig.for_model(model_type, **raw)
+
+
+def _meta_model(config: Any, dtype: torch.dtype) -> torch.nn.Module:
+    """The model on the meta device (no memory): its parameter names, shapes and tying."""
+    import transformers  # pylint: disable=import-outside-toplevel
+
+    with torch.device("meta"):
+        try:
+            return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        except TypeError:  # transformers 4.x names it torch_dtype
+            return transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+
+
+def _from_state_dict(cls: Any, config: Any, state_dict: Dict[str, torch.Tensor],
+                     dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """transformers' documented route for weights already in memory, from_pretrained(None,
+    config=, state_dict=): it ties weights, computes non-persistent buffers (rotary inv_freq) and
+    applies its dtype rules exactly as for a checkpoint on disk, and keeps tensors of the right
+    dtype and device as the parameters (no copy; checked by the caller)."""
+    # No device_map (it needs accelerate): the parameters are on `device` already, the computed
+    # buffers come on the CPU and model.to moves them (parameters already there stay, uncopied).
+    kwargs = {"config": config, "state_dict": state_dict}
+    try:
+        model = cls.from_pretrained(None, dtype=dtype, **kwargs)
+    except TypeError as e:
+        if "dtype" not in str(e):
+            raise
+        model = cls.from_pretrained(None, torch_dtype=dtype, **kwargs)  # transformers 4.x
+    return model.to(device)
+
+
+def _batches(layers: List[Tuple[str, LayerInfo]], element: int,
+             limit: int) -> List[List[Tuple[str, LayerInfo]]]:
+    out: List[List[Tuple[str, LayerInfo]]] = [[]]
+    used = 0
+    for item in layers:
+        nbytes = item[1].in_features * item[1].out_features * element
+        if out[-1] and used + nbytes > limit:
+            out.append([])
+            used = 0
+        out[-1].append(item)
+        used += nbytes
+    return [b for b in out if b]
+
+
+def load_model(client: Union[Client, str], model: Optional[str] = None, *,
+               device: Union[str, torch.device] = "cuda:0",
+               dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
+    """Builds a transformers causal-LM from a dequantd server's model and fills it in place.
+
+    Args:
+        client: a dequantd.Client, or a target ("127.0.0.1:50051") for one made and closed here.
+        model: config source (Hugging Face id or directory); None = the server's config.json.
+        device: where the parameters go: a CUDA device the server computes on (the server runs
+            --backend=cuda --shared-memory=cuda|all on this host) or "cpu" (any server; results
+            are streamed into the parameters' memory).
+        dtype: torch.float16, torch.bfloat16 or torch.float32: the quantized layers are
+            dequantized to it by the server, other tensors cast to it as transformers does.
+
+    Returns:
+        The model in eval mode, on `device`, weights tied; `model.dequantd_load_report` is a
+        LoadReport. Quantized layers' weights are (N, K) parameters as nn.Linear wants.
+
+    Raises:
+        DequantdError: the server failed or went away (the code of the failing call; message
+            names the phase); no model is returned.
+        LoadError: a parameter of the model has no tensor on the server, or a shape differs.
+        ValueError / TypeError: bad device or dtype (as dequantize_into_tensors checks them).
+        ImportError: transformers (and, for transformers without its own init_empty_weights,
+            accelerate) missing.
+    """
+    if isinstance(client, str):
+        with Client(client) as own:
+            return load_model(own, model, device=device, dtype=dtype)
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"dtype must be torch.float16, torch.bfloat16 or torch.float32, not {dtype}")
+    device = torch.device(device)
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"device must be a CUDA device or cpu, not {device}")
+    report = LoadReport(device=str(device))
+    t_start = time.perf_counter()
+    try:
+        built = _load(client, model, device, dtype, report)
+    except DequantdError as e:
+        raise DequantdError(e.code, f"load_model: {e.message}") from e
+    report.total_seconds = time.perf_counter() - t_start
+    built.dequantd_load_report = report
+    return built
+
+
+def _load(client: Client, model_source: Optional[str], device: torch.device,
+          dtype: torch.dtype, report: LoadReport) -> torch.nn.Module:
+    t0 = time.perf_counter()
+    config = server_config(client, model_source)
+    meta = _meta_model(config, dtype)
+    listing = client.list()
+    layers = {layer.name: layer for layer in listing.layers}
+    others = {t.name: t for t in listing.other_tensors}
+    report.build_seconds = time.perf_counter() - t0
+
+    # Which parameter comes from where; every parameter must have a source (tied ones, such as
+    # a tied lm_head, appear once).
+    quantized: List[Tuple[str, LayerInfo]] = []
+    stored: List[str] = []
+    for name, param in meta.named_parameters():
+        layer = layers.get(name[:-len(".weight")]) if name.endswith(".weight") else None
+        if layer is not None:
+            if tuple(param.shape) != (layer.out_features, layer.in_features):
+                raise LoadError(f"{name}: the model wants {tuple(param.shape)}, the server's layer "
+                                f"is (N, K) = ({layer.out_features}, {layer.in_features})")
+            quantized.append((name, layer))
+        elif name in others:
+            if tuple(param.shape) != tuple(others[name].shape):
+                raise LoadError(f"{name}: the model wants {tuple(param.shape)}, the server stores "
+                                f"{tuple(others[name].shape)}")
+            stored.append(name)
+        else:
+            raise LoadError(f"{name}: the model has this parameter and the server's model has no "
+                            "tensor for it (neither a quantized layer nor a stored tensor)")
+    cls = type(meta)
+    del meta
+
+    t0 = time.perf_counter()
+    element = torch.empty((), dtype=dtype).element_size()
+    nk = client._orientation_support()[0]  # pylint: disable=protected-access
+    total = sum(layer.in_features * layer.out_features for _, layer in quantized)
+    # (N, K) results: the parameters are views of one buffer, filled by one call. Else each
+    # parameter is its own tensor, filled from a (K, N) staging buffer.
+    flat = torch.empty(total if nk else 0, dtype=dtype, device=device)
+    params: Dict[str, torch.Tensor] = {}
+    offset = 0
+    for name, layer in quantized:
+        count = layer.in_features * layer.out_features
+        params[name] = (flat[offset:offset + count].view(layer.out_features, layer.in_features)
+                        if nk else torch.empty((layer.out_features, layer.in_features),
+                                               dtype=dtype, device=device))
+        offset += count
+    for name in stored:
+        # Floating tensors get `dtype`, the cast transformers applies to a checkpoint's tensor
+        # (copy_ below: round to nearest even); others keep their own dtype.
+        code = others[name].dtype
+        params[name] = torch.empty(tuple(others[name].shape), device=device,
+                                   dtype=dtype if code in _FLOATING else dtypes.torch_dtype(code))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    report.allocate_seconds = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    if nk:
+        client.dequantize_into_tensors({layer.name: params[name] for name, layer in quantized},
+                                       orientation="NK")
+        report.dequantize_calls = 1
+    else:
+        report.transposed = True
+        largest = max((layer.in_features * layer.out_features for _, layer in quantized),
+                      default=0) * element
+        batches = _batches(quantized, element, max(STAGING_BYTES, largest))
+        views: Dict[str, torch.Tensor] = {}
+        staging = torch.empty(max((sum(layer.in_features * layer.out_features for _, layer in b)
+                                   for b in batches), default=0), dtype=dtype, device=device)
+        for batch in batches:
+            views, offset = {}, 0
+            for _, layer in batch:
+                count = layer.in_features * layer.out_features
+                views[layer.name] = staging[offset:offset + count].view(layer.in_features,
+                                                                        layer.out_features)
+                offset += count
+            client.dequantize_into_tensors(views, orientation="KN")
+            report.dequantize_calls += 1
+            for name, layer in batch:
+                params[name].copy_(views[layer.name].t())  # on `device`; exact
+        del views, staging  # its region is unregistered when the storage goes (finalizer)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    report.dequantize_seconds = time.perf_counter() - t0
+    report.layers = len(quantized)
+    report.layer_bytes = total * element
+
+    t0 = time.perf_counter()
+    # Several ReadTensor streams at once (gRPC waits outside the GIL): the embeddings and an
+    # untied lm_head are the largest tensors of a model and ReadTensor has no byte ranges.
+    def fill(name: str, into: Dict[str, torch.Tensor] = params) -> None:
+        into[name].copy_(client.read_tensor(name, as_torch=True))
+
+    with concurrent.futures.ThreadPoolExecutor(READ_STREAMS) as pool:
+        for future in [pool.submit(fill, name) for name in
+                       sorted(stored, key=lambda n: -others[n].bytes)]:
+            future.result()
+    report.other_bytes = sum(params[n].numel() * params[n].element_size() for n in stored)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    report.read_seconds = time.perf_counter() - t0
+    report.others = len(stored)
+
+    # The server needs no mapping of the model's memory once it is filled.
+    if nk and device.type == "cuda":
+        client._regions_cache().release_tensor(flat)  # pylint: disable=protected-access
+    del flat
+
+    t0 = time.perf_counter()
+    pointers = {name: t.data_ptr() for name, t in params.items()}
+    model = _from_state_dict(cls, config, params, dtype, device)
+    del params
+    report.in_place = sum(1 for name, p in model.named_parameters()
+                          if pointers.get(name) == p.data_ptr())
+    report.assemble_seconds = time.perf_counter() - t0
+    model.eval()
+    return model

@@ -1,0 +1,331 @@
+"""Torch tensors the caller owns and the model loader (issue 23), against a real dequantd (CPU
+backend) serving the bundled model: every argument check raises its exact exception naming the
+layer before any byte is written; CPU tensors are filled bit for bit like dequantize(); the
+loader's logits equal those of transformers' from_pretrained of the converted bf16 checkpoint bit
+for bit; a server killed during a load raises UNAVAILABLE and returns no model. Needs torch (and
+transformers for the loader): skipped without them (tests/python/run.sh installs them when
+DEQUANTD_TEST_TORCH=1). The CUDA cases are in tests/gpu/torch_loader_check.py."""
+
+import os
+
+import grpc
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import dequantd  # noqa: E402
+from dequantd import tensors as dt  # noqa: E402
+from conftest import MODEL, start_server, stop_server  # noqa: E402
+
+Q = "model.layers.0.self_attn.q_proj"   # K = N = 576
+DOWN = "model.layers.0.mlp.down_proj"   # K = 1536, N = 576
+UP = "model.layers.0.mlp.up_proj"       # K = 576, N = 1536
+
+
+def nan_tensor(shape, dtype=torch.bfloat16):
+    return torch.full(shape, float("nan"), dtype=dtype)
+
+
+# --- argument checks: exact exception, message names the layer and the mismatch -----------
+
+def test_a_value_that_is_not_a_tensor_is_a_type_error(client):
+    with pytest.raises(TypeError, match=rf"^{DOWN}: expected a torch.Tensor, got ndarray$"):
+        import numpy as np
+        client.dequantize_into_tensors({DOWN: np.zeros((1536, 576), np.float16)})
+
+
+def test_a_mapping_is_required(client):
+    with pytest.raises(TypeError, match=r"tensors must be a mapping of layer name -> "
+                                        r"torch.Tensor, not list"):
+        client.dequantize_into_tensors([(DOWN, nan_tensor((1536, 576)))])
+
+
+def test_an_unknown_layer_is_a_value_error(client):
+    with pytest.raises(ValueError, match=r"^model.layers.99.mlp.down_proj: not a quantized "
+                                         r"layer of the server's model .* names its 210 layers"):
+        client.dequantize_into_tensor("model.layers.99.mlp.down_proj", nan_tensor((1536, 576)))
+
+
+def test_a_dtype_dequantd_does_not_write_is_a_type_error(client):
+    with pytest.raises(TypeError, match=rf"^{DOWN}: dtype torch.int8 is not one dequantd writes; "
+                                        r"use torch.float16, torch.bfloat16 or torch.float32$"):
+        client.dequantize_into_tensor(DOWN, torch.zeros((1536, 576), dtype=torch.int8))
+
+
+def test_a_wrong_shape_names_the_expected_k_n(client):
+    with pytest.raises(ValueError, match=rf"^{DOWN}: tensor shape \(1536, 575\) != the layer's "
+                                         r"\(K, N\) = \(1536, 576\)$"):
+        client.dequantize_into_tensor(DOWN, nan_tensor((1536, 575)))
+
+
+def test_an_nn_linear_shaped_tensor_names_the_orientation(client):
+    with pytest.raises(ValueError, match=rf"^{DOWN}: tensor shape \(576, 1536\) != the layer's "
+                                         r"\(K, N\) = \(1536, 576\): that is nn.Linear's \(N, K\) "
+                                         r"orientation; pass orientation='NK'"):
+        client.dequantize_into_tensor(DOWN, nan_tensor((576, 1536)))
+
+
+def test_orientation_nk_without_server_support_is_refused_before_any_write(client):
+    """The proto here has no DequantizeRequest.orientation (issue 21 not landed): NK is refused
+    with the reason, and the tensor stays untouched. (When it lands, this test must be changed:
+    the probe then decides.)"""
+    t = nan_tensor((576, 1536))
+    assert dt.orientation_nk_value() is None
+    with pytest.raises(ValueError, match=r"^orientation 'NK': this dequantd package's proto has "
+                                         r"no DequantizeRequest.orientation .*; until then pass "
+                                         r"\(K, N\) tensors"):
+        client.dequantize_into_tensor(DOWN, t, orientation="NK")
+    assert torch.isnan(t).all()
+
+
+def test_an_unknown_orientation_is_a_value_error(client):
+    with pytest.raises(ValueError, match=r"^orientation must be 'KN' .* or 'NK' .*, not 'kn'$"):
+        client.dequantize_into_tensor(DOWN, nan_tensor((1536, 576)), orientation="kn")
+
+
+def test_a_non_contiguous_tensor_is_refused(client):
+    t = nan_tensor((576, 1536)).T  # shape (1536, 576), strides (1, 1536)
+    with pytest.raises(ValueError, match=rf"^{DOWN}: tensor is not contiguous \(strides \(1, "
+                                         r"1536\)\); dequantd writes row-major bytes"):
+        client.dequantize_into_tensor(DOWN, t)
+
+
+def test_a_meta_tensor_is_refused(client):
+    with pytest.raises(ValueError, match=rf"^{DOWN}: tensor on meta; dequantd writes CUDA "
+                                         r"tensors .* and CPU tensors"):
+        client.dequantize_into_tensor(DOWN, torch.empty((1536, 576), dtype=torch.bfloat16,
+                                                        device="meta"))
+
+
+def test_overlapping_tensors_are_refused(client):
+    flat = nan_tensor((1536 * 576 + 576 * 1536,))
+    a = flat[:1536 * 576].view(1536, 576)
+    b = flat[1536 * 576 - 576:].view(-1)[:576 * 1536].view(576, 1536)
+    with pytest.raises(ValueError, match=rf"^{DOWN} and {UP}: their tensors overlap in memory$"):
+        client.dequantize_into_tensors({DOWN: a, UP: b})
+    assert torch.isnan(flat).all()
+
+
+def test_one_bad_tensor_stops_the_whole_call_before_any_write(client):
+    good = nan_tensor((576, 576))
+    with pytest.raises(ValueError, match=rf"^{DOWN}: tensor shape"):
+        client.dequantize_into_tensors({Q: good, DOWN: nan_tensor((2, 2))})
+    assert torch.isnan(good).all()
+
+
+def test_a_cuda_tensor_needs_a_cuda_server(client):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here (tests/gpu/torch_loader_check.py has the CUDA cases)")
+    with pytest.raises(ValueError, match=rf"^{DOWN}: tensor on cuda:0 but the server's backend "
+                                         r"is 'cpu'"):
+        client.dequantize_into_tensor(DOWN, torch.empty((1536, 576), dtype=torch.bfloat16,
+                                                        device="cuda:0"))
+
+
+# --- values --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,name", [(torch.float16, "fp16"), (torch.bfloat16, "bf16"),
+                                        (torch.float32, "fp32")])
+def test_a_cpu_tensor_is_filled_bit_for_bit(client, dtype, name):
+    expected = client.dequantize(DOWN, dtype=name, as_torch=True)
+    t = nan_tensor((1536, 576), dtype)
+    assert client.dequantize_into_tensor(DOWN, t) is t
+    assert torch.equal(t.view(torch.uint8), expected.view(torch.uint8))
+
+
+def test_many_layers_into_views_of_one_buffer(client):
+    names = [Q, DOWN, UP]
+    shapes = {Q: (576, 576), DOWN: (1536, 576), UP: (576, 1536)}
+    flat = nan_tensor((sum(k * n for k, n in shapes.values()),))
+    views, offset = {}, 0
+    for name in names:
+        k, n = shapes[name]
+        views[name] = flat[offset:offset + k * n].view(k, n)
+        offset += k * n
+    assert client.dequantize_into_tensors(views) is views
+    for name in names:
+        expected = client.dequantize(name, dtype="bf16", as_torch=True)
+        assert torch.equal(views[name].view(torch.int16), expected.view(torch.int16)), name
+
+
+def test_storage_python_objects_are_preserved():
+    """The region cache keys its finalizers on storage objects: torch must hand out one object
+    per storage (else it watches the tensor; tensors.RegionCache.region_for)."""
+    t = torch.empty(8)
+    s = t.untyped_storage()
+    assert t.untyped_storage() is s
+    assert t[2:].untyped_storage() is s
+
+
+def test_the_orientation_probe_reports_why(client):
+    assert client._orientation_support() == (
+        False, "this dequantd package's proto has no DequantizeRequest.orientation (the request "
+               "orientation of issue 21 has not landed)")
+
+
+# --- the loader ----------------------------------------------------------------------------
+
+PROMPT = [[1, 504, 3458, 282, 4477, 314, 253, 2012, 30, 198, 42, 9000]]
+
+
+@pytest.fixture(scope="module")
+def converted(server, tmp_path_factory):
+    pytest.importorskip("transformers")
+    out = str(tmp_path_factory.mktemp("bf16"))
+    dequantd.convert(server, out, dtype="bf16")
+    return out
+
+
+def test_the_loader_gives_the_logits_of_from_pretrained_bit_for_bit(server, converted):
+    import transformers
+    import dequantd.torch as dtorch
+
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        converted, dtype=torch.bfloat16, local_files_only=True).eval()
+    with dequantd.Client(server) as c:
+        model = dtorch.load_model(c, device="cpu", dtype=torch.bfloat16)
+    report = model.dequantd_load_report
+    assert (report.layers, report.others, report.transposed) == (210, 62, True)
+    assert report.in_place == 272 == len(list(model.named_parameters()))  # no copies made
+    assert report.layer_bytes == sum(l.in_features * l.out_features for l in
+                                     dequantd.Client(server).list().layers) * 2
+    assert not model.training
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied
+    ids = torch.tensor(PROMPT)
+    with torch.no_grad():
+        got = model(ids).logits
+        want = reference(ids).logits
+    assert got.dtype == torch.bfloat16 and got.shape == (1, len(PROMPT[0]), 49152)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    # Every parameter too, by name.
+    ref = dict(reference.named_parameters())
+    for name, p in model.named_parameters():
+        assert torch.equal(p.view(torch.int16), ref[name].view(torch.int16)), name
+
+
+def test_a_server_killed_during_a_load_raises_and_returns_no_model(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    import dequantd.torch as dtorch
+
+    proc, target = start_server(str(tmp_path))
+    monkeypatch.setattr(dtorch, "STAGING_BYTES", 4 << 20)  # many calls: kill after the second
+    calls = []
+    try:
+        with dequantd.Client(target) as c:
+            real = c.dequantize_into_tensors
+
+            def dying(*args, **kwargs):
+                calls.append(1)
+                if len(calls) == 3:
+                    proc.kill()
+                    proc.wait()
+                return real(*args, **kwargs)
+
+            monkeypatch.setattr(c, "dequantize_into_tensors", dying)
+            result = None
+            with pytest.raises(dequantd.DequantdError) as e:
+                result = dtorch.load_model(c, device="cpu")
+            assert result is None
+            assert e.value.code == grpc.StatusCode.UNAVAILABLE
+            assert e.value.message.startswith("load_model: ")
+            assert len(calls) == 3
+    finally:
+        if proc.poll() is None:
+            stop_server(proc)
+
+
+def test_the_loader_refuses_a_bad_dtype_and_device(client):
+    import dequantd.torch as dtorch
+
+    with pytest.raises(TypeError, match=r"^dtype must be torch.float16, torch.bfloat16 or "
+                                        r"torch.float32, not torch.int8$"):
+        dtorch.load_model(client, device="cpu", dtype=torch.int8)
+    with pytest.raises(ValueError, match=r"^device must be a CUDA device or cpu, not meta$"):
+        dtorch.load_model(client, device="meta")
+
+
+def test_the_server_config_has_no_quantization_config(client):
+    pytest.importorskip("transformers")
+    import dequantd.torch as dtorch
+
+    config = dtorch.server_config(client)
+    assert config.model_type == "llama"
+    assert not hasattr(config, "quantization_config")
+    assert (config.hidden_size, config.num_hidden_layers, config.tie_word_embeddings) == (
+        576, 30, True)
+    assert os.path.isdir(MODEL)
+
+
+# --- the CUDA region cache's bookkeeping, with a fake driver and server (no GPU here) -------
+
+class FakeServer:
+    def __init__(self):
+        self.registered, self.unregistered = [], []
+
+    def register_cuda_shared_memory(self, name, handle, device, size, offset=0):
+        assert len(handle) == 64 and offset == 0
+        self.registered.append((name, device, size))
+
+    def unregister_cuda_shared_memory(self, name, timeout=None):
+        self.unregistered.append(name)
+        return 1
+
+
+def fake_target(tensor, base, buffer_id, size=1 << 20, name="x"):
+    allocation = dt._cuda.Allocation(base=base, size=size, device=0, buffer_id=buffer_id,
+                                     ipc_capable=True, context=0)
+    return dt._Target(name, tensor, "bf16", tensor.numel() * 2, tuple(tensor.shape),
+                      allocation=allocation, offset=0)
+
+
+def test_one_registration_per_allocation_released_with_its_last_storage(monkeypatch):
+    import gc
+    monkeypatch.setattr(dt._cuda, "ipc_handle", lambda allocation: bytes(64))
+    server = FakeServer()
+    cache = dt.RegionCache(server)
+    a, b = torch.empty(4), torch.empty(4)
+    name = cache.region_for(fake_target(a, 0x1000, 7))
+    assert cache.region_for(fake_target(b, 0x1000, 7)) == name  # same allocation: cached
+    assert server.registered == [(name, 0, 1 << 20)] and cache.names() == [name]
+    del a
+    gc.collect()
+    assert server.unregistered == []  # b's storage still uses it
+    del b
+    gc.collect()
+    assert server.unregistered == [name] and cache.names() == []
+
+
+def test_a_new_allocation_at_a_cached_address_is_registered_anew(monkeypatch):
+    monkeypatch.setattr(dt._cuda, "ipc_handle", lambda allocation: bytes(64))
+    server = FakeServer()
+    cache = dt.RegionCache(server)
+    keep = [torch.empty(4), torch.empty(4)]
+    old = cache.region_for(fake_target(keep[0], 0x1000, 7))
+    new = cache.region_for(fake_target(keep[1], 0x1000, 8))  # freed and allocated again
+    assert new != old
+    assert server.unregistered == [old] and [r[0] for r in server.registered] == [old, new]
+    cache.forget([new])  # the server lost it (restart): no Unregister sent
+    assert server.unregistered == [old] and cache.names() == []
+    again = cache.region_for(fake_target(keep[1], 0x1000, 8))
+    cache.close()
+    assert server.unregistered == [old, again]
+
+
+def test_back_to_back_tensors_of_one_allocation_make_one_call():
+    flat = torch.empty(64, dtype=torch.bfloat16)
+    t = [fake_target(flat[i * 16:(i + 1) * 16], 0x1000, 1, name=f"l{i}") for i in range(4)]
+    for i, target in enumerate(t):
+        target.offset, target.nbytes = i * 32, 32
+    t[3].offset = 160  # a gap before the last
+    other = fake_target(flat[:16], 0x9000, 2, name="o")
+    runs = dt._runs([t[2], other, t[0], t[3], t[1]])
+    assert [[x.name for x in run] for run in runs] == [["l0", "l1", "l2"], ["l3"], ["o"]]
+
+
+def test_a_run_is_split_below_the_servers_output_limit(monkeypatch):
+    monkeypatch.setattr(dt, "MAX_CALL_BYTES", 64)
+    flat = torch.empty(64, dtype=torch.bfloat16)
+    t = [fake_target(flat[i * 16:(i + 1) * 16], 0x1000, 1, name=f"l{i}") for i in range(4)]
+    for i, target in enumerate(t):
+        target.offset, target.nbytes = i * 32, 32
+    assert [[x.name for x in run] for run in dt._runs(t)] == [["l0", "l1"], ["l2", "l3"]]
