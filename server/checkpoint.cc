@@ -146,7 +146,7 @@ absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const fs::path& confi
   const FormatRow* row = FindFormatByQuantMethod(quant_method);
   if (row == nullptr) {
     return reader.FieldError("quant_method", absl::StrCat("is '", quant_method, "', only ",
-                                                          ServedQuantMethods(), " is served"));
+                                                          ServedQuantMethods(), " are served"));
   }
   absl::StatusOr<QuantizationConfig> out = row->from_config(reader);
   if (out.ok()) out->quant_method = quant_method;
@@ -405,6 +405,10 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     for (int r = 0; r < row.role_count; ++r) {
       const std::string name = absl::StrCat(prefix, ".", std::string(row.roles[r]));
       const auto it = tensors.find(name);
+      if (it == tensors.end() && (row.optional_roles >> r & 1u) != 0) {
+        stored.push_back({.file = anchor_ref.path(), .entry = nullptr});  // an absent optional role
+        continue;
+      }
       if (it == tensors.end()) {
         return absl::InvalidArgumentError(absl::StrCat("layer '", prefix, "': tensor '", name,
                                                        "' is missing (", anchor.substr(1),
@@ -414,7 +418,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       stored.push_back({.file = it->second.path(), .entry = it->second.entry});
     }
     absl::StatusOr<QuantShape> quant_shape =
-        formats::QuantShapeFromTensors(row.format, prefix, stored);
+        formats::QuantShapeFromTensors(row.format, prefix, stored, {.config = &ckpt->config_});
     if (!quant_shape.ok()) return quant_shape.status();
     const QuantShape& shape = *quant_shape;
     if (absl::Status s = ValidateShape(shape, DType::kF16); !s.ok()) {
@@ -426,7 +430,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     int64_t total = 0;
     for (size_t r = 0; r < refs.size(); ++r) {
       offsets[r] = total;
-      total += RoundUpToAlignment(refs[r].bytes());
+      if (refs[r].entry != nullptr) total += RoundUpToAlignment(refs[r].bytes());
     }
     std::unique_ptr<uint8_t[], AlignedFree> copy(
         static_cast<uint8_t*>(::operator new[](static_cast<size_t>(std::max<int64_t>(total, 1)),
@@ -440,8 +444,15 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     layer.file = anchor_ref.path();
     layer.view.shape = shape;
     for (size_t r = 0; r < refs.size(); ++r) {
+      if (refs[r].entry == nullptr) continue;  // an absent optional role: its pointer stays null
       if (absl::Status s = ReadTensor(refs[r], copy.get() + offsets[r]); !s.ok()) return s;
       layer.view.tensors[r] = copy.get() + offsets[r];
+    }
+    if (row.check_stored != nullptr) {
+      if (absl::Status s = row.check_stored(layer.view); !s.ok()) {
+        return absl::Status(
+            s.code(), absl::StrCat(anchor_ref.path(), ": layer '", prefix, "': ", s.message()));
+      }
     }
     ckpt->copies_.push_back(std::move(copy));
     ckpt->layers_.push_back(std::move(layer));

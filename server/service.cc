@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/format_registry.h"
 #include "server/grpc_result_sink.h"
 #include "server/protobuf_errors.h"
 #include "server/quoted_name.h"
@@ -136,6 +137,7 @@ grpc::Status DequantService::ListTensors(grpc::ServerContext*, const v1::ListTen
       info->set_packed_bytes(shape.packed_bytes());
       info->set_resident_on_device(backend_->IsResident(layer));
       info->set_format(std::string(FormatName(shape.format)));
+      info->set_orientation(OrientationToProto(FormatRowOf(shape.format).default_orientation));
       for (int r = 0; r < TensorRoleCount(shape.format); ++r) {
         const TensorSpec spec = TensorSpecOf(shape, r);
         v1::StoredTensorInfo* stored = info->add_stored_tensors();
@@ -234,6 +236,10 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   }
   absl::StatusOr<DType> out_dtype = OutputDTypeFromProto(request.output_dtype());
   if (!out_dtype.ok()) return out_dtype.status();
+  absl::StatusOr<Orientation> orientation =
+      OrientationFromProto(request.orientation(), source.shape().format);
+  if (!orientation.ok()) return orientation.status();
+  source.orientation = *orientation;
 
   const QuantShape& shape = source.shape();
   const int64_t output_bytes = shape.output_bytes(*out_dtype);
@@ -297,6 +303,9 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   }
   absl::StatusOr<DType> out_dtype = OutputDTypeFromProto(request.output_dtype());
   if (!out_dtype.ok()) return out_dtype.status();
+  absl::StatusOr<Orientation> orientation =
+      OrientationFromProto(request.orientation(), checkpoint_->config().format);
+  if (!orientation.ok()) return orientation.status();
   std::vector<const QuantizedLayer*> layers;
   if (request.tensors().empty()) {
     for (const QuantizedLayer& layer : checkpoint_->layers()) layers.push_back(&layer);
@@ -316,6 +325,7 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   for (const QuantizedLayer* layer : layers) {
     output_bytes += layer->view.shape.output_bytes(*out_dtype);
     results.push_back(ResultLayer{.tensor = layer->name, .shape = layer->view.shape});
+    results.back().shape.orientation = *orientation;
   }
   if (output_bytes > options_.max_output_bytes) {
     const std::string results =
@@ -331,13 +341,14 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   if (request.has_output_region()) {
     return RunIntoRegion(context, request.output_region(), results, /*per_layer=*/true, *out_dtype,
                          stream, region_reply, [&](regions::RegionSink& s) {
-                           return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, s);
+                           return backend_->DequantizeLayers(layers, *out_dtype, *orientation,
+                                                             *chunk_bytes, s);
                          });
   }
   GrpcResultSink sink(context, stream, std::move(results), /*per_layer=*/true, *out_dtype,
                       backend_info_.name, metrics_);
   sink.set_stall_watchdog(options_.stall_watchdog);
-  return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, sink);
+  return backend_->DequantizeLayers(layers, *out_dtype, *orientation, *chunk_bytes, sink);
 }
 
 template <typename Run>
