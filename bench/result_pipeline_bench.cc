@@ -216,7 +216,8 @@ int Main(int argc, char** argv) {
         const auto start = std::chrono::steady_clock::now();
         absl::Status s;
         if (whole) {
-          s = (*backend)->DequantizeLayers(model, DType::kF16, int64_t{1} << 20, sink);
+          s = (*backend)->DequantizeLayers(model, DType::kF16, Orientation::kKN, int64_t{1} << 20,
+                                           sink);
         } else {
           DequantSource source;
           source.layer = big;

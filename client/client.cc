@@ -64,6 +64,15 @@ absl::StatusOr<v1::DType> ParseOutputDType(const std::string& name) {
       absl::StrCat("dtype must be fp16, bf16 or fp32, got '", name, "'"));
 }
 
+absl::StatusOr<v1::Orientation> ParseOrientation(const std::string& name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n.empty()) return v1::ORIENTATION_UNSPECIFIED;
+  if (n == "kn") return v1::ORIENTATION_KN;
+  if (n == "nk") return v1::ORIENTATION_NK;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--orientation must be kn, nk or left out (the format's own), got '", name, "'"));
+}
+
 // ---- ResponseStreamChecker ----------------------------------------------------------------
 
 absl::Status ResponseStreamChecker::Next(const v1::DequantizeResponse& response) {

@@ -167,5 +167,8 @@ std::string OutputDTypeName(v1::DType dtype);
 // Parses "fp16" / "bf16" / "fp32" (also "float16", "bfloat16", "float32"). INVALID_ARGUMENT
 // for anything else.
 absl::StatusOr<v1::DType> ParseOutputDType(const std::string& name);
+// --orientation: "kn" / "nk" (any case) -> ORIENTATION_KN / ORIENTATION_NK; "" -> UNSPECIFIED (the
+// format's own); anything else INVALID_ARGUMENT naming --orientation.
+absl::StatusOr<v1::Orientation> ParseOrientation(const std::string& name);
 
 }  // namespace dequantd

@@ -106,6 +106,9 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options) {
   }
   absl::StatusOr<v1::DType> dtype = ParseOutputDType(options.dtype);
   if (!dtype.ok()) return dtype.status();
+  if (absl::StatusOr<v1::Orientation> o = ParseOrientation(options.orientation); !o.ok()) {
+    return o.status();
+  }
   if (!options.compare.empty()) {
     absl::StatusOr<ReferenceLayout> layout = ParseReferenceLayout(options.compare_layout);
     if (!layout.ok()) return layout.status();
@@ -120,6 +123,7 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
 
   v1::DequantizeRequest request;
   request.set_output_dtype(*ParseOutputDType(options.dtype));
+  request.set_orientation(*ParseOrientation(options.orientation));
   request.set_chunk_bytes(options.chunk_bytes);
   std::string label;  // what the summary calls the tensor
   std::vector<std::string> reference_names;
@@ -143,11 +147,15 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
         options.compare, reference_names, *ParseReferenceLayout(options.compare_layout));
     if (!opened.ok()) return opened.status();
     comparer = *std::move(opened);
-    if (request.has_packed()) {
-      // (K, N) and the dtype are known: refuse a reference that does not fit before the call.
+    const bool awq = request.packed().format().empty() || request.packed().format() == "awq_gemm";
+    if (request.has_packed() && (request.orientation() != v1::ORIENTATION_UNSPECIFIED || awq)) {
+      // The result's shape and dtype are known (awq_gemm's own orientation is (K, N); another
+      // format's own is the server's to say): refuse a reference that does not fit before the
+      // call.
+      const bool nk = request.orientation() == v1::ORIENTATION_NK;
       v1::DequantizeHeader expected;
-      expected.add_shape(request.packed().in_features());
-      expected.add_shape(request.packed().out_features());
+      expected.add_shape(nk ? request.packed().out_features() : request.packed().in_features());
+      expected.add_shape(nk ? request.packed().in_features() : request.packed().out_features());
       expected.set_dtype(request.output_dtype());
       if (absl::Status s = comparer->Begin(expected); !s.ok()) return s;
     }

@@ -46,18 +46,27 @@ absl::Status CreateOutDir(const std::string& dir) {
 
 // The layers of the request, or every layer of the model (ListTensors) when it names none, with
 // their result shapes (0 x 0 for a name the server does not list: its answer is NOT_FOUND).
+// The shapes are (rows, columns) of the results in `orientation` (UNSPECIFIED: each layer's own,
+// from ListTensors; a server that does not say is (K, N)).
 absl::StatusOr<std::vector<LayersSafetensorsFile::Layer>> ListLayers(
-    DequantClient& client, const std::vector<std::string>& names) {
+    DequantClient& client, const std::vector<std::string>& names, v1::Orientation orientation) {
   absl::StatusOr<v1::ListTensorsResponse> list = client.ListTensors();
   if (!list.ok()) return list.status();
+  const auto result_shape = [orientation](const v1::QuantizedTensorInfo& info) {
+    const v1::Orientation o =
+        orientation != v1::ORIENTATION_UNSPECIFIED ? orientation : info.orientation();
+    return o == v1::ORIENTATION_NK ? std::pair(info.out_features(), info.in_features())
+                                   : std::pair(info.in_features(), info.out_features());
+  };
   std::map<std::string, std::pair<int64_t, int64_t>> shapes;
   for (const v1::QuantizedTensorInfo& info : list->tensors()) {
-    shapes[info.name()] = {info.in_features(), info.out_features()};
+    shapes[info.name()] = result_shape(info);
   }
   std::vector<LayersSafetensorsFile::Layer> layers;
   if (names.empty()) {
     for (const v1::QuantizedTensorInfo& info : list->tensors()) {
-      layers.push_back({info.name(), info.in_features(), info.out_features()});
+      const auto [rows, cols] = result_shape(info);
+      layers.push_back({info.name(), rows, cols});
     }
     return layers;
   }
@@ -105,6 +114,7 @@ absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options
       !tensors.ok()) {
     return tensors.status();
   }
+  if (absl::Status s = ParseOrientation(options.orientation).status(); !s.ok()) return s;
   return ParseOutputDType(options.dtype).status();
 }
 
@@ -116,6 +126,7 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   v1::DequantizeLayersRequest request;
   for (const std::string& name : *tensors) request.add_tensors(name);
   request.set_output_dtype(*ParseOutputDType(options.dtype));
+  request.set_orientation(*ParseOrientation(options.orientation));
   request.set_chunk_bytes(options.chunk_bytes);
   const v1::DType dtype =
       request.output_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP16 : request.output_dtype();
@@ -126,7 +137,8 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   std::vector<LayersSafetensorsFile::Layer> layers;
   std::unique_ptr<LayersSafetensorsFile> file;  // --out
   if (streams > 1 || !options.out.empty() || options.progress.terminal) {
-    absl::StatusOr<std::vector<LayersSafetensorsFile::Layer>> listed = ListLayers(client, *tensors);
+    absl::StatusOr<std::vector<LayersSafetensorsFile::Layer>> listed =
+        ListLayers(client, *tensors, request.orientation());
     if (!listed.ok()) return listed.status();
     layers = *std::move(listed);
     const bool all_known =

@@ -40,8 +40,11 @@ struct DequantizeOptions {
   int64_t group_size = 0;      // --group-size: for --packed; 0 = derived from the shapes
   std::string out;             // --out: .npy, .safetensors or raw; empty = not written
   std::string dtype = "fp16";  // --dtype: fp16, bf16 or fp32
-  int64_t chunk_bytes = 0;     // --chunk-bytes: 0 = server default
-  std::string compare;         // --compare: REF.safetensors[:TENSOR]; empty = no comparison
+  // --orientation: kn ((K, N)), nk ((N, K) = nn.Linear.weight) or empty (the format's own:
+  // awq_gemm kn, gptq nk), produced by the server's kernel.
+  std::string orientation;
+  int64_t chunk_bytes = 0;  // --chunk-bytes: 0 = server default
+  std::string compare;      // --compare: REF.safetensors[:TENSOR]; empty = no comparison
   std::string compare_layout = "auto";  // --compare-layout: auto, kn or nk
   int streams =
       0;  // --streams: parallel range streams, 0..kMaxStreams; 0 = by size (ranged_fetch.h)
@@ -74,6 +77,7 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
 struct DequantizeLayersOptions {
   std::string tensors;         // --tensors: comma-separated distinct layers; empty = every layer
   std::string dtype = "fp16";  // --dtype: fp16, bf16 or fp32
+  std::string orientation;     // --orientation: as DequantizeOptions::orientation
   int64_t chunk_bytes = 0;     // --chunk-bytes: 0 = server default
   std::string out_dir;         // --out-dir: one DIR/<layer>.npy per layer (see below)
   std::string out;             // --out: one FILE.safetensors holding every layer (once each)

@@ -180,8 +180,13 @@ std::string ReferenceComparer::reference() const {
 
 absl::Status ReferenceComparer::Begin(const v1::DequantizeHeader& header) {
   if (header.shape_size() != 2) return absl::InvalidArgumentError("result is not 2-D");
-  K_ = header.shape(0);
-  N_ = header.shape(1);
+  // The result is (K, N), or (N, K) when the header says ORIENTATION_NK; --compare-layout names
+  // the reference's layout in those terms, whatever the result's.
+  rows_ = header.shape(0);
+  cols_ = header.shape(1);
+  const bool result_nk = header.orientation() == v1::ORIENTATION_NK;
+  K_ = result_nk ? cols_ : rows_;
+  N_ = result_nk ? rows_ : cols_;
   out_dtype_ = header.dtype();
   out_element_bytes_ = out_dtype_ == v1::DTYPE_FP32                                   ? 4
                        : out_dtype_ == v1::DTYPE_FP16 || out_dtype_ == v1::DTYPE_BF16 ? 2
@@ -198,11 +203,11 @@ absl::Status ReferenceComparer::Begin(const v1::DequantizeHeader& header) {
                      "): its layout is ambiguous; pass --compare-layout kn or nk"));
   }
   if (layout_ == ReferenceLayout::kKN && is_kn) {
-    transposed_ = false;
+    transposed_ = result_nk;
   } else if (layout_ == ReferenceLayout::kNK && is_nk) {
-    transposed_ = true;
+    transposed_ = !result_nk;
   } else if (layout_ == ReferenceLayout::kAuto && (is_kn || is_nk)) {
-    transposed_ = !is_kn;
+    transposed_ = is_kn == result_nk;
   } else {
     const std::string expected =
         layout_ == ReferenceLayout::kKN   ? absl::StrCat("kn expects (K, N) = ", ShapeString(kn))
@@ -228,7 +233,7 @@ double ReferenceComparer::OutputAt(const uint8_t* p) const {
 }
 
 double ReferenceComparer::ReferenceAt(int64_t index) const {
-  if (transposed_) index = (index % N_) * K_ + index / N_;
+  if (transposed_) index = (index % cols_) * rows_ + index / cols_;
   if (ref_dtype_ == "F64") return BitsToDouble(Load64(ref_bytes_.data() + 8 * index));
   if (ref_dtype_ == "F32") return BitsToFloat(Load32(ref_bytes_.data() + 4 * index));
   const uint16_t bits = Load16(ref_bytes_.data() + 2 * index);

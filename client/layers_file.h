@@ -25,7 +25,8 @@ namespace dequantd {
 
 class LayersSafetensorsFile {
  public:
-  // One layer of the file: its name and result shape (K, N) in elements.
+  // One layer of the file: its name and result shape in elements, (rows, columns) as delivered:
+  // (K, N), or (N, K) for an ORIENTATION_NK result (K holds the rows, N the columns).
   struct Layer {
     std::string name;
     int64_t K = 0;

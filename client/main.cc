@@ -59,6 +59,10 @@ ABSL_FLAG(std::string, out, "",
           "dequantize: output file: *.npy, *.safetensors or raw bytes; empty = not written");
 ABSL_FLAG(std::string, dtype, "",
           "output dtype: fp16 (default), bf16 or fp32; benchmark: comma-separated list");
+ABSL_FLAG(std::string, orientation, "",
+          "dequantize, dequantize-layers: result layout kn ((K, N)) or nk ((N, K), nn.Linear."
+          "weight), written by the server's kernel; empty = the format's own (awq_gemm kn, gptq "
+          "nk)");
 ABSL_FLAG(int64_t, chunk_bytes, 0, "dequantize: bytes per response message; 0 = server default");
 ABSL_FLAG(std::string, compare, "",
           "dequantize: REF.safetensors[:TENSOR] or REF.npy to compare the result with (error "
@@ -98,6 +102,7 @@ usage:
   dequantctl [--server HOST:PORT] dequantize --tensor LAYER [--out FILE] [--dtype fp16|bf16|fp32]
   dequantctl [--server HOST:PORT] dequantize --packed FILE.safetensors --prefix PREFIX
              [--group-size G] [--out FILE] [--dtype ...]
+      [--orientation kn|nk]
       [--compare REF.safetensors[:TENSOR]|REF.npy [--compare-layout auto|kn|nk]]
       [--chunk-bytes B] [--streams S] [--shm NAME]
       --streams: S byte ranges fetched at once on S connections and written in place (default:
@@ -105,12 +110,15 @@ usage:
         range stream is resumed from its last byte (4 times at most)
       --shm NAME: the result comes through a shared-memory region NAME (same host; the server
         runs with --shared-memory=host|all) instead of the stream (--streams does not apply)
-      --compare-layout: kn = (K, N) like the result, nk = (N, K) (nn.Linear.weight); auto
+      --orientation: the result's layout, kn = (K, N) or nk = (N, K) (nn.Linear.weight),
+        written by the server's kernel; default: the format's own (awq_gemm kn, gptq nk)
+      --compare-layout: the reference's: kn = (K, N), nk = (N, K) (nn.Linear.weight); auto
         tells them apart by shape and refuses a square reference (K == N)
       FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes; the
         .safetensors tensor is named LAYER, or PREFIX without its trailing '.' ("weight" if empty)
   dequantctl [--server HOST:PORT] dequantize-layers [--tensors L,...] [--dtype fp16|bf16|fp32]
              [--out-dir DIR | --out FILE.safetensors] [--chunk-bytes B] [--streams S]
+             [--orientation kn|nk]
       --streams: S calls at once, each a share of the layers (by bytes), on S connections
       no --tensors: every layer of the model, in one call (one grouped launch on CUDA)
   dequantctl [--server HOST:PORT] benchmark [--shapes KxN,...] [--tensors L,...]
@@ -280,6 +288,7 @@ int main(int argc, char** argv) {
     dequantize.group_size = absl::GetFlag(FLAGS_group_size);
     dequantize.out = absl::GetFlag(FLAGS_out);
     if (!absl::GetFlag(FLAGS_dtype).empty()) dequantize.dtype = absl::GetFlag(FLAGS_dtype);
+    dequantize.orientation = absl::GetFlag(FLAGS_orientation);
     dequantize.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
     dequantize.compare = absl::GetFlag(FLAGS_compare);
     dequantize.compare_layout = absl::GetFlag(FLAGS_compare_layout);
@@ -304,6 +313,7 @@ int main(int argc, char** argv) {
       return UsageError("--tensors is empty; leave it out to dequantize every layer");
     }
     if (!absl::GetFlag(FLAGS_dtype).empty()) dequantize_layers.dtype = absl::GetFlag(FLAGS_dtype);
+    dequantize_layers.orientation = absl::GetFlag(FLAGS_orientation);
     dequantize_layers.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
     dequantize_layers.out_dir = absl::GetFlag(FLAGS_out_dir);
     dequantize_layers.out = absl::GetFlag(FLAGS_out);

@@ -16,8 +16,11 @@ namespace dequantd::formats {
 
 // One tensor of a layer: its header entry and the file it is in (named in messages).
 struct QuantTensorRef {
-  absl::string_view file;                           // path of the safetensors file
-  const safetensors::TensorEntry* entry = nullptr;  // name, dtype, shape; not owned, non-null
+  absl::string_view file;  // path of the safetensors file
+  // name, dtype, shape; not owned. Null only for an optional role (FormatRow::optional_roles) the
+  // layer does not store: "layer '<layer>': tensor '<layer>.<role>' is missing; ..." when the
+  // format needs it after all (GPTQ's g_idx with desc_act).
+  const safetensors::TensorEntry* entry = nullptr;
 };
 
 // Returns the shape of `layer` (its name prefix, for messages) in `format` from its tensors in
@@ -30,7 +33,8 @@ struct QuantTensorRef {
 //   ... field 'shape' has 3 rows, which do not divide K = 128 into whole groups (G = K / scales
 //       rows)                                         (scales)
 //   ... field 'shape' is (2, 4), want (4, 2) = (K/G, N/8)                     (qzeros)
-// `tensors` must hold FormatRow::role_count refs. Thread-safe (pure function).
+// `tensors` must hold FormatRow::role_count refs; options.config passes the checkpoint's
+// declaration to formats that need it (GPTQ). Thread-safe (pure function).
 absl::StatusOr<QuantShape> QuantShapeFromTensors(Format format, absl::string_view layer,
                                                  absl::Span<const QuantTensorRef> tensors,
                                                  const StoredTensorOptions& options = {});

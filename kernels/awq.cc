@@ -138,6 +138,14 @@ TensorSpec TensorSpecOf(const QuantShape& shape, int role) {
 }
 
 absl::Status ValidateShape(const QuantShape& shape) {
+  if (shape.bits != kBits) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bits must be ", kBits, " for awq_gemm, got ", shape.bits));
+  }
+  if (shape.format_flags != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("format_flags must be 0 for awq_gemm, got ", shape.format_flags));
+  }
   if (shape.N <= 0 || shape.N % kPackFactor != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("N must be a positive multiple of ", kPackFactor, ", got ", shape.N));

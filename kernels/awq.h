@@ -27,7 +27,8 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
 
 TensorSpec TensorSpecOf(const QuantShape& shape, int role);
 
-// N a positive multiple of 8, group_size positive and dividing K, scales fp16 or bf16.
+// bits 4, format_flags 0, N a positive multiple of 8, group_size positive and dividing K, scales
+// fp16 or bf16.
 absl::Status ValidateShape(const QuantShape& shape);
 
 absl::Status DequantizeReference(const QuantView& in, DType out_dtype, int64_t row_begin,

@@ -6,6 +6,13 @@
 // the group's zero points and scales to float once (noting whether all scales are finite, which
 // rules out NaN products), then runs a row kernel (awq_cpu_rows.h) over the group's rows. All
 // indices are int64_t.
+//
+// (N, K) results (Orientation::kNK) are written by RunNkPart: the output rows [row_begin, row_end)
+// are output columns n, split into one contiguous range per thread; each walks K in tiles of
+// kNkTileRows rows and, per tile, the packed words covering its n range, so a word's eight values
+// land in eight output rows at consecutive k (every store stream advances by one element per
+// word; the tile's qweight lines stay in L1 across the words). Same rounding functions as the
+// row kernels: the bits of DequantizeReference.
 #include <algorithm>
 #include <cstdint>
 #include <thread>
@@ -83,6 +90,60 @@ void RunPart(const QuantView& in, const Part& part, int64_t out_row0, void* out)
 
 using PartFn = void (*)(const QuantView&, const Part&, int64_t, void*);
 
+// Rows of K per tile of an (N, K) result.
+constexpr int64_t kNkTileRows = 64;
+
+// An (N, K) part: output rows (= columns n) [part.row_begin, part.row_end); `out` points at output
+// row `out_row0`.
+template <DType kScale, DType kOut>
+void RunNkPart(const QuantView& in, const Part& part, int64_t out_row0, void* out) {
+  using OutT = typename OutTraits<kOut>::T;
+  const int64_t K = in.shape.K;
+  const int64_t N = in.shape.N;
+  const int64_t G = in.shape.group_size;
+  const int64_t words_per_row = N / awq::kPackFactor;
+  const auto* scales = static_cast<const uint16_t*>(awq::Scales(in));
+  const int32_t* qweight = awq::Qweight(in);
+  const int32_t* qzeros = awq::Qzeros(in);
+  OutT* o = static_cast<OutT*>(out);
+  const int64_t n_begin = part.row_begin;
+  const int64_t n_end = part.row_end;
+  const int64_t c_begin = n_begin / awq::kPackFactor;
+  const int64_t c_end = (n_end + awq::kPackFactor - 1) / awq::kPackFactor;
+  for (int64_t k0 = 0; k0 < K; k0 += kNkTileRows) {
+    const int64_t k1 = std::min(K, k0 + kNkTileRows);
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int i_begin = static_cast<int>(std::max<int64_t>(0, n_begin - c * awq::kPackFactor));
+      const int i_end =
+          static_cast<int>(std::min<int64_t>(awq::kPackFactor, n_end - c * awq::kPackFactor));
+      for (int64_t k = k0; k < k1; ++k) {
+        const int64_t g = k / G;
+        const auto q = static_cast<uint32_t>(qweight[k * words_per_row + c]);
+        const auto z = static_cast<uint32_t>(qzeros[g * words_per_row + c]);
+        for (int i = i_begin; i < i_end; ++i) {
+          const int64_t n = c * awq::kPackFactor + i;
+          const float w = (static_cast<float>(awq::NibbleForColumn(q, i)) -
+                           static_cast<float>(awq::NibbleForColumn(z, i))) *
+                          ScaleToFloat<kScale>(scales[g * N + n]);
+          o[(n - out_row0) * K + k] = OutTraits<kOut>::FromFloat(w);
+        }
+      }
+    }
+  }
+}
+
+PartFn SelectNk(DType scale_dtype, DType out_dtype) {
+  const bool f16 = scale_dtype == DType::kF16;
+  switch (out_dtype) {
+    case DType::kF16:
+      return f16 ? &RunNkPart<DType::kF16, DType::kF16> : &RunNkPart<DType::kBF16, DType::kF16>;
+    case DType::kBF16:
+      return f16 ? &RunNkPart<DType::kF16, DType::kBF16> : &RunNkPart<DType::kBF16, DType::kBF16>;
+    default:  // kF32; ValidateShape refused every other dtype.
+      return f16 ? &RunNkPart<DType::kF16, DType::kF32> : &RunNkPart<DType::kBF16, DType::kF32>;
+  }
+}
+
 enum class RowKernel { kPortable, kAvx2, kAvx2Stream };
 
 template <DType kScale, DType kOut>
@@ -142,8 +203,21 @@ bool CpuHasAvx2() {
 
 absl::Status DequantizeAwq(const QuantView& in, DType out_dtype, int64_t row_begin, int64_t row_end,
                            void* out, const CpuDequantOptions& options) {
-  const bool avx2 = options.isa == CpuIsa::kAvx2 || (options.isa == CpuIsa::kBest && CpuHasAvx2());
   const int64_t rows = row_end - row_begin;
+  if (in.shape.orientation == Orientation::kNK) {
+    const PartFn run = SelectNk(in.shape.scale_dtype, out_dtype);
+    int64_t threads = options.threads;
+    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+    threads = std::min(threads,
+                       std::max<int64_t>(1, rows * in.shape.K / options.min_elements_per_thread));
+    threads = std::min(threads, rows);
+    RunParts(threads, [&](int64_t p) {
+      const Part part{row_begin + rows * p / threads, row_begin + rows * (p + 1) / threads, 0, 0};
+      run(in, part, row_begin, out);
+    });
+    return absl::OkStatus();
+  }
+  const bool avx2 = options.isa == CpuIsa::kAvx2 || (options.isa == CpuIsa::kBest && CpuHasAvx2());
   // Non-temporal stores for outputs too large to stay in cache, when `out` is 16-byte aligned
   // (malloc's alignment; then every word's 16 or 32 output bytes are too: N % 8 == 0).
   const bool stream = avx2 &&

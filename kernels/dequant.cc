@@ -47,6 +47,29 @@ bool ParseFormat(std::string_view name, Format* out) {
 
 int TensorRoleCount(Format format) { return FormatRowOf(format).role_count; }
 
+std::string_view OrientationName(Orientation orientation) {
+  return orientation == Orientation::kKN   ? "kn"
+         : orientation == Orientation::kNK ? "nk"
+                                           : "unknown";
+}
+
+bool ParseOrientation(std::string_view name, Orientation* out) {
+  for (Orientation o : {Orientation::kKN, Orientation::kNK}) {
+    const std::string_view spelled = OrientationName(o);
+    if (absl::EqualsIgnoreCase(absl::string_view(name.data(), name.size()),
+                               absl::string_view(spelled.data(), spelled.size()))) {
+      if (out != nullptr) *out = o;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool RoleAbsent(const QuantShape& shape, int role) {
+  const FormatRow& row = FormatRowOf(shape.format);
+  return (row.optional_roles >> role & 1u) != 0 && row.tensor_spec(shape, role).elements() == 0;
+}
+
 TensorSpec TensorSpecOf(const QuantShape& shape, int role) {
   return FormatRowOf(shape.format).tensor_spec(shape, role);
 }
@@ -62,6 +85,10 @@ absl::Status ValidateShape(const QuantShape& shape, DType out_dtype) {
   if (!KnownFormat(shape.format)) {
     return absl::InvalidArgumentError(
         absl::StrCat("format ", static_cast<int>(shape.format), " is not known"));
+  }
+  if (shape.orientation != Orientation::kKN && shape.orientation != Orientation::kNK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("orientation must be kn or nk, got ", static_cast<int>(shape.orientation)));
   }
   if (shape.K <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("K must be positive, got ", shape.K));
@@ -88,16 +115,18 @@ absl::Status ValidateView(const QuantView& in, DType out_dtype, int64_t row_begi
   if (absl::Status s = ValidateShape(in.shape, out_dtype); !s.ok()) return s;
   const FormatRow& row = FormatRowOf(in.shape.format);
   for (int r = 0; r < row.role_count; ++r) {
-    if (in.tensors[static_cast<size_t>(r)] == nullptr) {
+    if (in.tensors[static_cast<size_t>(r)] == nullptr && !RoleAbsent(in.shape, r)) {
       const std::string_view role = row.roles[static_cast<size_t>(r)];
       return absl::InvalidArgumentError(
           absl::StrCat(absl::string_view(role.data(), role.size()), " must not be null"));
     }
   }
-  if (row_begin < 0 || row_begin > row_end || row_end > in.shape.K) {
-    return absl::InvalidArgumentError(absl::StrCat("row range [", row_begin, ", ", row_end,
-                                                   ") must lie within [0, K = ", in.shape.K,
-                                                   "] with row_begin <= row_end"));
+  const int64_t rows = in.shape.result_rows();
+  if (row_begin < 0 || row_begin > row_end || row_end > rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("row range [", row_begin, ", ", row_end, ") must lie within [0, ",
+                     in.shape.orientation == Orientation::kKN ? "K" : "N", " = ", rows,
+                     "] with row_begin <= row_end"));
   }
   if (out == nullptr && row_end > row_begin) {
     return absl::InvalidArgumentError("out must not be null");

@@ -14,7 +14,8 @@ namespace dequantd {
 // Largest K * N accepted (2^40 elements): keeps every byte count far from int64 overflow.
 inline constexpr int64_t kMaxOutputElements = int64_t{1} << 40;
 
-// Checks a shape and output dtype before any work: the output dtype (fp16, bf16 or fp32), K and N
+// Checks a shape and output dtype before any work: the orientation, the output dtype (fp16, bf16
+// or fp32), K and N
 // positive with K * N <= kMaxOutputElements, then the format's own rules. Returns
 // INVALID_ARGUMENT naming the field: "K", "N", "group_size", "scales dtype", "output dtype" (e.g.
 // AWQ: "N must be a positive multiple of 8, got 1001"). Every entry point (CPU, CUDA, server)
@@ -22,8 +23,9 @@ inline constexpr int64_t kMaxOutputElements = int64_t{1} << 40;
 absl::Status ValidateShape(const QuantShape& shape, DType out_dtype);
 
 // CPU reference: the plain, obviously right loop that defines the result (the format's header).
-// Writes rows [row_begin, row_end) of the row-major (K, N) output; `out` points at row row_begin
-// and holds (row_end - row_begin) * N elements of `out_dtype`. Single-threaded.
+// Writes rows [row_begin, row_end) of the row-major result in in.shape.orientation ((K, N), or
+// (N, K) for kNK: rows are then output columns n); `out` points at row row_begin and holds
+// (row_end - row_begin) * result_cols() elements of `out_dtype`. Single-threaded.
 // Errors: INVALID_ARGUMENT from ValidateShape, or for a bad row range / null pointer.
 absl::Status DequantizeReference(const QuantView& in, DType out_dtype, int64_t row_begin,
                                  int64_t row_end, void* out);

@@ -9,6 +9,8 @@
 #include "absl/strings/string_view.h"
 #include "kernels/awq.h"
 #include "kernels/awq_format.h"
+#include "kernels/gptq.h"
+#include "kernels/gptq_format.h"
 
 #if DEQUANTD_HAVE_CUDA
 #include "kernels/cuda/format_kernels.h"
@@ -28,13 +30,32 @@ constexpr FormatRow kRows[] = {
      .role_count = awq::kRoleCount,
      .roles = {awq::kRoleNames[0], awq::kRoleNames[1], awq::kRoleNames[2]},
      .anchor_role = awq::kQweight,
+     .optional_roles = 0,
+     .default_orientation = Orientation::kKN,
      .from_config = &awq::FromConfig,
      .shape_from_stored = &awq::ShapeFromStored,
      .tensor_spec = &awq::TensorSpecOf,
      .validate = &awq::ValidateShape,
+     .check_stored = nullptr,
      .reference = &awq::DequantizeReference,
      .cpu = &awq::DequantizeCpu,
      .cuda = DEQUANTD_FORMAT_KERNELS(kAwqKernels)},
+    {.format = Format::kGptq,
+     .name = "gptq",
+     .quant_method = "gptq",
+     .role_count = gptq::kRoleCount,
+     .roles = {gptq::kRoleNames[0], gptq::kRoleNames[1], gptq::kRoleNames[2], gptq::kRoleNames[3]},
+     .anchor_role = gptq::kQweight,
+     .optional_roles = 1u << gptq::kGidx,
+     .default_orientation = Orientation::kNK,
+     .from_config = &gptq::FromConfig,
+     .shape_from_stored = &gptq::ShapeFromStored,
+     .tensor_spec = &gptq::TensorSpecOf,
+     .validate = &gptq::ValidateShape,
+     .check_stored = &gptq::CheckStored,
+     .reference = &gptq::DequantizeReference,
+     .cpu = &gptq::DequantizeCpu,
+     .cuda = DEQUANTD_FORMAT_KERNELS(kGptqKernels)},
 };
 
 constexpr bool RowsInFormatOrder() {

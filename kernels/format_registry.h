@@ -48,8 +48,9 @@ struct QuantizationConfig {
   std::string quant_method;  // as written, e.g. "awq"
   int bits = 4;
   int64_t group_size = 128;  // as written; -1 means per-column (G = K)
-  bool zero_point = true;
-  std::string version;  // format-specific variant, e.g. AWQ's "gemm"
+  bool zero_point = true;    // AWQ: zero_point; GPTQ: !sym (zeros are stored either way)
+  bool desc_act = false;     // GPTQ: act-order (rows' groups come from g_idx, not k / G)
+  std::string version;       // format-specific variant, e.g. AWQ's "gemm", GPTQ's "gptq_v2"
 };
 
 // A stored tensor as its checkpoint describes it: safetensors dtype code ("I32", "F16", ...) and
@@ -57,6 +58,7 @@ struct QuantizationConfig {
 struct StoredTensor {
   std::string_view dtype;
   absl::Span<const int64_t> shape;
+  bool present = true;  // false: an optional role the layer does not store (dtype, shape empty)
 };
 
 // Why stored tensors do not make a layer: the role at fault, the field ("shape" or "dtype") and
@@ -69,6 +71,10 @@ struct StoredTensorProblem {
 
 struct StoredTensorOptions {
   bool packed_u32 = false;  // also accept U32 for int32 packed words (dequantctl does)
+  // The checkpoint's declaration, for formats whose stored tensors do not say everything (GPTQ:
+  // bits, the zero convention, desc_act). Null: the format's defaults (GPTQ: 4 bits, gptq_v2
+  // zeros, g_idx as stored).
+  const QuantizationConfig* config = nullptr;
 };
 
 struct FormatRow {
@@ -78,6 +84,12 @@ struct FormatRow {
   int role_count;                 // stored tensors per layer, <= kMaxTensorRoles
   std::array<std::string_view, kMaxTensorRoles> roles;  // role names = checkpoint suffixes
   int anchor_role;  // the role whose <layer>.<role> tensor marks a layer in a checkpoint
+  // Bit r set: role r may be absent from a layer (GPTQ: g_idx without desc_act). An absent role
+  // reaches shape_from_stored as StoredTensor::present == false; its TensorSpec then has 0 rows
+  // and 0 columns, and its QuantView pointer is null.
+  uint32_t optional_roles;
+  // The result's layout when a request names none: the one the format's reference produces.
+  Orientation default_orientation;
 
   // Checks the format's quantization_config (quant_method already matched) and returns it.
   absl::StatusOr<QuantizationConfig> (*from_config)(const QuantConfigReader& config);
@@ -90,7 +102,12 @@ struct FormatRow {
   TensorSpec (*tensor_spec)(const QuantShape& shape, int role);
   // The format's own shape rules after ValidateShape's common ones (INVALID_ARGUMENT).
   absl::Status (*validate)(const QuantShape& shape);
-  // DequantizeReference and DequantizeCpu of the format (arguments already validated).
+  // Rules on the stored values themselves (host pointers of a view that passed ValidateView),
+  // checked once where tensors enter: at checkpoint load and for inline requests. Null when the
+  // format has none (AWQ). GPTQ: g_idx in range, symmetric zeros. The message names the role.
+  absl::Status (*check_stored)(const QuantView& in);
+  // DequantizeReference and DequantizeCpu of the format (arguments already validated). Rows are
+  // rows of the result in in.shape.orientation: K rows for kKN, N rows for kNK.
   absl::Status (*reference)(const QuantView& in, DType out_dtype, int64_t row_begin,
                             int64_t row_end, void* out);
   absl::Status (*cpu)(const QuantView& in, DType out_dtype, int64_t row_begin, int64_t row_end,
@@ -104,6 +121,9 @@ struct FormatRow {
 const FormatRow& FormatRowOf(Format format);
 // Every row, in Format order.
 absl::Span<const FormatRow> FormatRows();
+// True when role `role` of `shape`'s format is optional and `shape` does not store it.
+bool RoleAbsent(const QuantShape& shape, int role);
+
 // The row whose quant_method equals `quant_method` (case-insensitive), or nullptr.
 const FormatRow* FindFormatByQuantMethod(std::string_view quant_method);
 // "'awq'" or "'awq', 'gptq'": the quant_methods served, for messages.

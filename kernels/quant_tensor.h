@@ -16,21 +16,44 @@ namespace dequantd {
 // The quantized formats dequantd reads. Each value has one row in kernels/format_registry.cc.
 enum class Format : uint8_t {
   kAwqGemm = 0,  // AutoAWQ "gemm" (kernels/awq_format.h)
+  kGptq = 1,     // GPTQ / GPTQModel, checkpoint_format gptq and gptq_v2 (kernels/gptq_format.h)
 };
+
+// The layout of a result, chosen per request (every kernel writes either; no host transpose):
+//   kKN: row-major (K, N), w_kn[k][n]: AWQ's own (its reference computes it so);
+//   kNK: row-major (N, K), w_nk[n][k] = w_kn[k][n]: PyTorch nn.Linear's `weight` (out, in), the
+//        orientation GPTQ and compressed-tensors references produce.
+// A request that names none gets its format's own (FormatRow::default_orientation).
+enum class Orientation : uint8_t { kKN = 0, kNK = 1 };
+// "kn" / "nk".
+std::string_view OrientationName(Orientation orientation);
+// Accepts "kn" / "nk" (any case); false otherwise.
+bool ParseOrientation(std::string_view name, Orientation* out);
 
 // Most stored tensors one layer of any format has (AWQ: 3).
 inline constexpr int kMaxTensorRoles = 6;
 
-// Shape of one quantized linear layer, in elements, and the format parameters the kernels need.
-// The result is the row-major (K, N) matrix w[k, n] of the format's definition.
+// Shape of one quantized linear layer, in elements, the format parameters the kernels need and
+// the orientation of the result they write. The result is the matrix w[k, n] of the format's
+// definition, row-major as (K, N) or, for Orientation::kNK, as (N, K).
 struct QuantShape {
-  int64_t K = 0;           // in_features: rows of the (K, N) result
-  int64_t N = 0;           // out_features: columns of the (K, N) result
+  int64_t K = 0;           // in_features
+  int64_t N = 0;           // out_features
   int64_t group_size = 0;  // G: input rows sharing one scale row; K % G == 0 (G = K for "-1")
   DType scale_dtype = DType::kF16;   // dtype of the stored scales
-  Format format = Format::kAwqGemm;  // last, so {K, N, G, scale dtype} reads as an AWQ shape
+  Format format = Format::kAwqGemm;  // after the four above, so {K, N, G, scale dtype} reads as
+                                     // an AWQ shape
+  // The result's layout. A layer loaded from a checkpoint carries its format's own; a request
+  // may set either (the service does). Not a property of the stored tensors.
+  Orientation orientation = Orientation::kKN;
+  int bits = 4;  // bits per stored code (AWQ: 4; GPTQ: 2, 3, 4 or 8)
+  // Format-specific flags of the stored tensors (GPTQ: gptq::kZerosV1, gptq::kNoGidx); 0 for AWQ.
+  uint32_t format_flags = 0;
 
   int64_t groups() const { return group_size > 0 ? K / group_size : 0; }
+  // Rows and columns of the row-major result: (K, N) or (N, K).
+  int64_t result_rows() const { return orientation == Orientation::kKN ? K : N; }
+  int64_t result_cols() const { return orientation == Orientation::kKN ? N : K; }
   int64_t output_elements() const { return K * N; }
   int64_t output_bytes(DType out) const { return output_elements() * DTypeSize(out); }
   // Bytes of every stored tensor (TensorSpecOf over the format's roles). ValidateShape first.
@@ -51,7 +74,9 @@ struct TensorSpec {
 };
 
 // A quantized layer in memory: host or device pointers (as the function it is passed to says),
-// not owned. tensors[r] holds role r of the format (TensorSpecOf(shape, r)); unused slots null.
+// not owned. tensors[r] holds role r of the format (TensorSpecOf(shape, r)); unused slots null,
+// as is an optional role the layer does not store (FormatRow::optional_roles, whose TensorSpec then
+// has 0 rows and 0 columns).
 struct QuantView {
   QuantShape shape;
   std::array<const void*, kMaxTensorRoles> tensors{};

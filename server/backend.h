@@ -47,8 +47,17 @@ struct BackendInfo {
 struct DequantSource {
   const QuantizedLayer* layer = nullptr;  // a layer of the checkpoint given to Prepare, or null
   QuantView host;                         // used when layer is null: host pointers, 4-byte aligned
+  // The result's layout (the service sets the request's, or the format's own); it replaces the
+  // orientation of the layer's or host view's shape.
+  Orientation orientation = Orientation::kKN;
 
-  const QuantShape& shape() const { return layer != nullptr ? layer->view.shape : host.shape; }
+  // The layer's (or host) view with `orientation`: what the backend dequantizes.
+  QuantView view() const {
+    QuantView v = layer != nullptr ? layer->view : host;
+    v.shape.orientation = orientation;
+    return v;
+  }
+  QuantShape shape() const { return view().shape; }
 };
 
 // A memory destination a result is written into directly instead of being handed to Write: a
@@ -141,20 +150,24 @@ class Backend {
   virtual bool IsResident(const QuantizedLayer& layer) const = 0;
 
   // Dequantizes `source` into `out_dtype` (fp16, bf16 or fp32) and streams the K * N *
-  // sizeof(out_dtype) bytes of the result to `sink` in chunks of `chunk_bytes` (>= 1).
+  // sizeof(out_dtype) bytes of the result, row-major in source.orientation, to `sink` in chunks
+  // of `chunk_bytes` (>= 1).
   // Errors: INVALID_ARGUMENT (ValidateShape, a layer never prepared, chunk_bytes < 1), the sink's
   // error, RESOURCE_EXHAUSTED / INTERNAL from the device.
   virtual absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
                                   ChunkSink& sink) = 0;
 
-  // Dequantizes prepared `layers` (duplicates allowed) into `out_dtype` and streams them to
-  // `sink` in request order, each as Dequantize would, in chunks of `chunk_bytes` (>= 1). The
-  // CUDA backend runs them in one grouped kernel launch into one device buffer; this default
-  // (the CPU backend's) runs Dequantize layer by layer and reports the first layer's kernel.
+  // Dequantizes prepared `layers` (duplicates allowed) into `out_dtype`, each result row-major in
+  // `orientation`, and streams them to `sink` in request order, each as Dequantize would, in
+  // chunks of `chunk_bytes` (>= 1). The CUDA backend runs them in one grouped kernel launch into
+  // one device buffer (layers the grouped launch does not implement, e.g. (N, K) results or
+  // other formats, one launch each); this default (the CPU backend's) runs Dequantize layer by
+  // layer and reports the first layer's kernel.
   // Errors: Dequantize's; INVALID_ARGUMENT for a null layer; RESOURCE_EXHAUSTED when the
   // layers' results do not fit the device's memory at once (CUDA).
   virtual absl::Status DequantizeLayers(absl::Span<const QuantizedLayer* const> layers,
-                                        DType out_dtype, int64_t chunk_bytes, LayersSink& sink);
+                                        DType out_dtype, Orientation orientation,
+                                        int64_t chunk_bytes, LayersSink& sink);
 };
 
 // The CPU backend: DequantizeCpu with `threads` threads (0 = hardware concurrency), computed in

@@ -56,7 +56,8 @@ class LayerAdapter final : public ChunkSink {
 }  // namespace
 
 absl::Status Backend::DequantizeLayers(absl::Span<const QuantizedLayer* const> layers,
-                                       DType out_dtype, int64_t chunk_bytes, LayersSink& sink) {
+                                       DType out_dtype, Orientation orientation,
+                                       int64_t chunk_bytes, LayersSink& sink) {
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i] == nullptr)
       return absl::InvalidArgumentError(absl::StrCat("layer ", i, " is null"));
@@ -69,6 +70,7 @@ absl::Status Backend::DequantizeLayers(absl::Span<const QuantizedLayer* const> l
     layer_start += layer_bytes;
     DequantSource source;
     source.layer = layers[i];
+    source.orientation = orientation;
     if (absl::Status s = Dequantize(source, out_dtype, chunk_bytes, adapter); !s.ok()) return s;
   }
   return absl::OkStatus();

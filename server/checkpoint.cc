@@ -147,7 +147,7 @@ absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const fs::path& confi
   const FormatRow* row = FindFormatByQuantMethod(quant_method);
   if (row == nullptr) {
     return reader.FieldError("quant_method", absl::StrCat("is '", quant_method, "', only ",
-                                                          ServedQuantMethods(), " is served"));
+                                                          ServedQuantMethods(), " are served"));
   }
   absl::StatusOr<QuantizationConfig> out = row->from_config(reader);
   if (out.ok()) out->quant_method = quant_method;
@@ -309,10 +309,10 @@ int DefaultLoadThreads() {
   return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
 }
 
-int64_t Checkpoint::ReleaseHostCopies() {
+int64_t Checkpoint::ReleaseHostCopies(const std::vector<bool>& which) {
   int64_t freed = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (copies_[i] == nullptr) continue;
+    if (copies_[i] == nullptr || (!which.empty() && !which[i])) continue;
     freed += layers_[i].view.shape.packed_bytes();
     layers_[i].view.tensors.fill(nullptr);
     copies_[i].reset();
@@ -336,7 +336,7 @@ absl::StatusOr<int64_t> Checkpoint::ReadHostCopies(const std::vector<bool>& whic
     if ((!which.empty() && !which[i]) || copies_[i] != nullptr) continue;
     const QuantizedLayer& layer = layers_[i];
     const int roles = TensorRoleCount(layer.view.shape.format);
-    int64_t total = 0;
+    int64_t total = 0;  // absent optional roles have no range (shard -1, 0 bytes)
     for (int r = 0; r < roles; ++r) total += RoundUpToAlignment(layer.stored[r].bytes);
     copies[i].reset(
         static_cast<uint8_t*>(::operator new[](static_cast<size_t>(std::max<int64_t>(total, 1)),
@@ -347,6 +347,7 @@ absl::StatusOr<int64_t> Checkpoint::ReadHostCopies(const std::vector<bool>& whic
     }
     int64_t at = 0;
     for (int r = 0; r < roles; ++r) {
+      if (layer.stored[r].shard < 0) continue;  // an absent optional role: its pointer stays null
       bases[i][r] = copies[i].get() + at;
       at += RoundUpToAlignment(layer.stored[r].bytes);
       AppendChunks(layer.stored[r].shard, layer.stored[r].offset, layer.stored[r].bytes,
@@ -450,6 +451,10 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     for (int r = 0; r < row.role_count; ++r) {
       const std::string name = absl::StrCat(prefix, ".", std::string(row.roles[r]));
       const auto it = tensors.find(name);
+      if (it == tensors.end() && (row.optional_roles >> r & 1u) != 0) {
+        stored.push_back({.file = anchor_ref.path(), .entry = nullptr});  // an absent optional role
+        continue;
+      }
       if (it == tensors.end()) {
         return absl::InvalidArgumentError(absl::StrCat("layer '", prefix, "': tensor '", name,
                                                        "' is missing (", anchor.substr(1),
@@ -459,7 +464,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       stored.push_back({.file = it->second.path(), .entry = it->second.entry});
     }
     absl::StatusOr<QuantShape> quant_shape =
-        formats::QuantShapeFromTensors(row.format, prefix, stored);
+        formats::QuantShapeFromTensors(row.format, prefix, stored, {.config = &ckpt->config_});
     if (!quant_shape.ok()) return quant_shape.status();
     const QuantShape& shape = *quant_shape;
     if (absl::Status s = ValidateShape(shape, DType::kF16); !s.ok()) {
@@ -471,6 +476,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     layer.file = anchor_ref.path();
     layer.view.shape = shape;
     for (size_t r = 0; r < refs.size(); ++r) {
+      if (refs[r].entry == nullptr) continue;  // an absent optional role: no range, no pointer
       layer.stored[r] = StoredRange{
           .shard = refs[r].shard->index, .offset = refs[r].file_offset(), .bytes = refs[r].bytes()};
     }
@@ -493,9 +499,20 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   absl::StatusOr<std::string> config_text = ReadConfigText(root / kConfigFile);
   if (!config_text.ok()) return config_text.status();
   ckpt->config_json_ = *std::move(config_text);
-  if (load.host_copies) {
+  // A format with rules on its stored values (GPTQ's g_idx range) is read at Open whatever
+  // `load` says, and checked before any byte is trusted; the server frees the copies of the
+  // layers its devices then hold.
+  if (load.host_copies || row.check_stored != nullptr) {
     absl::StatusOr<int64_t> read = ckpt->ReadHostCopies({}, load.threads);
     if (!read.ok()) return read.status();
+  }
+  if (row.check_stored != nullptr) {
+    for (const QuantizedLayer& layer : ckpt->layers_) {
+      if (absl::Status s = row.check_stored(layer.view); !s.ok()) {
+        return absl::Status(s.code(),
+                            absl::StrCat(layer.file, ": layer '", layer.name, "': ", s.message()));
+      }
+    }
   }
   return ckpt;
 }

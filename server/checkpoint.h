@@ -106,7 +106,8 @@ class Checkpoint {
   // Afterwards a view's data must not be used (kernels refuse null pointers: INVALID_ARGUMENT).
   // Call before the Checkpoint is shared with other threads. Returns the bytes freed (0 when
   // already released).
-  int64_t ReleaseHostCopies();
+  // `which` selects layers by position (all when empty).
+  int64_t ReleaseHostCopies(const std::vector<bool>& which = {});
 
   // Reads the host copy of every layer that `which` selects (all when empty) and has none, with
   // `threads` threads (0 = DefaultLoadThreads()), setting its view's pointers. For the layers no

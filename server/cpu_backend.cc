@@ -129,14 +129,15 @@ class CpuBackend final : public Backend {
 
   absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
                           ChunkSink& sink) override {
-    const QuantView& view = source.layer != nullptr ? source.layer->view : source.host;
+    const QuantView view = source.view();
     if (absl::Status s = ValidateShape(view.shape, out_dtype); !s.ok()) return s;
     if (chunk_bytes < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("chunk_bytes must be >= 1, got ", chunk_bytes));
     }
-    const int64_t K = view.shape.K;
-    const int64_t row_bytes = view.shape.N * DTypeSize(out_dtype);
+    // Rows of the result in its orientation: K rows of N for (K, N), N rows of K for (N, K).
+    const int64_t K = view.shape.result_rows();
+    const int64_t row_bytes = view.shape.result_cols() * DTypeSize(out_dtype);
     // The sink's byte range, and the rows that cover it: only those are computed.
     const ChunkSink::Range range = sink.range();
     const int64_t range_begin = range.offset;
@@ -185,15 +186,19 @@ class CpuBackend final : public Backend {
       // window boundary cuts is computed twice but counted once): their qweight rows and the
       // qzeros/scales rows of the groups they touch read, their output written. Generic: a
       // stored tensor with K rows is read for the rows computed, one with K/G rows for the groups
-      // they touch, any other whole.
+      // they touch, any other whole. (An (N, K) result's rows are columns n: every stored tensor
+      // is counted whole.)
       const int64_t rows = last_row - first_row;
       const int64_t groups = (last_row - 1) / shape.group_size - first_row / shape.group_size + 1;
+      const bool kn = shape.orientation == Orientation::kKN;
       int64_t read = 0;
       for (int r = 0; r < TensorRoleCount(shape.format); ++r) {
         const TensorSpec spec = TensorSpecOf(shape, r);
-        if (spec.rows == K) {
+        if (!kn) {
+          read += spec.bytes();
+        } else if (spec.rows == K) {
           read += rows * (spec.bytes() / K);
-        } else if (spec.rows == shape.groups()) {
+        } else if (spec.rows == shape.groups() && spec.rows > 0) {
           read += groups * (spec.bytes() / shape.groups());
         } else {
           read += spec.bytes();
@@ -219,7 +224,7 @@ class CpuBackend final : public Backend {
   // row per window, e.g. 1.6% more work for 4096-column fp32 rows in 1 MiB windows).
   absl::Status Stream(const QuantView& view, DType out_dtype, int64_t chunk_bytes,
                       int64_t range_begin, int64_t range_end, ChunkSink& sink, Times& times) {
-    const int64_t row_bytes = view.shape.N * DTypeSize(out_dtype);
+    const int64_t row_bytes = view.shape.result_cols() * DTypeSize(out_dtype);
     const int64_t window = (kMinBlockBytes + chunk_bytes - 1) / chunk_bytes * chunk_bytes;
     const int64_t windows = (range_end - range_begin + window - 1) / window;
     // Rows covering `window` bytes from any offset: at most ceil(window / row) + 1.
@@ -261,8 +266,8 @@ class CpuBackend final : public Backend {
   absl::Status Place(const QuantView& view, DType out_dtype, int64_t chunk_bytes,
                      int64_t rows_per_block, const ResultDestination& destination, ChunkSink& sink,
                      Times& times) {
-    const int64_t K = view.shape.K;
-    const int64_t row_bytes = view.shape.N * DTypeSize(out_dtype);
+    const int64_t K = view.shape.result_rows();  // rows of the result (N for (N, K))
+    const int64_t row_bytes = view.shape.result_cols() * DTypeSize(out_dtype);
     int64_t reported = 0;  // result bytes reported through Write so far
     // Reports the whole chunks of [reported, done) (all of it when `last`).
     const auto report = [&](int64_t done, bool last) -> absl::Status {

@@ -112,50 +112,68 @@ class DeviceWorker {
   absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
                           ChunkSink& sink) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    const QuantShape& shape = source.shape();
+    const QuantView host = source.view();  // the inline input (host pointers) with its orientation
+    const QuantShape& shape = host.shape;
+    const cuda::KernelVariant variant = VariantFor(shape.format);
     cuda::ResultJob job;
     job.out_dtype = out_dtype;
-    job.variant = cuda::VariantName(options_.variant);
+    job.variant = cuda::VariantName(variant);
     job.entries.push_back({.in = {}, .result = 0, .result_bytes = shape.output_bytes(out_dtype)});
     if (source.layer != nullptr) {
       absl::StatusOr<cuda::ResidentModel::LayerId> id = Resident(*source.layer);
       if (!id.ok()) return id.status();
       job.entries.front().in = model_.view(*id);
+      job.entries.front().in.shape.orientation = source.orientation;
     } else {
-      job.host_input = &source.host;
+      job.host_input = &host;
     }
     const cuda::SlabLauncher launch =
-        [this](const cuda::SlabLaunch& slab) -> absl::StatusOr<std::string> {
+        [this, variant](const cuda::SlabLaunch& slab) -> absl::StatusOr<std::string> {
       if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
       const cuda::GroupedItem& item = slab.items.front();  // one result: one slab of one item
-      const DType dtype = slab.out_dtype;
-      cudaStream_t stream = slab.stream;
-      cuda::LaunchConfig config = cuda::DefaultConfig(options_.variant, item.in.shape, dtype);
-      if (options_.launch_config) {
-        absl::StatusOr<cuda::LaunchConfig> chosen =
-            options_.launch_config(LaunchQuery{.device = device_,
-                                               .variant = options_.variant,
-                                               .in = item.in,
-                                               .out_dtype = dtype,
-                                               .out = item.out,
-                                               .stream = stream});
-        if (!chosen.ok()) return chosen.status();
-        config = *chosen;
-      }
-      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slab.started, stream));
-      if (absl::Status s =
-              cuda::LaunchDequantize(options_.variant, config, item.in, dtype, item.out, stream);
-          !s.ok()) {
-        return s;
-      }
-      return std::string(cuda::VariantName(options_.variant)) + " " + config.ToString();
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slab.started, slab.stream));
+      return LaunchOne(variant, item, slab.out_dtype, slab.stream);
     };
     return pipeline_->Run(job, launch, chunk_bytes, sink, /*layers=*/nullptr);
   }
 
+  // The configured variant when `format` implements it, else the format's fastest (e.g. for a
+  // format without v4).
+  cuda::KernelVariant VariantFor(Format format) const {
+    const std::vector<cuda::KernelVariant> offered = cuda::VariantsOf(format);
+    if (offered.empty() ||
+        std::find(offered.begin(), offered.end(), options_.variant) != offered.end()) {
+      return options_.variant;
+    }
+    return offered.back();
+  }
+
+  // One layer's launch with its launch configuration (the provider's, else the default);
+  // returns the kernel's description.
+  absl::StatusOr<std::string> LaunchOne(cuda::KernelVariant variant, const cuda::GroupedItem& item,
+                                        DType dtype, cudaStream_t stream) {
+    cuda::LaunchConfig config = cuda::DefaultConfig(variant, item.in.shape, dtype);
+    if (options_.launch_config) {
+      absl::StatusOr<cuda::LaunchConfig> chosen =
+          options_.launch_config(LaunchQuery{.device = device_,
+                                             .variant = variant,
+                                             .in = item.in,
+                                             .out_dtype = dtype,
+                                             .out = item.out,
+                                             .stream = stream});
+      if (!chosen.ok()) return chosen.status();
+      config = *chosen;
+    }
+    if (absl::Status s = cuda::LaunchDequantize(variant, config, item.in, dtype, item.out, stream);
+        !s.ok()) {
+      return s;
+    }
+    return std::string(cuda::VariantName(variant)) + " " + config.ToString();
+  }
+
   // The resident `layers` (non-empty, duplicates allowed), grouped launches slab by slab.
   absl::Status DequantizeLayers(absl::Span<const QuantizedLayer* const> layers, DType out_dtype,
-                                int64_t chunk_bytes, LayersSink& sink) {
+                                Orientation orientation, int64_t chunk_bytes, LayersSink& sink) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     cuda::ResultJob job;
     job.out_dtype = out_dtype;
@@ -170,6 +188,7 @@ class DeviceWorker {
       job.entries.push_back({.in = model_.view(*id),
                              .result = *id,
                              .result_bytes = layer->view.shape.output_bytes(out_dtype)});
+      job.entries.back().in.shape.orientation = orientation;
     }
     std::sort(ids.begin(), ids.end());
     const auto distinct = std::unique(ids.begin(), ids.end()) - ids.begin();
@@ -191,6 +210,22 @@ class DeviceWorker {
     const cuda::SlabLauncher launch =
         [&](const cuda::SlabLaunch& slab) -> absl::StatusOr<std::string> {
       if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
+      // Layers the grouped launch does not implement ((N, K) results, other formats): the slab's
+      // items one launch each, on the same stream.
+      bool grouped_implements = true;
+      for (const cuda::GroupedItem& item : slab.items)
+        grouped_implements &= cuda::GroupedImplements(item.in.shape);
+      if (!grouped_implements) {
+        DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slab.started, slab.stream));
+        std::string first;
+        for (const cuda::GroupedItem& item : slab.items) {
+          absl::StatusOr<std::string> one =
+              LaunchOne(VariantFor(item.in.shape.format), item, slab.out_dtype, slab.stream);
+          if (!one.ok()) return one.status();
+          if (first.empty()) first = *one;
+        }
+        return absl::StrCat(first, " layers=", distinct);
+      }
       absl::StatusOr<std::shared_ptr<const cuda::GroupedPlan>> plan;
       if (slab.into_destination) {
         plan = plans_.Get(slab.items, slab.out_dtype, grouped, slab.stream);
@@ -421,7 +456,7 @@ class CudaBackend final : public Backend {
     if (absl::Status s = ValidateShape(source.shape(), out_dtype); !s.ok()) return s;
     if (absl::Status s = CheckChunkBytes(chunk_bytes); !s.ok()) return s;
     if (source.layer == nullptr) {
-      if (absl::Status s = ValidateView(source.host, out_dtype, 0, 0, nullptr); !s.ok()) return s;
+      if (absl::Status s = ValidateView(source.view(), out_dtype, 0, 0, nullptr); !s.ok()) return s;
     }
     absl::StatusOr<std::vector<int>> candidates =
         Candidates(source.layer, HoldersOf(source.layer), sink.destination());
@@ -433,7 +468,8 @@ class CudaBackend final : public Backend {
   }
 
   absl::Status DequantizeLayers(absl::Span<const QuantizedLayer* const> layers, DType out_dtype,
-                                int64_t chunk_bytes, LayersSink& sink) override {
+                                Orientation orientation, int64_t chunk_bytes,
+                                LayersSink& sink) override {
     if (absl::Status s = CheckChunkBytes(chunk_bytes); !s.ok()) return s;
     for (size_t i = 0; i < layers.size(); ++i) {
       if (layers[i] == nullptr) {
@@ -495,8 +531,8 @@ class CudaBackend final : public Backend {
       return Serve(common(part), preferred, part_sink, &part_sink,
                    [&](DeviceWorker& worker, LayersSink& tracked) {
                      return worker.DequantizeLayers(
-                         layers.subspan(part.begin, part.end - part.begin), out_dtype, chunk_bytes,
-                         tracked);
+                         layers.subspan(part.begin, part.end - part.begin), out_dtype, orientation,
+                         chunk_bytes, tracked);
                    });
     };
     if (parts->size() == 1) return run_part(parts->front(), /*preferred=*/-1, sink);

@@ -88,8 +88,9 @@ grpc::ByteBuffer EncodeSharedChunkMessage(int64_t offset, absl::Span<const uint8
 
 void FillHeader(const ResultLayer& result, DType out_dtype, const std::string& backend,
                 const std::string& kernel, v1::DequantizeHeader* header) {
-  header->add_shape(result.shape.K);
-  header->add_shape(result.shape.N);
+  header->add_shape(result.shape.result_rows());
+  header->add_shape(result.shape.result_cols());
+  header->set_orientation(OrientationToProto(result.shape.orientation));
   header->set_dtype(DTypeToProto(out_dtype));
   header->set_total_bytes(result.shape.output_bytes(out_dtype));
   header->set_backend(backend);

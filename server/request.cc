@@ -82,6 +82,25 @@ absl::StatusOr<ResultRange> RequestedRange(int64_t offset, int64_t length, int64
   return ResultRange{.offset = offset, .length = length == 0 ? total_bytes - offset : length};
 }
 
+absl::StatusOr<Orientation> OrientationFromProto(v1::Orientation orientation, Format format) {
+  switch (orientation) {
+    case v1::ORIENTATION_UNSPECIFIED:
+      return FormatRowOf(format).default_orientation;
+    case v1::ORIENTATION_KN:
+      return Orientation::kKN;
+    case v1::ORIENTATION_NK:
+      return Orientation::kNK;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "orientation must be ORIENTATION_UNSPECIFIED, ORIENTATION_KN or ORIENTATION_NK, got ",
+          static_cast<int>(orientation)));
+  }
+}
+
+v1::Orientation OrientationToProto(Orientation orientation) {
+  return orientation == Orientation::kNK ? v1::ORIENTATION_NK : v1::ORIENTATION_KN;
+}
+
 absl::StatusOr<DType> OutputDTypeFromProto(v1::DType dtype) {
   switch (dtype) {
     case v1::DTYPE_UNSPECIFIED:

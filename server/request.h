@@ -40,6 +40,13 @@ absl::StatusOr<ResultRange> RequestedRange(int64_t offset, int64_t length, int64
 // numbers) -> INVALID_ARGUMENT naming "output_dtype".
 absl::StatusOr<DType> OutputDTypeFromProto(dequant::v1::DType dtype);
 
+// orientation: UNSPECIFIED -> `format`'s own (FormatRow::default_orientation); KN, NK accepted;
+// unknown numbers -> INVALID_ARGUMENT naming "orientation".
+absl::StatusOr<Orientation> OrientationFromProto(dequant::v1::Orientation orientation,
+                                                 Format format);
+// Kernel orientation -> wire orientation (KN or NK).
+dequant::v1::Orientation OrientationToProto(Orientation orientation);
+
 // Kernel dtype -> wire dtype.
 dequant::v1::DType DTypeToProto(DType dtype);
 

@@ -99,6 +99,11 @@ absl::Status LoadModel(Checkpoint& checkpoint, Backend& backend, const ServerOpt
     host[i] = !backend.IsResident(checkpoint.layers()[i]);
     if (!host[i]) device_bytes += checkpoint.layers()[i].view.shape.packed_bytes();
   }
+  // Copies read at Open (a format whose stored values are checked there) are freed where a
+  // device holds the layer.
+  std::vector<bool> resident(host.size());
+  for (size_t i = 0; i < host.size(); ++i) resident[i] = !host[i];
+  checkpoint.ReleaseHostCopies(resident);
   absl::StatusOr<int64_t> host_bytes =
       checkpoint.ReadHostCopies(host, options.load_threads, options.cancel_load);
   if (!host_bytes.ok()) return host_bytes.status();

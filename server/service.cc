@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/format_registry.h"
 #include "server/grpc_result_sink.h"
 #include "server/protobuf_errors.h"
 #include "server/quoted_name.h"
@@ -137,6 +138,7 @@ grpc::Status DequantService::ListTensors(grpc::ServerContext*, const v1::ListTen
       info->set_packed_bytes(shape.packed_bytes());
       info->set_resident_on_device(backend_->IsResident(layer));
       info->set_format(std::string(FormatName(shape.format)));
+      info->set_orientation(OrientationToProto(FormatRowOf(shape.format).default_orientation));
       for (int r = 0; r < TensorRoleCount(shape.format); ++r) {
         const TensorSpec spec = TensorSpecOf(shape, r);
         v1::StoredTensorInfo* stored = info->add_stored_tensors();
@@ -248,6 +250,10 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
   }
   absl::StatusOr<DType> out_dtype = OutputDTypeFromProto(request.output_dtype());
   if (!out_dtype.ok()) return out_dtype.status();
+  absl::StatusOr<Orientation> orientation =
+      OrientationFromProto(request.orientation(), source.shape().format);
+  if (!orientation.ok()) return orientation.status();
+  source.orientation = *orientation;
 
   const QuantShape& shape = source.shape();
   if (absl::Status s = CheckOutputBytes(shape, *out_dtype, options_.max_output_bytes,
@@ -310,6 +316,9 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   }
   absl::StatusOr<DType> out_dtype = OutputDTypeFromProto(request.output_dtype());
   if (!out_dtype.ok()) return out_dtype.status();
+  absl::StatusOr<Orientation> orientation =
+      OrientationFromProto(request.orientation(), checkpoint_->config().format);
+  if (!orientation.ok()) return orientation.status();
   std::vector<const QuantizedLayer*> layers;
   if (request.tensors().empty()) {
     for (const QuantizedLayer& layer : checkpoint_->layers()) layers.push_back(&layer);
@@ -336,6 +345,7 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
       return s;
     }
     results.push_back(ResultLayer{.tensor = layer->name, .shape = layer->view.shape});
+    results.back().shape.orientation = *orientation;
   }
   absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
@@ -343,13 +353,14 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   if (request.has_output_region()) {
     return RunIntoRegion(context, request.output_region(), results, /*per_layer=*/true, *out_dtype,
                          stream, region_reply, [&](regions::RegionSink& s) {
-                           return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, s);
+                           return backend_->DequantizeLayers(layers, *out_dtype, *orientation,
+                                                             *chunk_bytes, s);
                          });
   }
   GrpcResultSink sink(context, stream, std::move(results), /*per_layer=*/true, *out_dtype,
                       backend_info_.name, metrics_);
   sink.set_stall_watchdog(options_.stall_watchdog);
-  return backend_->DequantizeLayers(layers, *out_dtype, *chunk_bytes, sink);
+  return backend_->DequantizeLayers(layers, *out_dtype, *orientation, *chunk_bytes, sink);
 }
 
 template <typename Run>

@@ -38,6 +38,7 @@ int LargestDivisor(int64_t n, std::initializer_list<int> options) {
 LaunchConfig AwqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype) {
   LaunchConfig c;
   if (v != KernelVariant::kV4Vec16) return c;
+  if (shape.orientation == Orientation::kNK) return c;  // the tile transpose: 256 threads
   c.block_size = 128;
   c.words_per_thread = 1;
   const int64_t G = shape.group_size > 0 ? shape.group_size : 1;
@@ -73,6 +74,10 @@ std::vector<LaunchConfig> AwqCandidateConfigs(KernelVariant v, const QuantShape&
       for (int b : {64, 128, 256, 512, 1024}) add({.block_size = b});
       break;
     case KernelVariant::kV4Vec16:
+      if (shape.orientation == Orientation::kNK) {  // the tile transpose takes block_size only
+        for (int b : {128, 256, 512}) add({.block_size = b});
+        break;
+      }
       // At most 16: the sweep's leaders on every measured shape.
       for (int b : {128, 256})
         for (int r : {1, 2, 4, 8, 16})
@@ -119,6 +124,15 @@ absl::Status AwqCanImplement(KernelVariant v, const LaunchConfig& config, const 
       return absl::InvalidArgumentError(absl::StrCat(
           name, " takes only block_size: words_per_thread and rows_per_thread must be 1, got ",
           config.ToString()));
+    return absl::OkStatus();
+  }
+  if (shape.orientation == Orientation::kNK) {
+    if (config.words_per_thread != 1 || config.rows_per_thread != 1)
+      return absl::InvalidArgumentError(
+          absl::StrCat(name,
+                       " for an (N, K) result (the tile transpose) takes only block_size: "
+                       "words_per_thread and rows_per_thread must be 1, got ",
+                       config.ToString()));
     return absl::OkStatus();
   }
   const int64_t words_per_row = shape.N / awq::kPackFactor;

@@ -109,8 +109,9 @@ absl::Status AwqLaunch(KernelVariant v, const LaunchConfig& config, const QuantV
   p.N = shape.N;
   p.words_per_row = shape.N / awq::kPackFactor;
   p.group_size = shape.group_size;
+  p.nk = shape.orientation == Orientation::kNK;
 
-  if (v == KernelVariant::kV4Vec16 && (!AlignedTo(scales, 16) || !AlignedTo(out, 16)))
+  if (v == KernelVariant::kV4Vec16 && !p.nk && (!AlignedTo(scales, 16) || !AlignedTo(out, 16)))
     return absl::InvalidArgumentError("v4_vec16 needs 16-byte aligned scales and out pointers");
 
   return DispatchDTypes(shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
@@ -127,6 +128,12 @@ absl::Status AwqLaunch(KernelVariant v, const LaunchConfig& config, const QuantV
         return Launch(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row,
                       config.block_size, p, stream);
       case KernelVariant::kV4Vec16:
+        if (p.nk) {  // the tile transpose (CanImplement: words_per_thread = rows_per_thread = 1)
+          const int64_t tiles = (shape.K + kNkTileK - 1) / kNkTileK *
+                                ((p.words_per_row + kNkTileWords - 1) / kNkTileWords);
+          return Launch(DequantNkTileKernel<kScale, kOut>, tiles * config.block_size,
+                        config.block_size, p, stream);
+        }
         return DispatchInt<1, 2, 4>(config.words_per_thread, "words_per_thread", [&](auto w_c) {
           return DispatchInt<1, 2, 4, 8, 16>(
               config.rows_per_thread, "rows_per_thread", [&](auto r_c) -> absl::Status {

@@ -25,6 +25,7 @@ struct DequantParams {
   int64_t N = 0;
   int64_t words_per_row = 0;  // N / 8
   int64_t group_size = 0;
+  bool nk = false;  // the result is (N, K) (Orientation::kNK), else (K, N)
 };
 
 __device__ __forceinline__ int64_t GlobalThreadIndex() {
@@ -39,8 +40,9 @@ template <DType kScale, DType kOut>
 __global__ void DequantPerElementKernel(DequantParams p) {
   const int64_t total = p.K * p.N;
   for (int64_t e = GlobalThreadIndex(); e < total; e += GridThreads()) {
-    const int64_t k = e / p.N;
-    const int64_t n = e - k * p.N;
+    // e is the output index: (k, n) of a (K, N) result, (n, k) of an (N, K) one.
+    const int64_t k = p.nk ? e % p.K : e / p.N;
+    const int64_t n = p.nk ? e / p.K : e - k * p.N;
     const int64_t g = k / p.group_size;
     const int64_t c = n / awq::kPackFactor;
     const int i = static_cast<int>(n - c * awq::kPackFactor);
@@ -52,22 +54,74 @@ __global__ void DequantPerElementKernel(DequantParams p) {
 }
 
 // v2 / v3: one thread per packed qweight word, 8 scalar outputs (the block size is the launcher's
-// choice: fixed 256 for v2, LaunchConfig::block_size for v3).
+// choice: fixed 256 for v2, LaunchConfig::block_size for v3). For an (N, K) result consecutive
+// threads take consecutive rows k of one word column (k fastest), so each of the word's eight
+// stores is coalesced across the warp (output row 8c + i, consecutive k).
 template <DType kScale, DType kOut>
 __global__ void DequantPerWordKernel(DequantParams p) {
   const int64_t total = p.K * p.words_per_row;
   for (int64_t w = GlobalThreadIndex(); w < total; w += GridThreads()) {
-    const int64_t k = w / p.words_per_row;
-    const int64_t c = w - k * p.words_per_row;
+    const int64_t k = p.nk ? w % p.K : w / p.words_per_row;
+    const int64_t c = p.nk ? w / p.K : w - k * p.words_per_row;
     const int64_t g = k / p.group_size;
-    const uint32_t qword = __ldg(p.qweight + w);
+    const uint32_t qword = __ldg(p.qweight + k * p.words_per_row + c);
     const uint32_t zword = __ldg(p.qzeros + g * p.words_per_row + c);
     const int64_t n0 = c * awq::kPackFactor;
 #pragma unroll
     for (int i = 0; i < awq::kPackFactor; ++i) {
       const float s = LoadScaleAsFloat<kScale>(p.scales, g * p.N + n0 + i);
-      StoreElement<kOut>(p.out, k * p.N + n0 + i, DequantElement(qword, zword, i, s));
+      const int64_t at = p.nk ? (n0 + i) * p.K + k : k * p.N + n0 + i;
+      StoreElement<kOut>(p.out, at, DequantElement(qword, zword, i, s));
     }
+  }
+}
+
+// ---- v4_vec16 for an (N, K) result: a shared-memory transpose per tile ----------------------
+
+// Tile of the (K, N) definition one block transposes at a time: kNkTileK rows of K by
+// kNkTileWords packed words (8 * kNkTileWords columns n).
+inline constexpr int kNkTileK = 64;
+inline constexpr int kNkTileWords = 4;
+inline constexpr int kNkTileN = kNkTileWords * awq::kPackFactor;
+
+// v4 with Orientation::kNK: each block walks tiles (grid-stride). Phase 1: one thread per (k, word)
+// of the tile decodes the word's 8 values exactly as v1-v3 do (float(q - z) * s, exact) into a
+// shared (n, k) tile (padded by one column against bank conflicts); phase 2: the block stores the
+// tile row by row, consecutive threads at consecutive k, rounding once to kOut. Any block size
+// that is a multiple of 32; edges of K and N are masked.
+template <DType kScale, DType kOut>
+__global__ void __launch_bounds__(kV4MaxBlockSize) DequantNkTileKernel(DequantParams p) {
+  __shared__ float tile[kNkTileN][kNkTileK + 1];
+  const int64_t tiles_k = (p.K + kNkTileK - 1) / kNkTileK;
+  const int64_t tiles_c = (p.words_per_row + kNkTileWords - 1) / kNkTileWords;
+  for (int64_t t = blockIdx.x; t < tiles_k * tiles_c; t += gridDim.x) {
+    const int64_t k0 = (t % tiles_k) * kNkTileK;
+    const int64_t c0 = (t / tiles_k) * kNkTileWords;
+    for (int idx = threadIdx.x; idx < kNkTileK * kNkTileWords; idx += blockDim.x) {
+      const int kl = idx / kNkTileWords;
+      const int wl = idx % kNkTileWords;
+      const int64_t k = k0 + kl;
+      const int64_t c = c0 + wl;
+      if (k < p.K && c < p.words_per_row) {
+        const int64_t g = k / p.group_size;
+        const uint32_t qword = __ldg(p.qweight + k * p.words_per_row + c);
+        const uint32_t zword = __ldg(p.qzeros + g * p.words_per_row + c);
+#pragma unroll
+        for (int i = 0; i < awq::kPackFactor; ++i) {
+          const float s = LoadScaleAsFloat<kScale>(p.scales, g * p.N + c * awq::kPackFactor + i);
+          tile[wl * awq::kPackFactor + i][kl] = DequantElement(qword, zword, i, s);
+        }
+      }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kNkTileN * kNkTileK; idx += blockDim.x) {
+      const int nl = idx / kNkTileK;
+      const int kl = idx % kNkTileK;
+      const int64_t n = c0 * awq::kPackFactor + nl;
+      const int64_t k = k0 + kl;
+      if (n < p.N && k < p.K) StoreElement<kOut>(p.out, n * p.K + k, tile[nl][kl]);
+    }
+    __syncthreads();
   }
 }
 

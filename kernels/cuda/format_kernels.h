@@ -32,6 +32,8 @@ struct FormatKernels {
 
 // AWQ GEMM: v1-v4 (awq_launch_config.cc, dequant_cuda.cu).
 extern const FormatKernels kAwqKernels;
+// GPTQ: v1, v2 (gptq_cuda.cu).
+extern const FormatKernels kGptqKernels;
 
 LaunchConfig AwqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype);
 std::vector<LaunchConfig> AwqCandidateConfigs(KernelVariant v, const QuantShape& shape,

@@ -41,11 +41,22 @@ absl::Status CheckOptions(const GroupedOptions& o) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
+bool GroupedImplements(const QuantShape& shape) {
+  return shape.format == Format::kAwqGemm && shape.orientation == Orientation::kKN;
+}
+
+namespace {
+
 absl::Status CheckItem(const GroupedItem& item, DType out_dtype) {
   if (absl::Status st = ValidateShape(item.in.shape, out_dtype); !st.ok()) return st;
   if (item.in.shape.format != Format::kAwqGemm)
     return absl::FailedPreconditionError(
         "the grouped launch implements the awq_gemm format only (other formats launch per layer)");
+  if (item.in.shape.orientation != Orientation::kKN)
+    return absl::FailedPreconditionError(
+        "the grouped launch writes (K, N) results only ((N, K) results launch per layer)");
   const int32_t* qweight = awq::Qweight(item.in);
   const int32_t* qzeros = awq::Qzeros(item.in);
   const void* scales = awq::Scales(item.in);

@@ -78,6 +78,11 @@ struct GroupedLayout {
   int64_t bytes_moved = 0;  // sum of the items' QuantShape::bytes_moved(out_dtype)
 };
 
+// Whether the grouped launch implements `shape`: awq_gemm with a (K, N) result. Other shapes
+// (other formats, Orientation::kNK) are FAILED_PRECONDITION for PlanGroupedLayout and are
+// launched one layer at a time (LaunchDequantize).
+bool GroupedImplements(const QuantShape& shape);
+
 // Checks the items and the options and computes the layout; touches no memory behind the
 // pointers (no device needed). INVALID_ARGUMENT naming the item ("item 3: N must be ...") for a
 // shape ValidateShape refuses, a null or misaligned pointer, or a group of 2^31 units or more;

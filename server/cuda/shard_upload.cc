@@ -49,10 +49,7 @@ absl::Status UploadFromShards(const Checkpoint& checkpoint, const std::vector<in
     const QuantizedLayer& layer = checkpoint.layers()[static_cast<size_t>(layers[j])];
     for (int r = 0; r < TensorRoleCount(layer.view.shape.format); ++r) {
       const StoredRange& range = layer.stored[static_cast<size_t>(r)];
-      if (range.shard < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("layer '", layer.name, "' has no stored bytes in the checkpoint"));
-      }
+      if (range.shard < 0) continue;  // an absent optional role (GPTQ's g_idx without desc_act)
       AppendChunks(range.shard, range.offset, range.bytes, static_cast<int64_t>(j), r, chunk,
                    &chunks);
     }

@@ -224,6 +224,62 @@ std::vector<RandomCase> RandomCases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaDequantRandomTest, ::testing::ValuesIn(RandomCases()),
                          CaseName);
 
+// ---- (N, K) results (Orientation::kNK) against the CPU reference ------------------------------
+
+// Every variant and configuration writes the (N, K) transpose bit for bit as the reference does
+// (whose transpose property tests/kernels/cpu_dequant_test.cc checks against the (K, N) result).
+// Shapes include K not a multiple of v4's 64-row transpose tile and N not a multiple of its 32
+// columns.
+class CudaDequantNkRandomTest : public ::testing::TestWithParam<RandomCase> {};
+
+TEST_P(CudaDequantNkRandomTest, EveryVariantAndConfigBitExact) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  const RandomCase& c = GetParam();
+  const QuantShape shape{.K = c.K,
+                         .N = c.N,
+                         .group_size = c.G,
+                         .scale_dtype = c.scale,
+                         .orientation = Orientation::kNK};
+  const uint64_t seed = static_cast<uint64_t>(c.K * 1000003 + c.N * 101 + c.G) * 11 +
+                        static_cast<uint64_t>(c.scale) * 3 + static_cast<uint64_t>(c.out);
+  const HostLayer host = RandomLayer(shape, seed);
+  const int64_t elem = DTypeSize(c.out);
+  std::vector<uint8_t> want(static_cast<size_t>(shape.output_bytes(c.out)));
+  ASSERT_TRUE(DequantizeReference(host.view(), c.out, 0, c.N, want.data()).ok());
+  DeviceLayer dev(host);
+  ASSERT_TRUE(dev.ok());
+  DeviceBuffer out(want.size());
+  ASSERT_TRUE(out.ok());
+  std::vector<uint8_t> got;
+  for (KernelVariant v : AllVariants()) {
+    for (const LaunchConfig& config : ConfigsUnderTest(v, shape, c.out)) {
+      SCOPED_TRACE(std::string(VariantName(v)) + " " + config.ToString());
+      LaunchAndFetch(v, config, dev.view(), c.out, out, &got);
+      const int64_t bad = FirstMismatch(got, want, elem);
+      EXPECT_EQ(bad, -1) << "first mismatch at row n = " << bad / c.K << " column k = " << bad % c.K
+                         << ": got " << ElementHex(got, bad, elem) << ", want "
+                         << ElementHex(want, bad, elem);
+    }
+  }
+}
+
+std::vector<RandomCase> NkRandomCases() {
+  struct Shape {
+    int64_t K, N, G;
+  };
+  const Shape shapes[] = {{1, 8, 1},        {64, 24, 32},      {130, 40, 65},
+                          {128, 1440, 128}, {10944, 1440, 64}, {256, 4096, 128}};
+  std::vector<RandomCase> cases;
+  for (const Shape& s : shapes)
+    for (DType scale : {DType::kF16, DType::kBF16})
+      for (DType out : {DType::kF16, DType::kBF16, DType::kF32})
+        cases.push_back({s.K, s.N, s.G, scale, out});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaDequantNkRandomTest, ::testing::ValuesIn(NkRandomCases()),
+                         CaseName);
+
 // ---- More than 2^34 output elements ------------------------------------------------------------
 
 uint64_t SplitMix64(uint64_t& state) {

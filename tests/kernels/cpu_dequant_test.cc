@@ -110,6 +110,59 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(DType::kF16, DType::kBF16, DType::kF32)),
     ParamName);
 
+// (N, K) results (Orientation::kNK): the reference is the exact transpose of the (K, N) one
+// (w_nk[n][k] == w_kn[k][n], bit for bit), and the fast path matches the reference for several
+// thread counts and row ranges (rows are output columns n).
+class CpuNkVsReferenceTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(CpuNkVsReferenceTest, BitExact) {
+  const auto [sc, scale_dtype, out_dtype] = GetParam();
+  QuantShape shape{.K = sc.K, .N = sc.N, .group_size = sc.G, .scale_dtype = scale_dtype};
+  const HostLayer kn = RandomLayer(shape, static_cast<uint64_t>(sc.K * 1000003 + sc.N));
+  HostLayer nk = kn;
+  nk.shape.orientation = Orientation::kNK;
+  const int64_t elem = DTypeSize(out_dtype);
+  std::vector<uint8_t> kn_out = OutputBuffer(sc.K * sc.N, out_dtype);
+  ASSERT_TRUE(DequantizeReference(kn.view(), out_dtype, 0, sc.K, kn_out.data()).ok());
+  std::vector<uint8_t> expected = OutputBuffer(sc.K * sc.N, out_dtype);
+  ASSERT_TRUE(DequantizeReference(nk.view(), out_dtype, 0, sc.N, expected.data()).ok());
+  for (int64_t n = 0; n < sc.N; ++n) {
+    for (int64_t k = 0; k < sc.K; ++k) {
+      ASSERT_EQ(std::memcmp(expected.data() + (n * sc.K + k) * elem,
+                            kn_out.data() + (k * sc.N + n) * elem, static_cast<size_t>(elem)),
+                0)
+          << "n " << n << " k " << k;
+    }
+  }
+  const int64_t row_bytes = sc.K * elem;
+  const std::pair<int64_t, int64_t> ranges[] = {
+      {0, sc.N}, {sc.N / 3, sc.N - sc.N / 5}, {sc.N - 1, sc.N}, {3, 5}};
+  for (int threads : {1, 2, 3, 7}) {
+    for (const auto& [begin, end] : ranges) {
+      SCOPED_TRACE(::testing::Message()
+                   << "threads " << threads << " rows [" << begin << ", " << end << ")");
+      const int64_t bytes = (end - begin) * row_bytes;
+      std::vector<uint8_t> got = OutputBuffer((end - begin) * sc.K + 16, out_dtype);
+      const CpuDequantOptions options{.threads = threads, .min_elements_per_thread = 1};
+      ASSERT_TRUE(
+          cpu::DequantizeCpuWithOptions(nk.view(), out_dtype, begin, end, got.data(), options)
+              .ok());
+      ASSERT_EQ(std::memcmp(got.data(), expected.data() + begin * row_bytes, bytes), 0);
+      for (int64_t i = bytes; i < bytes + 16; ++i) ASSERT_EQ(got[i], 0xA5) << i;
+    }
+  }
+}
+
+constexpr ShapeCase kNkShapes[] = {
+    {1, 8, 1}, {7, 1440, 7}, {128, 520, 32}, {130, 24, 65}, {384, 1000, 128}, {64, 2056, 64},
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CpuNkVsReferenceTest,
+    ::testing::Combine(::testing::ValuesIn(kNkShapes), ::testing::Values(DType::kF16, DType::kBF16),
+                       ::testing::Values(DType::kF16, DType::kBF16, DType::kF32)),
+    ParamName);
+
 // Every scale bit pattern (inf and NaN included) times every q - z in [-15, 15]: K = 32, G = 16,
 // N = 65536. Group 0 has z = 0 (q - z = 0..15), group 1 has z = 15 (q - z = -15..0); row k has
 // q = k % 16 in every column; column n's scale is the bit pattern n.

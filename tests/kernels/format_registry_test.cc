@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/awq_format.h"
 #include "kernels/dequant.h"
+#include "kernels/gptq_format.h"
 
 namespace dequantd {
 namespace {
@@ -49,12 +50,67 @@ TEST(FormatRegistryTest, NamesAndQuantMethodsRoundTrip) {
   Format f = static_cast<Format>(99);
   ASSERT_TRUE(ParseFormat("AWQ_GEMM", &f));
   EXPECT_EQ(f, Format::kAwqGemm);
-  EXPECT_FALSE(ParseFormat("gptq", &f));
+  ASSERT_TRUE(ParseFormat("gptq", &f));
+  EXPECT_EQ(f, Format::kGptq);
+  EXPECT_EQ(FormatName(Format::kGptq), "gptq");
+  EXPECT_FALSE(ParseFormat("gptq_v2", &f));
   EXPECT_EQ(FormatName(static_cast<Format>(200)), "unknown");
   ASSERT_NE(FindFormatByQuantMethod("AWQ"), nullptr);
   EXPECT_EQ(FindFormatByQuantMethod("AWQ")->format, Format::kAwqGemm);
-  EXPECT_EQ(FindFormatByQuantMethod("gptq"), nullptr);
-  EXPECT_EQ(ServedQuantMethods(), "'awq'");
+  ASSERT_NE(FindFormatByQuantMethod("GPTQ"), nullptr);
+  EXPECT_EQ(FindFormatByQuantMethod("GPTQ")->format, Format::kGptq);
+  EXPECT_EQ(FindFormatByQuantMethod("compressed-tensors"), nullptr);
+  EXPECT_EQ(ServedQuantMethods(), "'awq', 'gptq'");
+}
+
+// Each format's own orientation (what a request naming none gets) and the names.
+TEST(FormatRegistryTest, DefaultOrientationsAndOrientationNames) {
+  EXPECT_EQ(FormatRowOf(Format::kAwqGemm).default_orientation, Orientation::kKN);
+  EXPECT_EQ(FormatRowOf(Format::kGptq).default_orientation, Orientation::kNK);
+  EXPECT_EQ(OrientationName(Orientation::kKN), "kn");
+  EXPECT_EQ(OrientationName(Orientation::kNK), "nk");
+  Orientation o = Orientation::kKN;
+  ASSERT_TRUE(ParseOrientation("NK", &o));
+  EXPECT_EQ(o, Orientation::kNK);
+  EXPECT_FALSE(ParseOrientation("t", &o));
+  QuantShape shape = awq::MakeShape(256, 64, 128);
+  EXPECT_EQ(shape.result_rows(), 256);
+  EXPECT_EQ(shape.result_cols(), 64);
+  shape.orientation = Orientation::kNK;
+  EXPECT_EQ(shape.result_rows(), 64);
+  EXPECT_EQ(shape.result_cols(), 256);
+  shape.orientation = static_cast<Orientation>(5);
+  EXPECT_THAT(ValidateShape(shape, DType::kF16).message(),
+              HasSubstr("orientation must be kn or nk, got 5"));
+}
+
+// K = 256, N = 64, G = 64, 3 bits, no g_idx: qweight 256 * 3 / 32 = 24 rows x 64 int32 = 6144
+// bytes, qzeros 4 x (64 * 3 / 32 = 6) int32 = 96, scales 4 x 64 fp16 = 512, g_idx none
+// (gptq_format.h's layout, by hand); with g_idx 256 int32 = 1024 more.
+TEST(FormatRegistryTest, GptqSpecsAreItsLayoutWithAnOptionalGidx) {
+  QuantShape shape = gptq::MakeShape(256, 64, 64, 3, gptq::kNoGidx);
+  ASSERT_TRUE(ValidateShape(shape, DType::kF16).ok());
+  ASSERT_EQ(TensorRoleCount(Format::kGptq), 4);
+  EXPECT_EQ(TensorSpecOf(shape, gptq::kQweight).rows, 24);
+  EXPECT_EQ(TensorSpecOf(shape, gptq::kQweight).cols, 64);
+  EXPECT_EQ(TensorSpecOf(shape, gptq::kQzeros).rows, 4);
+  EXPECT_EQ(TensorSpecOf(shape, gptq::kQzeros).cols, 6);
+  EXPECT_EQ(TensorSpecOf(shape, gptq::kGidx).elements(), 0);
+  EXPECT_TRUE(RoleAbsent(shape, gptq::kGidx));
+  EXPECT_FALSE(RoleAbsent(shape, gptq::kScales));
+  EXPECT_EQ(shape.packed_bytes(), 6144 + 96 + 512);
+  shape.format_flags = 0;
+  EXPECT_FALSE(RoleAbsent(shape, gptq::kGidx));
+  EXPECT_EQ(shape.packed_bytes(), 6144 + 96 + 512 + 1024);
+  // Shapes the layout cannot hold, named.
+  EXPECT_THAT(ValidateShape(gptq::MakeShape(256, 60, 64, 3, 0), DType::kF16).message(),
+              HasSubstr("N must be positive with N * bits a multiple of 32"));
+  EXPECT_THAT(ValidateShape(gptq::MakeShape(256, 64, 64, 5, 0), DType::kF16).message(),
+              HasSubstr("bits must be 2, 3, 4 or 8 for gptq, got 5"));
+  EXPECT_THAT(ValidateShape(gptq::MakeShape(256, 64, 96, 4, 0), DType::kF16).message(),
+              HasSubstr("K (256) must be a multiple of group_size (96)"));
+  EXPECT_THAT(ValidateShape(gptq::MakeShape(256, 64, 64, 4, 8), DType::kF16).message(),
+              HasSubstr("format_flags 8 has bits gptq does not define"));
 }
 
 // K = 256, N = 64, G = 128, bf16 scales: qweight 256 x 8 int32 = 8192 bytes, qzeros 2 x 8 int32

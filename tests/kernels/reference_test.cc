@@ -78,6 +78,40 @@ TEST(ReferenceTest, WorkedExampleK2N8G1F16) {
   EXPECT_EQ(RunF16(layer, 1, 2), std::vector<uint16_t>(expected.begin() + 8, expected.end()));
 }
 
+// The same layer as an (N, K) result: w_nk[n][k] = w_kn[k][n], each element the worked value
+// above (row n of the (8, 2) result is column n of the (2, 8) one).
+TEST(ReferenceTest, WorkedExampleNkK2N8G1F16) {
+  HostLayer layer = ZeroLayer({.K = 2,
+                               .N = 8,
+                               .group_size = 1,
+                               .scale_dtype = DType::kF16,
+                               .orientation = Orientation::kNK});
+  layer.qweight = {static_cast<int32_t>(0x87654321u), static_cast<int32_t>(0xF0000000u)};
+  layer.qzeros = {0x33333333, 0x10000008};
+  layer.scales = {0x3800, 0x3C00, 0x4000, 0xBC00, 0x3400, 0x4200, 0x3555, 0x7BFF,
+                  0x3C00, 0x3C00, 0x3C00, 0xBC00, 0x3C00, 0x3C00, 0x3C00, 0x0001};
+  const std::vector<uint16_t> expected = {
+      0xBC00, 0xC800,  // n = 0: k = 0, k = 1
+      0x4000, 0x0000,  // n = 1
+      0xC000, 0x0000,  // n = 2
+      0xC200, 0x8000,  // n = 3
+      0x0000, 0x0000,  // n = 4
+      0x4A00, 0x0000,  // n = 5
+      0x3555, 0x0000,  // n = 6
+      0x7C00, 0x000E,  // n = 7
+  };
+  std::vector<uint16_t> out(16, 0xA5A5);
+  ASSERT_TRUE(DequantizeReference(layer.view(), DType::kF16, 0, 8, out.data()).ok());
+  EXPECT_EQ(out, expected);
+  // Rows [3, 6) of the (8, 2) result: out points at row 3.
+  std::vector<uint16_t> part(6, 0xA5A5);
+  ASSERT_TRUE(DequantizeReference(layer.view(), DType::kF16, 3, 6, part.data()).ok());
+  EXPECT_EQ(part, std::vector<uint16_t>(expected.begin() + 6, expected.begin() + 12));
+  // Rows are N's for an (N, K) result: row 9 of 8 is out of range.
+  EXPECT_EQ(DequantizeReference(layer.view(), DType::kF16, 0, 9, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // K = 4, G = 2: rows 0-1 use group 0 (z = 0, s = 1), rows 2-3 group 1 (z = 2, s = 0.5); q = 1.
 TEST(ReferenceTest, GroupIndexK4N8G2F16) {
   HostLayer layer = ZeroLayer({.K = 4, .N = 8, .group_size = 2, .scale_dtype = DType::kF16});

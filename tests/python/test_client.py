@@ -87,6 +87,39 @@ def test_dequantize_by_name_is_bit_exact(client, server, model_tensors, tmp_path
     assert np.array_equal(bits, ref.view(bits.dtype)), "differs from the numpy reference"
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("layer", [LAYER_Q, LAYER_DOWN])
+def test_dequantize_nk_is_the_kernels_transpose_of_kn(client, model_tensors, layer, dtype):
+    """orientation="nk": the server's kernel writes (N, K) = nn.Linear.weight, bit for bit the
+    transpose of the numpy reference's (K, N); "kn" and None (awq_gemm's own) give (K, N)."""
+    ref = reference.dequantize(*packed(model_tensors, layer), dtype=dtype)
+    width = np.uint32 if dtype == "fp32" else np.uint16
+    nk = client.dequantize(layer, dtype=dtype, orientation="nk")
+    assert nk.shape == ref.shape[::-1]
+    assert np.array_equal(nk.view(width), np.ascontiguousarray(ref.view(width).T))
+    for orientation in ("kn", None):
+        kn = client.dequantize(layer, dtype=dtype, orientation=orientation)
+        assert np.array_equal(kn.view(width), ref.view(width)), orientation
+    layers = dict(client.dequantize_layers([layer], dtype=dtype, orientation="nk"))
+    assert np.array_equal(layers[layer].view(width), nk.view(width))
+
+
+def test_dequantize_nk_over_byte_range_streams(client):
+    one = client.dequantize(LAYER_DOWN, dtype="bf16", orientation="nk")
+    ranged = client.dequantize(LAYER_DOWN, dtype="bf16", orientation="nk", streams=3)
+    assert np.array_equal(one.view(np.uint16), ranged.view(np.uint16))
+
+
+def test_list_reports_each_layers_format_and_own_orientation(client):
+    layer = client.list().layers[0]
+    assert (layer.format, layer.orientation) == ("awq_gemm", "kn")
+
+
+def test_orientation_other_than_kn_nk_is_a_value_error(client):
+    with pytest.raises(ValueError, match="orientation must be 'kn', 'nk' or None"):
+        client.dequantize(LAYER_Q, orientation="t")
+
+
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_dequantize_inline_packed_arrays(client, model_tensors, dtype):
     qw, qz, sc = packed(model_tensors, LAYER_DOWN)

@@ -354,7 +354,8 @@ TEST(RegionSinkTest, CpuDequantizeLayersPlacesTheLayersOneAfterAnother) {
   EXPECT_THAT(sink.result_offsets(), ::testing::ElementsAre(32, 32 + nb, 32 + nb + na));
   std::unique_ptr<Backend> backend = MakeCpuBackend(2);
   const std::vector<const QuantizedLayer*> layers = {&lb, &la, &lb};
-  ASSERT_TRUE(backend->DequantizeLayers(layers, DType::kF32, 1 << 16, headers).ok());
+  ASSERT_TRUE(
+      backend->DequantizeLayers(layers, DType::kF32, Orientation::kKN, 1 << 16, headers).ok());
   EXPECT_EQ(sink.kernel(), "cpu threads=2");
   EXPECT_EQ(std::memcmp(region->data() + 32, eb.data(), eb.size()), 0);
   EXPECT_EQ(std::memcmp(region->data() + 32 + nb, ea.data(), ea.size()), 0);

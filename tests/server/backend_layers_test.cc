@@ -60,7 +60,7 @@ TEST(BackendLayersTest, CpuStreamsEachListedLayerFromOffsetZero) {
     SCOPED_TRACE(DTypeName(dtype));
     RecordingLayersSink sink;
     // 1000-byte chunks: not a multiple of a row, so chunks cross rows.
-    ASSERT_TRUE(backend->DequantizeLayers(layers, dtype, 1000, sink).ok());
+    ASSERT_TRUE(backend->DequantizeLayers(layers, dtype, Orientation::kKN, 1000, sink).ok());
     EXPECT_THAT(sink.calls, ::testing::ElementsAre("Begin cpu threads=2", "BeginLayer 0",
                                                    "BeginLayer 1", "BeginLayer 2"));
     EXPECT_FALSE(sink.gaps);
@@ -77,22 +77,22 @@ TEST(BackendLayersTest, EmptyListCallsNothingAndErrorsStop) {
   std::unique_ptr<Backend> backend = MakeCpuBackend(1);
 
   RecordingLayersSink empty;
-  EXPECT_TRUE(backend->DequantizeLayers({}, DType::kF16, 1000, empty).ok());
+  EXPECT_TRUE(backend->DequantizeLayers({}, DType::kF16, Orientation::kKN, 1000, empty).ok());
   EXPECT_TRUE(empty.calls.empty());
 
   RecordingLayersSink failing(/*fail_begin_layer=*/1);
   const std::vector<const QuantizedLayer*> two = {&la, &la};
-  EXPECT_EQ(backend->DequantizeLayers(two, DType::kF16, 1000, failing).code(),
+  EXPECT_EQ(backend->DequantizeLayers(two, DType::kF16, Orientation::kKN, 1000, failing).code(),
             absl::StatusCode::kCancelled);
   EXPECT_THAT(failing.calls,
               ::testing::ElementsAre("Begin cpu threads=1", "BeginLayer 0", "BeginLayer 1"));
 
   RecordingLayersSink sink;
   const std::vector<const QuantizedLayer*> with_null = {&la, nullptr};
-  EXPECT_EQ(backend->DequantizeLayers(with_null, DType::kF16, 1000, sink).code(),
+  EXPECT_EQ(backend->DequantizeLayers(with_null, DType::kF16, Orientation::kKN, 1000, sink).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(sink.calls.empty());  // checked before any work
-  EXPECT_EQ(backend->DequantizeLayers(two, DType::kF16, 0, sink).code(),
+  EXPECT_EQ(backend->DequantizeLayers(two, DType::kF16, Orientation::kKN, 0, sink).code(),
             absl::StatusCode::kInvalidArgument);  // chunk_bytes < 1
 }
 

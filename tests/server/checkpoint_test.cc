@@ -541,7 +541,8 @@ TEST_F(CheckpointTest, TruncatedShardIsDataLossNamingTheFile) {
 TEST_F(CheckpointTest, NonAwqConfigsAreInvalidArgument) {
   ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 64, 8, 1)).ok());
   for (const char* qc : {
-           R"({"quant_method":"gptq","bits":4,"group_size":128})",
+           R"({"quant_method":"compressed-tensors","format":"pack-quantized"})",
+           R"({"quant_method":"gptq","bits":4,"group_size":128,"checkpoint_format":"marlin"})",
            R"({"quant_method":"awq","bits":8,"group_size":128})",
            R"({"quant_method":"awq","bits":4,"group_size":128,"version":"gemv"})",
            R"({"quant_method":"awq","bits":4,"group_size":128,"zero_point":false})",

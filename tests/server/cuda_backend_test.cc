@@ -532,7 +532,7 @@ TEST_F(CudaBackendTest, LayersInSmallSlabsAreBitExact) {
   for (DType dtype : {DType::kF16, DType::kF32}) {
     SCOPED_TRACE(DTypeName(dtype));
     LayersCollector sink;
-    ASSERT_TRUE(backend->DequantizeLayers(request, dtype, 10000, sink).ok());
+    ASSERT_TRUE(backend->DequantizeLayers(request, dtype, Orientation::kKN, 10000, sink).ok());
     EXPECT_EQ(sink.begins, 1);
     EXPECT_FALSE(sink.out_of_order);
     EXPECT_FALSE(sink.gaps);
@@ -550,7 +550,7 @@ TEST_F(CudaBackendTest, LayersInSmallSlabsAreBitExact) {
     ResultDestination destination{
         .memory = ResultDestination::Memory::kHost, .data = memory.data(), .bytes = total};
     LayersCollector placed(&destination);
-    ASSERT_TRUE(backend->DequantizeLayers(request, dtype, 10000, placed).ok());
+    ASSERT_TRUE(backend->DequantizeLayers(request, dtype, Orientation::kKN, 10000, placed).ok());
     std::vector<uint8_t> concatenated;
     for (const std::vector<uint8_t>& layer : sink.layers) {
       concatenated.insert(concatenated.end(), layer.begin(), layer.end());
@@ -605,7 +605,8 @@ TEST_F(CudaBackendTest, RepeatedLayersIntoDeviceMemoryAreBitExactEveryTime) {
         .bytes = static_cast<int64_t>(expected.size()) - call.offset - 256,
         .device = 0};
     LayersCollector placed(&destination);
-    ASSERT_TRUE(backend->DequantizeLayers(request, call.dtype, 1 << 20, placed).ok());
+    ASSERT_TRUE(
+        backend->DequantizeLayers(request, call.dtype, Orientation::kKN, 1 << 20, placed).ok());
     EXPECT_THAT(placed.kernel, ::testing::HasSubstr("layers=6"));
     std::vector<uint8_t> got(expected.size());
     ASSERT_EQ(cudaMemcpy(got.data(), memory, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -631,7 +632,7 @@ TEST_F(CudaBackendTest, TwoWorkersOnOneGpuSpreadSplitAndSurviveAFailure) {
   for (int i = 0; i < 12; ++i) request.push_back(checkpoint->Find("l" + std::to_string(i)));
   auto expect_exact = [&](Backend& backend) {
     LayersCollector sink;
-    ASSERT_TRUE(backend.DequantizeLayers(request, DType::kF16, 10000, sink).ok());
+    ASSERT_TRUE(backend.DequantizeLayers(request, DType::kF16, Orientation::kKN, 10000, sink).ok());
     EXPECT_EQ(sink.begins, 1);
     EXPECT_FALSE(sink.out_of_order);
     ASSERT_EQ(sink.layers.size(), 12u);
@@ -769,7 +770,8 @@ TEST_F(CudaBackendTest, ConcurrentCallsIntoDeviceMemoryWithPlanEvictionsAreBitEx
                                           .bytes = static_cast<int64_t>(expected.size()),
                                           .device = 0};
             LayersCollector placed(&destination);
-            const absl::Status st = backend->DequantizeLayers(request, dtype, 1 << 20, placed);
+            const absl::Status st =
+                backend->DequantizeLayers(request, dtype, Orientation::kKN, 1 << 20, placed);
             if (!st.ok()) {
               ADD_FAILURE() << st;
               ++failures;
@@ -834,12 +836,14 @@ TEST_F(CudaBackendTest, ASinkErrorAfterALaunchIntoDeviceMemoryLeavesLaterCallsBi
                                   .bytes = static_cast<int64_t>(expected.size()),
                                   .device = 0};
     FailingLayersSink failing(&destination);
-    EXPECT_EQ(backend->DequantizeLayers(request, DType::kF16, 1 << 20, failing).code(),
-              absl::StatusCode::kCancelled);
+    EXPECT_EQ(
+        backend->DequantizeLayers(request, DType::kF16, Orientation::kKN, 1 << 20, failing).code(),
+        absl::StatusCode::kCancelled);
     ASSERT_EQ(cudaMemset(memory, 0, 64 << 20), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     LayersCollector placed(&destination);
-    ASSERT_TRUE(backend->DequantizeLayers(request, DType::kF16, 1 << 20, placed).ok());
+    ASSERT_TRUE(
+        backend->DequantizeLayers(request, DType::kF16, Orientation::kKN, 1 << 20, placed).ok());
     std::vector<uint8_t> got(expected.size());
     ASSERT_EQ(cudaMemcpy(got.data(), destination.data, got.size(), cudaMemcpyDeviceToHost),
               cudaSuccess);

@@ -101,8 +101,8 @@ TEST(InlineTensorTest, TensorsByRoleErrorsNameTheRoleOrFormat) {
   both.set_qweight(legacy.qweight());
   EXPECT_THAT(message(both), HasSubstr("not both"));
   v1::InlinePackedTensor unknown = legacy;
-  unknown.set_format("gptq");
-  EXPECT_EQ(message(unknown), "packed.format 'gptq' is not known; served: 'awq_gemm'");
+  unknown.set_format("marlin");
+  EXPECT_EQ(message(unknown), "packed.format 'marlin' is not known; served: 'awq_gemm', 'gptq'");
 }
 
 TEST(InlineTensorTest, GroupSizeMinusOneMeansK) {

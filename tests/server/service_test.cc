@@ -14,6 +14,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -174,6 +175,44 @@ TEST_F(ServiceTest, InlineDequantizeStreamsHeaderThenReferenceBytes) {
   EXPECT_TRUE(result.bytes == ReferenceBytes(layer, DType::kF32));
 }
 
+// orientation NK: the header reports (N, K) and ORIENTATION_NK, the bytes are the (K, N)
+// reference's exact transpose (element by element), and a byte range is a range of the (N, K)
+// result. KN and UNSPECIFIED (awq_gemm's own) give the (K, N) bytes.
+TEST_F(ServiceTest, InlineDequantizeNkStreamsTheTransposeWithItsHeader) {
+  StartServer({});
+  const testing::PackedLayer layer = RandomPackedLayer({.K = 256, .N = 64, .group_size = 64}, 21);
+  const std::vector<uint8_t> kn = ReferenceBytes(layer, DType::kBF16);
+  std::vector<uint8_t> nk(kn.size());
+  for (int64_t k = 0; k < 256; ++k)
+    for (int64_t n = 0; n < 64; ++n) std::memcpy(&nk[(n * 256 + k) * 2], &kn[(k * 64 + n) * 2], 2);
+  v1::DequantizeRequest request;
+  *request.mutable_packed() = ToInline(layer, 64);
+  request.set_output_dtype(v1::DTYPE_BF16);
+  request.set_orientation(v1::ORIENTATION_NK);
+  const Result result = Dequantize(request);
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_EQ(result.headers.size(), 1u);
+  EXPECT_THAT(result.headers[0].shape(), ::testing::ElementsAre(64, 256));
+  EXPECT_EQ(result.headers[0].orientation(), v1::ORIENTATION_NK);
+  EXPECT_TRUE(result.bytes == nk);
+  // Rows 3..4 of the (64, 256) result: bytes [3 * 512, 5 * 512).
+  request.set_offset(3 * 512);
+  request.set_length(2 * 512);
+  const Result range = Dequantize(request);
+  ASSERT_TRUE(range.status.ok()) << range.status.error_message();
+  EXPECT_TRUE(range.bytes == std::vector<uint8_t>(nk.begin() + 3 * 512, nk.begin() + 5 * 512));
+  for (v1::Orientation o : {v1::ORIENTATION_KN, v1::ORIENTATION_UNSPECIFIED}) {
+    request.set_offset(0);
+    request.set_length(0);
+    request.set_orientation(o);
+    const Result own = Dequantize(request);
+    ASSERT_TRUE(own.status.ok()) << own.status.error_message();
+    EXPECT_THAT(own.headers[0].shape(), ::testing::ElementsAre(256, 64));
+    EXPECT_EQ(own.headers[0].orientation(), v1::ORIENTATION_KN);
+    EXPECT_TRUE(own.bytes == kn);
+  }
+}
+
 TEST_F(ServiceTest, LargestChunkMessageFitsGrpcsDefaultFourMiBLimit) {
   StartServer({});
   // K = 2048, N = 2048, fp32 out: 16 MiB. chunk_bytes 1 GiB is clamped to 4 MiB - 4 KiB =
@@ -256,6 +295,15 @@ INSTANTIATE_TEST_SUITE_P(
                      return r;
                    },
                    grpc::StatusCode::INVALID_ARGUMENT, "output_dtype"},
+        BadRequest{"UnknownOrientation",
+                   [] {
+                     v1::DequantizeRequest r = ValidInline();
+                     r.set_orientation(static_cast<v1::Orientation>(7));
+                     return r;
+                   },
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "orientation must be ORIENTATION_UNSPECIFIED, ORIENTATION_KN or "
+                   "ORIENTATION_NK, got 7"},
         BadRequest{"QweightLength",
                    [] {
                      v1::DequantizeRequest r = ValidInline();

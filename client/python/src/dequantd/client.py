@@ -42,8 +42,10 @@ ArrayLike = Any  # numpy.ndarray or torch.Tensor
 
 @dataclasses.dataclass(frozen=True)
 class LayerInfo:
-    """A quantized layer: `name` is its prefix ("model.layers.0.mlp.down_proj"); results are
-    (in_features, out_features) = (K, N); `scale_dtype` is "fp16" or "bf16"."""
+    """A quantized layer: `name` is its prefix ("model.layers.0.mlp.down_proj"); K =
+    in_features, N = out_features; `scale_dtype` is "fp16" or "bf16"; `format` e.g. "awq_gemm",
+    "gptq"; `orientation` its format's own result layout, "kn" ((K, N)) or "nk" ((N, K)): what a
+    call with orientation=None returns."""
     name: str
     in_features: int
     out_features: int
@@ -51,6 +53,8 @@ class LayerInfo:
     scale_dtype: str
     packed_bytes: int
     resident_on_device: bool
+    format: str = "awq_gemm"
+    orientation: str = "kn"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +186,7 @@ class _Assembler:
                  sequential: bool = True, buffer: Optional[np.ndarray] = None):
         self.name, self.code, self.shape, self.total = name, code, shape, total
         self.sequential = sequential
+        self.orientation = 0  # the header's Orientation (set by _layer_results; 0 = unsaid)
         expected = int(np.prod(shape, dtype=np.int64)) * dtypes.element_bytes(code)
         if expected != total:
             raise DequantdError(grpc.StatusCode.DATA_LOSS,
@@ -237,6 +242,17 @@ def _scale_wire_dtype(scales: ArrayLike, np_scales: np.ndarray) -> int:
     if name in ("float16", "torch.float16"):
         return pb.DTYPE_FP16
     raise TypeError(f"scales must be float16 or bfloat16, not {name}")
+
+
+def _orientation(orientation: Optional[str]) -> int:
+    """--orientation's spelling as the wire enum: None = the format's own (UNSPECIFIED)."""
+    if orientation is None:
+        return pb.ORIENTATION_UNSPECIFIED
+    wire = {"kn": pb.ORIENTATION_KN, "nk": pb.ORIENTATION_NK}.get(str(orientation).lower())
+    if wire is None:
+        raise ValueError(f"orientation must be 'kn', 'nk' or None (the format's own), "
+                         f"got {orientation!r}")
+    return wire
 
 
 class Client:
@@ -330,7 +346,9 @@ class Client:
         r = self._unary(self._stub.ListTensors, pb.ListTensorsRequest(),
                         self._timeout if timeout is ... else timeout)
         layers = [LayerInfo(t.name, t.in_features, t.out_features, t.group_size,
-                            _scale_name(t.scale_dtype), t.packed_bytes, t.resident_on_device)
+                            _scale_name(t.scale_dtype), t.packed_bytes, t.resident_on_device,
+                            t.format or "awq_gemm",
+                            "nk" if t.orientation == pb.ORIENTATION_NK else "kn")
                   for t in r.tensors]
         others = [TensorInfo(t.name, t.dtype, tuple(t.shape), t.bytes) for t in r.other_tensors]
         return ModelTensors(model=r.model, layers=layers, other_tensors=others)
@@ -338,7 +356,8 @@ class Client:
     def dequantize(self, layer: Optional[str] = None, *, qweight: Optional[ArrayLike] = None,
                    qzeros: Optional[ArrayLike] = None, scales: Optional[ArrayLike] = None,
                    group_size: int = -1, dtype: str = "fp16", as_torch: bool = False,
-                   streams: Optional[int] = None, progress: bool = False) -> ArrayLike:
+                   streams: Optional[int] = None, progress: bool = False,
+                   orientation: Optional[str] = None) -> ArrayLike:
         """Dequantizes one layer: of the loaded model by name, or sent inline as packed arrays.
 
         Args:
@@ -356,10 +375,14 @@ class Client:
                 None or 1 = one stream; at most MAX_STREAMS (64, as dequantctl --streams); other
                 values raise ValueError.
             progress: show a tqdm bar (bytes, bytes/s).
+            orientation: the result's layout, written by the server's kernel: "kn" (K, N),
+                "nk" (N, K) = nn.Linear.weight, or None = the layer's format's own (awq_gemm
+                "kn", gptq "nk"; list().layers[i].orientation).
 
         Returns:
-            (K, N) = (in_features, out_features) row-major array of `dtype`: numpy float16,
-            ml_dtypes.bfloat16 or float32; or a torch tensor of the same dtype.
+            row-major array of `dtype` in `orientation`: (K, N) = (in_features, out_features)
+            or (N, K): numpy float16, ml_dtypes.bfloat16 or float32; or a torch tensor of the
+            same dtype.
 
         Raises:
             ValueError / TypeError: bad arguments (checked here before any call).
@@ -367,7 +390,8 @@ class Client:
                 RESOURCE_EXHAUSTED (result or request over the server's limits), ...
         """
         request = pb.DequantizeRequest(output_dtype=dtypes.output_dtype(dtype),
-                                       chunk_bytes=self._chunk_bytes)
+                                       chunk_bytes=self._chunk_bytes,
+                                       orientation=_orientation(orientation))
         packed = (qweight, qzeros, scales)
         if layer is not None:
             if any(a is not None for a in packed):
@@ -457,23 +481,26 @@ class Client:
         return result.result(as_torch)
 
     def dequantize_layers(self, names: Optional[Iterable[str]] = None, *, dtype: str = "fp16",
-                          as_torch: bool = False,
-                          progress: bool = False) -> Iterator[Tuple[str, ArrayLike]]:
+                          as_torch: bool = False, progress: bool = False,
+                          orientation: Optional[str] = None) -> Iterator[Tuple[str, ArrayLike]]:
         """Dequantizes layers of the loaded model in one call (on CUDA one grouped launch),
-        yielding (name, (K, N) array) in request order as each arrives.
+        yielding (name, array) in request order as each arrives, each (K, N) or (N, K) as
+        `orientation` says (as for dequantize).
 
         Args:
             names: layer names (duplicates allowed, at most 10000); None = every layer, in
                 list() order; an empty list yields nothing (no call is made: the protocol's
                 empty list means every layer).
-            dtype, as_torch, progress: as for dequantize (the bar counts all layers' bytes).
+            dtype, as_torch, progress, orientation: as for dequantize (the bar counts all
+                layers' bytes).
 
         Raises:
             DequantdError: NOT_FOUND (a name), RESOURCE_EXHAUSTED (results over the server's
                 max_output_bytes), FAILED_PRECONDITION (no model loaded), ...
         """
         request = pb.DequantizeLayersRequest(output_dtype=dtypes.output_dtype(dtype),
-                                             chunk_bytes=self._chunk_bytes)
+                                             chunk_bytes=self._chunk_bytes,
+                                             orientation=_orientation(orientation))
         if names is not None:
             request.tensors.extend(names)
             if not request.tensors:
@@ -506,6 +533,7 @@ class Client:
                 current = _Assembler(h.tensor, dtypes.safetensors_code(h.dtype), tuple(h.shape),
                                      h.total_bytes,
                                      buffer=None if buffers is None else buffers[h.tensor])
+                current.orientation = h.orientation  # ORIENTATION_UNSPECIFIED from older servers
             if message.data:
                 if current is None:
                     raise DequantdError(grpc.StatusCode.DATA_LOSS, "data before the header")
@@ -629,7 +657,7 @@ class Client:
         return messages[0]
 
     def dequantize_into(self, region: str, layer: str, *, offset: int = 0,
-                        dtype: str = "fp16") -> RegionHeader:
+                        dtype: str = "fp16", orientation: Optional[str] = None) -> RegionHeader:
         """Dequantizes layer `layer` of the loaded model into registered region `region` at byte
         `offset` (a multiple of 16) instead of streaming it. When this returns, every byte is in
         the region (a device region: visible to later work on that device).
@@ -640,7 +668,8 @@ class Client:
                 region was unregistered during the call; ...), DATA_LOSS when the reply is not
                 one header naming the region.
         """
-        return self._region_call_into(region, layer, offset, dtype, None)
+        return self._region_call_into(region, layer, offset, dtype,
+                                      None if orientation is None else _orientation(orientation))
 
     def _region_call_into(self, region: str, layer: str, offset: int, dtype: str,
                           orientation: Optional[int]) -> RegionHeader:
@@ -656,7 +685,8 @@ class Client:
         return _region_header(reply.header)
 
     def dequantize_layers_into(self, region: str, names: Optional[Sequence[str]] = None, *,
-                               offset: int = 0, dtype: str = "fp16") -> List[RegionHeader]:
+                               offset: int = 0, dtype: str = "fp16",
+                               orientation: Optional[str] = None) -> List[RegionHeader]:
         """Dequantizes layers of the loaded model (None = every layer, in list() order; an
         empty list writes nothing and returns [] without a call, as dequantize_layers) into
         registered region `region`, one after another in request order from byte `offset` (on
@@ -667,7 +697,8 @@ class Client:
             DequantdError: as dequantize_into; DATA_LOSS when the reply is not one message with
                 a header per requested layer, in order, naming the region.
         """
-        return self._region_layers_into(region, names, offset, dtype, None)
+        return self._region_layers_into(region, names, offset, dtype,
+                                        None if orientation is None else _orientation(orientation))
 
     def _region_layers_into(self, region: str, names: Optional[Sequence[str]], offset: int,
                             dtype: str, orientation: Optional[int]) -> List[RegionHeader]:

@@ -3,8 +3,9 @@ directory (fp16 or bf16 safetensors shards + index + config.json), resumable and
 
 Layout written to OUT:
   model-0000i-of-0000n.safetensors   every quantized layer L as "L.weight" (out_features,
-                                     in_features) in the target dtype (the transpose of the
-                                     served (K, N) result), and every other tensor of the
+                                     in_features) in the target dtype (requested from the
+                                     server as ORIENTATION_NK: its kernel writes the (N, K)
+                                     result, no transpose here), and every other tensor of the
                                      checkpoint (embeddings, norms, biases, lm_head) with its
                                      stored dtype, shape and bytes unchanged. Tensors sorted by
                                      name, packed greedily into shards of at most max_shard_size
@@ -31,7 +32,6 @@ import os
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-import numpy as np
 
 from . import dtypes
 from .client import Client, _Progress
@@ -133,13 +133,17 @@ def _kept_shards(out_dir: str, fingerprint: str) -> Dict[str, Dict[str, Any]]:
 
 
 def _layer_bytes(assembler: Any, entry: _Entry) -> memoryview:
-    """The served (K, N) 2-byte result transposed to (N, K), as bytes."""
-    k, n = assembler.shape
-    if (n, k) != entry.shape or assembler.code != entry.dtype:
+    """The served (N, K) result, as bytes. A server that does not say it wrote (N, K) (one
+    before DequantizeRequest.orientation, which serves (K, N)) is refused: no host transpose."""
+    from ._proto import dequant_pb2 as pb  # pylint: disable=import-outside-toplevel
+
+    if assembler.orientation != pb.ORIENTATION_NK:
+        raise ValueError(f"{entry.source}: the server did not serve the (N, K) result asked for "
+                         "(orientation NK); it predates result orientations")
+    if tuple(assembler.shape) != entry.shape or assembler.code != entry.dtype:
         raise ValueError(f"{entry.source}: served {assembler.code} {assembler.shape}, "
-                         f"planned {entry.dtype} {entry.shape[::-1]}")
-    bits = assembler.buffer.view(np.uint16).reshape(k, n)
-    return memoryview(np.ascontiguousarray(bits.T)).cast("B")
+                         f"planned {entry.dtype} {entry.shape}")
+    return memoryview(assembler.buffer).cast("B")
 
 
 def convert(server: Union[str, Client], out_dir: str, *, dtype: str = "bf16",
@@ -228,7 +232,8 @@ def _write_shard(client: Client, path: str, shard: List[_Entry], dtype: str, bar
     try:
         layers = [e for e in shard if e.is_layer]
         request = pb.DequantizeLayersRequest(output_dtype=dtypes.output_dtype(dtype),
-                                             tensors=[e.source for e in layers])
+                                             tensors=[e.source for e in layers],
+                                             orientation=pb.ORIENTATION_NK)
         stream = client._layer_results(request) if layers else iter(())  # pylint: disable=protected-access
         for e in shard:
             if e.is_layer:

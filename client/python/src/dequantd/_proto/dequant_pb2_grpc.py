@@ -83,7 +83,8 @@ class DequantServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Dequantize(self, request, context):
-        """Dequantizes one layer (of the loaded model, or sent inline). The (K, N) row-major result is
+        """Dequantizes one layer (of the loaded model, or sent inline). The row-major result ((K, N) or
+        (N, K): DequantizeRequest.orientation) is
         streamed in chunks; the first message carries the header. No size limit from gRPC's
         message size on the output. A byte range of the result (offset, length) streams only those
         bytes. With output_region set the result goes into the region instead, and the stream is

@@ -1,0 +1,164 @@
+// GPTQ's CUDA kernels (kernels/cuda/gptq_cuda.cu) against the CPU reference (which
+// tests/server/gptq_vectors_test.cc pins to GPTQModel's own results), bit for bit: every variant,
+// both orientations, bits 2/3/4/8, v1 and v2 zeros, with and without g_idx (act-order
+// permutations), fp16/bf16 scales, fp16/bf16/fp32 output. GPU tests skip without a device; the
+// variant and configuration checks run anywhere.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/dequant_cuda.h"
+#include "kernels/dequant.h"
+#include "kernels/gptq_format.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace dequantd::cuda::testing {
+namespace {
+
+// A GPTQ layer in host memory: random packed words (every bit pattern), random finite scales
+// (some subnormal, some whose products overflow fp16), g_idx a random act-order permutation of
+// k / G (each group keeps G rows) or none.
+struct HostGptq {
+  QuantShape shape;
+  std::vector<int32_t> qweight, qzeros, g_idx;
+  std::vector<uint16_t> scales;
+  QuantView view() const {
+    return gptq::MakeView(shape, qweight.data(), qzeros.data(), scales.data(),
+                          g_idx.empty() ? nullptr : g_idx.data());
+  }
+};
+
+HostGptq RandomGptq(const QuantShape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  HostGptq h;
+  h.shape = shape;
+  const auto words = [&](const TensorSpec& spec) {
+    std::vector<int32_t> v(static_cast<size_t>(spec.elements()));
+    for (int32_t& w : v) w = static_cast<int32_t>(rng());
+    return v;
+  };
+  h.qweight = words(TensorSpecOf(shape, gptq::kQweight));
+  h.qzeros = words(TensorSpecOf(shape, gptq::kQzeros));
+  h.scales.resize(static_cast<size_t>(TensorSpecOf(shape, gptq::kScales).elements()));
+  for (uint16_t& s : h.scales) {
+    uint16_t bits = static_cast<uint16_t>(rng());
+    if ((bits & 0x7C00u) == 0x7C00u) bits &= 0xBFFFu;  // no inf / NaN in either dtype
+    if (shape.scale_dtype == DType::kBF16 && (bits & 0x7F80u) == 0x7F80u) bits &= 0xBF7Fu;
+    s = bits;
+  }
+  if ((shape.format_flags & gptq::kNoGidx) == 0) {
+    std::vector<int32_t> order(static_cast<size_t>(shape.K));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    h.g_idx.resize(order.size());
+    for (size_t j = 0; j < order.size(); ++j)
+      h.g_idx[static_cast<size_t>(order[j])] = static_cast<int32_t>(j / shape.group_size);
+  }
+  return h;
+}
+
+struct Case {
+  int64_t K, N, G;
+  int bits;
+  uint32_t flags;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return "K" + std::to_string(c.K) + "_N" + std::to_string(c.N) + "_G" + std::to_string(c.G) +
+         "_b" + std::to_string(c.bits) + ((c.flags & gptq::kZerosV1) ? "_v1" : "_v2") +
+         ((c.flags & gptq::kNoGidx) ? "_noGidx" : "_gIdx");
+}
+
+class GptqCudaTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GptqCudaTest, EveryVariantBothOrientationsBitExactToTheReference) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  const Case& c = GetParam();
+  for (DType scale : {DType::kF16, DType::kBF16}) {
+    const HostGptq host = RandomGptq(gptq::MakeShape(c.K, c.N, c.G, c.bits, c.flags, scale),
+                                     static_cast<uint32_t>(c.K * 31 + c.N * 7 + c.bits));
+    DeviceBuffer qweight(host.qweight.size() * 4), qzeros(host.qzeros.size() * 4),
+        scales(host.scales.size() * 2), g_idx(std::max<size_t>(host.g_idx.size(), 1) * 4);
+    ASSERT_TRUE(qweight.ok() && qzeros.ok() && scales.ok() && g_idx.ok());
+    ASSERT_EQ(
+        cudaMemcpy(qweight.get(), host.qweight.data(), qweight.bytes(), cudaMemcpyHostToDevice),
+        cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(qzeros.get(), host.qzeros.data(), qzeros.bytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(scales.get(), host.scales.data(), scales.bytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    if (!host.g_idx.empty()) {
+      ASSERT_EQ(
+          cudaMemcpy(g_idx.get(), host.g_idx.data(), host.g_idx.size() * 4, cudaMemcpyHostToDevice),
+          cudaSuccess);
+    }
+    for (Orientation o : {Orientation::kNK, Orientation::kKN}) {
+      HostGptq oriented = host;
+      oriented.shape.orientation = o;
+      const QuantView device =
+          gptq::MakeView(oriented.shape, qweight.get(), qzeros.get(), scales.get(),
+                         host.g_idx.empty() ? nullptr : g_idx.get());
+      for (DType out : {DType::kF16, DType::kBF16, DType::kF32}) {
+        std::vector<uint8_t> want(static_cast<size_t>(oriented.shape.output_bytes(out)));
+        ASSERT_TRUE(
+            DequantizeReference(oriented.view(), out, 0, oriented.shape.result_rows(), want.data())
+                .ok());
+        DeviceBuffer result(want.size());
+        ASSERT_TRUE(result.ok());
+        for (KernelVariant v : VariantsOf(Format::kGptq)) {
+          SCOPED_TRACE(std::string(VariantName(v)) + " " + std::string(OrientationName(o)) + " " +
+                       std::string(DTypeName(scale)) + "->" + std::string(DTypeName(out)));
+          ASSERT_EQ(cudaMemset(result.get(), 0xFF, result.bytes()), cudaSuccess);
+          const absl::Status st =
+              LaunchDequantize(v, LaunchConfig{}, device, out, result.get(), nullptr);
+          ASSERT_TRUE(st.ok()) << st;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<uint8_t> got(want.size());
+          ASSERT_EQ(cudaMemcpy(got.data(), result.get(), got.size(), cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          EXPECT_TRUE(got == want);
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GptqCudaTest,
+    ::testing::Values(Case{128, 64, 32, 4, gptq::kZerosV1}, Case{128, 64, 64, 4, 0},
+                      Case{256, 64, 128, 4, gptq::kZerosV1 | gptq::kNoGidx},
+                      Case{128, 64, 128, 8, gptq::kZerosV1}, Case{128, 96, 64, 8, gptq::kNoGidx},
+                      Case{128, 64, 64, 2, 0}, Case{128, 64, 32, 3, gptq::kZerosV1},
+                      Case{96, 32, 32, 3, gptq::kNoGidx}, Case{4096, 1024, 128, 4, gptq::kZerosV1},
+                      Case{1024, 4096, 128, 4, gptq::kNoGidx}),
+    CaseName);
+
+// No device needed: the variants GPTQ implements and their (absent) launch parameters.
+TEST(GptqCudaConfigTest, VariantsAndLaunchConfigurations) {
+  const QuantShape shape = gptq::MakeShape(128, 64, 64, 4, 0);
+  const std::vector<KernelVariant> variants = VariantsOf(Format::kGptq);
+  EXPECT_EQ(variants,
+            (std::vector<KernelVariant>{KernelVariant::kV1PerElement, KernelVariant::kV2PerWord}));
+  for (KernelVariant v : variants) {
+    EXPECT_TRUE(CanImplement(v, LaunchConfig{}, shape, DType::kF16).ok());
+    EXPECT_FALSE(IsTunable(v, shape, DType::kF16));
+    EXPECT_EQ(CandidateConfigs(v, shape, DType::kF16), std::vector<LaunchConfig>{LaunchConfig{}});
+    const absl::Status s = CanImplement(v, LaunchConfig{.block_size = 128}, shape, DType::kF16);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("of gptq takes no launch parameters"), std::string::npos) << s;
+  }
+  const absl::Status v4 = CanImplement(KernelVariant::kV4Vec16, LaunchConfig{}, shape, DType::kF16);
+  EXPECT_EQ(v4.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(v4.message(), "kernel variant v4_vec16 is not implemented for format gptq");
+}
+
+}  // namespace
+}  // namespace dequantd::cuda::testing
