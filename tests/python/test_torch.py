@@ -203,6 +203,21 @@ def test_the_loader_gives_the_logits_of_from_pretrained_bit_for_bit(server, conv
         assert torch.equal(p.view(torch.int16), ref[name].view(torch.int16)), name
 
 
+def test_the_fp16_loader_matches_from_pretrained_of_an_fp16_conversion(server, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    import dequantd.torch as dtorch
+
+    dequantd.convert(server, str(tmp_path), dtype="fp16")
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), dtype=torch.float16, local_files_only=True).eval()
+    model = dtorch.load_model(server, device="cpu", dtype=torch.float16)  # a target string
+    ids = torch.tensor(PROMPT)
+    with torch.no_grad():
+        got, want = model(ids).logits, reference(ids).logits
+    assert got.dtype == torch.float16
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
 def test_a_server_killed_during_a_load_raises_and_returns_no_model(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     import dequantd.torch as dtorch

@@ -6,6 +6,9 @@ fp16/bf16/fp32 over gRPC) and whole-model conversion to a plain Hugging Face che
         w = c.dequantize("model.layers.0.self_attn.q_proj", dtype="bf16")  # (K, N)
     dequantd.convert("127.0.0.1:50051", "out/", dtype="bf16")
 
+    import dequantd.torch  # torch + transformers: a ready model filled in place
+    model = dequantd.torch.load_model("127.0.0.1:50051", device="cuda:0")
+
 See README.md.
 """
 
