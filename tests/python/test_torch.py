@@ -344,3 +344,71 @@ def test_a_run_is_split_below_the_servers_output_limit(monkeypatch):
     for i, target in enumerate(t):
         target.offset, target.nbytes = i * 32, 32
     assert [[x.name for x in run] for run in dt._runs(t)] == [["l0", "l1"], ["l2", "l3"]]
+
+
+class FakeRegionServer(FakeServer):
+    """A client stand-in for tensors.run's region path: it records the calls and, once
+    `restart()`ed, has lost every region (NOT_FOUND naming it, as the server says)."""
+
+    def __init__(self):
+        super().__init__()
+        self.held, self.calls = set(), []
+        self.cache = dt.RegionCache(self)
+
+    def _regions_cache(self):
+        return self.cache
+
+    def register_cuda_shared_memory(self, name, handle, device, size, offset=0):
+        super().register_cuda_shared_memory(name, handle, device, size, offset)
+        self.held.add(name)
+
+    def restart(self):
+        self.held.clear()
+
+    def shared_memory_status(self):
+        return dequantd.SharedMemoryStatus(regions=[dequantd.RegionInfo(
+            n, "device", "", 0, 0, 1, False, "", 0, 0.0) for n in sorted(self.held)],
+            mode="cuda", max_regions=64, max_bytes=1 << 40, idle_release_seconds=0)
+
+    def _region_layers_into(self, region, names, offset, dtype, orientation):
+        if region not in self.held:
+            raise dequantd.DequantdError(grpc.StatusCode.NOT_FOUND, f'output_region.name: no '
+                                         f'region "{region}" is registered')
+        self.calls.append((region, list(names), offset))
+        return [dequantd.RegionHeader(n, (4, 4), dtype, 32, region, offset + 32 * i, "cuda", "k")
+                for i, n in enumerate(names)]
+
+
+def test_after_a_server_restart_the_region_is_registered_again_and_the_call_retried(
+        monkeypatch):
+    monkeypatch.setattr(dt._cuda, "ipc_handle", lambda allocation: bytes(64))
+    fake = FakeRegionServer()
+    flat = torch.empty(32, dtype=torch.bfloat16)
+    targets = [fake_target(flat[i * 16:(i + 1) * 16].view(4, 4), 0x1000, 1, name=f"l{i}")
+               for i in range(2)]
+    for i, t in enumerate(targets):
+        t.offset, t.nbytes, t.shape = 32 * i, 32, (4, 4)
+    dt.run(fake, targets, "KN")
+    first = fake.cache.names()
+    fake.restart()
+    dt.run(fake, targets, "KN")
+    second = fake.cache.names()
+    assert len(first) == len(second) == 1 and first != second
+    assert [r[0] for r in fake.registered] == first + second
+    assert fake.unregistered == []  # the lost region is forgotten, not unregistered
+    assert fake.calls == [(first[0], ["l0", "l1"], 0), (second[0], ["l0", "l1"], 0)]
+
+
+def test_a_header_that_does_not_match_the_tensor_is_data_loss(monkeypatch):
+    monkeypatch.setattr(dt._cuda, "ipc_handle", lambda allocation: bytes(64))
+    fake = FakeRegionServer()
+    flat = torch.empty(32, dtype=torch.bfloat16)
+    targets = [fake_target(flat[i * 16:(i + 1) * 16].view(4, 4), 0x1000, 1, name=f"l{i}")
+               for i in range(2)]
+    for i, t in enumerate(targets):
+        t.offset, t.nbytes, t.shape = 32 * i, 32, (4, 8)  # the server will say (4, 4)
+    with pytest.raises(dequantd.DequantdError) as e:
+        dt.run(fake, targets, "KN")
+    assert e.value.code == grpc.StatusCode.DATA_LOSS
+    assert e.value.message == ("l0: the server wrote (4, 4) (32 bytes) at offset 0, expected "
+                               "(4, 8) (32 bytes) at 0")
