@@ -354,17 +354,18 @@ def main():
                "bit for bit", logits_bit_for_bit)
 
     def server_gone_mid_load():
-        original = dtorch.STAGING_BYTES
-        dtorch.STAGING_BYTES = 4 << 20
-        calls = []
-        real = client.dequantize_into_tensors
+        """The server is killed at the fifth ReadTensor of the load (the layers are in by then)."""
+        original = dtorch.READ_STREAMS
+        dtorch.READ_STREAMS = 1
+        reads = []
+        real = client.read_tensor
 
         def dying(*a, **kw):
-            calls.append(1)
-            if len(calls) == 3:
+            reads.append(1)
+            if len(reads) == 5:
                 server.kill()
             return real(*a, **kw)
-        client.dequantize_into_tensors = dying
+        client.read_tensor = dying
         result = None
         try:
             result = dtorch.load_model(client, device=dev)
@@ -372,8 +373,8 @@ def main():
             if e.code != grpc.StatusCode.UNAVAILABLE or not e.message.startswith("load_model: "):
                 return f"DequantdError {e.code}: {e.message}"
         finally:
-            client.dequantize_into_tensors = real
-            dtorch.STAGING_BYTES = original
+            client.read_tensor = real
+            dtorch.READ_STREAMS = original
         return "a model was returned" if result is not None else None
     checks.run("server gone mid-load: UNAVAILABLE, no model returned", server_gone_mid_load)
 

@@ -65,17 +65,33 @@ def test_an_nn_linear_shaped_tensor_names_the_orientation(client):
         client.dequantize_into_tensor(DOWN, nan_tensor((576, 1536)))
 
 
-def test_orientation_nk_without_server_support_is_refused_before_any_write(client):
-    """The proto here has no DequantizeRequest.orientation (issue 21 not landed): NK is refused
-    with the reason, and the tensor stays untouched. (When it lands, this test must be changed:
-    the probe then decides.)"""
+def test_orientation_nk_is_refused_before_any_write_by_a_server_without_it(client,
+                                                                           monkeypatch):
+    """A server that predates result orientations (what the probe finds out): NK is refused with
+    the probe's reason, and the tensor stays untouched."""
+    monkeypatch.setattr(client, "_orientation", (False, "the server ignores the orientation "
+                                                       "field"))
     t = nan_tensor((576, 1536))
-    assert dt.orientation_nk_value() is None
-    with pytest.raises(ValueError, match=r"^orientation 'NK': this dequantd package's proto has "
-                                         r"no DequantizeRequest.orientation .*; until then pass "
-                                         r"\(K, N\) tensors"):
+    with pytest.raises(ValueError, match=r"^orientation 'NK': the server ignores the "
+                                         r"orientation field; until then pass \(K, N\) tensors"):
         client.dequantize_into_tensor(DOWN, t, orientation="NK")
     assert torch.isnan(t).all()
+
+
+@pytest.mark.parametrize("dtype,name", [(torch.bfloat16, "bf16"), (torch.float32, "fp32")])
+def test_orientation_nk_writes_nn_linear_layout_bit_for_bit(client, dtype, name):
+    """This server writes (N, K) results: the tensor gets exactly the transpose of (K, N)."""
+    t = nan_tensor((576, 1536), dtype)
+    client.dequantize_into_tensor(DOWN, t, orientation="NK")
+    kn = client.dequantize(DOWN, dtype=name, as_torch=True)
+    assert torch.equal(t.view(torch.uint8), kn.t().contiguous().view(torch.uint8))
+
+
+def test_requests_name_the_orientation_explicitly():
+    """Unset means the format's own (gptq: (N, K)), so KN is sent as KN."""
+    from dequantd._proto import dequant_pb2 as pb
+    assert (dt.orientation_wire("KN"), dt.orientation_wire("NK")) == (pb.ORIENTATION_KN,
+                                                                       pb.ORIENTATION_NK)
 
 
 def test_an_unknown_orientation_is_a_value_error(client):
@@ -157,10 +173,8 @@ def test_storage_python_objects_are_preserved():
     assert t[2:].untyped_storage() is s
 
 
-def test_the_orientation_probe_reports_why(client):
-    assert client._orientation_support() == (
-        False, "this dequantd package's proto has no DequantizeRequest.orientation (the request "
-               "orientation of issue 21 has not landed)")
+def test_the_orientation_probe_finds_nk_results(client):
+    assert dequantd.Client(client.target)._orientation_support() == (True, "")
 
 
 # --- the loader ----------------------------------------------------------------------------
@@ -185,7 +199,9 @@ def test_the_loader_gives_the_logits_of_from_pretrained_bit_for_bit(server, conv
     with dequantd.Client(server) as c:
         model = dtorch.load_model(c, device="cpu", dtype=torch.bfloat16)
     report = model.dequantd_load_report
-    assert (report.layers, report.others, report.transposed) == (210, 62, True)
+    # This server writes (N, K): every layer straight into views of one buffer, one call.
+    assert (report.layers, report.others, report.transposed) == (210, 62, False)
+    assert report.dequantize_calls == 1
     assert report.in_place == 272 == len(list(model.named_parameters()))  # no copies made
     assert report.layer_bytes == sum(l.in_features * l.out_features for l in
                                      dequantd.Client(server).list().layers) * 2
@@ -219,31 +235,34 @@ def test_the_fp16_loader_matches_from_pretrained_of_an_fp16_conversion(server, t
 
 
 def test_a_server_killed_during_a_load_raises_and_returns_no_model(tmp_path, monkeypatch):
+    """The server is killed after the layers are in, at the fifth ReadTensor (of 62)."""
     pytest.importorskip("transformers")
     import dequantd.torch as dtorch
 
     proc, target = start_server(str(tmp_path))
-    monkeypatch.setattr(dtorch, "STAGING_BYTES", 4 << 20)  # many calls: kill after the second
-    calls = []
+    monkeypatch.setattr(dtorch, "READ_STREAMS", 1)  # one read after another: a fixed order
+    reads = []
     try:
         with dequantd.Client(target) as c:
-            real = c.dequantize_into_tensors
+            real = c.read_tensor
 
             def dying(*args, **kwargs):
-                calls.append(1)
-                if len(calls) == 3:
+                reads.append(1)
+                if len(reads) == 5:
                     proc.kill()
                     proc.wait()
                 return real(*args, **kwargs)
 
-            monkeypatch.setattr(c, "dequantize_into_tensors", dying)
+            monkeypatch.setattr(c, "read_tensor", dying)
             result = None
             with pytest.raises(dequantd.DequantdError) as e:
                 result = dtorch.load_model(c, device="cpu")
             assert result is None
             assert e.value.code == grpc.StatusCode.UNAVAILABLE
             assert e.value.message.startswith("load_model: ")
-            assert len(calls) == 3
+            # The failed read ends the load: no read is started after it but the one that may
+            # already have been taken by the pool's worker.
+            assert 5 <= len(reads) <= 6
     finally:
         if proc.poll() is None:
             stop_server(proc)

@@ -47,20 +47,27 @@ _ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 _names = itertools.count()
 
 
-def orientation_nk_value() -> Optional[int]:
-    """The wire value of the (N, K) orientation when this package's proto has
-    DequantizeRequest.orientation and DequantizeLayersRequest.orientation (an enum with a value
-    whose name ends in "NK"); None otherwise."""
+def orientation_wire(orientation: str) -> Optional[int]:
+    """The wire value of `orientation` ("KN" or "NK") when this package's proto has
+    DequantizeRequest.orientation and DequantizeLayersRequest.orientation (an enum with values
+    whose names end in "KN" / "NK": ORIENTATION_KN, ORIENTATION_NK); None otherwise. Requests
+    always carry it explicitly when it exists: its unset value means "the format's own", which is
+    (N, K) for gptq layers."""
     value = None
     for message in (pb.DequantizeRequest, pb.DequantizeLayersRequest):
         field = message.DESCRIPTOR.fields_by_name.get("orientation")
         if field is None or field.enum_type is None:
             return None
-        found = [v.number for v in field.enum_type.values if v.name.upper().endswith("NK")]
+        found = [v.number for v in field.enum_type.values if v.name.upper().endswith(orientation)]
         if not found:
             return None
         value = found[0]
     return value
+
+
+def orientation_nk_value() -> Optional[int]:
+    """orientation_wire("NK")."""
+    return orientation_wire("NK")
 
 
 def probe_orientation(client: Any) -> Tuple[bool, str]:
@@ -317,16 +324,21 @@ def _torch_bytes(tensor: Any) -> np.ndarray:
 def run(client: Any, targets: List[_Target], orientation: str) -> None:
     """Writes every target: CUDA ones through regions (consecutive tensors of one allocation in
     one DequantizeLayers call), CPU ones through one streamed DequantizeLayers per dtype."""
-    nk = orientation_nk_value() if orientation == "NK" else None
+    wire = orientation_wire(orientation)  # None: a proto before orientations (KN only)
     cpu = [t for t in targets if t.allocation is None]
     for dtype in sorted({t.dtype for t in cpu}):
         group = {t.name: _torch_bytes(t.tensor) for t in cpu if t.dtype == dtype}
         request = pb.DequantizeLayersRequest(output_dtype=_wire(dtype), tensors=list(group),
                                              chunk_bytes=client._chunk_bytes)  # pylint: disable=protected-access
-        if nk is not None:
-            setattr(request, "orientation", nk)
+        if wire is not None:
+            setattr(request, "orientation", wire)
         seen = []
         for result in client._layer_results(request, buffers=group):  # pylint: disable=protected-access
+            said = getattr(result, "orientation", 0)  # 0: a server that does not say
+            if wire is not None and said not in (0, wire):
+                raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                    f"{result.name}: the server wrote orientation {said}, asked "
+                                    f"for {wire} ({orientation})")
             seen.append(result.name)
         if seen != list(group):
             raise DequantdError(grpc.StatusCode.DATA_LOSS,
@@ -335,7 +347,7 @@ def run(client: Any, targets: List[_Target], orientation: str) -> None:
     if not cuda:
         return
     try:
-        _run_regions(client, cuda, nk)
+        _run_regions(client, cuda, wire)
     except DequantdError as e:
         mine = client._regions_cache().names()  # pylint: disable=protected-access
         if e.code != grpc.StatusCode.NOT_FOUND or not any(f'"{n}"' in e.message for n in mine):
@@ -343,7 +355,7 @@ def run(client: Any, targets: List[_Target], orientation: str) -> None:
         # The server lost our region (a restart): register again and retry once.
         held = {r.name for r in client.shared_memory_status().regions}
         client._regions_cache().forget([n for n in mine if n not in held])  # pylint: disable=protected-access
-        _run_regions(client, cuda, nk)
+        _run_regions(client, cuda, wire)
 
 
 def _runs(targets: List[_Target]) -> List[List[_Target]]:
@@ -364,7 +376,7 @@ def _runs(targets: List[_Target]) -> List[List[_Target]]:
     return runs
 
 
-def _run_regions(client: Any, targets: List[_Target], nk: Optional[int]) -> None:
+def _run_regions(client: Any, targets: List[_Target], wire: Optional[int]) -> None:
     cache = client._regions_cache()  # pylint: disable=protected-access
     for run_ in _runs(targets):
         region = cache.region_for(run_[0])
@@ -372,11 +384,11 @@ def _run_regions(client: Any, targets: List[_Target], nk: Optional[int]) -> None
             cache.region_for(t)  # tracks every storage of the run
         first = run_[0]
         if len(run_) == 1:
-            headers = [client._region_call_into(region, first.name, first.offset, first.dtype, nk)]  # pylint: disable=protected-access
+            headers = [client._region_call_into(region, first.name, first.offset, first.dtype, wire)]  # pylint: disable=protected-access
             headers[0] = dataclasses.replace(headers[0], tensor=first.name)
         else:
             headers = client._region_layers_into(region, [t.name for t in run_], first.offset,  # pylint: disable=protected-access
-                                                 first.dtype, nk)
+                                                 first.dtype, wire)
         for t, h in zip(run_, headers):
             if h.region_offset != t.offset or tuple(h.shape) != t.shape or h.total_bytes != t.nbytes:
                 raise DequantdError(grpc.StatusCode.DATA_LOSS,

@@ -282,9 +282,15 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
         into[name].copy_(client.read_tensor(name, as_torch=True))
 
     with concurrent.futures.ThreadPoolExecutor(READ_STREAMS) as pool:
-        for future in [pool.submit(fill, name) for name in
-                       sorted(stored, key=lambda n: -others[n].bytes)]:
-            future.result()
+        futures = [pool.submit(fill, name) for name in
+                   sorted(stored, key=lambda n: -others[n].bytes)]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            for future in futures:  # the first failure ends the load: start no further reads
+                future.cancel()
+            raise
     report.other_bytes = sum(params[n].numel() * params[n].element_size() for n in stored)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
