@@ -73,7 +73,7 @@ def test_orientation_nk_is_refused_before_any_write_by_a_server_without_it(clien
                                                        "field"))
     t = nan_tensor((576, 1536))
     with pytest.raises(ValueError, match=r"^orientation 'NK': the server ignores the "
-                                         r"orientation field; until then pass \(K, N\) tensors"):
+                                         r"orientation field; with this server pass \(K, N\) tensors"):
         client.dequantize_into_tensor(DOWN, t, orientation="NK")
     assert torch.isnan(t).all()
 

@@ -159,7 +159,7 @@ def check_targets(client: Any, tensors: Mapping[str, Any], orientation: str) -> 
     if orientation == "NK":
         supported, reason = client._orientation_support()  # pylint: disable=protected-access
         if not supported:
-            raise ValueError(f"orientation 'NK': {reason}; until then pass (K, N) tensors "
+            raise ValueError(f"orientation 'NK': {reason}; with this server pass (K, N) tensors "
                              "(orientation='KN') and use .T for nn.Linear")
     cuda = [t for t in targets if t.tensor.device.type == "cuda"]
     if cuda:

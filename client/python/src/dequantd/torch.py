@@ -16,11 +16,11 @@ and returned. If anything fails (the server gone mid-load, a tensor missing), th
 and no model is returned: nothing half-filled escapes.
 
 Orientation: nn.Linear.weight is (N, K) = (out_features, in_features), AWQ's result (K, N). With
-a server that writes (N, K) results (the request orientation of issue 21, feature-detected once
-per client) the kernel writes straight into the parameters, which are then views of one buffer
-(one region, one DequantizeLayers call per 16 GiB). Until then each batch of layers is written as
-(K, N) into a staging buffer on `device` and transposed there by torch (`copy_` of the transpose:
-a device copy on CUDA, exact); LoadReport.transposed says which path ran.
+a server that writes (N, K) results (the request orientation of issue 21, checked once per
+client) the kernel writes straight into the parameters, which are then views of one buffer
+(one region, one DequantizeLayers call per 16 GiB). With an older server each batch of layers is
+written as (K, N) into a staging buffer on `device` and transposed there by torch (`copy_` of the
+transpose: a device copy on CUDA, exact); LoadReport.transposed says which path ran.
 """
 
 from __future__ import annotations
