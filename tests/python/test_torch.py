@@ -219,6 +219,26 @@ def test_the_loader_gives_the_logits_of_from_pretrained_bit_for_bit(server, conv
         assert torch.equal(p.view(torch.int16), ref[name].view(torch.int16)), name
 
 
+def test_against_a_server_without_nk_the_loader_transposes_on_the_device(server, converted,
+                                                                          monkeypatch):
+    """The fallback for servers that predate orientations: (K, N) staging batches, a transpose
+    on the tensor's device; the same parameters bit for bit."""
+    import transformers
+    import dequantd.torch as dtorch
+
+    monkeypatch.setattr(dtorch, "STAGING_BYTES", 16 << 20)  # several batches
+    with dequantd.Client(server) as c:
+        c._orientation = (False, "pretend: an older server")
+        model = dtorch.load_model(c, device="cpu")
+    report = model.dequantd_load_report
+    assert report.transposed and report.dequantize_calls > 1
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        converted, dtype=torch.bfloat16, local_files_only=True)
+    ref = dict(reference.named_parameters())
+    for name, p in model.named_parameters():
+        assert torch.equal(p.view(torch.int16), ref[name].view(torch.int16)), name
+
+
 def test_the_fp16_loader_matches_from_pretrained_of_an_fp16_conversion(server, tmp_path):
     transformers = pytest.importorskip("transformers")
     import dequantd.torch as dtorch
