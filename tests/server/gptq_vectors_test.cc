@@ -24,6 +24,7 @@
 #include "kernels/dequant.h"
 #include "kernels/gptq_format.h"
 #include "server/checkpoint.h"
+#include "tests/server/cpu_test_server.h"
 
 namespace dequantd {
 namespace {
@@ -319,6 +320,73 @@ TEST(GptqCheckpointTest, MissingGidxWithoutDescActServesTheSameResult) {
   std::vector<uint8_t> got(expected.size());
   ASSERT_TRUE(DequantizeCpu(layer->view, DType::kF16, 0, 64, got.data()).ok());
   EXPECT_EQ(got, expected);
+  fs::remove_all(dir);
+}
+
+// A GPTQ checkpoint served end to end (CPU backend): ListTensors names the format and its own
+// orientation (NK); DequantizeLayers with no orientation delivers GPTQModel's (N, K) bytes with
+// an NK header; Dequantize with ORIENTATION_KN delivers their transpose with a KN header.
+TEST(GptqServedTest, ListAndDequantizeInTheFormatsOwnOrientationAndTheOther) {
+  const char* name = "gptq_4bit_g32_asym_descact_v2";
+  const fs::path file = VectorDir() / (std::string(name) + ".safetensors");
+  const fs::path dir =
+      MakeCheckpoint(ReadText(VectorDir() / (std::string(name) + ".config.json")), file);
+  ServerOptions options;
+  options.model_dir = dir.string();
+  absl::StatusOr<testing::CpuTestServer> server = testing::StartCpuTestServer(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  namespace v1 = ::dequant::v1;
+  grpc::ClientContext list_context;
+  v1::ListTensorsResponse list;
+  ASSERT_TRUE(server->stub->ListTensors(&list_context, {}, &list).ok());
+  ASSERT_EQ(list.tensors_size(), 1);
+  EXPECT_EQ(list.tensors(0).format(), "gptq");
+  EXPECT_EQ(list.tensors(0).orientation(), v1::ORIENTATION_NK);
+  EXPECT_EQ(list.tensors(0).in_features(), 128);
+  EXPECT_EQ(list.tensors(0).out_features(), 64);
+  ASSERT_EQ(list.tensors(0).stored_tensors_size(), 4);
+  EXPECT_EQ(list.tensors(0).stored_tensors(3).role(), "g_idx");
+
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> vectors =
+      safetensors::MappedFile::Open(file.string());
+  ASSERT_TRUE(vectors.ok());
+  const std::vector<uint8_t> nk = TensorOf(**vectors, "expected.bf16");
+  std::vector<uint8_t> kn(nk.size());
+  for (int64_t n = 0; n < 64; ++n)
+    for (int64_t k = 0; k < 128; ++k) std::memcpy(&kn[(k * 64 + n) * 2], &nk[(n * 128 + k) * 2], 2);
+
+  v1::DequantizeLayersRequest layers;
+  layers.set_output_dtype(v1::DTYPE_BF16);
+  grpc::ClientContext layers_context;
+  auto layers_reader = server->stub->DequantizeLayers(&layers_context, layers);
+  v1::DequantizeResponse response;
+  std::vector<uint8_t> got;
+  v1::DequantizeHeader header;
+  while (layers_reader->Read(&response)) {
+    if (response.has_header()) header = response.header();
+    got.insert(got.end(), response.data().begin(), response.data().end());
+  }
+  ASSERT_TRUE(layers_reader->Finish().ok());
+  EXPECT_EQ(header.orientation(), v1::ORIENTATION_NK);
+  EXPECT_THAT(header.shape(), ::testing::ElementsAre(64, 128));
+  EXPECT_TRUE(got == nk);
+
+  v1::DequantizeRequest one;
+  one.set_tensor(kLayer);
+  one.set_output_dtype(v1::DTYPE_BF16);
+  one.set_orientation(v1::ORIENTATION_KN);
+  grpc::ClientContext one_context;
+  auto one_reader = server->stub->Dequantize(&one_context, one);
+  got.clear();
+  while (one_reader->Read(&response)) {
+    if (response.has_header()) header = response.header();
+    got.insert(got.end(), response.data().begin(), response.data().end());
+  }
+  ASSERT_TRUE(one_reader->Finish().ok());
+  EXPECT_EQ(header.orientation(), v1::ORIENTATION_KN);
+  EXPECT_THAT(header.shape(), ::testing::ElementsAre(128, 64));
+  EXPECT_TRUE(got == kn);
+  server->server.reset();
   fs::remove_all(dir);
 }
 
