@@ -23,7 +23,11 @@
 #include "kernels/cpu_dequant_internal.h"
 #include "kernels/dequant.h"
 #include "kernels/gptq_format.h"
+#include "server/backend.h"
 #include "server/checkpoint.h"
+#if DEQUANTD_HAVE_CUDA
+#include "server/cuda_backend.h"
+#endif
 #include "tests/server/cpu_test_server.h"
 
 namespace dequantd {
@@ -389,6 +393,70 @@ TEST(GptqServedTest, ListAndDequantizeInTheFormatsOwnOrientationAndTheOther) {
   server->server.reset();
   fs::remove_all(dir);
 }
+
+#if DEQUANTD_HAVE_CUDA
+// Collects one streamed result.
+class BytesSink : public ChunkSink {
+ public:
+  absl::Status Begin(const std::string& k) override {
+    kernel = k;
+    return absl::OkStatus();
+  }
+  absl::Status Write(int64_t, absl::Span<const uint8_t> data) override {
+    bytes.insert(bytes.end(), data.begin(), data.end());
+    return absl::OkStatus();
+  }
+  std::string kernel;
+  std::vector<uint8_t> bytes;
+};
+
+// Every GPTQ case on the CUDA backend (resident layers; GPTQ's fastest variant, v2, since the
+// configured v4 is AWQ's): Dequantize in the format's own orientation gives GPTQModel's bytes,
+// and in (K, N) their transpose, for fp16, bf16 and fp32. GPU only.
+TEST_P(GptqVectorsTest, CudaBackendDequantizesBitExactToGptqModel) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const Case& c = GetParam();
+  if (std::string(c.name) == "gptq_4bit_g64_asym_v1_zero0") GTEST_SKIP() << "fp16 only (above)";
+  const fs::path file = VectorDir() / (std::string(c.name) + ".safetensors");
+  const fs::path dir =
+      MakeCheckpoint(ReadText(VectorDir() / (std::string(c.name) + ".config.json")), file);
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend(CudaBackendOptions{});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  ASSERT_TRUE((*backend)->Prepare(**ckpt).ok());
+  const QuantizedLayer* layer = (*ckpt)->Find(kLayer);
+  ASSERT_NE(layer, nullptr);
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> vectors =
+      safetensors::MappedFile::Open(file.string());
+  ASSERT_TRUE(vectors.ok());
+  const int64_t K = layer->view.shape.K;
+  const int64_t N = layer->view.shape.N;
+  for (DType out : kOutDtypes) {
+    SCOPED_TRACE(std::string(DTypeName(out)));
+    const std::vector<uint8_t> nk = TensorOf(**vectors, ExpectedName(out));
+    const int64_t elem = DTypeSize(out);
+    DequantSource source;
+    source.layer = layer;
+    source.orientation = Orientation::kNK;
+    BytesSink sink;
+    ASSERT_TRUE((*backend)->Dequantize(source, out, 1 << 20, sink).ok());
+    EXPECT_THAT(sink.kernel, HasSubstr("v2_per_word"));
+    EXPECT_TRUE(sink.bytes == nk);
+    std::vector<uint8_t> kn(nk.size());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        std::memcpy(kn.data() + (k * N + n) * elem, nk.data() + (n * K + k) * elem,
+                    static_cast<size_t>(elem));
+    source.orientation = Orientation::kKN;
+    BytesSink kn_sink;
+    ASSERT_TRUE((*backend)->Dequantize(source, out, 1 << 20, kn_sink).ok());
+    EXPECT_TRUE(kn_sink.bytes == kn);
+  }
+  backend->reset();
+  fs::remove_all(dir);
+}
+#endif  // DEQUANTD_HAVE_CUDA
 
 }  // namespace
 }  // namespace dequantd
