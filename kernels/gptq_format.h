@@ -94,8 +94,9 @@ inline const int32_t* Qzeros(const QuantView& v) {
   return static_cast<const int32_t*>(v.tensors[kQzeros]);
 }
 inline const void* Scales(const QuantView& v) { return v.tensors[kScales]; }
-// Null when the layer stores none (kNoGidx).
+// Null when the layer stores none (kNoGidx), whatever the slot holds.
 inline const int32_t* Gidx(const QuantView& v) {
+  if ((v.shape.format_flags & kNoGidx) != 0) return nullptr;
   return static_cast<const int32_t*>(v.tensors[kGidx]);
 }
 

@@ -14,13 +14,12 @@ std::vector<QuantShape> DistinctLayerShapes(absl::Span<const QuantizedLayer> lay
     const QuantShape& s = layer.view.shape;
     bool seen = false;
     for (const QuantShape& t : shapes) {
-      if (t.K == s.K && t.N == s.N && t.group_size == s.group_size &&
-          t.scale_dtype == s.scale_dtype) {
+      if (t == s) {  // format, bits and flags included (a GPTQ layer is no AWQ shape)
         seen = true;
         break;
       }
     }
-    if (!seen) shapes.push_back(QuantShape{s.K, s.N, s.group_size, s.scale_dtype});
+    if (!seen) shapes.push_back(s);
   }
   return shapes;
 }

@@ -185,6 +185,19 @@ absl::StatusOr<InlineTensor> InlineTensor::FromProto(const v1::InlinePackedTenso
                    max_request_bytes);
 }
 
+namespace {
+
+// The format's stored-value checks (FormatRow::check_stored, e.g. GPTQ's g_idx range) on inline
+// tensors, as at checkpoint load; the message gets the "packed: " prefix.
+absl::Status CheckStored(const FormatRow& row, const QuantView& view) {
+  if (row.check_stored == nullptr) return absl::OkStatus();
+  const absl::Status s = row.check_stored(view);
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("packed: ", s.message()));
+}
+
+}  // namespace
+
 absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTensor& packed,
                                                      absl::Span<const std::string_view> parts,
                                                      int64_t max_request_bytes) {
@@ -211,6 +224,7 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
 
   QuantShape shape;
   shape.format = format;
+  shape.orientation = row.default_orientation;  // the request's own is applied by the service
   switch (packed.scale_dtype()) {
     case v1::DTYPE_UNSPECIFIED:
     case v1::DTYPE_FP16:
@@ -257,6 +271,7 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
   if (aligned) {
     for (int r = 0; r < row.role_count; ++r)
       tensor.view_.tensors[static_cast<size_t>(r)] = parts[static_cast<size_t>(r)].data();
+    if (absl::Status s = CheckStored(row, tensor.view_); !s.ok()) return s;
     return tensor;
   }
   // Copy every part into one int32 buffer; each part starts on a 4-byte boundary.
@@ -268,6 +283,7 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
     tensor.view_.tensors[static_cast<size_t>(r)] = at;
     at += words[static_cast<size_t>(r)];
   }
+  if (absl::Status s = CheckStored(row, tensor.view_); !s.ok()) return s;
   return tensor;
 }
 

@@ -504,6 +504,80 @@ class LayersCollector : public LayersSink {
   const ResultDestination* destination_;
 };
 
+// The reference's (N, K) result of `layer` (rows are output columns n).
+std::vector<uint8_t> ReferenceNkBytes(const PackedLayer& layer, DType out_dtype) {
+  QuantView view = layer.view();
+  view.shape.orientation = Orientation::kNK;
+  std::vector<uint8_t> out(static_cast<size_t>(view.shape.output_bytes(out_dtype)));
+  if (!DequantizeReference(view, out_dtype, 0, view.shape.N, out.data()).ok()) return {};
+  return out;
+}
+
+// (N, K) results: DequantizeLayers launches them one layer at a time (the grouped launch writes
+// (K, N) only), through small slabs and into a host destination, and Dequantize of one resident
+// layer and of an inline one runs v4_vec16's transpose kernel: every byte as the reference's
+// (N, K) result.
+TEST_F(CudaBackendTest, NkResultsOfLayersAndSingleCallsAreBitExact) {
+  std::vector<PackedLayer> packed;
+  for (int i = 0; i < 6; ++i) {
+    packed.push_back(RandomPackedLayer({.K = 128 * (1 + i % 3),
+                                        .N = 64 * (1 + (i * 5) % 7),
+                                        .group_size = 128,
+                                        .scale_dtype = i % 2 ? DType::kF16 : DType::kBF16},
+                                       static_cast<uint32_t>(700 + i)));
+  }
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpointOf(packed);
+  ASSERT_NE(checkpoint, nullptr);
+  CudaBackendOptions options;
+  options.result_slab_bytes = 100 << 10;
+  options.staging_bytes = 64 << 10;
+  std::unique_ptr<Backend> backend = Make(options);
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(backend->Prepare(*checkpoint).ok());
+  const std::vector<int> order = {0, 1, 2, 3, 4, 5, 2, 0};
+  std::vector<const QuantizedLayer*> request;
+  for (int i : order) {
+    request.push_back(checkpoint->Find("l" + std::to_string(i)));
+    ASSERT_NE(request.back(), nullptr);
+  }
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    LayersCollector sink;
+    ASSERT_TRUE(backend->DequantizeLayers(request, dtype, Orientation::kNK, 10000, sink).ok());
+    EXPECT_FALSE(sink.out_of_order);
+    EXPECT_FALSE(sink.gaps);
+    ASSERT_EQ(sink.layers.size(), order.size());
+    int64_t total = 0;
+    std::vector<uint8_t> concatenated;
+    for (size_t i = 0; i < order.size(); ++i) {
+      const std::vector<uint8_t> expected =
+          ReferenceNkBytes(packed[static_cast<size_t>(order[i])], dtype);
+      EXPECT_TRUE(sink.layers[i] == expected) << "entry " << i << " (layer " << order[i] << ")";
+      total += static_cast<int64_t>(expected.size());
+      concatenated.insert(concatenated.end(), expected.begin(), expected.end());
+    }
+    std::vector<uint8_t> memory(static_cast<size_t>(total), 0);
+    ResultDestination destination{
+        .memory = ResultDestination::Memory::kHost, .data = memory.data(), .bytes = total};
+    LayersCollector placed(&destination);
+    ASSERT_TRUE(backend->DequantizeLayers(request, dtype, Orientation::kNK, 10000, placed).ok());
+    EXPECT_TRUE(memory == concatenated);
+
+    DequantSource resident;
+    resident.layer = request[3];
+    resident.orientation = Orientation::kNK;
+    CollectingSink one;
+    ASSERT_TRUE(backend->Dequantize(resident, dtype, 1 << 20, one).ok());
+    EXPECT_TRUE(one.bytes == ReferenceNkBytes(packed[3], dtype));
+    DequantSource host;
+    host.host = packed[4].view();
+    host.orientation = Orientation::kNK;
+    CollectingSink inline_sink;
+    ASSERT_TRUE(backend->Dequantize(host, dtype, 1 << 20, inline_sink).ok());
+    EXPECT_TRUE(inline_sink.bytes == ReferenceNkBytes(packed[4], dtype));
+  }
+}
+
 // Many layers through small slabs (several launches, double-buffered), with duplicates inside and
 // across slabs, to the staging path and into a host destination: every byte as the reference.
 TEST_F(CudaBackendTest, LayersInSmallSlabsAreBitExact) {

@@ -23,7 +23,12 @@
 #include "kernels/cpu_dequant_internal.h"
 #include "kernels/dequant.h"
 #include "kernels/gptq_format.h"
+#include "server/backend.h"
 #include "server/checkpoint.h"
+#if DEQUANTD_HAVE_CUDA
+#include "server/cuda_backend.h"
+#endif
+#include "tests/server/cpu_test_server.h"
 
 namespace dequantd {
 namespace {
@@ -321,6 +326,137 @@ TEST(GptqCheckpointTest, MissingGidxWithoutDescActServesTheSameResult) {
   EXPECT_EQ(got, expected);
   fs::remove_all(dir);
 }
+
+// A GPTQ checkpoint served end to end (CPU backend): ListTensors names the format and its own
+// orientation (NK); DequantizeLayers with no orientation delivers GPTQModel's (N, K) bytes with
+// an NK header; Dequantize with ORIENTATION_KN delivers their transpose with a KN header.
+TEST(GptqServedTest, ListAndDequantizeInTheFormatsOwnOrientationAndTheOther) {
+  const char* name = "gptq_4bit_g32_asym_descact_v2";
+  const fs::path file = VectorDir() / (std::string(name) + ".safetensors");
+  const fs::path dir =
+      MakeCheckpoint(ReadText(VectorDir() / (std::string(name) + ".config.json")), file);
+  ServerOptions options;
+  options.model_dir = dir.string();
+  absl::StatusOr<testing::CpuTestServer> server = testing::StartCpuTestServer(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  namespace v1 = ::dequant::v1;
+  grpc::ClientContext list_context;
+  v1::ListTensorsResponse list;
+  ASSERT_TRUE(server->stub->ListTensors(&list_context, {}, &list).ok());
+  ASSERT_EQ(list.tensors_size(), 1);
+  EXPECT_EQ(list.tensors(0).format(), "gptq");
+  EXPECT_EQ(list.tensors(0).orientation(), v1::ORIENTATION_NK);
+  EXPECT_EQ(list.tensors(0).in_features(), 128);
+  EXPECT_EQ(list.tensors(0).out_features(), 64);
+  ASSERT_EQ(list.tensors(0).stored_tensors_size(), 4);
+  EXPECT_EQ(list.tensors(0).stored_tensors(3).role(), "g_idx");
+
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> vectors =
+      safetensors::MappedFile::Open(file.string());
+  ASSERT_TRUE(vectors.ok());
+  const std::vector<uint8_t> nk = TensorOf(**vectors, "expected.bf16");
+  std::vector<uint8_t> kn(nk.size());
+  for (int64_t n = 0; n < 64; ++n)
+    for (int64_t k = 0; k < 128; ++k) std::memcpy(&kn[(k * 64 + n) * 2], &nk[(n * 128 + k) * 2], 2);
+
+  v1::DequantizeLayersRequest layers;
+  layers.set_output_dtype(v1::DTYPE_BF16);
+  grpc::ClientContext layers_context;
+  auto layers_reader = server->stub->DequantizeLayers(&layers_context, layers);
+  v1::DequantizeResponse response;
+  std::vector<uint8_t> got;
+  v1::DequantizeHeader header;
+  while (layers_reader->Read(&response)) {
+    if (response.has_header()) header = response.header();
+    got.insert(got.end(), response.data().begin(), response.data().end());
+  }
+  ASSERT_TRUE(layers_reader->Finish().ok());
+  EXPECT_EQ(header.orientation(), v1::ORIENTATION_NK);
+  EXPECT_THAT(header.shape(), ::testing::ElementsAre(64, 128));
+  EXPECT_TRUE(got == nk);
+
+  v1::DequantizeRequest one;
+  one.set_tensor(kLayer);
+  one.set_output_dtype(v1::DTYPE_BF16);
+  one.set_orientation(v1::ORIENTATION_KN);
+  grpc::ClientContext one_context;
+  auto one_reader = server->stub->Dequantize(&one_context, one);
+  got.clear();
+  while (one_reader->Read(&response)) {
+    if (response.has_header()) header = response.header();
+    got.insert(got.end(), response.data().begin(), response.data().end());
+  }
+  ASSERT_TRUE(one_reader->Finish().ok());
+  EXPECT_EQ(header.orientation(), v1::ORIENTATION_KN);
+  EXPECT_THAT(header.shape(), ::testing::ElementsAre(128, 64));
+  EXPECT_TRUE(got == kn);
+  server->server.reset();
+  fs::remove_all(dir);
+}
+
+#if DEQUANTD_HAVE_CUDA
+// Collects one streamed result.
+class BytesSink : public ChunkSink {
+ public:
+  absl::Status Begin(const std::string& k) override {
+    kernel = k;
+    return absl::OkStatus();
+  }
+  absl::Status Write(int64_t, absl::Span<const uint8_t> data) override {
+    bytes.insert(bytes.end(), data.begin(), data.end());
+    return absl::OkStatus();
+  }
+  std::string kernel;
+  std::vector<uint8_t> bytes;
+};
+
+// Every GPTQ case on the CUDA backend (resident layers; GPTQ's fastest variant, v2, since the
+// configured v4 is AWQ's): Dequantize in the format's own orientation gives GPTQModel's bytes,
+// and in (K, N) their transpose, for fp16, bf16 and fp32. GPU only.
+TEST_P(GptqVectorsTest, CudaBackendDequantizesBitExactToGptqModel) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const Case& c = GetParam();
+  if (std::string(c.name) == "gptq_4bit_g64_asym_v1_zero0") GTEST_SKIP() << "fp16 only (above)";
+  const fs::path file = VectorDir() / (std::string(c.name) + ".safetensors");
+  const fs::path dir =
+      MakeCheckpoint(ReadText(VectorDir() / (std::string(c.name) + ".config.json")), file);
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend(CudaBackendOptions{});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  ASSERT_TRUE((*backend)->Prepare(**ckpt).ok());
+  const QuantizedLayer* layer = (*ckpt)->Find(kLayer);
+  ASSERT_NE(layer, nullptr);
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> vectors =
+      safetensors::MappedFile::Open(file.string());
+  ASSERT_TRUE(vectors.ok());
+  const int64_t K = layer->view.shape.K;
+  const int64_t N = layer->view.shape.N;
+  for (DType out : kOutDtypes) {
+    SCOPED_TRACE(std::string(DTypeName(out)));
+    const std::vector<uint8_t> nk = TensorOf(**vectors, ExpectedName(out));
+    const int64_t elem = DTypeSize(out);
+    DequantSource source;
+    source.layer = layer;
+    source.orientation = Orientation::kNK;
+    BytesSink sink;
+    ASSERT_TRUE((*backend)->Dequantize(source, out, 1 << 20, sink).ok());
+    EXPECT_THAT(sink.kernel, HasSubstr("v2_per_word"));
+    EXPECT_TRUE(sink.bytes == nk);
+    std::vector<uint8_t> kn(nk.size());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        std::memcpy(kn.data() + (k * N + n) * elem, nk.data() + (n * K + k) * elem,
+                    static_cast<size_t>(elem));
+    source.orientation = Orientation::kKN;
+    BytesSink kn_sink;
+    ASSERT_TRUE((*backend)->Dequantize(source, out, 1 << 20, kn_sink).ok());
+    EXPECT_TRUE(kn_sink.bytes == kn);
+  }
+  backend->reset();
+  fs::remove_all(dir);
+}
+#endif  // DEQUANTD_HAVE_CUDA
 
 }  // namespace
 }  // namespace dequantd

@@ -105,6 +105,45 @@ TEST(InlineTensorTest, TensorsByRoleErrorsNameTheRoleOrFormat) {
   EXPECT_EQ(message(unknown), "packed.format 'marlin' is not known; served: 'awq_gemm', 'gptq'");
 }
 
+// An inline GPTQ layer (K = 64, N = 8, G = 32, 4 bits, gptq_v2 zeros, with g_idx: what inline
+// requests carry): qweight (8, 8) int32, qzeros (2, 1), scales (2, 8) fp16, g_idx (64). Its
+// stored values are checked as at checkpoint load.
+TEST(InlineTensorTest, GptqByRoleHasItsShapeAndItsGidxChecked) {
+  v1::InlinePackedTensor packed;
+  packed.set_format("gptq");
+  packed.set_in_features(64);
+  packed.set_out_features(8);
+  packed.set_group_size(32);
+  const auto add = [&](const char* role, size_t bytes) {
+    v1::RoleBytes* t = packed.add_tensors();
+    t->set_role(role);
+    t->mutable_data()->assign(bytes, '\0');
+    return t;
+  };
+  add("qweight", 8 * 8 * 4);
+  add("qzeros", 2 * 1 * 4);
+  add("scales", 2 * 8 * 2);
+  v1::RoleBytes* g_idx = add("g_idx", 64 * 4);
+  for (int32_t k = 0; k < 64; ++k) {
+    const int32_t g = k / 32;
+    std::memcpy(g_idx->mutable_data()->data() + 4 * k, &g, 4);
+  }
+  absl::StatusOr<InlineTensor> ok = InlineTensor::FromProto(packed, int64_t{1} << 20);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->view().shape.format, Format::kGptq);
+  EXPECT_EQ(ok->view().shape.orientation, Orientation::kNK);
+  EXPECT_EQ(ok->view().shape.bits, 4);
+  const int32_t bad = 7;
+  std::memcpy(g_idx->mutable_data()->data() + 4 * 5, &bad, 4);
+  const absl::StatusOr<InlineTensor> refused = InlineTensor::FromProto(packed, int64_t{1} << 20);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(),
+            "packed: g_idx[5] is 7, want [0, 2) (groups = K / group_size = 64 / 32)");
+  packed.mutable_tensors()->RemoveLast();
+  EXPECT_EQ(InlineTensor::FromProto(packed, int64_t{1} << 20).status().message(),
+            "packed.tensors: role 'g_idx' is missing");
+}
+
 TEST(InlineTensorTest, GroupSizeMinusOneMeansK) {
   const v1::InlinePackedTensor packed =
       ToInline(RandomPackedLayer({.K = 256, .N = 16, .group_size = 256}, 2), -1);
