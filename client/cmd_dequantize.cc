@@ -160,13 +160,6 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
       if (absl::Status s = comparer->Begin(expected); !s.ok()) return s;
     }
   }
-  std::unique_ptr<OutputFile> file;
-  if (!options.out.empty()) {
-    // The tensor's name in a .safetensors file: the layer, or "weight" for an empty --prefix.
-    std::string name = options.tensor.empty() ? LayerOfPrefix(options.prefix) : options.tensor;
-    file = OutputFile::ForPath(options.out, name.empty() ? "weight" : name);
-  }
-
   // Ranged (parallel, resumable) when the bytes may arrive out of order: no comparison, and an
   // output written at offsets or none. The size must be known first (ListTensors for a tensor);
   // when it cannot be, the single stream below reports the server's own error.
@@ -177,6 +170,12 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
       total_bytes = *total;
       streams = more ? (options.streams > 0 ? options.streams : DefaultStreams(total_bytes)) : 1;
     }
+  }
+  std::unique_ptr<OutputFile> file;
+  if (!options.out.empty()) {
+    // The tensor's name in a .safetensors file: the layer, or "weight" for an empty --prefix.
+    std::string name = options.tensor.empty() ? LayerOfPrefix(options.prefix) : options.tensor;
+    file = OutputFile::ForPath(options.out, name.empty() ? "weight" : name, std::max(streams, 1));
   }
   // The progress line, for a large result: made before a ranged fetch (the size is known), else
   // when the header arrives.

@@ -145,7 +145,7 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
         std::all_of(layers.begin(), layers.end(), [](const auto& l) { return l.K > 0 && l.N > 0; });
     if (!options.out.empty() && all_known) {  // else the server's NOT_FOUND comes first
       absl::StatusOr<std::unique_ptr<LayersSafetensorsFile>> created =
-          LayersSafetensorsFile::Create(options.out, layers, dtype);
+          LayersSafetensorsFile::Create(options.out, layers, dtype, streams);
       if (!created.ok()) return created.status();
       file = *std::move(created);
       if (!file->in_place()) streams = 1;  // a device or FIFO: written in order

@@ -10,7 +10,7 @@
 namespace dequantd {
 
 absl::StatusOr<std::unique_ptr<LayersSafetensorsFile>> LayersSafetensorsFile::Create(
-    const std::string& path, const std::vector<Layer>& layers, v1::DType dtype) {
+    const std::string& path, const std::vector<Layer>& layers, v1::DType dtype, int writers) {
   absl::StatusOr<std::string> st_dtype = SafetensorsDTypeFor(dtype);
   if (!st_dtype.ok()) return st_dtype.status();
   std::vector<safetensors::TensorSpec> specs;
@@ -32,6 +32,11 @@ absl::StatusOr<std::unique_ptr<LayersSafetensorsFile>> LayersSafetensorsFile::Cr
     if (!file->file_->direct()) file->guard_ = TempFileGuard(file->file_->temporary_path());
   }
   if (absl::Status s = file->file_->Write(layout->header); !s.ok()) return s;
+  // Every stream writes its layers at their offsets: mapped, they do so at once instead of one
+  // at a time on the file's inode lock (formats/atomic_file.h, MapForWrites).
+  if (!file->file_->direct() && writers > 1) {
+    if (absl::Status s = file->file_->MapForWrites(file->file_bytes_).status(); !s.ok()) return s;
+  }
   file->next_ = static_cast<int64_t>(layout->header.size());
   return file;
 }

@@ -35,8 +35,10 @@ class LayersSafetensorsFile {
   // Creates the (temporary) file holding `layers` in this order, of `dtype` (fp16, bf16 or fp32),
   // and writes its header. Errors: INVALID_ARGUMENT (dtype; safetensors::PlanFile's: a repeated
   // name), the file's I/O codes.
+  // `writers`: how many streams will call WriteAt at once; with more than one the file is sized
+  // and mapped now (formats/atomic_file.h, MapForWrites), with one it is written with pwrite.
   static absl::StatusOr<std::unique_ptr<LayersSafetensorsFile>> Create(
-      const std::string& path, const std::vector<Layer>& layers, v1::DType dtype);
+      const std::string& path, const std::vector<Layer>& layers, v1::DType dtype, int writers = 1);
 
   // Whether WriteAt may be called from several streams at once, at any offsets (a regular file);
   // false: in layer order, consecutive bytes, one caller.

@@ -77,7 +77,8 @@ class SafetensorsOutput : public OutputFile {
 // file starts with the preamble of npy::EncodePreamble.
 class StreamedOutput : public OutputFile {
  public:
-  StreamedOutput(std::string path, bool npy) : path_(std::move(path)), npy_(npy) {}
+  StreamedOutput(std::string path, bool npy, int writers)
+      : path_(std::move(path)), npy_(npy), writers_(writers) {}
   absl::Status Begin(const v1::DequantizeHeader& header) override {
     std::string preamble;
     total_bytes_ = header.total_bytes();
@@ -101,7 +102,11 @@ class StreamedOutput : public OutputFile {
       // file to remove on a signal.
       if (!file_->direct()) guard_ = TempFileGuard(file_->temporary_path());
     }
-    return file_->Write(preamble);
+    if (absl::Status s = file_->Write(preamble); !s.ok()) return s;
+    // Parallel range streams write at offsets: a mapped file lets them run at once
+    // (formats/atomic_file.h, MapForWrites).
+    if (file_->direct() || writers_ < 2) return absl::OkStatus();
+    return file_->MapForWrites(preamble_bytes_ + total_bytes_).status();
   }
   absl::Status Write(absl::Span<const uint8_t> data) override {
     if (!file_) return NotStarted();
@@ -145,6 +150,7 @@ class StreamedOutput : public OutputFile {
   std::optional<formats::AtomicFileWriter> file_;  // removes its temporary file unless committed
   int64_t total_bytes_ = 0;
   int64_t preamble_bytes_ = 0;       // .npy: the data starts after the preamble
+  int writers_ = 1;                  // threads calling WriteAt at once (ForPath)
   std::atomic<int64_t> written_{0};  // WriteAt runs on several threads
 };
 
@@ -187,12 +193,14 @@ bool OutputFile::CanWriteAt(const std::string& path) {
 }
 
 std::unique_ptr<OutputFile> OutputFile::ForPath(const std::string& path,
-                                                const std::string& tensor_name) {
-  if (absl::EndsWith(path, ".npy")) return std::make_unique<StreamedOutput>(path, /*npy=*/true);
+                                                const std::string& tensor_name, int writers) {
+  if (absl::EndsWith(path, ".npy")) {
+    return std::make_unique<StreamedOutput>(path, /*npy=*/true, writers);
+  }
   if (absl::EndsWith(path, ".safetensors")) {
     return std::make_unique<SafetensorsOutput>(path, tensor_name);
   }
-  return std::make_unique<StreamedOutput>(path, /*npy=*/false);
+  return std::make_unique<StreamedOutput>(path, /*npy=*/false, writers);
 }
 
 }  // namespace dequantd

@@ -26,9 +26,13 @@ namespace dequantd {
 
 class OutputFile {
  public:
-  // `tensor_name` names the tensor in a .safetensors file. Does not touch the disk yet.
+  // `tensor_name` names the tensor in a .safetensors file. `writers`: how many threads will call
+  // WriteAt at once; with more than one, a .npy or raw file is sized and mapped at Begin
+  // (formats/atomic_file.h, MapForWrites: parallel pwrite into one file runs one writer at a
+  // time), with one it is written with write()/pwrite (faster for a single writer: no page
+  // faults). Does not touch the disk yet.
   static std::unique_ptr<OutputFile> ForPath(const std::string& path,
-                                             const std::string& tensor_name);
+                                             const std::string& tensor_name, int writers = 1);
   virtual ~OutputFile() = default;
 
   // Called once with the stream's header (shape [K, N], dtype, total_bytes). Creates the

@@ -4,12 +4,14 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <utility>
 
@@ -64,16 +66,16 @@ absl::StatusOr<Resolved> ResolveSymlinks(const std::string& path) {
 }
 
 // Creates "<target>.tmp.XXXXXX" (a random suffix of [A-Za-z0-9]) with open(O_CREAT | O_EXCL,
-// mode): unlike mkstemp's fixed 0600, the kernel applies the process umask (or the directory's
-// default ACL) to `mode`, as for any new file, without reading or changing the umask. Returns
-// the descriptor, or -1 with errno set.
+// mode), read-write (a shared writable mapping needs it: MapForWrites): unlike mkstemp's fixed
+// 0600, the kernel applies the process umask (or the directory's default ACL) to `mode`, as for any
+// new file, without reading or changing the umask. Returns the descriptor, or -1 with errno set.
 int CreateTemporary(const std::string& target, mode_t mode, std::string* tmp_path) {
   static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   std::random_device random;
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string name = target + ".tmp.";
     for (int i = 0; i < 6; ++i) name.push_back(kChars[random() % (sizeof kChars - 1)]);
-    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    const int fd = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
     if (fd >= 0 || errno != EEXIST) {
       *tmp_path = std::move(name);
       return fd;
@@ -122,7 +124,9 @@ AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
       target_(std::move(other.target_)),
       tmp_path_(std::move(other.tmp_path_)),
       fd_(std::exchange(other.fd_, -1)),
-      keep_mode_(other.keep_mode_) {}
+      keep_mode_(other.keep_mode_),
+      map_(std::exchange(other.map_, nullptr)),
+      map_bytes_(std::exchange(other.map_bytes_, 0)) {}
 
 AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept {
   if (this != &other) {
@@ -132,13 +136,23 @@ AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept
     tmp_path_ = std::move(other.tmp_path_);
     fd_ = std::exchange(other.fd_, -1);
     keep_mode_ = other.keep_mode_;
+    map_ = std::exchange(other.map_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
   }
   return *this;
 }
 
 AtomicFileWriter::~AtomicFileWriter() { Abandon(); }
 
+void AtomicFileWriter::Unmap() {
+  if (map_ == nullptr) return;
+  ::munmap(map_, static_cast<size_t>(map_bytes_));
+  map_ = nullptr;
+  map_bytes_ = 0;
+}
+
 void AtomicFileWriter::Abandon() {
+  Unmap();
   if (fd_ < 0) return;
   ::close(fd_);
   fd_ = -1;
@@ -167,6 +181,10 @@ absl::Status AtomicFileWriter::WriteAt(int64_t offset, absl::Span<const uint8_t>
     return absl::FailedPreconditionError(absl::StrCat(
         "'", path_, "' is not a regular file: it is written in order, not at offsets"));
   }
+  if (map_ != nullptr && offset >= 0 && offset <= map_bytes_ - static_cast<int64_t>(bytes.size())) {
+    std::memcpy(map_ + offset, bytes.data(), bytes.size());
+    return absl::OkStatus();
+  }
   const uint8_t* p = bytes.data();
   size_t n = bytes.size();
   while (n > 0) {
@@ -182,6 +200,27 @@ absl::Status AtomicFileWriter::WriteAt(int64_t offset, absl::Span<const uint8_t>
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> AtomicFileWriter::MapForWrites(int64_t bytes) {
+  if (fd_ < 0) return absl::FailedPreconditionError("AtomicFileWriter: already finished");
+  if (direct()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", path_, "' is not a regular file: it cannot be mapped"));
+  }
+  if (map_ != nullptr) return absl::FailedPreconditionError("AtomicFileWriter: already mapped");
+  if (bytes <= 0) return false;
+  int err;
+  do {
+    err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
+  } while (err == EINTR);
+  if (err == EOPNOTSUPP || err == EINVAL) return false;  // e.g. a file system without fallocate
+  if (err != 0) return ErrnoError(err, "allocate", tmp_path_);
+  void* map = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (map == MAP_FAILED) return ErrnoError(errno, "map", tmp_path_);
+  map_ = static_cast<uint8_t*>(map);
+  map_bytes_ = bytes;
+  return true;
+}
+
 absl::Status AtomicFileWriter::Write(absl::string_view text) {
   return Write(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
@@ -193,6 +232,7 @@ absl::Status AtomicFileWriter::Commit() {
     if (::close(fd) != 0) return ErrnoError(errno, "close", path_);
     return absl::OkStatus();
   }
+  Unmap();  // the stores are in the page cache: fsync below writes them out
   absl::Status status;
   if (keep_mode_ >= 0 && ::fchmod(fd_, static_cast<mode_t>(keep_mode_)) != 0)
     status = ErrnoError(errno, "chmod", tmp_path_);

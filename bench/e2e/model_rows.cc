@@ -22,6 +22,7 @@
 #include "bench/e2e/thread_profile.h"
 #include "client/commands.h"
 #include "client/ranged_fetch.h"
+#include "formats/atomic_file.h"
 #include "formats/safetensors.h"
 
 namespace dequantd::e2e {
@@ -169,14 +170,18 @@ ModelRow MemoryRow(const SyntheticModel& model, const std::vector<std::vector<ui
   return row;
 }
 
-// Writes `data` to a new file `path` with `threads` threads (1: write() in order; more: pwrite of
-// disjoint parts), then fsync and close. Returns seconds, or -1 on an I/O error.
-double WriteFileTimed(const std::string& path, const std::vector<uint8_t>& data, int threads) {
+// Writes `data` to a new file `path` with `threads` threads (1: write() in order; more: disjoint
+// parts at offsets, through pwrite or, `mapped`, as dequantctl writes its files:
+// formats::AtomicFileWriter with MapForWrites, WriteAt in 16 MiB pieces), then fsync and close.
+// Returns seconds, or -1 on an I/O error.
+double WriteFileTimed(const std::string& path, const std::vector<uint8_t>& data, int threads,
+                      bool mapped) {
   const Clock::time_point start = Clock::now();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return -1;
-  constexpr int64_t kPiece = int64_t{64} << 20;
+  absl::StatusOr<formats::AtomicFileWriter> file = formats::AtomicFileWriter::Create(path);
+  if (!file.ok()) return -1;
   const int64_t total = static_cast<int64_t>(data.size());
+  if (mapped && !file->MapForWrites(total).ok()) return -1;
+  const int64_t piece = mapped ? int64_t{16} << 20 : int64_t{64} << 20;
   const int64_t part = (total / threads + 4095) / 4096 * 4096;
   std::vector<std::thread> pool;
   std::atomic<bool> ok{true};
@@ -184,37 +189,37 @@ double WriteFileTimed(const std::string& path, const std::vector<uint8_t>& data,
     pool.emplace_back([&, t] {
       const int64_t begin = std::min(total, t * part);
       const int64_t end = t + 1 == threads ? total : std::min(total, begin + part);
-      for (int64_t at = begin; at < end;) {
-        const ssize_t n =
-            ::pwrite(fd, data.data() + at, static_cast<size_t>(std::min(kPiece, end - at)), at);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
+      for (int64_t at = begin; at < end && ok; at += piece) {
+        const auto bytes =
+            absl::MakeConstSpan(data.data() + at, static_cast<size_t>(std::min(piece, end - at)));
+        if (!(threads == 1 && !mapped ? file->Write(bytes) : file->WriteAt(at, bytes)).ok()) {
           ok = false;
-          return;
         }
-        at += n;
       }
     });
   }
   for (std::thread& t : pool) t.join();
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
+  const bool committed = ok && file->Commit().ok();
   const double seconds = Seconds(start);
   std::filesystem::remove(path);
-  return ok && synced ? seconds : -1;
+  return committed ? seconds : -1;
 }
 
 ModelRow FileSystemRow(const std::vector<uint8_t>& buffer, const ModelRowsOptions& options,
-                       int threads) {
+                       int threads, bool mapped) {
   ModelRow row;
-  row.what = threads == 1 ? "file system ceiling: write, 1 thread"
-                          : absl::StrCat("file system ceiling: pwrite, ", threads, " threads");
+  row.what =
+      threads == 1 && !mapped
+          ? std::string("file system ceiling: write, 1 thread")
+          : absl::StrCat("file system ceiling: ", mapped ? "mapped (dequantctl's)" : "pwrite", ", ",
+                         threads, " threads");
   row.streams = threads;
   row.bytes = static_cast<int64_t>(buffer.size());
   std::vector<double> times;
   for (int t = 0; t < options.trials; ++t) {
-    const double s = WriteFileTimed(
-        absl::StrCat(options.out_dir, "/e2e_fs_ceiling.", ::getpid(), ".bin"), buffer, threads);
+    const double s =
+        WriteFileTimed(absl::StrCat(options.out_dir, "/e2e_fs_ceiling.", ::getpid(), ".bin"),
+                       buffer, threads, mapped);
     if (s < 0) {
       row.error = absl::StrCat("writing into ", options.out_dir, " failed");
       return row;
@@ -311,7 +316,12 @@ std::vector<ModelRow> MeasureModel(const SyntheticModel& model,
   const int most = *std::max_element(options.streams.begin(), options.streams.end());
   if (most > 1) writers.push_back(most);
   for (int threads : writers) {
-    rows.push_back(FileSystemRow(buffer, options, threads));
+    rows.push_back(FileSystemRow(buffer, options, threads, /*mapped=*/false));
+  }
+  // The ceiling of dequantctl's rows: the file system taking the same pattern (mapped, as many
+  // writers as the most streams), measured here.
+  for (int threads : writers) {
+    rows.push_back(FileSystemRow(buffer, options, threads, /*mapped=*/true));
     fs_ceiling = std::max(fs_ceiling, rows.back().gbps);
   }
   for (int streams : options.streams) {

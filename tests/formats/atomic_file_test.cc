@@ -8,10 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -81,6 +85,72 @@ TEST_F(AtomicFileTest, CommitMovesExactBytesIntoPlace) {
                              fs::perms::others_read);
   EXPECT_EQ(w->Commit().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(w->Write("x").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// MapForWrites: the file is given its size up front and written through the mapping by several
+// threads at disjoint offsets (dequantctl's parallel streams); the bytes, a header written with
+// Write before, a WriteAt past the mapping (pwrite) and the committed size are all exact.
+TEST_F(AtomicFileTest, MappedWritesFromThreadsLandExactly) {
+  const std::string path = Path("mapped.bin");
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(path);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(w->Write("HDR!").ok());  // 4 bytes at the start, as a .npy preamble
+  constexpr int64_t kBody = (int64_t{3} << 20) + 4096 * 3 + 17;  // not a multiple of anything
+  absl::StatusOr<bool> mapped = w->MapForWrites(4 + kBody);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  ASSERT_TRUE(*mapped) << "this test's temporary directory is expected to support fallocate";
+  EXPECT_TRUE(w->mapped());
+  EXPECT_EQ(fs::file_size(w->temporary_path()), static_cast<uintmax_t>(4 + kBody));
+  EXPECT_EQ(w->MapForWrites(10).status().code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<uint8_t> want(static_cast<size_t>(kBody));
+  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+  constexpr int kThreads = 4;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Thread t writes every kThreads-th piece of 64 KiB + 3 bytes, interleaved with the others.
+      constexpr int64_t kPiece = 65536 + 3;
+      for (int64_t at = t * kPiece; at < kBody; at += kThreads * kPiece) {
+        const int64_t n = std::min(kPiece, kBody - at);
+        if (!w->WriteAt(4 + at, absl::MakeConstSpan(want.data() + at, static_cast<size_t>(n)))
+                 .ok()) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_TRUE(w->WriteAt(4 + kBody, absl::MakeConstSpan(want.data(), 5)).ok());  // past the map
+  ASSERT_TRUE(w->Commit().ok());
+  EXPECT_FALSE(w->mapped());
+  const std::string got = ReadAll(path);
+  ASSERT_EQ(got.size(), static_cast<size_t>(4 + kBody + 5));
+  EXPECT_EQ(got.substr(0, 4), "HDR!");
+  EXPECT_EQ(std::memcmp(got.data() + 4, want.data(), want.size()), 0);
+  EXPECT_EQ(std::memcmp(got.data() + 4 + kBody, want.data(), 5), 0);
+}
+
+TEST_F(AtomicFileTest, MappedFileAbandonedLeavesNothing) {
+  const std::string path = Path("abandoned.bin");
+  ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(path);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->MapForWrites(1 << 20).ok());
+  ASSERT_TRUE(
+      w->WriteAt(100, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>("xyz"), 3)).ok());
+  w->Abandon();
+  EXPECT_FALSE(w->mapped());
+  EXPECT_EQ(Entries(), 1);
+  EXPECT_EQ(ReadAll(path), "old");
+  EXPECT_EQ(w->MapForWrites(10).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(AtomicFileTest, DevNullCannotBeMapped) {
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create("/dev/null");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->MapForWrites(4096).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(AtomicFileTest, CommitReplacesAnExistingFile) {

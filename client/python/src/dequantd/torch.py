@@ -9,11 +9,11 @@ The model's parameters are learnt from a meta-device build of the server's confi
 filled: each quantized linear's weight by dequantd (on CUDA the kernel writes the GPU memory
 through CUDA IPC; a CPU model gets the streamed result written into its memory), every other
 tensor (embeddings, norms, biases, an untied lm_head) by ReadTensor, cast to `dtype` as
-transformers casts a checkpoint's tensors. transformers' from_pretrained(None, config=,
-state_dict=) then assembles the model around those tensors (no copy: it keeps them as the
-parameters), ties weights and computes the non-persistent buffers; the model is put in eval mode
-and returned. If anything fails (the server gone mid-load, a tensor missing), the error is raised
-and no model is returned: nothing half-filled escapes.
+transformers casts a checkpoint's tensors. The model is then built around those tensors (they
+become its parameters, no copy: _from_state_dict), weights are tied and the non-persistent
+buffers computed as from_pretrained computes them; the model is put in eval mode and returned.
+If anything fails (the server gone mid-load, a tensor missing), the error is raised and no model
+is returned: nothing half-filled escapes.
 
 Orientation: nn.Linear.weight is (N, K) = (out_features, in_features), AWQ's result (K, N). With
 a server that writes (N, K) results (the request orientation of issue 21, checked once per
@@ -110,21 +110,44 @@ def _meta_model(config: Any, dtype: torch.dtype) -> torch.nn.Module:
             return transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
 
 
-def _from_state_dict(cls: Any, config: Any, state_dict: Dict[str, torch.Tensor],
-                     dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
-    """transformers' documented route for weights already in memory, from_pretrained(None,
-    config=, state_dict=): it ties weights, computes non-persistent buffers (rotary inv_freq) and
-    applies its dtype rules exactly as for a checkpoint on disk, and keeps tensors of the right
-    dtype and device as the parameters (no copy; checked by the caller)."""
-    # No device_map (it needs accelerate): the parameters are on `device` already, the computed
-    # buffers come on the CPU and model.to moves them (parameters already there stay, uncopied).
-    kwargs = {"config": config, "state_dict": state_dict}
+def _from_state_dict(config: Any, state_dict: Dict[str, torch.Tensor], dtype: torch.dtype,
+                     device: torch.device) -> torch.nn.Module:
+    """The model built around `state_dict`'s tensors, which become its parameters (no copy).
+
+    from_pretrained(None, state_dict=) is not used: on a CUDA state dict transformers 5 copies
+    every tensor (measured on the H200: none of the 272 parameters kept). Instead the model is
+    built from its config with every parameter registered on the meta device (accelerate's
+    init_empty_weights(include_buffers=False) pattern: nn.Module.register_parameter is wrapped
+    while the model is built, so this must not run beside another thread building modules);
+    its buffers (rotary inv_freq) are computed on the CPU as from_pretrained computes them. Then
+    load_state_dict(assign=True) makes the tensors the parameters, tie_weights ties a tied
+    lm_head to the embeddings, and model.to(device) moves the buffers (parameters already there
+    stay). LoadError when a parameter has no tensor or a tensor no parameter."""
+    import transformers  # pylint: disable=import-outside-toplevel
+
+    register = torch.nn.Module.register_parameter
+
+    def register_on_meta(module: torch.nn.Module, name: str, param: Any) -> None:
+        register(module, name, param)
+        if param is not None:
+            held = module._parameters[name]  # pylint: disable=protected-access
+            module._parameters[name] = torch.nn.Parameter(  # pylint: disable=protected-access
+                held.to("meta"), requires_grad=held.requires_grad)
+
+    torch.nn.Module.register_parameter = register_on_meta
     try:
-        model = cls.from_pretrained(None, dtype=dtype, **kwargs)
-    except TypeError as e:
-        if "dtype" not in str(e):
-            raise
-        model = cls.from_pretrained(None, torch_dtype=dtype, **kwargs)  # transformers 4.x
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        except TypeError:  # transformers 4.x names it torch_dtype
+            model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    finally:
+        torch.nn.Module.register_parameter = register
+    result = model.load_state_dict(state_dict, strict=False, assign=True)
+    model.tie_weights()
+    empty = [name for name, p in model.named_parameters() if p.is_meta]
+    if empty or result.unexpected_keys:
+        raise LoadError(f"the model's parameters and the filled tensors differ: no tensor for "
+                        f"{empty[:5]}, no parameter for {list(result.unexpected_keys)[:5]}")
     return model.to(device)
 
 
@@ -216,7 +239,6 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
         else:
             raise LoadError(f"{name}: the model has this parameter and the server's model has no "
                             "tensor for it (neither a quantized layer nor a stored tensor)")
-    cls = type(meta)
     del meta
 
     t0 = time.perf_counter()
@@ -304,7 +326,7 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
 
     t0 = time.perf_counter()
     pointers = {name: t.data_ptr() for name, t in params.items()}
-    model = _from_state_dict(cls, config, params, dtype, device)
+    model = _from_state_dict(config, params, dtype, device)
     del params
     report.in_place = sum(1 for name, p in model.named_parameters()
                           if pointers.get(name) == p.data_ptr())
