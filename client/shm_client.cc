@@ -268,21 +268,22 @@ absl::StatusOr<v1::DequantizeHeader> RegionClient::DequantizeInto(
   return reply->header();
 }
 
-absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::DequantizeLayersInto(
-    const v1::DequantizeLayersRequest& request) {
+namespace {
+
+// The layer headers of a DequantizeLayers region reply, checked: no `header`, one per requested
+// tensor in order (for a non-empty list), each naming `region`. DATA_LOSS otherwise.
+absl::Status CheckLayerHeaders(const v1::DequantizeResponse& reply,
+                               const v1::DequantizeLayersRequest& request) {
   const std::string& region = request.output_region().name();
-  absl::StatusOr<v1::DequantizeResponse> reply =
-      CallIntoRegion(request, &v1::DequantService::Stub::PrepareAsyncDequantizeLayers);
-  if (!reply.ok()) return reply.status();
-  if (reply->has_header() || reply->layer_headers().empty() ||
-      (!request.tensors().empty() && reply->layer_headers_size() != request.tensors_size())) {
+  if (reply.has_header() || reply.layer_headers().empty() ||
+      (!request.tensors().empty() && reply.layer_headers_size() != request.tensors_size())) {
     return absl::DataLossError(absl::StrCat(
-        "reply of a DequantizeLayers into region \"", region, "\": ", reply->layer_headers_size(),
+        "reply of a DequantizeLayers into region \"", region, "\": ", reply.layer_headers_size(),
         " layer_headers for ", request.tensors_size(), " requested tensors",
-        reply->has_header() ? ", and a header" : ""));
+        reply.has_header() ? ", and a header" : ""));
   }
-  for (int i = 0; i < reply->layer_headers_size(); ++i) {
-    const v1::DequantizeHeader& header = reply->layer_headers(i);
+  for (int i = 0; i < reply.layer_headers_size(); ++i) {
+    const v1::DequantizeHeader& header = reply.layer_headers(i);
     if (!request.tensors().empty() && header.tensor() != request.tensors(i)) {
       return absl::DataLossError(absl::StrCat(
           "reply of a DequantizeLayers into region \"", region, "\": layer_headers[", i,
@@ -290,6 +291,78 @@ absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::DequantizeLayers
     }
     if (absl::Status s = CheckNamesRegion(header, region, "a layer header"); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
+
+// The summary of checked layer headers (a server before region_reply answers with them): DATA_LOSS
+// unless they lie one after another from output_region.offset, as a summary would say.
+absl::StatusOr<v1::RegionSummary> SummaryOfHeaders(const v1::DequantizeResponse& reply,
+                                                   const v1::DequantizeLayersRequest& request) {
+  v1::RegionSummary summary;
+  const v1::DequantizeHeader& first = reply.layer_headers(0);
+  summary.set_region(first.region());
+  summary.set_region_offset(request.output_region().offset());
+  summary.set_dtype(first.dtype());
+  summary.set_orientation(first.orientation());
+  summary.set_backend(first.backend());
+  summary.set_kernel(first.kernel());
+  int64_t at = request.output_region().offset();
+  for (const v1::DequantizeHeader& header : reply.layer_headers()) {
+    if (header.region_offset() != at) {
+      return absl::DataLossError(absl::StrCat(
+          "reply of a DequantizeLayers into region \"", first.region(), "\": layer \"",
+          header.tensor(), "\" at region offset ", header.region_offset(), ", expected ", at));
+    }
+    at += header.total_bytes();
+  }
+  summary.set_layer_count(reply.layer_headers_size());
+  summary.set_total_bytes(at - request.output_region().offset());
+  return summary;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::RegionSummary> RegionClient::DequantizeLayersIntoSummary(
+    const v1::DequantizeLayersRequest& request) {
+  if (request.region_reply() != v1::REGION_REPLY_SUMMARY) {
+    return absl::InvalidArgumentError(
+        "region_reply: DequantizeLayersIntoSummary needs REGION_REPLY_SUMMARY (or call "
+        "DequantizeLayersInto for every layer's header)");
+  }
+  const std::string& region = request.output_region().name();
+  absl::StatusOr<v1::DequantizeResponse> reply =
+      CallIntoRegion(request, &v1::DequantService::Stub::PrepareAsyncDequantizeLayers);
+  if (!reply.ok()) return reply.status();
+  if (!reply->has_region_summary()) {
+    // A server before issue 23: it answered with every header.
+    if (absl::Status s = CheckLayerHeaders(*reply, request); !s.ok()) return s;
+    return SummaryOfHeaders(*reply, request);
+  }
+  const v1::RegionSummary& summary = reply->region_summary();
+  if (reply->has_header() || reply->layer_headers_size() != 0 || summary.region() != region ||
+      summary.region_offset() != request.output_region().offset() ||
+      (!request.tensors().empty() && summary.layer_count() != request.tensors_size())) {
+    return absl::DataLossError(absl::StrCat(
+        "reply of a DequantizeLayers into region \"", region, "\": a summary of ",
+        summary.layer_count(), " layers in region \"", summary.region(), "\" at offset ",
+        summary.region_offset(), " for ", request.tensors_size(), " requested tensors at offset ",
+        request.output_region().offset(),
+        reply->has_header() || reply->layer_headers_size() != 0 ? ", and headers" : ""));
+  }
+  return summary;
+}
+
+absl::StatusOr<std::vector<v1::DequantizeHeader>> RegionClient::DequantizeLayersInto(
+    const v1::DequantizeLayersRequest& request) {
+  if (request.region_reply() == v1::REGION_REPLY_SUMMARY) {
+    return absl::InvalidArgumentError(
+        "region_reply: REGION_REPLY_SUMMARY answers with no headers; call "
+        "DequantizeLayersIntoSummary");
+  }
+  absl::StatusOr<v1::DequantizeResponse> reply =
+      CallIntoRegion(request, &v1::DequantService::Stub::PrepareAsyncDequantizeLayers);
+  if (!reply.ok()) return reply.status();
+  if (absl::Status s = CheckLayerHeaders(*reply, request); !s.ok()) return s;
   google::protobuf::RepeatedPtrField<v1::DequantizeHeader>& parsed =
       *reply->mutable_layer_headers();
   return std::vector<v1::DequantizeHeader>(std::make_move_iterator(parsed.begin()),

@@ -67,7 +67,22 @@ class RegionClient {
   // `header`
   // whose layer_headers name the region and, for a non-empty request list, one per requested
   // tensor, in order.
+  // request.region_reply must be UNSPECIFIED or HEADERS (SUMMARY: INVALID_ARGUMENT, see
+  // DequantizeLayersIntoSummary).
   absl::StatusOr<std::vector<v1::DequantizeHeader>> DequantizeLayersInto(
+      const v1::DequantizeLayersRequest& request);
+  // DequantizeLayers with request.output_region set and request.region_reply =
+  // REGION_REPLY_SUMMARY (issue 23): returns the reply's region_summary (layer count, total bytes,
+  // region, first offset, dtype, orientation, backend, kernel). Every result is in the region once
+  // this returns OK, placed one after another from output_region.offset in request order (the
+  // caller knows each one's bytes from ListTensors: K * N * sizeof(dtype)). A server that predates
+  // region_reply ignores it and answers with layer_headers; their summary is returned then, once
+  // they are checked to be the requested layers placed one after another from the offset.
+  // Errors: INVALID_ARGUMENT (region_reply is not SUMMARY), the server's, DATA_LOSS when the reply
+  // is not one message without data whose summary names the region at output_region.offset
+  // with, for a non-empty request list, layer_count = its entries (or headers failing the checks
+  // above).
+  absl::StatusOr<v1::RegionSummary> DequantizeLayersIntoSummary(
       const v1::DequantizeLayersRequest& request);
 
  private:

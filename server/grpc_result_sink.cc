@@ -99,14 +99,32 @@ void FillHeader(const ResultLayer& result, DType out_dtype, const std::string& b
 }
 
 absl::StatusOr<grpc::ByteBuffer> EncodeRegionReply(const std::vector<ResultLayer>& results,
-                                                   bool per_layer, DType out_dtype,
+                                                   RegionReplyKind kind, DType out_dtype,
                                                    const std::string& backend,
                                                    const std::string& kernel,
                                                    const std::string& region,
                                                    const std::vector<int64_t>& region_offsets) {
-  if (region_offsets.size() != results.size() || (!per_layer && results.size() != 1)) {
+  if (region_offsets.size() != results.size() ||
+      (kind == RegionReplyKind::kHeader && results.size() != 1)) {
     return absl::InternalError(absl::StrCat("a region reply of ", results.size(), " results with ",
                                             region_offsets.size(), " offsets"));
+  }
+  if (kind == RegionReplyKind::kSummary) {
+    v1::DequantizeResponse response;
+    v1::RegionSummary* summary = response.mutable_region_summary();
+    int64_t total = 0;
+    for (const ResultLayer& result : results) total += result.shape.output_bytes(out_dtype);
+    summary->set_layer_count(static_cast<int64_t>(results.size()));
+    summary->set_total_bytes(total);
+    summary->set_region(region);
+    summary->set_region_offset(region_offsets.empty() ? 0 : region_offsets.front());
+    summary->set_dtype(DTypeToProto(out_dtype));
+    if (!results.empty()) {
+      summary->set_orientation(OrientationToProto(results.front().shape.orientation));
+    }
+    summary->set_backend(backend);
+    summary->set_kernel(kernel);
+    return Serialize(response, "a region summary");
   }
   // Every header's strings and repeated fields come from one arena, sized for about 500 bytes
   // per header and freed at once (a DequantizeLayers reply of an 8B-shaped model has 224 headers:
@@ -115,6 +133,7 @@ absl::StatusOr<grpc::ByteBuffer> EncodeRegionReply(const std::vector<ResultLayer
   arena_options.start_block_size = 1024 + 512 * results.size();
   google::protobuf::Arena arena(arena_options);
   auto* response = google::protobuf::Arena::CreateMessage<v1::DequantizeResponse>(&arena);
+  const bool per_layer = kind == RegionReplyKind::kLayerHeaders;
   if (per_layer) response->mutable_layer_headers()->Reserve(static_cast<int>(results.size()));
   for (size_t i = 0; i < results.size(); ++i) {
     v1::DequantizeHeader* header =

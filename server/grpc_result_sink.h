@@ -23,6 +23,7 @@
 #include "dequant/v1/dequant.pb.h"
 #include "server/backend.h"
 #include "server/metrics.h"
+#include "server/request.h"
 #include "server/stall_watchdog.h"
 
 namespace dequantd {
@@ -58,13 +59,17 @@ struct ResultLayer {
 void FillHeader(const ResultLayer& result, DType out_dtype, const std::string& backend,
                 const std::string& kernel, dequant::v1::DequantizeHeader* header);
 
-// The one reply of an output_region call (issue 9), serialized: for Dequantize (`per_layer`
-// false, one result) a DequantizeResponse whose `header` is the result's; for DequantizeLayers
-// one whose `layer_headers` hold every result's header in call order. Each header names `region`
-// and carries its result's offset there (`region_offsets`, bytes, one per result). Errors:
-// INTERNAL (the offsets do not match the results; serialization failed).
+// The one reply of an output_region call (issue 9), serialized, as `kind` says: kHeader
+// (Dequantize, one result) a DequantizeResponse whose `header` is the result's; kLayerHeaders
+// (DequantizeLayers) one whose `layer_headers` hold every result's header in call order, each
+// naming `region` and carrying its result's offset there (`region_offsets`, bytes, one per
+// result); kSummary (DequantizeLayers, issue 23) one whose `region_summary` alone says how many
+// results, their total bytes, the region, the first result's offset, dtype, orientation, backend
+// and kernel (no per-result field: its size does not grow with the results). Errors: INTERNAL
+// (the offsets do not match the results, or kHeader with other than one result; serialization
+// failed).
 absl::StatusOr<grpc::ByteBuffer> EncodeRegionReply(const std::vector<ResultLayer>& results,
-                                                   bool per_layer, DType out_dtype,
+                                                   RegionReplyKind kind, DType out_dtype,
                                                    const std::string& backend,
                                                    const std::string& kernel,
                                                    const std::string& region,

@@ -97,6 +97,25 @@ absl::StatusOr<Orientation> OrientationFromProto(v1::Orientation orientation, Fo
   }
 }
 
+absl::StatusOr<RegionReplyKind> RegionReplyFromProto(v1::RegionReply reply,
+                                                     bool has_output_region) {
+  if (reply != v1::REGION_REPLY_UNSPECIFIED && reply != v1::REGION_REPLY_HEADERS &&
+      reply != v1::REGION_REPLY_SUMMARY) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region_reply must be REGION_REPLY_UNSPECIFIED, REGION_REPLY_HEADERS or "
+                     "REGION_REPLY_SUMMARY, got ",
+                     static_cast<int>(reply)));
+  }
+  if (!has_output_region && reply != v1::REGION_REPLY_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region_reply: ", v1::RegionReply_Name(reply),
+                     " is the reply of a call into a region; it needs output_region (a streamed "
+                     "result carries each layer's header)"));
+  }
+  return reply == v1::REGION_REPLY_SUMMARY ? RegionReplyKind::kSummary
+                                           : RegionReplyKind::kLayerHeaders;
+}
+
 v1::Orientation OrientationToProto(Orientation orientation) {
   return orientation == Orientation::kNK ? v1::ORIENTATION_NK : v1::ORIENTATION_KN;
 }

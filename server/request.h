@@ -50,6 +50,22 @@ dequant::v1::Orientation OrientationToProto(Orientation orientation);
 // Kernel dtype -> wire dtype.
 dequant::v1::DType DTypeToProto(DType dtype);
 
+// What the one reply of a call into a region carries (docs/architecture.md "Shared-memory
+// regions", "The reply").
+enum class RegionReplyKind {
+  kHeader,        // Dequantize: `header`, its one result's
+  kLayerHeaders,  // DequantizeLayers, REGION_REPLY_HEADERS (the default): `layer_headers`
+  kSummary,       // DequantizeLayers, REGION_REPLY_SUMMARY: `region_summary` alone
+};
+
+// DequantizeLayersRequest.region_reply for a request that has (`has_output_region`) an output
+// region or not: UNSPECIFIED and HEADERS -> kLayerHeaders, SUMMARY -> kSummary; without an
+// output region only UNSPECIFIED is accepted (the value is then meaningless: streamed results
+// carry their headers). INVALID_ARGUMENT naming "region_reply" otherwise (an unknown number, or a
+// value set on a streamed call).
+absl::StatusOr<RegionReplyKind> RegionReplyFromProto(dequant::v1::RegionReply reply,
+                                                     bool has_output_region);
+
 // The inline packed tensors of a request as a QuantView. The view points into the
 // request's bytes when they are 4-byte aligned, otherwise into aligned copies owned here: the
 // InlinePackedTensor must outlive this object. Movable (the view stays valid).

@@ -275,8 +275,8 @@ absl::Status DequantService::DoDequantize(grpc::ServerContext* context,
           "output_region: a byte range (offset, length) cannot be combined with an output region; "
           "the whole result is written into the region");
     }
-    return RunIntoRegion(context, request.output_region(), results, /*per_layer=*/false, *out_dtype,
-                         stream, region_reply, [&](regions::RegionSink& s) {
+    return RunIntoRegion(context, request.output_region(), results, RegionReplyKind::kHeader,
+                         *out_dtype, stream, region_reply, [&](regions::RegionSink& s) {
                            return backend_->Dequantize(source, *out_dtype, *chunk_bytes, s);
                          });
   }
@@ -319,6 +319,9 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   absl::StatusOr<Orientation> orientation =
       OrientationFromProto(request.orientation(), checkpoint_->config().format);
   if (!orientation.ok()) return orientation.status();
+  absl::StatusOr<RegionReplyKind> reply_kind =
+      RegionReplyFromProto(request.region_reply(), request.has_output_region());
+  if (!reply_kind.ok()) return reply_kind.status();
   std::vector<const QuantizedLayer*> layers;
   if (request.tensors().empty()) {
     for (const QuantizedLayer& layer : checkpoint_->layers()) layers.push_back(&layer);
@@ -336,6 +339,8 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   // slab buffers are max(slab, largest single result)); the sum over the layers holds nothing
   // and is not limited: streamed results go through bounded slabs, region results into the
   // client's own memory (issue 22).
+  // A summary reply names no layer: the results then carry no copy of the names.
+  const bool named = *reply_kind != RegionReplyKind::kSummary;
   std::vector<ResultLayer> results;
   results.reserve(layers.size());
   for (const QuantizedLayer* layer : layers) {
@@ -344,15 +349,16 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
         !s.ok()) {
       return s;
     }
-    results.push_back(ResultLayer{.tensor = layer->name, .shape = layer->view.shape});
+    results.push_back(
+        ResultLayer{.tensor = named ? layer->name : std::string(), .shape = layer->view.shape});
     results.back().shape.orientation = *orientation;
   }
   absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
   if (!chunk_bytes.ok()) return chunk_bytes.status();
   if (request.has_output_region()) {
-    return RunIntoRegion(context, request.output_region(), results, /*per_layer=*/true, *out_dtype,
-                         stream, region_reply, [&](regions::RegionSink& s) {
+    return RunIntoRegion(context, request.output_region(), results, *reply_kind, *out_dtype, stream,
+                         region_reply, [&](regions::RegionSink& s) {
                            return backend_->DequantizeLayers(layers, *out_dtype, *orientation,
                                                              *chunk_bytes, s);
                          });
@@ -366,9 +372,10 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
 template <typename Run>
 absl::Status DequantService::RunIntoRegion(grpc::ServerContext* context,
                                            const v1::OutputRegion& output,
-                                           const std::vector<ResultLayer>& results, bool per_layer,
-                                           DType out_dtype, ResultWriter* stream,
-                                           grpc::ByteBuffer& reply, Run&& run) {
+                                           const std::vector<ResultLayer>& results,
+                                           RegionReplyKind kind, DType out_dtype,
+                                           ResultWriter* stream, grpc::ByteBuffer& reply,
+                                           Run&& run) {
   if (options_.regions == nullptr) {
     return absl::FailedPreconditionError("output_region: this server serves no regions");
   }
@@ -386,8 +393,8 @@ absl::Status DequantService::RunIntoRegion(grpc::ServerContext* context,
   // call).
   std::optional<absl::StatusOr<grpc::ByteBuffer>> encoded;
   const auto encode = [&] {
-    encoded = EncodeRegionReply(results, per_layer, out_dtype, backend_info_.name,
-                                (*region)->kernel(), output.name(), (*region)->result_offsets());
+    encoded = EncodeRegionReply(results, kind, out_dtype, backend_info_.name, (*region)->kernel(),
+                                output.name(), (*region)->result_offsets());
   };
   (*region)->set_on_begin(encode);
   if (absl::Status s = run(**region); !s.ok()) return s;

@@ -119,7 +119,7 @@ class DequantService final : public dequant::v1::DequantService::Service {
                                   LayersByteStream* stream, grpc::ByteBuffer& region_reply);
   // An output_region call (issue 9): runs `run` (the backend) on a RegionSink for `output` that
   // places `results` (in `out_dtype`) one after another. The one reply is encoded into `reply`
-  // (EncodeRegionReply: `per_layer` false for Dequantize) at the sink's Begin, while the kernel
+  // (EncodeRegionReply, as `kind` says) at the sink's Begin, while the kernel
   // runs; once `run` returned OK it is written to `stream` as the last message, which gRPC sends
   // together with the handler's OK status. Nothing is written before; an error returns with
   // nothing written. Errors: FAILED_PRECONDITION
@@ -127,7 +127,7 @@ class DequantService final : public dequant::v1::DequantService::Service {
   using ResultWriter = grpc::internal::WriterInterface<grpc::ByteBuffer>;
   template <typename Run>
   absl::Status RunIntoRegion(grpc::ServerContext* context, const dequant::v1::OutputRegion& output,
-                             const std::vector<ResultLayer>& results, bool per_layer,
+                             const std::vector<ResultLayer>& results, RegionReplyKind kind,
                              DType out_dtype, ResultWriter* stream, grpc::ByteBuffer& reply,
                              Run&& run);
   // The region RPCs' body: FAILED_PRECONDITION without regions, else `call(regions, peer)`.

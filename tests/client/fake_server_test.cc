@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "client/client.h"
@@ -215,6 +216,59 @@ TEST_F(FakeServerTest, MalformedRegionRepliesAreDataLoss) {
       EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << message;
       EXPECT_THAT(status.message(), HasSubstr(message));
     }
+  }
+}
+
+// DequantizeLayersIntoSummary (issue 23): a summary reply is returned as is once it names the
+// region, offset and count asked for; a server that predates region_reply answers with headers,
+// whose summary is worked out when they lie one after another from the offset.
+TEST_F(FakeServerTest, ASummaryCallTakesASummaryOrTheHeadersOfAnOlderServer) {
+  RegionClient regions(client_->channel());
+  v1::DequantizeLayersRequest request;
+  request.add_tensors("a");
+  request.add_tensors("b");
+  request.set_region_reply(v1::REGION_REPLY_SUMMARY);
+  request.mutable_output_region()->set_name("r");
+  request.mutable_output_region()->set_offset(32);
+  v1::DequantizeResponse summary_reply;
+  v1::RegionSummary* summary = summary_reply.mutable_region_summary();
+  summary->set_layer_count(2);
+  summary->set_total_bytes(48);
+  summary->set_region("r");
+  summary->set_region_offset(32);
+  service_.SetScript({summary_reply});
+  absl::StatusOr<v1::RegionSummary> got = regions.DequantizeLayersIntoSummary(request);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->layer_count(), 2);
+  EXPECT_EQ(got->total_bytes(), 48);
+
+  // An older server: two headers, 16 and 32 bytes, at 32 and 48.
+  v1::DequantizeResponse headers;
+  for (const auto& [name, n, at] : {std::tuple{"a", 1, 32}, std::tuple{"b", 2, 48}}) {
+    v1::DequantizeHeader* h = headers.add_layer_headers();
+    *h = LayerHeader(name, n, 8).header();
+    h->set_region("r");
+    h->set_region_offset(at);
+  }
+  service_.SetScript({headers});
+  got = regions.DequantizeLayersIntoSummary(request);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->layer_count(), 2);
+  EXPECT_EQ(got->total_bytes(), 16 + 32);
+  EXPECT_EQ(got->region(), "r");
+  EXPECT_EQ(got->region_offset(), 32);
+
+  // Headers not placed one after another, and summaries of another region, offset or count.
+  headers.mutable_layer_headers(1)->set_region_offset(64);
+  v1::DequantizeResponse other_region = summary_reply, other_offset = summary_reply,
+                         other_count = summary_reply;
+  other_region.mutable_region_summary()->set_region("elsewhere");
+  other_offset.mutable_region_summary()->set_region_offset(0);
+  other_count.mutable_region_summary()->set_layer_count(3);
+  for (const v1::DequantizeResponse& bad : {headers, other_region, other_offset, other_count}) {
+    service_.SetScript({bad});
+    const absl::Status status = regions.DequantizeLayersIntoSummary(request).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
   }
 }
 

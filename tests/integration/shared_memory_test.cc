@@ -1,11 +1,13 @@
 // Shared-memory regions end to end (issue 9) on a real server (CPU backend, 127.0.0.1): results
 // written into a client's POSIX shared memory equal the streamed ones byte for byte, the reply is
-// one message (the header, or every layer's header) naming the region and offsets, sent with the
-// OK status, and every refusal has its precise status and no message.
+// one message (the header, every layer's header, or with REGION_REPLY_SUMMARY the counts alone)
+// naming the region and offsets, sent with the OK status, and every refusal has its precise
+// status and no message.
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -52,6 +54,18 @@ class SharedMemoryTest : public SharedServerSuite<SharedMemoryTest> {
   }
   static std::vector<uint8_t> Bytes(const ShmObject& shm, int64_t offset, int64_t n) {
     return std::vector<uint8_t>(shm.data() + offset, shm.data() + offset + n);
+  }
+  // The reference result of `l` in (N, K): its (K, N) one transposed element by element.
+  static std::vector<uint8_t> Transposed(const RandomLayer& l, DType dtype) {
+    const std::vector<uint8_t> kn = l.Expected(dtype);
+    const int64_t K = l.shape.K, N = l.shape.N, e = DTypeSize(dtype);
+    std::vector<uint8_t> nk(kn.size());
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t n = 0; n < N; ++n) {
+        std::memcpy(&nk[(n * K + k) * e], &kn[(k * N + n) * e], static_cast<size_t>(e));
+      }
+    }
+    return nk;
   }
 };
 
@@ -156,6 +170,146 @@ TEST_F(SharedMemoryTest, ADequantizeLayersReplyIsOneMessageWithEveryLayerHeader)
     EXPECT_TRUE(Bytes(*shm, offsets[i], h.total_bytes()) == l.Expected(DType::kBF16));
   }
   EXPECT_EQ(Bytes(*shm, 0, 16), std::vector<uint8_t>(16, 0));
+}
+
+// REGION_REPLY_SUMMARY (issue 23), read with the generated stub: one message, no header, no
+// layer_headers, no data, only region_summary, whose count and total bytes equal the sums worked
+// out here from the layers' K and N; the results lie where the placement rule puts them (one
+// after another from the offset), byte-exact, and nothing outside them is written.
+TEST_F(SharedMemoryTest, ASummaryReplyCarriesCountsAndTheResultsArePlacedByTheRule) {
+  const int64_t b0 = 256 * 384 * 2, b1 = 128 * 1024 * 2;  // bf16: K * N * 2
+  ASSERT_EQ(b0, layer(0).shape.output_bytes(DType::kBF16));
+  ASSERT_EQ(b1, layer(1).shape.output_bytes(DType::kBF16));
+  const int64_t offset = 48, total = b1 + b0 + b0 + b1;
+  std::unique_ptr<ShmObject> shm = Shm("summary", offset + total + 32);
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(regions().RegisterSystem("summary", shm->key(), 0, shm->bytes()).ok());
+  v1::DequantizeLayersRequest request;
+  for (const char* name : {"l1", "l0", "l0", "l1"}) request.add_tensors(name);
+  request.set_output_dtype(v1::DTYPE_BF16);
+  request.set_region_reply(v1::REGION_REPLY_SUMMARY);
+  request.mutable_output_region()->set_name("summary");
+  request.mutable_output_region()->set_offset(offset);
+  std::unique_ptr<v1::DequantService::Stub> stub = v1::DequantService::NewStub(client().channel());
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
+      stub->DequantizeLayers(&context, request);
+  std::vector<v1::DequantizeResponse> messages;
+  v1::DequantizeResponse response;
+  while (reader->Read(&response)) messages.push_back(response);
+  const grpc::Status status = reader->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(messages.size(), 1u);
+  const v1::DequantizeResponse& reply = messages.front();
+  EXPECT_FALSE(reply.has_header());
+  EXPECT_EQ(reply.layer_headers_size(), 0);
+  EXPECT_TRUE(reply.data().empty());
+  ASSERT_TRUE(reply.has_region_summary());
+  const v1::RegionSummary& summary = reply.region_summary();
+  EXPECT_EQ(summary.layer_count(), 4);
+  EXPECT_EQ(summary.total_bytes(), total);
+  EXPECT_EQ(summary.region(), "summary");
+  EXPECT_EQ(summary.region_offset(), offset);
+  EXPECT_EQ(summary.dtype(), v1::DTYPE_BF16);
+  EXPECT_EQ(summary.orientation(), v1::ORIENTATION_KN);  // AWQ's own
+  EXPECT_EQ(summary.backend(), "cpu");
+  EXPECT_THAT(summary.kernel(), ::testing::StartsWith("cpu"));
+  EXPECT_TRUE(Bytes(*shm, offset, b1) == layer(1).Expected(DType::kBF16));
+  EXPECT_TRUE(Bytes(*shm, offset + b1, b0) == layer(0).Expected(DType::kBF16));
+  EXPECT_TRUE(Bytes(*shm, offset + b1 + b0, b0) == layer(0).Expected(DType::kBF16));
+  EXPECT_TRUE(Bytes(*shm, offset + b1 + 2 * b0, b1) == layer(1).Expected(DType::kBF16));
+  EXPECT_EQ(Bytes(*shm, 0, offset), std::vector<uint8_t>(offset, 0));
+  EXPECT_EQ(Bytes(*shm, offset + total, 32), std::vector<uint8_t>(32, 0));
+}
+
+// Through the client library: an empty list (every layer, in ListTensors order) in (N, K), and
+// the explicit REGION_REPLY_HEADERS reply, which is the default's message exactly.
+TEST_F(SharedMemoryTest, ASummaryOfEveryLayerInNkAndExplicitHeadersEqualTheDefault) {
+  const int64_t b0 = layer(0).shape.output_bytes(DType::kF16);
+  const int64_t b1 = layer(1).shape.output_bytes(DType::kF16);
+  std::unique_ptr<ShmObject> shm = Shm("every", b0 + b1);
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(regions().RegisterSystem("every", shm->key(), 0, shm->bytes()).ok());
+  v1::DequantizeLayersRequest all;  // no names: every layer
+  all.set_orientation(v1::ORIENTATION_NK);
+  all.set_region_reply(v1::REGION_REPLY_SUMMARY);
+  all.mutable_output_region()->set_name("every");
+  absl::StatusOr<v1::RegionSummary> summary = regions().DequantizeLayersIntoSummary(all);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->layer_count(), 2);
+  EXPECT_EQ(summary->total_bytes(), (256 * 384 + 128 * 1024) * 2);
+  EXPECT_EQ(summary->orientation(), v1::ORIENTATION_NK);
+  EXPECT_TRUE(Bytes(*shm, 0, b0) == Transposed(layer(0), DType::kF16));
+  EXPECT_TRUE(Bytes(*shm, b0, b1) == Transposed(layer(1), DType::kF16));
+  // The summary call refuses a request that asks for headers, and the headers call one that asks
+  // for a summary, before any call.
+  v1::DequantizeLayersRequest headers_request = all;
+  headers_request.set_region_reply(v1::REGION_REPLY_HEADERS);
+  EXPECT_EQ(regions().DequantizeLayersIntoSummary(headers_request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(regions().DequantizeLayersInto(all).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Explicit HEADERS and the default (UNSPECIFIED) send the same message.
+  std::unique_ptr<v1::DequantService::Stub> stub = v1::DequantService::NewStub(client().channel());
+  const auto one_message = [&](const v1::DequantizeLayersRequest& request) {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
+        stub->DequantizeLayers(&context, request);
+    std::vector<std::string> messages;
+    v1::DequantizeResponse response;
+    while (reader->Read(&response)) messages.push_back(response.SerializeAsString());
+    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(messages.size(), 1u);
+    return messages.empty() ? std::string() : messages.front();
+  };
+  v1::DequantizeLayersRequest by_default = all;
+  by_default.clear_region_reply();
+  const std::string default_reply = one_message(by_default);
+  EXPECT_EQ(one_message(headers_request), default_reply);
+  v1::DequantizeResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(default_reply));
+  EXPECT_EQ(parsed.layer_headers_size(), 2);
+  EXPECT_FALSE(parsed.has_region_summary());
+}
+
+// region_reply on a streamed call, or an unknown value, is INVALID_ARGUMENT naming the field,
+// with no message and nothing written.
+TEST_F(SharedMemoryTest, ABadRegionReplyIsInvalidArgumentNamingTheField) {
+  const int64_t b0 = layer(0).shape.output_bytes(DType::kF16);
+  std::unique_ptr<ShmObject> shm = Shm("bad-reply", b0);
+  ASSERT_NE(shm, nullptr);
+  ASSERT_TRUE(regions().RegisterSystem("bad-reply", shm->key(), 0, shm->bytes()).ok());
+  std::unique_ptr<v1::DequantService::Stub> stub = v1::DequantService::NewStub(client().channel());
+  const auto call = [&](const v1::DequantizeLayersRequest& request, int* messages) {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::DequantizeResponse>> reader =
+        stub->DequantizeLayers(&context, request);
+    v1::DequantizeResponse response;
+    *messages = 0;
+    while (reader->Read(&response)) ++*messages;
+    return reader->Finish();
+  };
+  v1::DequantizeLayersRequest streamed;
+  streamed.add_tensors("l0");
+  for (v1::RegionReply reply : {v1::REGION_REPLY_SUMMARY, v1::REGION_REPLY_HEADERS}) {
+    streamed.set_region_reply(reply);
+    int messages = -1;
+    const grpc::Status status = call(streamed, &messages);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("region_reply"));
+    EXPECT_THAT(status.error_message(), HasSubstr("needs output_region"));
+    EXPECT_EQ(messages, 0);
+  }
+  v1::DequantizeLayersRequest unknown;
+  unknown.add_tensors("l0");
+  unknown.mutable_output_region()->set_name("bad-reply");
+  unknown.set_region_reply(static_cast<v1::RegionReply>(5));
+  int messages = -1;
+  const grpc::Status status = call(unknown, &messages);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("region_reply must be"));
+  EXPECT_EQ(messages, 0);
+  EXPECT_EQ(Bytes(*shm, 0, b0), std::vector<uint8_t>(b0, 0));  // nothing written
 }
 
 // Dequantize's reply: one message whose header names the region, then the OK status; an empty

@@ -1,7 +1,8 @@
 """Shared-memory regions from the Python client (issue 9) against a real dequantd (CPU backend,
 --shared-memory=host): a host region filled by dequantd equals the streamed result bit for bit,
 the one reply message carries the header (dequantize_into) or every layer's header in request
-order (dequantize_layers_into) naming the region and offsets, and errors keep their status."""
+order (dequantize_layers_into) naming the region and offsets, or with reply="summary" the counts
+alone (issue 23), and errors keep their status."""
 
 import os
 from multiprocessing import shared_memory
@@ -80,6 +81,38 @@ def test_dequantize_layers_into_returns_every_layer_header_in_request_order(regi
             offset += len(e)
     finally:
         regions.unregister_system_shared_memory("layers")
+
+
+def test_a_summary_reply_counts_the_layers_and_the_bytes_are_where_list_says(regions, shm):
+    """reply="summary" (issue 23): the placements are worked out here, before the call, from
+    list() (K * N * 2 bytes each, one after another from the offset); the summary's count and
+    total are their sums, and every result lies where it was computed to."""
+    layers = regions.list().layers
+    names = [layers[2].name, layers[0].name, layers[2].name, layers[1].name]
+    sizes = {l.name: l.in_features * l.out_features * 2 for l in layers}  # bf16
+    places, at = [], 32
+    for n in names:
+        places.append(at)
+        at += sizes[n]
+    total = at - 32
+    s = shm(32 + total + 16)
+    regions.register_system_shared_memory("summary", "/" + s.name, s.size)
+    try:
+        summary = regions.dequantize_layers_into("summary", names, offset=32, dtype="bf16",
+                                                 reply="summary")
+        assert summary == dequantd.RegionSummary(
+            layer_count=4, total_bytes=total, region="summary", region_offset=32, dtype="bf16",
+            orientation="KN", backend="cpu", kernel=summary.kernel)
+        assert summary.kernel.startswith("cpu")
+        for n, place in zip(names, places):
+            assert bytes(s.buf[place:place + sizes[n]]) == result_bytes(regions, n, "bf16"), n
+        assert bytes(s.buf[:32]) == b"\0" * 32
+        assert bytes(s.buf[32 + total:32 + total + 16]) == b"\0" * 16
+        # An empty list: a summary of nothing, without a call. (None, every layer: the C++
+        # integration test, on a model of two small layers; this one's are 212 MB.)
+        assert regions.dequantize_layers_into("summary", [], reply="summary").layer_count == 0
+    finally:
+        regions.unregister_system_shared_memory("summary")
 
 
 def test_dequantize_layers_into_an_empty_list_writes_nothing(regions, shm):

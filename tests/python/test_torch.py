@@ -6,6 +6,7 @@ for bit; a server killed during a load raises UNAVAILABLE and returns no model. 
 transformers for the loader): skipped without them (tests/python/run.sh installs them when
 DEQUANTD_TEST_TORCH=1). The CUDA cases are in tests/gpu/torch_loader_check.py."""
 
+import dataclasses
 import os
 
 import grpc
@@ -15,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 import dequantd  # noqa: E402
 from dequantd import tensors as dt  # noqa: E402
+from dequantd._proto import dequant_pb2 as pb  # noqa: E402
 from conftest import MODEL, start_server, stop_server  # noqa: E402
 
 Q = "model.layers.0.self_attn.q_proj"   # K = N = 576
@@ -409,13 +411,20 @@ class FakeRegionServer(FakeServer):
             n, "device", "", 0, 0, 1, False, "", 0, 0.0) for n in sorted(self.held)],
             mode="cuda", max_regions=64, max_bytes=1 << 40, idle_release_seconds=0)
 
-    def _region_layers_into(self, region, names, offset, dtype, orientation):
+    # What the fake server's summary says: 32 bytes per layer unless a test changes it.
+    bytes_per_layer = 32
+
+    def _region_layers_summary(self, region, names, offset, dtype, orientation):
         if region not in self.held:
             raise dequantd.DequantdError(grpc.StatusCode.NOT_FOUND, f'output_region.name: no '
                                          f'region "{region}" is registered')
         self.calls.append((region, list(names), offset))
-        return [dequantd.RegionHeader(n, (4, 4), dtype, 32, region, offset + 32 * i, "cuda", "k")
-                for i, n in enumerate(names)]
+        return dequantd.RegionSummary(len(names), self.bytes_per_layer * len(names), region,
+                                      offset, dtype, "KN", "cuda", "k")
+
+    def _region_call_into(self, region, layer, offset, dtype, orientation):
+        self.calls.append((region, [layer], offset))
+        return dequantd.RegionHeader("", (4, 4), dtype, 32, region, offset, "cuda", "k")
 
 
 def test_after_a_server_restart_the_region_is_registered_again_and_the_call_retried(
@@ -438,16 +447,48 @@ def test_after_a_server_restart_the_region_is_registered_again_and_the_call_retr
     assert fake.calls == [(first[0], ["l0", "l1"], 0), (second[0], ["l0", "l1"], 0)]
 
 
-def test_a_header_that_does_not_match_the_tensor_is_data_loss(monkeypatch):
+def test_a_summary_that_does_not_match_the_placements_is_data_loss(monkeypatch):
+    """A run of tensors is one call whose reply is the summary alone (issue 23): the placements
+    were computed before the call, and a summary whose bytes disagree is DATA_LOSS."""
     monkeypatch.setattr(dt._cuda, "ipc_handle", lambda allocation: bytes(64))
     fake = FakeRegionServer()
+    fake.bytes_per_layer = 16  # the tensors take 32 bytes each
     flat = torch.empty(32, dtype=torch.bfloat16)
     targets = [fake_target(flat[i * 16:(i + 1) * 16].view(4, 4), 0x1000, 1, name=f"l{i}")
                for i in range(2)]
     for i, t in enumerate(targets):
-        t.offset, t.nbytes, t.shape = 32 * i, 32, (4, 8)  # the server will say (4, 4)
+        t.offset, t.nbytes, t.shape = 32 * i, 32, (4, 4)
     with pytest.raises(dequantd.DequantdError) as e:
         dt.run(fake, targets, "KN")
     assert e.value.code == grpc.StatusCode.DATA_LOSS
+    assert e.value.message == "l0..l1: the server's summary says 32 bytes, expected 64"
+
+
+def test_check_summary_names_every_disagreement():
+    flat = torch.empty(32, dtype=torch.bfloat16)
+    run_ = [fake_target(flat[i * 16:(i + 1) * 16], 0x1000, 1, name=f"l{i}") for i in range(2)]
+    for i, t in enumerate(run_):
+        t.offset, t.nbytes = 64 + 32 * i, 32
+    good = dequantd.RegionSummary(2, 64, "r", 64, "bf16", "NK", "cuda", "k")
+    dt.check_summary(good, run_, "r", pb.ORIENTATION_NK)  # no error
+    bad = dataclasses.replace(good, layer_count=3, region_offset=0, dtype="fp16",
+                              orientation="KN")
+    with pytest.raises(dequantd.DequantdError) as e:
+        dt.check_summary(bad, run_, "r", pb.ORIENTATION_NK)
+    assert e.value.code == grpc.StatusCode.DATA_LOSS
+    assert e.value.message == ("l0..l1: the server's summary says 3 layers, expected 2; region "
+                               "'r' at 0, expected 'r' at 64; dtype fp16, expected bf16; "
+                               "orientation KN, expected NK")
+
+
+def test_a_single_tensor_header_that_does_not_match_is_data_loss(monkeypatch):
+    monkeypatch.setattr(dt._cuda, "ipc_handle", lambda allocation: bytes(64))
+    fake = FakeRegionServer()
+    flat = torch.empty(32, dtype=torch.bfloat16)
+    target = fake_target(flat.view(4, 8), 0x1000, 1, name="l0")
+    target.offset, target.nbytes, target.shape = 0, 64, (4, 8)  # the server will say (4, 4)
+    with pytest.raises(dequantd.DequantdError) as e:
+        dt.run(fake, [target], "KN")
+    assert e.value.code == grpc.StatusCode.DATA_LOSS
     assert e.value.message == ("l0: the server wrote (4, 4) (32 bytes) at offset 0, expected "
-                               "(4, 8) (32 bytes) at 0")
+                               "(4, 8) (64 bytes) at 0")

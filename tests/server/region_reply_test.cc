@@ -1,5 +1,6 @@
 // The reply of an output_region call (issue 9): EncodeRegionReply's message (one header for
-// Dequantize, every layer's header in layer_headers for DequantizeLayers), and, through a real
+// Dequantize, every layer's header in layer_headers for DequantizeLayers, or the summary alone,
+// issue 23), RegionReplyFromProto's checks, and, through a real
 // gRPC server around DequantService with a backend that fails half-way, that a failed region call
 // ends with the backend's status and no message at all.
 #include <grpcpp/grpcpp.h>
@@ -37,7 +38,7 @@ TEST(EncodeRegionReplyTest, DequantizeIsOneHeaderNamingTheRegionAndOffset) {
   const std::vector<ResultLayer> results = {
       {.tensor = "", .shape = {.K = 256, .N = 384, .group_size = 64}}};
   absl::StatusOr<grpc::ByteBuffer> reply = EncodeRegionReply(
-      results, /*per_layer=*/false, DType::kBF16, "cpu", "cpu threads=2", "r", {4096});
+      results, RegionReplyKind::kHeader, DType::kBF16, "cpu", "cpu threads=2", "r", {4096});
   ASSERT_TRUE(reply.ok()) << reply.status();
   const v1::DequantizeResponse response = Parse(*reply);
   ASSERT_TRUE(response.has_header());
@@ -62,8 +63,8 @@ TEST(EncodeRegionReplyTest, DequantizeLayersCarriesEveryLayerHeaderInCallOrder) 
       {.tensor = "b", .shape = b}, {.tensor = "a", .shape = a}, {.tensor = "b", .shape = b}};
   const int64_t nb = 64 * 512 * 4, na = 128 * 256 * 4;
   absl::StatusOr<grpc::ByteBuffer> reply =
-      EncodeRegionReply(results, /*per_layer=*/true, DType::kF32, "cuda", "v4 grouped", "layers",
-                        {32, 32 + nb, 32 + nb + na});
+      EncodeRegionReply(results, RegionReplyKind::kLayerHeaders, DType::kF32, "cuda", "v4 grouped",
+                        "layers", {32, 32 + nb, 32 + nb + na});
   ASSERT_TRUE(reply.ok()) << reply.status();
   const v1::DequantizeResponse response = Parse(*reply);
   EXPECT_FALSE(response.has_header());
@@ -86,13 +87,77 @@ TEST(EncodeRegionReplyTest, DequantizeLayersCarriesEveryLayerHeaderInCallOrder) 
   EXPECT_THAT(response.layer_headers(1).shape(), ::testing::ElementsAre(128, 256));
 }
 
+TEST(EncodeRegionReplyTest, SummaryCarriesCountsAndNoHeaderWhateverTheLayerCount) {
+  // 300 results of three shapes, (N, K): the summary is one small message with the count and the
+  // sum of K * N * 2 (fp16) bytes, worked out here by hand, and the first result's offset.
+  const QuantShape a{.K = 128, .N = 256, .group_size = 64, .orientation = Orientation::kNK};
+  const QuantShape b{.K = 64, .N = 512, .group_size = 32, .orientation = Orientation::kNK};
+  const QuantShape c{.K = 4096, .N = 1024, .group_size = 128, .orientation = Orientation::kNK};
+  std::vector<ResultLayer> results;
+  std::vector<int64_t> offsets;
+  int64_t at = 4096;
+  for (int i = 0; i < 100; ++i) {
+    for (const QuantShape& shape : {a, b, c}) {
+      results.push_back({.tensor = "", .shape = shape});
+      offsets.push_back(at);
+      at += shape.K * shape.N * 2;
+    }
+  }
+  constexpr int64_t kTotal = 100 * (128 * 256 * 2 + 64 * 512 * 2 + 4096 * 1024 * 2);
+  ASSERT_EQ(at - 4096, kTotal);
+  absl::StatusOr<grpc::ByteBuffer> reply =
+      EncodeRegionReply(results, RegionReplyKind::kSummary, DType::kF16, "cuda",
+                        "grouped block=256", "model", offsets);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_LT(reply->Length(), 100u);  // the headers reply of these 300 results is ~30 KB
+  const v1::DequantizeResponse response = Parse(*reply);
+  EXPECT_FALSE(response.has_header());
+  EXPECT_EQ(response.layer_headers_size(), 0);
+  EXPECT_TRUE(response.data().empty());
+  ASSERT_TRUE(response.has_region_summary());
+  const v1::RegionSummary& summary = response.region_summary();
+  EXPECT_EQ(summary.layer_count(), 300);
+  EXPECT_EQ(summary.total_bytes(), kTotal);
+  EXPECT_EQ(summary.region(), "model");
+  EXPECT_EQ(summary.region_offset(), 4096);
+  EXPECT_EQ(summary.dtype(), v1::DTYPE_FP16);
+  EXPECT_EQ(summary.orientation(), v1::ORIENTATION_NK);
+  EXPECT_EQ(summary.backend(), "cuda");
+  EXPECT_EQ(summary.kernel(), "grouped block=256");
+}
+
 TEST(EncodeRegionReplyTest, OffsetsThatDoNotMatchTheResultsAreInternal) {
   const std::vector<ResultLayer> results = {{.tensor = "a", .shape = {.K = 8, .N = 8}}};
-  EXPECT_EQ(EncodeRegionReply(results, true, DType::kF16, "cpu", "k", "r", {0, 16}).status().code(),
-            absl::StatusCode::kInternal);
+  for (RegionReplyKind kind : {RegionReplyKind::kLayerHeaders, RegionReplyKind::kSummary}) {
+    EXPECT_EQ(
+        EncodeRegionReply(results, kind, DType::kF16, "cpu", "k", "r", {0, 16}).status().code(),
+        absl::StatusCode::kInternal);
+  }
   const std::vector<ResultLayer> two = {results[0], results[0]};
-  EXPECT_EQ(EncodeRegionReply(two, false, DType::kF16, "cpu", "k", "r", {0, 128}).status().code(),
+  EXPECT_EQ(EncodeRegionReply(two, RegionReplyKind::kHeader, DType::kF16, "cpu", "k", "r", {0, 128})
+                .status()
+                .code(),
             absl::StatusCode::kInternal);
+}
+
+TEST(RegionReplyFromProtoTest, DefaultsToHeadersAndRefusesBadCombinationsNamingTheField) {
+  EXPECT_EQ(*RegionReplyFromProto(v1::REGION_REPLY_UNSPECIFIED, true),
+            RegionReplyKind::kLayerHeaders);
+  EXPECT_EQ(*RegionReplyFromProto(v1::REGION_REPLY_HEADERS, true), RegionReplyKind::kLayerHeaders);
+  EXPECT_EQ(*RegionReplyFromProto(v1::REGION_REPLY_SUMMARY, true), RegionReplyKind::kSummary);
+  EXPECT_EQ(*RegionReplyFromProto(v1::REGION_REPLY_UNSPECIFIED, false),
+            RegionReplyKind::kLayerHeaders);
+  for (v1::RegionReply reply : {v1::REGION_REPLY_HEADERS, v1::REGION_REPLY_SUMMARY}) {
+    const absl::Status s = RegionReplyFromProto(reply, /*has_output_region=*/false).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("region_reply"));
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("needs output_region"));
+  }
+  const absl::Status unknown =
+      RegionReplyFromProto(static_cast<v1::RegionReply>(7), /*has_output_region=*/true).status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.message(), ::testing::HasSubstr("region_reply must be"));
+  EXPECT_THAT(unknown.message(), ::testing::HasSubstr("got 7"));
 }
 
 // Dequantize writes the first half of the result into its sink, then fails with DATA_LOSS.

@@ -12,13 +12,13 @@ fp16/bf16/fp32 over gRPC) and whole-model conversion to a plain Hugging Face che
 See README.md.
 """
 
-from .client import (Client, LayerInfo, ModelTensors, RegionHeader, RegionInfo, ServerInfo,
-                     SharedMemoryStatus, TensorInfo, supports_byte_ranges)
+from .client import (Client, LayerInfo, ModelTensors, RegionHeader, RegionInfo, RegionSummary,
+                     ServerInfo, SharedMemoryStatus, TensorInfo, supports_byte_ranges)
 from .convert import ConvertResult, convert, parse_size
 from .credentials import resolve_token, security_options
 from .errors import DequantdError
 
 __version__ = "0.1.0"
 __all__ = ["Client", "ConvertResult", "DequantdError", "LayerInfo", "ModelTensors",
-           "RegionHeader", "RegionInfo", "ServerInfo", "SharedMemoryStatus", "TensorInfo",
-           "convert", "parse_size", "resolve_token", "security_options", "supports_byte_ranges"]
+           "RegionHeader", "RegionInfo", "RegionSummary", "ServerInfo", "SharedMemoryStatus",
+           "TensorInfo", "convert", "parse_size", "resolve_token", "security_options", "supports_byte_ranges"]

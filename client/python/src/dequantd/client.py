@@ -107,6 +107,22 @@ class RegionHeader:
 
 
 @dataclasses.dataclass(frozen=True)
+class RegionSummary:
+    """The whole reply of dequantize_layers_into(..., reply="summary") (issue 23): `layer_count`
+    results of `dtype` in `orientation` ("KN" or "NK") fill bytes [region_offset, region_offset +
+    total_bytes) of `region`, one after another in request order, each K * N * element bytes (K
+    and N from list()); `backend` and `kernel` are the server's."""
+    layer_count: int
+    total_bytes: int
+    region: str
+    region_offset: int
+    dtype: str
+    orientation: str
+    backend: str
+    kernel: str
+
+
+@dataclasses.dataclass(frozen=True)
 class RegionInfo:
     """One registered shared-memory region (SharedMemoryStatus): `kind` "host" (a POSIX
     shared-memory object `key`, `pinned` when the server registered it for DMA) or "device" (a
@@ -144,6 +160,30 @@ def _region_header(h: Any) -> RegionHeader:
                                                                           pb.DType.Name(h.dtype))
     return RegionHeader(h.tensor, tuple(h.shape), name, h.total_bytes, h.region, h.region_offset,
                         h.backend, h.kernel)
+
+
+def _region_summary(m: Any) -> RegionSummary:
+    name = {wire: name for name, wire in dtypes.OUTPUT_DTYPES.items()}.get(m.dtype,
+                                                                          pb.DType.Name(m.dtype))
+    orientation = {pb.ORIENTATION_KN: "KN", pb.ORIENTATION_NK: "NK"}.get(m.orientation, "")
+    return RegionSummary(m.layer_count, m.total_bytes, m.region, m.region_offset, name,
+                         orientation, m.backend, m.kernel)
+
+
+def _summary_of_headers(headers: List[RegionHeader], region: str, offset: int,
+                        orientation: str) -> RegionSummary:
+    """The summary an older server's headers add up to (it ignores region_reply and answers with
+    every header); DATA_LOSS unless they lie one after another from `offset`."""
+    at = offset
+    for h in headers:
+        if h.region_offset != at:
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"reply of a DequantizeLayers into region {region!r}: layer "
+                                f"{h.tensor!r} at offset {h.region_offset}, expected {at}")
+        at += h.total_bytes
+    first = headers[0]
+    return RegionSummary(len(headers), at - offset, region, offset, first.dtype, orientation,
+                         first.backend, first.kernel)
 
 
 def _scale_name(wire: int) -> str:
@@ -686,22 +726,36 @@ class Client:
 
     def dequantize_layers_into(self, region: str, names: Optional[Sequence[str]] = None, *,
                                offset: int = 0, dtype: str = "fp16",
-                               orientation: Optional[str] = None) -> List[RegionHeader]:
+                               orientation: Optional[str] = None,
+                               reply: str = "headers") -> Union[List[RegionHeader], RegionSummary]:
         """Dequantizes layers of the loaded model (None = every layer, in list() order; an
         empty list writes nothing and returns [] without a call, as dequantize_layers) into
         registered region `region`, one after another in request order from byte `offset` (on
-        CUDA in one grouped launch). Returns each layer's header in request order (its
-        region_offset says where it went); when this returns every byte is in the region.
+        CUDA in one grouped launch): layer i at offset + the bytes of the layers before it, each
+        K * N * element bytes of `dtype` (K and N from list()), no padding. When this returns
+        every byte is in the region.
+
+        `reply`: "headers" (the default) returns each layer's header in request order (its
+        region_offset says where it went); "summary" asks the server for the counts alone
+        (REGION_REPLY_SUMMARY, issue 23: one small message whatever the layer count, which is
+        what makes a whole-model call cost no more than the kernel) and returns a RegionSummary.
+        A server that predates the summary answers with headers; their sum is returned then.
 
         Raises:
+            ValueError: `reply` is neither "headers" nor "summary".
             DequantdError: as dequantize_into; DATA_LOSS when the reply is not one message with
-                a header per requested layer, in order, naming the region.
+                a header per requested layer, in order, naming the region (or, for "summary", a
+                summary naming the region and `offset` with one result per requested layer).
         """
-        return self._region_layers_into(region, names, offset, dtype,
-                                        None if orientation is None else _orientation(orientation))
+        if reply not in ("headers", "summary"):
+            raise ValueError(f"reply must be 'headers' or 'summary', not {reply!r}")
+        wire = None if orientation is None else _orientation(orientation)
+        if reply == "summary":
+            return self._region_layers_summary(region, names, offset, dtype, wire)
+        return self._region_layers_into(region, names, offset, dtype, wire)
 
-    def _region_layers_into(self, region: str, names: Optional[Sequence[str]], offset: int,
-                            dtype: str, orientation: Optional[int]) -> List[RegionHeader]:
+    def _region_layers_request(self, region: str, names: Optional[Sequence[str]], offset: int,
+                               dtype: str, orientation: Optional[int]) -> Any:
         request = pb.DequantizeLayersRequest(output_dtype=dtypes.output_dtype(dtype),
                                              output_region=pb.OutputRegion(name=region,
                                                                            offset=offset))
@@ -709,9 +763,18 @@ class Client:
             setattr(request, "orientation", orientation)
         if names is not None:
             request.tensors.extend(names)
-            if not request.tensors:
-                return []
+        return request
+
+    def _region_layers_into(self, region: str, names: Optional[Sequence[str]], offset: int,
+                            dtype: str, orientation: Optional[int]) -> List[RegionHeader]:
+        request = self._region_layers_request(region, names, offset, dtype, orientation)
+        if names is not None and not request.tensors:
+            return []
         reply = self._region_reply(self._stub.DequantizeLayers, request, region)
+        return self._checked_headers(reply, request, region)
+
+    @staticmethod
+    def _checked_headers(reply: Any, request: Any, region: str) -> List[RegionHeader]:
         headers = [_region_header(h) for h in reply.layer_headers]
         wanted = list(request.tensors)
         if (reply.HasField("header") or not headers
@@ -722,6 +785,33 @@ class Client:
                                 f"{len(headers)} layer headers do not match the {len(wanted)} "
                                 "requested layers and the region")
         return headers
+
+    def _region_layers_summary(self, region: str, names: Optional[Sequence[str]], offset: int,
+                               dtype: str, orientation: Optional[int]) -> RegionSummary:
+        """DequantizeLayers into `region` with REGION_REPLY_SUMMARY; the summary, checked to name
+        the region and `offset` with one result per requested name (an older server's headers
+        summed, see _summary_of_headers). An empty `names` list returns a summary of nothing
+        without a call."""
+        request = self._region_layers_request(region, names, offset, dtype, orientation)
+        if names is not None and not request.tensors:
+            return RegionSummary(0, 0, region, offset, dtype, "", "", "")
+        request.region_reply = pb.REGION_REPLY_SUMMARY
+        reply = self._region_reply(self._stub.DequantizeLayers, request, region)
+        if not reply.HasField("region_summary"):  # a server before issue 23
+            headers = self._checked_headers(reply, request, region)
+            said = {pb.ORIENTATION_KN: "KN", pb.ORIENTATION_NK: "NK"}.get(
+                getattr(reply.layer_headers[0], "orientation", 0), "")
+            return _summary_of_headers(headers, region, offset, said)
+        summary = _region_summary(reply.region_summary)
+        wanted = len(request.tensors)
+        if (reply.HasField("header") or reply.layer_headers or summary.region != region
+                or summary.region_offset != offset
+                or (wanted and summary.layer_count != wanted)):
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"reply of a DequantizeLayers into region {region!r}: a summary "
+                                f"of {summary.layer_count} layers in {summary.region!r} at offset "
+                                f"{summary.region_offset}, asked for {wanted} at {offset}")
+        return summary
 
     # --- torch tensors the caller owns (issue 23) -------------------------------------------
 

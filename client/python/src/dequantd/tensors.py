@@ -377,6 +377,11 @@ def _runs(targets: List[_Target]) -> List[List[_Target]]:
 
 
 def _run_regions(client: Any, targets: List[_Target], wire: Optional[int]) -> None:
+    """One region call per run. A run of several tensors is one DequantizeLayers whose reply is
+    the summary alone (REGION_REPLY_SUMMARY, issue 23): each tensor's place was worked out before
+    the call from ListTensors (check_targets: K * N * element bytes) and _runs (one after another
+    from the first tensor's offset, the server's placement rule), so the summary only has to
+    confirm the count, the bytes, the region, the offset, the dtype and the orientation."""
     cache = client._regions_cache()  # pylint: disable=protected-access
     for run_ in _runs(targets):
         region = cache.region_for(run_[0])
@@ -384,17 +389,43 @@ def _run_regions(client: Any, targets: List[_Target], wire: Optional[int]) -> No
             cache.region_for(t)  # tracks every storage of the run
         first = run_[0]
         if len(run_) == 1:
-            headers = [client._region_call_into(region, first.name, first.offset, first.dtype, wire)]  # pylint: disable=protected-access
-            headers[0] = dataclasses.replace(headers[0], tensor=first.name)
-        else:
-            headers = client._region_layers_into(region, [t.name for t in run_], first.offset,  # pylint: disable=protected-access
-                                                 first.dtype, wire)
-        for t, h in zip(run_, headers):
-            if h.region_offset != t.offset or tuple(h.shape) != t.shape or h.total_bytes != t.nbytes:
+            header = client._region_call_into(region, first.name, first.offset, first.dtype, wire)  # pylint: disable=protected-access
+            header = dataclasses.replace(header, tensor=first.name)
+            if (header.region_offset != first.offset or tuple(header.shape) != first.shape
+                    or header.total_bytes != first.nbytes):
                 raise DequantdError(grpc.StatusCode.DATA_LOSS,
-                                    f"{t.name}: the server wrote {h.shape} ({h.total_bytes} "
-                                    f"bytes) at offset {h.region_offset}, expected {t.shape} "
-                                    f"({t.nbytes} bytes) at {t.offset}")
+                                    f"{first.name}: the server wrote {header.shape} "
+                                    f"({header.total_bytes} bytes) at offset "
+                                    f"{header.region_offset}, expected {first.shape} "
+                                    f"({first.nbytes} bytes) at {first.offset}")
+            continue
+        summary = client._region_layers_summary(region, [t.name for t in run_], first.offset,  # pylint: disable=protected-access
+                                                first.dtype, wire)
+        check_summary(summary, run_, region, wire)
+
+
+def check_summary(summary: Any, run_: Sequence[_Target], region: str,
+                  wire: Optional[int]) -> None:
+    """DATA_LOSS unless `summary` (a RegionSummary) is what writing `run_` (tensors one after
+    another from run_[0].offset) into `region` must report."""
+    want_bytes = sum(t.nbytes for t in run_)
+    want_orientation = {pb.ORIENTATION_KN: "KN", pb.ORIENTATION_NK: "NK"}.get(wire, "")
+    problems = []
+    if summary.layer_count != len(run_):
+        problems.append(f"{summary.layer_count} layers, expected {len(run_)}")
+    if summary.total_bytes != want_bytes:
+        problems.append(f"{summary.total_bytes} bytes, expected {want_bytes}")
+    if summary.region != region or summary.region_offset != run_[0].offset:
+        problems.append(f"region {summary.region!r} at {summary.region_offset}, expected "
+                        f"{region!r} at {run_[0].offset}")
+    if summary.dtype != run_[0].dtype:
+        problems.append(f"dtype {summary.dtype}, expected {run_[0].dtype}")
+    if want_orientation and summary.orientation not in ("", want_orientation):
+        problems.append(f"orientation {summary.orientation}, expected {want_orientation}")
+    if problems:
+        raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                            f"{run_[0].name}..{run_[-1].name}: the server's summary says "
+                            + "; ".join(problems))
 
 
 def _wire(dtype: str) -> int:

@@ -121,7 +121,9 @@ class DequantServiceServicer(object):
         then its chunks with offsets from 0; layers in request order. With output_region set the
         results go into the region and the stream is exactly one message, sent with the OK status
         once every byte is there: its layer_headers hold every layer's header, in request order
-        (`header` is unset); an error ends the call with its status and no message.
+        (`header` is unset), or with region_reply = REGION_REPLY_SUMMARY its region_summary alone
+        (counts; the placements follow from ListTensors); an error ends the call with its status and
+        no message.
         Errors: INVALID_ARGUMENT (output_dtype, more than 10000 tensors), NOT_FOUND (a name, given),
         RESOURCE_EXHAUSTED (one layer's result is more than the server's max_output_bytes, which
         bounds each tensor, not the sum: a whole model of any size is served; or a slab does not fit
