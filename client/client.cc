@@ -35,6 +35,8 @@ int64_t OutputDTypeBytes(v1::DType dtype) {
     case v1::DTYPE_FP32:
     case v1::DTYPE_INT32:
       return 4;
+    case v1::DTYPE_INT64:
+      return 8;
     default:
       return 0;
   }
@@ -50,6 +52,8 @@ std::string OutputDTypeName(v1::DType dtype) {
       return "fp32";
     case v1::DTYPE_INT32:
       return "int32";
+    case v1::DTYPE_INT64:
+      return "int64";
     default:
       return "unspecified";
   }

@@ -41,7 +41,7 @@ struct DequantizeOptions {
   std::string out;             // --out: .npy, .safetensors or raw; empty = not written
   std::string dtype = "fp16";  // --dtype: fp16, bf16 or fp32
   // --orientation: kn ((K, N)), nk ((N, K) = nn.Linear.weight) or empty (the format's own:
-  // awq_gemm kn, gptq nk), produced by the server's kernel.
+  // awq_gemm kn; gptq and compressed_tensors nk), produced by the server's kernel.
   std::string orientation;
   int64_t chunk_bytes = 0;  // --chunk-bytes: 0 = server default
   std::string compare;      // --compare: REF.safetensors[:TENSOR]; empty = no comparison

@@ -111,7 +111,8 @@ usage:
       --shm NAME: the result comes through a shared-memory region NAME (same host; the server
         runs with --shared-memory=host|all) instead of the stream (--streams does not apply)
       --orientation: the result's layout, kn = (K, N) or nk = (N, K) (nn.Linear.weight),
-        written by the server's kernel; default: the format's own (awq_gemm kn, gptq nk)
+        written by the server's kernel; default: the format's own (awq_gemm kn; gptq and
+        compressed_tensors nk)
       --compare-layout: the reference's: kn = (K, N), nk = (N, K) (nn.Linear.weight); auto
         tells them apart by shape and refuses a square reference (K == N)
       FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes; the

@@ -11,22 +11,12 @@
 #include "absl/strings/string_view.h"
 #include "kernels/awq_format.h"
 #include "kernels/dequant.h"
+#include "kernels/format_checks.h"
 
 namespace dequantd::awq {
 namespace {
 
-// DTypeName as absl::string_view: this Abseil build's string_view is not std::string_view.
-absl::string_view Name(DType t) {
-  const std::string_view name = DTypeName(t);
-  return absl::string_view(name.data(), name.size());
-}
-
-bool Problem(StoredTensorProblem* problem, int role, const char* field, std::string what) {
-  problem->role = role;
-  problem->field = field;
-  problem->what = std::move(what);
-  return false;
-}
+constexpr DType kScaleDTypes[] = {DType::kF16, DType::kBF16};
 
 }  // namespace
 
@@ -73,54 +63,37 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
   const StoredTensor& qweight = tensors[kQweight];
   const StoredTensor& qzeros = tensors[kQzeros];
   const StoredTensor& scales = tensors[kScales];
-  for (int r : {kQweight, kQzeros, kScales}) {
-    if (tensors[r].shape.size() != 2) {
-      return Problem(problem, r, "shape",
-                     absl::StrCat("has ", tensors[r].shape.size(), " dims, want 2"));
-    }
-  }
-  for (int r : {kQweight, kQzeros}) {
-    const std::string_view dtype = tensors[r].dtype;
-    if (dtype == "I32" || (options.packed_u32 && dtype == "U32")) continue;
-    return Problem(problem, r, "dtype",
-                   absl::StrCat("is ", absl::string_view(dtype.data(), dtype.size()), ", want I32",
-                                options.packed_u32 ? " or U32" : ""));
-  }
+  for (int r : {kQweight, kQzeros, kScales})
+    if (!CheckStoredDims(tensors[r], r, 2, problem)) return false;
+  for (int r : {kQweight, kQzeros})
+    if (!CheckPackedWords(tensors[r], r, options, problem)) return false;
   *shape = QuantShape{};
   shape->format = Format::kAwqGemm;
-  if (scales.dtype == "F16") {
-    shape->scale_dtype = DType::kF16;
-  } else if (scales.dtype == "BF16") {
-    shape->scale_dtype = DType::kBF16;
-  } else {
-    return Problem(problem, kScales, "dtype",
-                   absl::StrCat("is ", absl::string_view(scales.dtype.data(), scales.dtype.size()),
-                                ", want F16 or BF16"));
-  }
+  if (!StoredScaleDType(scales, kScales, kScaleDTypes, &shape->scale_dtype, problem)) return false;
   const int64_t packed_cols = qweight.shape[1];
   if (packed_cols > kMaxOutputElements / kPackFactor) {  // keeps N = 8 * columns in range
-    return Problem(problem, kQweight, "shape",
-                   absl::StrCat("has ", packed_cols, " columns, over the limit of ",
-                                kMaxOutputElements / kPackFactor));
+    return StoredProblem(problem, kQweight, "shape",
+                         absl::StrCat("has ", packed_cols, " columns, over the limit of ",
+                                      kMaxOutputElements / kPackFactor));
   }
   shape->K = qweight.shape[0];
   shape->N = packed_cols * kPackFactor;
   const int64_t groups = scales.shape[0];
   if (scales.shape[1] != shape->N) {
-    return Problem(problem, kScales, "shape",
-                   absl::StrCat("is (", groups, ", ", scales.shape[1],
-                                "), want N = 8 * qweight columns = ", shape->N, " columns"));
+    return StoredProblem(problem, kScales, "shape",
+                         absl::StrCat("is (", groups, ", ", scales.shape[1],
+                                      "), want N = 8 * qweight columns = ", shape->N, " columns"));
   }
   if (groups <= 0 || shape->K % groups != 0) {
-    return Problem(problem, kScales, "shape",
-                   absl::StrCat("has ", groups, " rows, which do not divide K = ", shape->K,
-                                " into whole groups (G = K / scales rows)"));
+    return StoredProblem(problem, kScales, "shape",
+                         absl::StrCat("has ", groups, " rows, which do not divide K = ", shape->K,
+                                      " into whole groups (G = K / scales rows)"));
   }
   shape->group_size = shape->K / groups;
   if (qzeros.shape[0] != groups || qzeros.shape[1] != packed_cols) {
-    return Problem(problem, kQzeros, "shape",
-                   absl::StrCat("is (", qzeros.shape[0], ", ", qzeros.shape[1], "), want (", groups,
-                                ", ", packed_cols, ") = (K/G, N/8)"));
+    return StoredProblem(problem, kQzeros, "shape",
+                         absl::StrCat("is (", qzeros.shape[0], ", ", qzeros.shape[1], "), want (",
+                                      groups, ", ", packed_cols, ") = (K/G, N/8)"));
   }
   return true;
 }
@@ -150,19 +123,8 @@ absl::Status ValidateShape(const QuantShape& shape) {
     return absl::InvalidArgumentError(
         absl::StrCat("N must be a positive multiple of ", kPackFactor, ", got ", shape.N));
   }
-  if (shape.group_size <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group_size must be positive, got ", shape.group_size));
-  }
-  if (shape.K % shape.group_size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "K (", shape.K, ") must be a multiple of group_size (", shape.group_size, ")"));
-  }
-  if (shape.scale_dtype != DType::kF16 && shape.scale_dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("scales dtype must be fp16 or bf16, got ", Name(shape.scale_dtype)));
-  }
-  return absl::OkStatus();
+  if (absl::Status s = ValidateGroupSize(shape); !s.ok()) return s;
+  return ValidateScaleDType(shape, kScaleDTypes, "scales");
 }
 
 }  // namespace dequantd::awq

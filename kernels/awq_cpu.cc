@@ -206,11 +206,7 @@ absl::Status DequantizeAwq(const QuantView& in, DType out_dtype, int64_t row_beg
   const int64_t rows = row_end - row_begin;
   if (in.shape.orientation == Orientation::kNK) {
     const PartFn run = SelectNk(in.shape.scale_dtype, out_dtype);
-    int64_t threads = options.threads;
-    if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-    threads = std::min(threads,
-                       std::max<int64_t>(1, rows * in.shape.K / options.min_elements_per_thread));
-    threads = std::min(threads, rows);
+    const int64_t threads = PartsForRows(options, rows, in.shape.K);
     RunParts(threads, [&](int64_t p) {
       const Part part{row_begin + rows * p / threads, row_begin + rows * (p + 1) / threads, 0, 0};
       run(in, part, row_begin, out);

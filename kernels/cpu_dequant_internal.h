@@ -2,7 +2,9 @@
 // kernel and how work is split across threads. Not part of the public kernels API.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "kernels/dequant.h"
@@ -20,6 +22,16 @@ struct CpuDequantOptions {
   // non-temporal stores (they bypass the cache; about 2x faster for fp32 output). >= 0 bytes.
   int64_t stream_min_bytes = int64_t{32} << 20;
 };
+
+// Threads for a job of `rows` result rows of `cols` elements cut into whole-row parts:
+// options.threads (0 = hardware concurrency), at most one per min_elements_per_thread elements
+// and one per row; at least 1 when rows > 0.
+inline int64_t PartsForRows(const CpuDequantOptions& options, int64_t rows, int64_t cols) {
+  int64_t threads = options.threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min(threads, std::max<int64_t>(1, rows * cols / options.min_elements_per_thread));
+  return std::min(threads, rows);
+}
 
 // True when this CPU runs the AVX2 + F16C row kernel.
 bool CpuHasAvx2();

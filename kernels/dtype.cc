@@ -17,6 +17,8 @@ std::string_view DTypeName(DType t) {
       return "fp32";
     case DType::kI32:
       return "int32";
+    case DType::kI64:
+      return "int64";
   }
   return "unknown";
 }
@@ -31,7 +33,7 @@ bool ParseDType(std::string_view name, DType* out) {
       {"fp16", DType::kF16},    {"float16", DType::kF16},   {"f16", DType::kF16},
       {"bf16", DType::kBF16},   {"bfloat16", DType::kBF16}, {"fp32", DType::kF32},
       {"float32", DType::kF32}, {"f32", DType::kF32},       {"int32", DType::kI32},
-      {"i32", DType::kI32},
+      {"i32", DType::kI32},     {"int64", DType::kI64},     {"i64", DType::kI64},
   };
   for (const Spelling& s : kSpellings) {
     if (absl::EqualsIgnoreCase(absl::string_view(name.data(), name.size()),

@@ -15,12 +15,16 @@
 namespace dequantd {
 
 // Element types on the wire, on disk and in memory.
-enum class DType : int { kF16 = 0, kBF16 = 1, kF32 = 2, kI32 = 3 };
+// kI64 is a stored tensor's dtype only (compressed-tensors' weight_shape), never a result's.
+enum class DType : int { kF16 = 0, kBF16 = 1, kF32 = 2, kI32 = 3, kI64 = 4 };
 
-constexpr int64_t DTypeSize(DType t) { return t == DType::kF32 || t == DType::kI32 ? 4 : 2; }
-// "fp16", "bf16", "fp32", "int32".
+constexpr int64_t DTypeSize(DType t) {
+  return t == DType::kI64 ? 8 : t == DType::kF32 || t == DType::kI32 ? 4 : 2;
+}
+// "fp16", "bf16", "fp32", "int32", "int64".
 std::string_view DTypeName(DType t);
-// Accepts "fp16"/"float16"/"F16", "bf16"/"bfloat16"/"BF16", "fp32"/"float32"/"F32", "int32"/"I32".
+// Accepts "fp16"/"float16"/"F16", "bf16"/"bfloat16"/"BF16", "fp32"/"float32"/"F32", "int32"/"I32",
+// "int64"/"I64".
 bool ParseDType(std::string_view name, DType* out);
 
 // ---- Exact scalar conversions (host and device), used by the CPU reference. -----------------

@@ -9,6 +9,8 @@
 #include "absl/strings/string_view.h"
 #include "kernels/awq.h"
 #include "kernels/awq_format.h"
+#include "kernels/compressed_tensors.h"
+#include "kernels/compressed_tensors_format.h"
 #include "kernels/gptq.h"
 #include "kernels/gptq_format.h"
 
@@ -56,6 +58,25 @@ constexpr FormatRow kRows[] = {
      .reference = &gptq::DequantizeReference,
      .cpu = &gptq::DequantizeCpu,
      .cuda = DEQUANTD_FORMAT_KERNELS(kGptqKernels)},
+    {.format = Format::kCompressedTensors,
+     .name = "compressed_tensors",
+     .quant_method = "compressed-tensors",
+     .role_count = compressed_tensors::kRoleCount,
+     .roles = {compressed_tensors::kRoleNames[0], compressed_tensors::kRoleNames[1],
+               compressed_tensors::kRoleNames[2], compressed_tensors::kRoleNames[3],
+               compressed_tensors::kRoleNames[4]},
+     .anchor_role = compressed_tensors::kWeightPacked,
+     .optional_roles =
+         1u << compressed_tensors::kWeightZeroPoint | 1u << compressed_tensors::kWeightGidx,
+     .default_orientation = Orientation::kNK,
+     .from_config = &compressed_tensors::FromConfig,
+     .shape_from_stored = &compressed_tensors::ShapeFromStored,
+     .tensor_spec = &compressed_tensors::TensorSpecOf,
+     .validate = &compressed_tensors::ValidateShape,
+     .check_stored = &compressed_tensors::CheckStored,
+     .reference = &compressed_tensors::DequantizeReference,
+     .cpu = &compressed_tensors::DequantizeCpu,
+     .cuda = DEQUANTD_FORMAT_KERNELS(kCompressedTensorsKernels)},
 };
 
 constexpr bool RowsInFormatOrder() {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,9 +29,15 @@ struct FormatKernels;  // kernels/cuda/format_kernels.h
 // A checkpoint's quantization_config object, read through the checkpoint store (over JSON).
 // Each getter returns the value of the first of `keys` present (nullopt when none is), or
 // INVALID_ARGUMENT naming the key when it has another JSON type ("... field 'w_bit' must be an
-// integer, got 4.0"); integers are exact, never narrowed.
+// integer, got 4.0"); integers are exact, never narrowed. A key holding '/' is a path of object
+// members below quantization_config ("config_groups/group_0/weights/num_bits"), where a JSON null
+// counts as absent (compressed-tensors writes null for unset fields); messages name the path as
+// given.
 class QuantConfigReader {
  public:
+  // The member names of the object at `key` (a member or a path), in name order; empty when it
+  // is absent or null; INVALID_ARGUMENT naming the key when it is not an object.
+  virtual absl::StatusOr<std::vector<std::string>> Members(const char* key) const = 0;
   virtual ~QuantConfigReader() = default;
   virtual absl::StatusOr<std::optional<int64_t>> Integer(
       std::initializer_list<const char*> keys) const = 0;
@@ -50,7 +57,11 @@ struct QuantizationConfig {
   int64_t group_size = 128;  // as written; -1 means per-column (G = K)
   bool zero_point = true;    // AWQ: zero_point; GPTQ: !sym (zeros are stored either way)
   bool desc_act = false;     // GPTQ: act-order (rows' groups come from g_idx, not k / G)
-  std::string version;       // format-specific variant, e.g. AWQ's "gemm", GPTQ's "gptq_v2"
+  std::string version;       // format-specific variant, e.g. AWQ's "gemm", GPTQ's "gptq_v2",
+                             // compressed-tensors' "pack-quantized"
+  // How scales are shared, where the format declares it (compressed-tensors: "group", "channel",
+  // "tensor"); empty for AWQ and GPTQ (always per group).
+  std::string strategy;
 };
 
 // A stored tensor as its checkpoint describes it: safetensors dtype code ("I32", "F16", ...) and

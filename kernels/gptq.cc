@@ -10,19 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/dequant.h"
+#include "kernels/format_checks.h"
 #include "kernels/gptq_format.h"
 
 namespace dequantd::gptq {
 namespace {
 
-absl::string_view View(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-bool Problem(StoredTensorProblem* problem, int role, const char* field, std::string what) {
-  problem->role = role;
-  problem->field = field;
-  problem->what = std::move(what);
-  return false;
-}
+constexpr DType kScaleDTypes[] = {DType::kF16, DType::kBF16};
 
 bool ServedBits(int64_t bits) { return bits == 2 || bits == 3 || bits == 4 || bits == 8; }
 
@@ -101,71 +95,56 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
   const StoredTensor& scales = tensors[kScales];
   const StoredTensor& g_idx = tensors[kGidx];
   for (int r : {kQweight, kQzeros, kScales}) {
-    if (!tensors[r].present) return Problem(problem, r, "presence", "is missing");
-    if (tensors[r].shape.size() != 2) {
-      return Problem(problem, r, "shape",
-                     absl::StrCat("has ", tensors[r].shape.size(), " dims, want 2"));
-    }
+    if (!tensors[r].present) return StoredProblem(problem, r, "presence", "is missing");
+    if (!CheckStoredDims(tensors[r], r, 2, problem)) return false;
   }
-  for (int r : {kQweight, kQzeros}) {
-    const std::string_view dtype = tensors[r].dtype;
-    if (dtype == "I32" || (options.packed_u32 && dtype == "U32")) continue;
-    return Problem(
-        problem, r, "dtype",
-        absl::StrCat("is ", View(dtype), ", want I32", options.packed_u32 ? " or U32" : ""));
-  }
+  for (int r : {kQweight, kQzeros})
+    if (!CheckPackedWords(tensors[r], r, options, problem)) return false;
   *shape = QuantShape{};
   shape->format = Format::kGptq;
   shape->orientation = Orientation::kNK;
   shape->bits = bits;
   if (config != nullptr && config->version == "gptq") shape->format_flags |= kZerosV1;
   if (config != nullptr && !config->zero_point) shape->format_flags |= kSym;
-  if (scales.dtype == "F16") {
-    shape->scale_dtype = DType::kF16;
-  } else if (scales.dtype == "BF16") {
-    shape->scale_dtype = DType::kBF16;
-  } else {
-    return Problem(problem, kScales, "dtype",
-                   absl::StrCat("is ", View(scales.dtype), ", want F16 or BF16"));
-  }
+  if (!StoredScaleDType(scales, kScales, kScaleDTypes, &shape->scale_dtype, problem)) return false;
   const int64_t N = qweight.shape[1];
   if (N > kMaxOutputElements) {
-    return Problem(problem, kQweight, "shape",
-                   absl::StrCat("has ", N, " columns, over the limit of ", kMaxOutputElements));
+    return StoredProblem(
+        problem, kQweight, "shape",
+        absl::StrCat("has ", N, " columns, over the limit of ", kMaxOutputElements));
   }
   if (g_idx.present) {
-    if (g_idx.shape.size() != 1) {
-      return Problem(problem, kGidx, "shape",
-                     absl::StrCat("has ", g_idx.shape.size(), " dims, want 1"));
-    }
+    if (!CheckStoredDims(g_idx, kGidx, 1, problem)) return false;
     if (g_idx.dtype != "I32") {
-      return Problem(problem, kGidx, "dtype", absl::StrCat("is ", View(g_idx.dtype), ", want I32"));
+      return StoredProblem(problem, kGidx, "dtype",
+                           absl::StrCat("is ", AbslView(g_idx.dtype), ", want I32"));
     }
     shape->K = g_idx.shape[0];
     if (qweight.shape[0] > kMaxOutputElements || shape->K > kMaxOutputElements ||
         qweight.shape[0] * 32 != shape->K * bits) {
-      return Problem(problem, kQweight, "shape",
-                     absl::StrCat("has ", qweight.shape[0], " rows, want K * bits / 32 = ",
-                                  shape->K, " * ", bits, " / 32 (K = g_idx length)"));
+      return StoredProblem(problem, kQweight, "shape",
+                           absl::StrCat("has ", qweight.shape[0], " rows, want K * bits / 32 = ",
+                                        shape->K, " * ", bits, " / 32 (K = g_idx length)"));
     }
   } else {
     if (desc_act) {
-      return Problem(problem, kGidx, "presence",
-                     "is missing; desc_act is true, so each row's group must come from g_idx");
+      return StoredProblem(
+          problem, kGidx, "presence",
+          "is missing; desc_act is true, so each row's group must come from g_idx");
     }
     shape->format_flags |= kNoGidx;
     if (qweight.shape[0] > kMaxOutputElements / 32 || qweight.shape[0] * 32 % bits != 0) {
-      return Problem(problem, kQweight, "shape",
-                     absl::StrCat("has ", qweight.shape[0], " rows, not a whole number of ", bits,
-                                  "-bit rows (K = 32 * rows / bits)"));
+      return StoredProblem(problem, kQweight, "shape",
+                           absl::StrCat("has ", qweight.shape[0], " rows, not a whole number of ",
+                                        bits, "-bit rows (K = 32 * rows / bits)"));
     }
     shape->K = qweight.shape[0] * 32 / bits;
   }
   const int64_t groups = scales.shape[0];
   if (scales.shape[1] != N) {
-    return Problem(problem, kScales, "shape",
-                   absl::StrCat("is (", groups, ", ", scales.shape[1],
-                                "), want N = qweight columns = ", N, " columns"));
+    return StoredProblem(problem, kScales, "shape",
+                         absl::StrCat("is (", groups, ", ", scales.shape[1],
+                                      "), want N = qweight columns = ", N, " columns"));
   }
   int64_t G = 0;
   if (config != nullptr) {
@@ -174,16 +153,16 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
     G = shape->K / groups;
   }
   if (G <= 0 || shape->K % G != 0 || groups != shape->K / G) {
-    return Problem(problem, kScales, "shape",
-                   absl::StrCat("has ", groups, " rows, want K / group_size = ", shape->K, " / ", G,
-                                " (whole groups)"));
+    return StoredProblem(problem, kScales, "shape",
+                         absl::StrCat("has ", groups, " rows, want K / group_size = ", shape->K,
+                                      " / ", G, " (whole groups)"));
   }
   shape->group_size = G;
   shape->N = N;
   if (N * bits % 32 != 0 || qzeros.shape[0] != groups || qzeros.shape[1] != N * bits / 32) {
-    return Problem(problem, kQzeros, "shape",
-                   absl::StrCat("is (", qzeros.shape[0], ", ", qzeros.shape[1], "), want (", groups,
-                                ", ", N, " * ", bits, " / 32) = (K/G, N*bits/32)"));
+    return StoredProblem(problem, kQzeros, "shape",
+                         absl::StrCat("is (", qzeros.shape[0], ", ", qzeros.shape[1], "), want (",
+                                      groups, ", ", N, " * ", bits, " / 32) = (K/G, N*bits/32)"));
   }
   return true;
 }
@@ -221,19 +200,8 @@ absl::Status ValidateShape(const QuantShape& shape) {
         "K must have K * bits a multiple of 32 (whole qweight words), got K = ", shape.K,
         " with bits = ", shape.bits));
   }
-  if (shape.group_size <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group_size must be positive, got ", shape.group_size));
-  }
-  if (shape.K % shape.group_size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "K (", shape.K, ") must be a multiple of group_size (", shape.group_size, ")"));
-  }
-  if (shape.scale_dtype != DType::kF16 && shape.scale_dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("scales dtype must be fp16 or bf16, got ",
-                                                   View(DTypeName(shape.scale_dtype))));
-  }
-  return absl::OkStatus();
+  if (absl::Status s = ValidateGroupSize(shape); !s.ok()) return s;
+  return ValidateScaleDType(shape, kScaleDTypes, "scales");
 }
 
 absl::Status CheckStored(const QuantView& in) {

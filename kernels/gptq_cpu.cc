@@ -10,7 +10,6 @@
 // column k of the tile's output rows. Same scalar conversions as the reference (kernels/dtype.h).
 #include <algorithm>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,27 +17,13 @@
 #include "kernels/cpu_dequant_internal.h"
 #include "kernels/gptq.h"
 #include "kernels/gptq_format.h"
+#include "kernels/reference_rows.h"
 #include "kernels/run_parts.h"
 
 namespace dequantd::gptq {
 namespace {
 
 constexpr int64_t kNkTileColumns = 64;
-
-float ScaleToFloat(uint16_t bits, DType scale_dtype) {
-  return scale_dtype == DType::kF16 ? HalfBitsToFloat(bits) : Bf16BitsToFloat(bits);
-}
-
-template <DType kOut>
-void Store(void* out, int64_t i, float w) {
-  if constexpr (kOut == DType::kF16) {
-    static_cast<uint16_t*>(out)[i] = FloatToHalfBitsRne(w);
-  } else if constexpr (kOut == DType::kBF16) {
-    static_cast<uint16_t*>(out)[i] = FloatToBf16BitsRne(w);
-  } else {
-    static_cast<float*>(out)[i] = w;
-  }
-}
 
 int64_t GroupOf(const QuantView& in, int64_t k) {
   const int32_t* g_idx = Gidx(in);
@@ -50,10 +35,9 @@ void WidenGroup(const QuantView& in, int64_t g, int64_t n0, int64_t count, float
                 float* scale) {
   const QuantShape& s = in.shape;
   const int32_t* zero_row = Qzeros(in) + g * StreamWords(s.N, s.bits);
-  const auto* scales = static_cast<const uint16_t*>(Scales(in)) + g * s.N;
   for (int64_t j = 0; j < count; ++j) {
     zero[j] = static_cast<float>(ZeroAt(zero_row, n0 + j, s.bits, s.format_flags));
-    scale[j] = ScaleToFloat(scales[n0 + j], s.scale_dtype);
+    scale[j] = ScaleAsFloat(Scales(in), s.scale_dtype, g * s.N + n0 + j);
   }
 }
 
@@ -78,14 +62,14 @@ void RunKnPart(const QuantView& in, int64_t k_begin, int64_t k_end, int64_t out_
       const int shift = static_cast<int>(bit & 31);
       for (int64_t n = 0; n < N; ++n) {
         const auto q = static_cast<float>((static_cast<uint32_t>(row[n]) >> shift) & mask);
-        Store<kOut>(out, at + n,
-                    (q - zero[static_cast<size_t>(n)]) * scale[static_cast<size_t>(n)]);
+        StoreRounded<kOut>(out, at + n,
+                           (q - zero[static_cast<size_t>(n)]) * scale[static_cast<size_t>(n)]);
       }
     } else {
       for (int64_t n = 0; n < N; ++n) {
         const auto q = static_cast<float>(StreamField(Qweight(in) + n, N, k, s.bits));
-        Store<kOut>(out, at + n,
-                    (q - zero[static_cast<size_t>(n)]) * scale[static_cast<size_t>(n)]);
+        StoreRounded<kOut>(out, at + n,
+                           (q - zero[static_cast<size_t>(n)]) * scale[static_cast<size_t>(n)]);
       }
     }
   }
@@ -111,7 +95,7 @@ void RunNkPart(const QuantView& in, int64_t n_begin, int64_t n_end, int64_t out_
       const float* sc = scale.data() + g * kNkTileColumns;
       for (int64_t j = 0; j < count; ++j) {
         const auto q = static_cast<float>(StreamField(Qweight(in) + n0 + j, s.N, k, s.bits));
-        Store<kOut>(out, (n0 + j - out_row0) * K + k, (q - z[j]) * sc[j]);
+        StoreRounded<kOut>(out, (n0 + j - out_row0) * K + k, (q - z[j]) * sc[j]);
       }
     }
   }
@@ -143,11 +127,7 @@ absl::Status DequantizeCpu(const QuantView& in, DType out_dtype, int64_t row_beg
                : out_dtype == DType::kBF16 ? Select<DType::kBF16>(shape.orientation)
                                            : Select<DType::kF32>(shape.orientation);
   const int64_t rows = row_end - row_begin;
-  int64_t threads = options.threads;
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = std::min(
-      threads, std::max<int64_t>(1, rows * shape.result_cols() / options.min_elements_per_thread));
-  threads = std::min(threads, rows);
+  const int64_t threads = cpu::PartsForRows(options, rows, shape.result_cols());
   RunParts(threads, [&](int64_t p) {
     run(in, row_begin + rows * p / threads, row_begin + rows * (p + 1) / threads, row_begin, out);
   });

@@ -12,10 +12,10 @@
 //                           desc_act is false (then g = k / G).
 // K*b and N*b must be multiples of 32 (K and N multiples of 16, 8, 4 for b = 2, 4, 8; of 32 for
 // b = 3): the packed dims are whole words.
-// Bit order: along the packed axis the words, each read from its low bit, form one bit stream;
-// value i occupies stream bits [i*b, i*b + b), low bit first. For b = 2, 4, 8 that is word i*b/32,
-// bits [(i*b) % 32, ...); for b = 3 a value may straddle two words (values 10 and 21 of every 32).
-// No interleave (unlike AWQ).
+// Bit order (kernels/bit_stream.h): along the packed axis the words, each read from its low bit,
+// form one bit stream; value i occupies stream bits [i*b, i*b + b), low bit first. For b = 2, 4, 8
+// that is word i*b/32, bits [(i*b) % 32, ...); for b = 3 a value may straddle two words (values 10
+// and 21 of every 32). No interleave (unlike AWQ).
 //
 // Zero points (checkpoint_format):
 //   gptq_v2: z = the stored field.
@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/bit_stream.h"
 #include "kernels/dtype.h"
 #include "kernels/quant_tensor.h"
 
@@ -64,18 +65,9 @@ static_assert(0x11111111u * 15u == 0xFFFFFFFFu && 0x55555555u * 3u == 0xFFFFFFFF
                   0x01010101u * 255u == 0xFFFFFFFFu,
               "a v1 word bias is 1 in every field");
 
-// Words of a stream of `values` values of `bits` bits (qweight rows, qzeros columns).
-constexpr int64_t StreamWords(int64_t values, int bits) { return values * bits / 32; }
-
-// Value i of a bit stream whose word j is words[j * stride].
-DEQUANTD_HD uint32_t StreamField(const int32_t* words, int64_t stride, int64_t i, int bits) {
-  const int64_t bit = i * bits;
-  const int64_t w = bit >> 5;
-  const int shift = static_cast<int>(bit & 31);
-  uint32_t v = static_cast<uint32_t>(words[w * stride]) >> shift;
-  if (shift + bits > 32) v |= static_cast<uint32_t>(words[(w + 1) * stride]) << (32 - shift);
-  return v & ((1u << bits) - 1u);
-}
+// Words of a stream (qweight rows, qzeros columns) and value i of one: kernels/bit_stream.h.
+using ::dequantd::StreamField;
+using ::dequantd::StreamWords;
 
 // z[g, n] from the zero row of group g (N*b/32 words), v1 or v2 as `flags` says.
 DEQUANTD_HD uint32_t ZeroAt(const int32_t* zero_row, int64_t n, int bits, uint32_t flags) {

@@ -8,35 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/gptq.h"
 #include "kernels/gptq_format.h"
+#include "kernels/reference_rows.h"
 
 namespace dequantd::gptq {
-namespace {
-
-float ScaleAt(const void* scales, DType scale_dtype, int64_t i) {
-  const uint16_t bits = static_cast<const uint16_t*>(scales)[i];
-  return scale_dtype == DType::kF16 ? HalfBitsToFloat(bits) : Bf16BitsToFloat(bits);
-}
-
-void StoreAt(void* out, DType out_dtype, int64_t i, float w) {
-  switch (out_dtype) {
-    case DType::kF16:
-      static_cast<uint16_t*>(out)[i] = FloatToHalfBitsRne(w);
-      return;
-    case DType::kBF16:
-      static_cast<uint16_t*>(out)[i] = FloatToBf16BitsRne(w);
-      return;
-    default:  // kF32; ValidateShape refused every other dtype.
-      static_cast<float*>(out)[i] = w;
-      return;
-  }
-}
-
-}  // namespace
-
 absl::Status DequantizeReference(const QuantView& in, DType out_dtype, int64_t row_begin,
                                  int64_t row_end, void* out) {
   const QuantShape& shape = in.shape;
-  const int64_t K = shape.K;
   const int64_t N = shape.N;
   const int bits = shape.bits;
   const int64_t zero_words = StreamWords(N, bits);
@@ -54,17 +31,9 @@ absl::Status DequantizeReference(const QuantView& in, DType out_dtype, int64_t r
     const auto q = static_cast<int32_t>(StreamField(Qweight(in) + n, N, k, bits));
     const auto z =
         static_cast<int32_t>(ZeroAt(Qzeros(in) + g * zero_words, n, bits, shape.format_flags));
-    return static_cast<float>(q - z) * ScaleAt(Scales(in), shape.scale_dtype, g * N + n);
+    return static_cast<float>(q - z) * ScaleAsFloat(Scales(in), shape.scale_dtype, g * N + n);
   };
-  if (shape.orientation == Orientation::kKN) {
-    for (int64_t k = row_begin; k < row_end; ++k)
-      for (int64_t n = 0; n < N; ++n)
-        StoreAt(out, out_dtype, (k - row_begin) * N + n, element(k, n));
-  } else {  // kNK: row n, column k
-    for (int64_t n = row_begin; n < row_end; ++n)
-      for (int64_t k = 0; k < K; ++k)
-        StoreAt(out, out_dtype, (n - row_begin) * K + k, element(k, n));
-  }
+  ForEachResultElement(shape, out_dtype, row_begin, row_end, out, element);
   if (!g_idx_ok) {
     return absl::InvalidArgumentError(
         absl::StrCat("g_idx holds a group outside [0, ", groups, ")"));

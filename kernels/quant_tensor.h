@@ -17,6 +17,8 @@ namespace dequantd {
 enum class Format : uint8_t {
   kAwqGemm = 0,  // AutoAWQ "gemm" (kernels/awq_format.h)
   kGptq = 1,     // GPTQ / GPTQModel, checkpoint_format gptq and gptq_v2 (kernels/gptq_format.h)
+  kCompressedTensors = 2,  // compressed-tensors pack-quantized int4/int8
+                           // (kernels/compressed_tensors_format.h)
 };
 
 // The layout of a result, chosen per request (every kernel writes either; no host transpose):
@@ -30,7 +32,7 @@ std::string_view OrientationName(Orientation orientation);
 // Accepts "kn" / "nk" (any case); false otherwise.
 bool ParseOrientation(std::string_view name, Orientation* out);
 
-// Most stored tensors one layer of any format has (AWQ: 3).
+// Most stored tensors one layer of any format has (AWQ: 3; compressed-tensors: 5).
 inline constexpr int kMaxTensorRoles = 6;
 
 // Shape of one quantized linear layer, in elements, the format parameters the kernels need and
@@ -46,8 +48,9 @@ struct QuantShape {
   // The result's layout. A layer loaded from a checkpoint carries its format's own; a request
   // may set either (the service does). Not a property of the stored tensors.
   Orientation orientation = Orientation::kKN;
-  int bits = 4;  // bits per stored code (AWQ: 4; GPTQ: 2, 3, 4 or 8)
-  // Format-specific flags of the stored tensors (GPTQ: gptq::kZerosV1, gptq::kNoGidx); 0 for AWQ.
+  int bits = 4;  // bits per stored code (AWQ: 4; GPTQ: 2, 3, 4 or 8; compressed-tensors: 4 or 8)
+  // Format-specific flags of the stored tensors (GPTQ: gptq::kZerosV1, gptq::kNoGidx;
+  // compressed-tensors: compressed_tensors::kSym, ...); 0 for AWQ.
   uint32_t format_flags = 0;
 
   int64_t groups() const { return group_size > 0 ? K / group_size : 0; }

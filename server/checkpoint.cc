@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "formats/quant_tensors.h"
 #include "formats/strict_json.h"
@@ -62,14 +63,28 @@ absl::StatusOr<json> ReadJsonObject(const fs::path& path) {
   return j;
 }
 
-// The first of `keys` present in `obj`, or nullptr; `*found` is set to its key.
+// The value at `key` in `obj`: a member, or for a key holding '/' a path of object members
+// ("config_groups/group_0/weights"); nullptr when absent or below a non-object, and for a path
+// also when null (compressed-tensors writes null for every unset scheme field; a top-level null
+// stays a value, which the typed getters refuse by name).
+const json* FindKey(const json& obj, absl::string_view key) {
+  const json* at = &obj;
+  for (absl::string_view part : absl::StrSplit(key, '/')) {
+    if (!at->is_object()) return nullptr;
+    const auto it = at->find(std::string(part));
+    if (it == at->end()) return nullptr;
+    at = &*it;
+  }
+  return at->is_null() && absl::StrContains(key, '/') ? nullptr : at;
+}
+
+// The first of `keys` present in `obj` (FindKey), or nullptr; `*found` is set to its key.
 const json* FindAny(const json& obj, std::initializer_list<const char*> keys,
                     const char** found = nullptr) {
   for (const char* k : keys) {
-    const auto it = obj.find(k);
-    if (it != obj.end()) {
+    if (const json* value = FindKey(obj, k); value != nullptr) {
       if (found != nullptr) *found = k;
-      return &*it;
+      return value;
     }
   }
   return nullptr;
@@ -97,6 +112,14 @@ class JsonQuantConfig final : public QuantConfigReader {
  public:
   JsonQuantConfig(const fs::path& path, const json& qc) : path_(path), qc_(qc) {}
 
+  absl::StatusOr<std::vector<std::string>> Members(const char* key) const override {
+    const json* value = FindKey(qc_, key);
+    if (value == nullptr) return std::vector<std::string>{};
+    if (!value->is_object()) return FieldError(key, "is not an object");
+    std::vector<std::string> names;
+    for (auto it = value->begin(); it != value->end(); ++it) names.push_back(it.key());
+    return names;
+  }
   absl::StatusOr<std::optional<int64_t>> Integer(
       std::initializer_list<const char*> keys) const override {
     return ReadConfigInteger(path_, qc_, keys);

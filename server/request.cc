@@ -148,6 +148,8 @@ v1::DType DTypeToProto(DType dtype) {
       return v1::DTYPE_FP32;
     case DType::kI32:
       return v1::DTYPE_INT32;
+    case DType::kI64:
+      return v1::DTYPE_INT64;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

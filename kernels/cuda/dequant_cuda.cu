@@ -11,41 +11,11 @@
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/dequant_kernels.cuh"
 #include "kernels/cuda/format_kernels.h"
+#include "kernels/cuda/launch_helpers.cuh"
 #include "kernels/cuda/layer_size.h"
 
 namespace dequantd::cuda {
 namespace {
-
-// Grid-stride loops cover the rest; far below the 2^31 - 1 limit of gridDim.x.
-constexpr int64_t kMaxBlocks = int64_t{1} << 24;
-
-template <DType T>
-using DTypeConstant = std::integral_constant<DType, T>;
-
-// Calls f(DTypeConstant<scale>, DTypeConstant<out>) for the run-time dtype pair.
-template <class F>
-absl::Status DispatchDTypes(DType scale, DType out, F&& f) {
-  const auto with_out = [&](auto s) -> absl::Status {
-    switch (out) {
-      case DType::kF16:
-        return f(s, DTypeConstant<DType::kF16>{});
-      case DType::kBF16:
-        return f(s, DTypeConstant<DType::kBF16>{});
-      case DType::kF32:
-        return f(s, DTypeConstant<DType::kF32>{});
-      default:
-        return absl::InvalidArgumentError("unsupported output dtype");
-    }
-  };
-  switch (scale) {
-    case DType::kF16:
-      return with_out(DTypeConstant<DType::kF16>{});
-    case DType::kBF16:
-      return with_out(DTypeConstant<DType::kBF16>{});
-    default:
-      return absl::InvalidArgumentError("unsupported scales dtype");
-  }
-}
 
 // Calls f(std::integral_constant<int, value>) for value in {Options...}.
 template <int kFirst, int... kRest, class F>
@@ -56,16 +26,6 @@ absl::Status DispatchInt(int value, const char* what, F&& f) {
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unsupported ", what, " ", value));
   }
-}
-
-template <class Kernel>
-absl::Status Launch(Kernel kernel, int64_t work_items, int block_size, const DequantParams& p,
-                    cudaStream_t stream) {
-  if (work_items == 0) return absl::OkStatus();
-  const int64_t blocks = std::min((work_items + block_size - 1) / block_size, kMaxBlocks);
-  kernel<<<static_cast<unsigned>(blocks), block_size, 0, stream>>>(p);
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
 }
 
 // v4 launches as a programmatic dependent launch (the kernel waits for the preceding grid before
@@ -114,25 +74,26 @@ absl::Status AwqLaunch(KernelVariant v, const LaunchConfig& config, const QuantV
   if (v == KernelVariant::kV4Vec16 && !p.nk && (!AlignedTo(scales, 16) || !AlignedTo(out, 16)))
     return absl::InvalidArgumentError("v4_vec16 needs 16-byte aligned scales and out pointers");
 
-  return DispatchDTypes(shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
+  return DispatchDTypes<DType::kF16,
+                        DType::kBF16>(shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
     constexpr DType kScale = decltype(scale_c)::value;
     constexpr DType kOut = decltype(out_c)::value;
     switch (v) {
       case KernelVariant::kV1PerElement:
-        return Launch(DequantPerElementKernel<kScale, kOut>, shape.output_elements(), 256, p,
-                      stream);
+        return LaunchGridStride(DequantPerElementKernel<kScale, kOut>, shape.output_elements(), 256,
+                                p, stream);
       case KernelVariant::kV2PerWord:
-        return Launch(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row, 256, p,
-                      stream);
+        return LaunchGridStride(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row, 256,
+                                p, stream);
       case KernelVariant::kV3PerWordBlock:
-        return Launch(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row,
-                      config.block_size, p, stream);
+        return LaunchGridStride(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row,
+                                config.block_size, p, stream);
       case KernelVariant::kV4Vec16:
         if (p.nk) {  // the tile transpose (CanImplement: words_per_thread = rows_per_thread = 1)
           const int64_t tiles = (shape.K + kNkTileK - 1) / kNkTileK *
                                 ((p.words_per_row + kNkTileWords - 1) / kNkTileWords);
-          return Launch(DequantNkTileKernel<kScale, kOut>, tiles * config.block_size,
-                        config.block_size, p, stream);
+          return LaunchGridStride(DequantNkTileKernel<kScale, kOut>, tiles * config.block_size,
+                                  config.block_size, p, stream);
         }
         return DispatchInt<1, 2, 4>(config.words_per_thread, "words_per_thread", [&](auto w_c) {
           return DispatchInt<1, 2, 4, 8, 16>(

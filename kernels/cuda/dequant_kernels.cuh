@@ -12,6 +12,7 @@
 #include "kernels/cuda/awq_decode.cuh"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/fast_divmod.h"
+#include "kernels/cuda/launch_helpers.cuh"  // GlobalThreadIndex, GridThreads
 
 namespace dequantd::cuda {
 
@@ -27,13 +28,6 @@ struct DequantParams {
   int64_t group_size = 0;
   bool nk = false;  // the result is (N, K) (Orientation::kNK), else (K, N)
 };
-
-__device__ __forceinline__ int64_t GlobalThreadIndex() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t GridThreads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
 
 // v1: one thread per output element (the baseline: 2-byte stores, each word re-read 8 times).
 template <DType kScale, DType kOut>

@@ -34,6 +34,8 @@ struct FormatKernels {
 extern const FormatKernels kAwqKernels;
 // GPTQ: v1, v2 (gptq_cuda.cu).
 extern const FormatKernels kGptqKernels;
+// compressed-tensors pack-quantized: v1, v2 (compressed_tensors_cuda.cu).
+extern const FormatKernels kCompressedTensorsKernels;
 
 LaunchConfig AwqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype);
 std::vector<LaunchConfig> AwqCandidateConfigs(KernelVariant v, const QuantShape& shape,

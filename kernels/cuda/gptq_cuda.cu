@@ -18,26 +18,19 @@
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
 #include "kernels/cuda/gptq_decode.cuh"
+#include "kernels/cuda/launch_helpers.cuh"
 #include "kernels/gptq_format.h"
 
 namespace dequantd::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr int64_t kMaxBlocks = int64_t{1} << 24;
 constexpr int kRun = 32;  // rows of K per v2 thread
-
-__device__ __forceinline__ int64_t ThreadIndex() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t Threads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
 
 template <DType kScale, DType kOut>
 __global__ void GptqPerElementKernel(GptqParams p) {
   const int64_t total = p.K * p.N;
-  for (int64_t e = ThreadIndex(); e < total; e += Threads()) {
+  for (int64_t e = GlobalThreadIndex(); e < total; e += GridThreads()) {
     const int64_t k = p.nk ? e % p.K : e / p.N;
     const int64_t n = p.nk ? e / p.K : e % p.N;
     StoreElement<kOut>(p.out, e, GptqElement<kScale>(p, k, n, GptqGroup(p, k)));
@@ -48,7 +41,7 @@ template <DType kScale, DType kOut>
 __global__ void GptqPerRunKernel(GptqParams p) {
   const int64_t runs = (p.K + kRun - 1) / kRun;
   const int64_t total = runs * p.N;
-  for (int64_t u = ThreadIndex(); u < total; u += Threads()) {
+  for (int64_t u = GlobalThreadIndex(); u < total; u += GridThreads()) {
     const int64_t n = p.nk ? u / runs : u % p.N;
     const int64_t k0 = (p.nk ? u % runs : u / p.N) * kRun;
     const int64_t k1 = k0 + kRun < p.K ? k0 + kRun : p.K;
@@ -67,42 +60,6 @@ __global__ void GptqPerRunKernel(GptqParams p) {
       StoreElement<kOut>(p.out, p.nk ? n * p.K + k : k * p.N + n, (q - z) * s);
     }
   }
-}
-
-template <DType T>
-using DTypeConstant = std::integral_constant<DType, T>;
-
-template <class F>
-absl::Status DispatchDTypes(DType scale, DType out, F&& f) {
-  const auto with_out = [&](auto s) -> absl::Status {
-    switch (out) {
-      case DType::kF16:
-        return f(s, DTypeConstant<DType::kF16>{});
-      case DType::kBF16:
-        return f(s, DTypeConstant<DType::kBF16>{});
-      case DType::kF32:
-        return f(s, DTypeConstant<DType::kF32>{});
-      default:
-        return absl::InvalidArgumentError("unsupported output dtype");
-    }
-  };
-  switch (scale) {
-    case DType::kF16:
-      return with_out(DTypeConstant<DType::kF16>{});
-    case DType::kBF16:
-      return with_out(DTypeConstant<DType::kBF16>{});
-    default:
-      return absl::InvalidArgumentError("unsupported scales dtype");
-  }
-}
-
-template <class Kernel>
-absl::Status Launch(Kernel kernel, int64_t work_items, const GptqParams& p, cudaStream_t stream) {
-  if (work_items == 0) return absl::OkStatus();
-  const int64_t blocks = std::min((work_items + kBlock - 1) / kBlock, kMaxBlocks);
-  kernel<<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(p);
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
 }
 
 constexpr KernelVariant kGptqVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord};
@@ -150,18 +107,21 @@ absl::Status GptqLaunch(KernelVariant v, const LaunchConfig&, const QuantView& i
   p.bits = shape.bits;
   p.flags = shape.format_flags;
   p.nk = shape.orientation == Orientation::kNK;
-  return DispatchDTypes(shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
-    constexpr DType kScale = decltype(scale_c)::value;
-    constexpr DType kOut = decltype(out_c)::value;
-    switch (v) {
-      case KernelVariant::kV1PerElement:
-        return Launch(GptqPerElementKernel<kScale, kOut>, p.K * p.N, p, stream);
-      case KernelVariant::kV2PerWord:
-        return Launch(GptqPerRunKernel<kScale, kOut>, (p.K + kRun - 1) / kRun * p.N, p, stream);
-      default:
-        return absl::InvalidArgumentError("kernel variant not implemented for gptq");
-    }
-  });
+  return DispatchDTypes<DType::kF16, DType::kBF16>(
+      shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
+        constexpr DType kScale = decltype(scale_c)::value;
+        constexpr DType kOut = decltype(out_c)::value;
+        switch (v) {
+          case KernelVariant::kV1PerElement:
+            return LaunchGridStride(GptqPerElementKernel<kScale, kOut>, p.K * p.N, kBlock, p,
+                                    stream);
+          case KernelVariant::kV2PerWord:
+            return LaunchGridStride(GptqPerRunKernel<kScale, kOut>, (p.K + kRun - 1) / kRun * p.N,
+                                    kBlock, p, stream);
+          default:
+            return absl::InvalidArgumentError("kernel variant not implemented for gptq");
+        }
+      });
 }
 
 }  // namespace

@@ -59,14 +59,20 @@ TEST(FormatRegistryTest, NamesAndQuantMethodsRoundTrip) {
   EXPECT_EQ(FindFormatByQuantMethod("AWQ")->format, Format::kAwqGemm);
   ASSERT_NE(FindFormatByQuantMethod("GPTQ"), nullptr);
   EXPECT_EQ(FindFormatByQuantMethod("GPTQ")->format, Format::kGptq);
-  EXPECT_EQ(FindFormatByQuantMethod("compressed-tensors"), nullptr);
-  EXPECT_EQ(ServedQuantMethods(), "'awq', 'gptq'");
+  ASSERT_NE(FindFormatByQuantMethod("Compressed-Tensors"), nullptr);
+  EXPECT_EQ(FindFormatByQuantMethod("compressed-tensors")->format, Format::kCompressedTensors);
+  EXPECT_EQ(FormatName(Format::kCompressedTensors), "compressed_tensors");
+  ASSERT_TRUE(ParseFormat("compressed_tensors", &f));
+  EXPECT_EQ(f, Format::kCompressedTensors);
+  EXPECT_EQ(FindFormatByQuantMethod("fp8"), nullptr);
+  EXPECT_EQ(ServedQuantMethods(), "'awq', 'gptq', 'compressed-tensors'");
 }
 
 // Each format's own orientation (what a request naming none gets) and the names.
 TEST(FormatRegistryTest, DefaultOrientationsAndOrientationNames) {
   EXPECT_EQ(FormatRowOf(Format::kAwqGemm).default_orientation, Orientation::kKN);
   EXPECT_EQ(FormatRowOf(Format::kGptq).default_orientation, Orientation::kNK);
+  EXPECT_EQ(FormatRowOf(Format::kCompressedTensors).default_orientation, Orientation::kNK);
   EXPECT_EQ(OrientationName(Orientation::kKN), "kn");
   EXPECT_EQ(OrientationName(Orientation::kNK), "nk");
   Orientation o = Orientation::kKN;

@@ -29,6 +29,7 @@
 #include "server/cuda_backend.h"
 #endif
 #include "tests/server/cpu_test_server.h"
+#include "tests/server/format_vectors.h"
 
 namespace dequantd {
 namespace {
@@ -38,33 +39,11 @@ using ::testing::HasSubstr;
 
 constexpr char kLayer[] = "model.layers.0.mlp.down_proj";
 
-fs::path VectorDir() { return fs::path(DEQUANTD_SOURCE_DIR) / "tests/data/formats/gptq"; }
-
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void WriteText(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-// A checkpoint directory holding `config` as config.json and a copy of `safetensors`.
-fs::path MakeCheckpoint(const std::string& config, const fs::path& safetensors) {
-  std::string templ = ::testing::TempDir() + "/gptq_vectors.XXXXXX";
-  if (::mkdtemp(templ.data()) == nullptr) return {};
-  const fs::path dir(templ);
-  WriteText(dir / "config.json", config);
-  fs::copy_file(safetensors, dir / "model.safetensors");
-  return dir;
-}
-
-std::vector<uint8_t> TensorOf(const safetensors::MappedFile& file, const std::string& name) {
-  absl::StatusOr<absl::Span<const uint8_t>> bytes = file.TensorBytes(name);
-  EXPECT_TRUE(bytes.ok()) << name << ": " << bytes.status();
-  if (!bytes.ok()) return {};
-  return std::vector<uint8_t>(bytes->begin(), bytes->end());
-}
+fs::path VectorDir() { return testing::VectorDir("gptq"); }
+using testing::MakeCheckpoint;
+using testing::ReadText;
+using testing::TensorOf;
+using testing::WriteText;
 
 struct Case {
   const char* name;
@@ -395,20 +374,7 @@ TEST(GptqServedTest, ListAndDequantizeInTheFormatsOwnOrientationAndTheOther) {
 }
 
 #if DEQUANTD_HAVE_CUDA
-// Collects one streamed result.
-class BytesSink : public ChunkSink {
- public:
-  absl::Status Begin(const std::string& k) override {
-    kernel = k;
-    return absl::OkStatus();
-  }
-  absl::Status Write(int64_t, absl::Span<const uint8_t> data) override {
-    bytes.insert(bytes.end(), data.begin(), data.end());
-    return absl::OkStatus();
-  }
-  std::string kernel;
-  std::vector<uint8_t> bytes;
-};
+using testing::BytesSink;
 
 // Every GPTQ case on the CUDA backend (resident layers; GPTQ's fastest variant, v2, since the
 // configured v4 is AWQ's): Dequantize in the format's own orientation gives GPTQModel's bytes,

@@ -102,7 +102,9 @@ TEST(InlineTensorTest, TensorsByRoleErrorsNameTheRoleOrFormat) {
   EXPECT_THAT(message(both), HasSubstr("not both"));
   v1::InlinePackedTensor unknown = legacy;
   unknown.set_format("marlin");
-  EXPECT_EQ(message(unknown), "packed.format 'marlin' is not known; served: 'awq_gemm', 'gptq'");
+  EXPECT_EQ(message(unknown),
+            "packed.format 'marlin' is not known; served: 'awq_gemm', 'gptq', "
+            "'compressed_tensors'");
 }
 
 // An inline GPTQ layer (K = 64, N = 8, G = 32, 4 bits, gptq_v2 zeros, with g_idx: what inline
@@ -142,6 +144,50 @@ TEST(InlineTensorTest, GptqByRoleHasItsShapeAndItsGidxChecked) {
   packed.mutable_tensors()->RemoveLast();
   EXPECT_EQ(InlineTensor::FromProto(packed, int64_t{1} << 20).status().message(),
             "packed.tensors: role 'g_idx' is missing");
+}
+
+// An inline compressed_tensors layer: int4, group strategy, asymmetric, with weight_g_idx and
+// weight_shape (every role), its stored values checked as at load.
+TEST(InlineTensorTest, CompressedTensorsByRoleHasItsShapeAndItsWeightShapeChecked) {
+  v1::InlinePackedTensor packed;
+  packed.set_format("compressed_tensors");
+  packed.set_in_features(64);
+  packed.set_out_features(8);
+  packed.set_group_size(32);
+  packed.set_scale_dtype(v1::DTYPE_BF16);
+  const auto add = [&](const char* role, size_t bytes) {
+    v1::RoleBytes* t = packed.add_tensors();
+    t->set_role(role);
+    t->mutable_data()->assign(bytes, '\0');
+    return t;
+  };
+  add("weight_packed", 8 * 8 * 4);
+  add("weight_scale", 8 * 2 * 2);
+  add("weight_zero_point", 1 * 2 * 4);
+  v1::RoleBytes* g_idx = add("weight_g_idx", 64 * 4);
+  for (int32_t k = 0; k < 64; ++k) {
+    const int32_t g = k / 32;
+    std::memcpy(g_idx->mutable_data()->data() + 4 * k, &g, 4);
+  }
+  v1::RoleBytes* dense = add("weight_shape", 16);
+  const int64_t nk[2] = {8, 64};
+  std::memcpy(dense->mutable_data()->data(), nk, 16);
+  absl::StatusOr<InlineTensor> ok = InlineTensor::FromProto(packed, int64_t{1} << 20);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->view().shape.format, Format::kCompressedTensors);
+  EXPECT_EQ(ok->view().shape.orientation, Orientation::kNK);
+  EXPECT_EQ(ok->view().shape.bits, 4);
+  EXPECT_EQ(ok->view().shape.format_flags, 0u);
+  EXPECT_EQ(ok->view().shape.scale_dtype, DType::kBF16);
+  const int64_t wrong[2] = {8, 60};
+  std::memcpy(dense->mutable_data()->data(), wrong, 16);
+  const absl::StatusOr<InlineTensor> refused = InlineTensor::FromProto(packed, int64_t{1} << 20);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::StartsWith("packed: weight_shape is (8, 60), want (N, K) = (8, 64)"));
+  dense->mutable_data()->resize(8);
+  EXPECT_THAT(std::string(InlineTensor::FromProto(packed, int64_t{1} << 20).status().message()),
+              ::testing::HasSubstr("weight_shape"));
 }
 
 TEST(InlineTensorTest, GroupSizeMinusOneMeansK) {

@@ -1,0 +1,140 @@
+// compressed-tensors' CUDA kernels (layer 2), their host launcher (layer 3) and its FormatKernels
+// row entry (kernels/cuda/format_kernels.h). Two variants, bits 4 and 8, either orientation:
+//   v1_per_element: one thread per output element, in output order (coalesced stores);
+//   v2_per_word:    one thread per weight_packed word (32/b consecutive codes k of one row n), its
+//                   group's zero and scale reloaded only when the group changes; (N, K):
+//                   consecutive threads take consecutive words of one row (coalesced loads, each
+//                   thread stores 32/b consecutive elements); (K, N): consecutive threads take
+//                   consecutive rows n of one word column (coalesced stores).
+// Both take no launch parameters (256-thread blocks, grid-stride loops, 64-bit indices).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/compressed_tensors_format.h"
+#include "kernels/cuda/compressed_tensors_decode.cuh"
+#include "kernels/cuda/dequant_cuda.h"
+#include "kernels/cuda/format_kernels.h"
+#include "kernels/cuda/launch_helpers.cuh"
+
+namespace dequantd::cuda {
+namespace {
+
+namespace ct = compressed_tensors;
+
+constexpr int kBlock = 256;
+
+template <DType kScale, DType kOut>
+__global__ void CtPerElementKernel(CompressedTensorsParams p) {
+  const int64_t total = p.K * p.N;
+  for (int64_t e = GlobalThreadIndex(); e < total; e += GridThreads()) {
+    const int64_t k = p.nk ? e % p.K : e / p.N;
+    const int64_t n = p.nk ? e / p.K : e % p.N;
+    float z;
+    float s;
+    CtZeroScale<kScale>(p, n, CtGroup(p, k), &z, &s);
+    StoreElement<kOut>(p.out, e, RoundToScale<kScale>((CtCode(p, n, k) - z) * s));
+  }
+}
+
+template <DType kScale, DType kOut>
+__global__ void CtPerWordKernel(CompressedTensorsParams p) {
+  const int per_word = 32 / p.bits;
+  const int64_t total = p.N * p.row_words;
+  for (int64_t u = GlobalThreadIndex(); u < total; u += GridThreads()) {
+    const int64_t n = p.nk ? u / p.row_words : u % p.N;
+    const int64_t w = p.nk ? u % p.row_words : u / p.N;
+    const uint32_t word = static_cast<uint32_t>(__ldg(p.weight_packed + n * p.row_words + w));
+    const uint32_t mask = (1u << p.bits) - 1u;
+    int64_t g = -1;
+    float z = 0.0f;
+    float s = 0.0f;
+    for (int j = 0; j < per_word; ++j) {
+      const int64_t k = w * per_word + j;
+      const int64_t gk = CtGroup(p, k);
+      if (gk != g) {
+        g = gk;
+        CtZeroScale<kScale>(p, n, g, &z, &s);
+      }
+      const float f = static_cast<float>((word >> (j * p.bits)) & mask);
+      StoreElement<kOut>(p.out, p.nk ? n * p.K + k : k * p.N + n,
+                         RoundToScale<kScale>((f - z) * s));
+    }
+  }
+}
+
+constexpr KernelVariant kCtVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord};
+
+LaunchConfig CtDefaultConfig(KernelVariant, const QuantShape&, DType) { return LaunchConfig{}; }
+
+std::vector<LaunchConfig> CtCandidateConfigs(KernelVariant, const QuantShape&, DType) {
+  return {LaunchConfig{}};
+}
+
+bool CtIsTunable(KernelVariant, const QuantShape&, DType) { return false; }
+
+absl::Status CtCanImplement(KernelVariant v, const LaunchConfig& config, const QuantShape&, DType) {
+  if (!(config == LaunchConfig{})) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(VariantName(v)),
+        " of compressed_tensors takes no launch parameters: config must be the default, got ",
+        config.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CtLaunch(KernelVariant v, const LaunchConfig&, const QuantView& in, DType out_dtype,
+                      void* out, cudaStream_t stream) {
+  const QuantShape& shape = in.shape;
+  const bool has_zero_point = (shape.format_flags & ct::kSym) == 0;
+  const bool has_gidx = (shape.format_flags & ct::kNoGidx) == 0;
+  if (ct::WeightPacked(in) == nullptr || ct::WeightScale(in) == nullptr ||
+      (has_zero_point && ct::WeightZeroPoint(in) == nullptr) ||
+      (has_gidx && ct::WeightGidx(in) == nullptr) || out == nullptr) {
+    return absl::InvalidArgumentError(
+        "weight_packed, weight_scale, weight_zero_point and weight_g_idx (when stored) and out "
+        "must be non-null");
+  }
+  CompressedTensorsParams p;
+  p.weight_packed = ct::WeightPacked(in);
+  p.weight_scale = ct::WeightScale(in);
+  p.weight_zero_point = ct::WeightZeroPoint(in);
+  p.weight_g_idx = ct::WeightGidx(in);
+  p.out = out;
+  p.K = shape.K;
+  p.N = shape.N;
+  p.group_size = shape.group_size;
+  p.groups = shape.groups();
+  p.row_words = ct::PackedRowWords(shape.K, shape.bits);
+  p.bits = shape.bits;
+  p.flags = shape.format_flags;
+  p.nk = shape.orientation == Orientation::kNK;
+  return DispatchDTypes<DType::kF16, DType::kBF16, DType::kF32>(
+      shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
+        constexpr DType kScale = decltype(scale_c)::value;
+        constexpr DType kOut = decltype(out_c)::value;
+        switch (v) {
+          case KernelVariant::kV1PerElement:
+            return LaunchGridStride(CtPerElementKernel<kScale, kOut>, p.K * p.N, kBlock, p, stream);
+          case KernelVariant::kV2PerWord:
+            return LaunchGridStride(CtPerWordKernel<kScale, kOut>, p.N * p.row_words, kBlock, p,
+                                    stream);
+          default:
+            return absl::InvalidArgumentError(
+                "kernel variant not implemented for compressed_tensors");
+        }
+      });
+}
+
+}  // namespace
+
+const FormatKernels kCompressedTensorsKernels = {.variants = kCtVariants,
+                                                 .default_config = &CtDefaultConfig,
+                                                 .candidate_configs = &CtCandidateConfigs,
+                                                 .is_tunable = &CtIsTunable,
+                                                 .can_implement = &CtCanImplement,
+                                                 .launch = &CtLaunch};
+
+}  // namespace dequantd::cuda
