@@ -50,6 +50,8 @@ std::string OutputDTypeName(v1::DType dtype) {
       return "fp32";
     case v1::DTYPE_INT32:
       return "int32";
+    case v1::DTYPE_FP8_E4M3:
+      return "fp8_e4m3";
     default:
       return "unspecified";
   }

@@ -17,6 +17,8 @@ std::string_view DTypeName(DType t) {
       return "fp32";
     case DType::kI32:
       return "int32";
+    case DType::kF8E4M3:
+      return "fp8_e4m3";
   }
   return "unknown";
 }
@@ -28,10 +30,11 @@ bool ParseDType(std::string_view name, DType* out) {
   };
   // Matched case-insensitively: "F16" is safetensors' spelling, "float16" torch's.
   static constexpr Spelling kSpellings[] = {
-      {"fp16", DType::kF16},    {"float16", DType::kF16},   {"f16", DType::kF16},
-      {"bf16", DType::kBF16},   {"bfloat16", DType::kBF16}, {"fp32", DType::kF32},
-      {"float32", DType::kF32}, {"f32", DType::kF32},       {"int32", DType::kI32},
-      {"i32", DType::kI32},
+      {"fp16", DType::kF16},       {"float16", DType::kF16},     {"f16", DType::kF16},
+      {"bf16", DType::kBF16},      {"bfloat16", DType::kBF16},   {"fp32", DType::kF32},
+      {"float32", DType::kF32},    {"f32", DType::kF32},         {"int32", DType::kI32},
+      {"i32", DType::kI32},        {"fp8_e4m3", DType::kF8E4M3}, {"float8_e4m3fn", DType::kF8E4M3},
+      {"f8_e4m3", DType::kF8E4M3},
   };
   for (const Spelling& s : kSpellings) {
     if (absl::EqualsIgnoreCase(absl::string_view(name.data(), name.size()),

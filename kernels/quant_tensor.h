@@ -15,8 +15,9 @@ namespace dequantd {
 
 // The quantized formats dequantd reads. Each value has one row in kernels/format_registry.cc.
 enum class Format : uint8_t {
-  kAwqGemm = 0,  // AutoAWQ "gemm" (kernels/awq_format.h)
-  kGptq = 1,     // GPTQ / GPTQModel, checkpoint_format gptq and gptq_v2 (kernels/gptq_format.h)
+  kAwqGemm = 0,   // AutoAWQ "gemm" (kernels/awq_format.h)
+  kGptq = 1,      // GPTQ / GPTQModel, checkpoint_format gptq and gptq_v2 (kernels/gptq_format.h)
+  kFp8Block = 2,  // FP8 E4M3 with 128x128 block scales, DeepSeek-V3 style (fp8_block_format.h)
 };
 
 // The layout of a result, chosen per request (every kernel writes either; no host transpose):

@@ -34,6 +34,8 @@ struct FormatKernels {
 extern const FormatKernels kAwqKernels;
 // GPTQ: v1, v2 (gptq_cuda.cu).
 extern const FormatKernels kGptqKernels;
+// FP8 block-scaled: v1, v4 (fp8_block_cuda.cu).
+extern const FormatKernels kFp8BlockKernels;
 
 LaunchConfig AwqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype);
 std::vector<LaunchConfig> AwqCandidateConfigs(KernelVariant v, const QuantShape& shape,

@@ -60,13 +60,17 @@ TEST(FormatRegistryTest, NamesAndQuantMethodsRoundTrip) {
   ASSERT_NE(FindFormatByQuantMethod("GPTQ"), nullptr);
   EXPECT_EQ(FindFormatByQuantMethod("GPTQ")->format, Format::kGptq);
   EXPECT_EQ(FindFormatByQuantMethod("compressed-tensors"), nullptr);
-  EXPECT_EQ(ServedQuantMethods(), "'awq', 'gptq'");
+  ASSERT_NE(FindFormatByQuantMethod("fp8"), nullptr);
+  EXPECT_EQ(FindFormatByQuantMethod("fp8")->format, Format::kFp8Block);
+  EXPECT_EQ(FormatName(Format::kFp8Block), "fp8_block");
+  EXPECT_EQ(ServedQuantMethods(), "'awq', 'gptq', 'fp8'");
 }
 
 // Each format's own orientation (what a request naming none gets) and the names.
 TEST(FormatRegistryTest, DefaultOrientationsAndOrientationNames) {
   EXPECT_EQ(FormatRowOf(Format::kAwqGemm).default_orientation, Orientation::kKN);
   EXPECT_EQ(FormatRowOf(Format::kGptq).default_orientation, Orientation::kNK);
+  EXPECT_EQ(FormatRowOf(Format::kFp8Block).default_orientation, Orientation::kNK);
   EXPECT_EQ(OrientationName(Orientation::kKN), "kn");
   EXPECT_EQ(OrientationName(Orientation::kNK), "nk");
   Orientation o = Orientation::kKN;
