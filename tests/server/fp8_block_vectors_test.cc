@@ -9,6 +9,7 @@
 // only) the CUDA backend on every case.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -236,9 +237,11 @@ TEST_P(Fp8BlockVectorsTest, CheckpointDequantizesBitExactToDeepSeek) {
       const cpu::CpuDequantOptions options{.threads = threads, .min_elements_per_thread = 1};
       ASSERT_TRUE(cpu::DequantizeCpuWithOptions(kn, out, 0, K, fast.data(), options).ok());
       EXPECT_EQ(fast, want_kn) << "cpu (K, N), threads " << threads;
-      // Rows k [70, 129): a range that starts inside a 64-row tile and crosses a block column.
-      std::vector<uint8_t> part(static_cast<size_t>(59 * N * elem), 0xA5);
-      ASSERT_TRUE(cpu::DequantizeCpuWithOptions(kn, out, 70, 129, part.data(), options).ok());
+      // Rows k [70, min(129, K)): a range that starts inside a 64-row tile and (K = 144)
+      // crosses a block column.
+      const int64_t k_end = std::min<int64_t>(129, K);
+      std::vector<uint8_t> part(static_cast<size_t>((k_end - 70) * N * elem), 0xA5);
+      ASSERT_TRUE(cpu::DequantizeCpuWithOptions(kn, out, 70, k_end, part.data(), options).ok());
       EXPECT_EQ(0, std::memcmp(part.data(), want_kn.data() + 70 * N * elem, part.size()));
     }
   }

@@ -43,9 +43,9 @@ ArrayLike = Any  # numpy.ndarray or torch.Tensor
 @dataclasses.dataclass(frozen=True)
 class LayerInfo:
     """A quantized layer: `name` is its prefix ("model.layers.0.mlp.down_proj"); K =
-    in_features, N = out_features; `scale_dtype` is "fp16" or "bf16"; `format` e.g. "awq_gemm",
-    "gptq"; `orientation` its format's own result layout, "kn" ((K, N)) or "nk" ((N, K)): what a
-    call with orientation=None returns."""
+    in_features, N = out_features; `scale_dtype` is "fp16" or "bf16" ("fp32" too for fp8_block);
+    `format` e.g. "awq_gemm", "gptq", "fp8_block"; `orientation` its format's own result layout,
+    "kn" ((K, N)) or "nk" ((N, K)): what a call with orientation=None returns."""
     name: str
     in_features: int
     out_features: int
@@ -147,7 +147,8 @@ def _region_header(h: Any) -> RegionHeader:
 
 
 def _scale_name(wire: int) -> str:
-    return {pb.DTYPE_FP16: "fp16", pb.DTYPE_BF16: "bf16"}.get(wire, pb.DType.Name(wire))
+    return {pb.DTYPE_FP16: "fp16", pb.DTYPE_BF16: "bf16",
+            pb.DTYPE_FP32: "fp32"}.get(wire, pb.DType.Name(wire))
 
 
 def supports_byte_ranges() -> bool:
