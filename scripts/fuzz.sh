@@ -7,7 +7,8 @@
 #
 #   scripts/fuzz.sh                                # CI: every target, 60 s each
 #   FUZZ_SECONDS=3600 scripts/fuzz.sh checkpoint   # a longer run of one target
-# Targets: safetensors_header config_json checkpoint gptq_checkpoint inline_request.
+# Targets: safetensors_header config_json checkpoint gptq_checkpoint fp8_block_checkpoint
+# inline_request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-60}
@@ -25,7 +26,7 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DBUILD_TESTING=OFF -DDEQUANTD_FUZZ=ON \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -Wno-unknown-warning-option -include $PWD/tests/fuzz/clang14_cpu_supports.h" \
   ${DEQUANTD_CMAKE_ARGS:-} >/dev/null
-all=(safetensors_header config_json checkpoint gptq_checkpoint inline_request)
+all=(safetensors_header config_json checkpoint gptq_checkpoint fp8_block_checkpoint inline_request)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 ninja -C build-fuzz -j "$jobs" "${targets[@]/%/_fuzzer}"
