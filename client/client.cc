@@ -54,6 +54,8 @@ std::string OutputDTypeName(v1::DType dtype) {
       return "int32";
     case v1::DTYPE_INT64:
       return "int64";
+    case v1::DTYPE_FP8_E4M3:
+      return "fp8_e4m3";
     default:
       return "unspecified";
   }

@@ -19,6 +19,8 @@ std::string_view DTypeName(DType t) {
       return "int32";
     case DType::kI64:
       return "int64";
+    case DType::kF8E4M3:
+      return "fp8_e4m3";
   }
   return "unknown";
 }
@@ -34,6 +36,8 @@ bool ParseDType(std::string_view name, DType* out) {
       {"bf16", DType::kBF16},   {"bfloat16", DType::kBF16}, {"fp32", DType::kF32},
       {"float32", DType::kF32}, {"f32", DType::kF32},       {"int32", DType::kI32},
       {"i32", DType::kI32},     {"int64", DType::kI64},     {"i64", DType::kI64},
+      {"fp8_e4m3", DType::kF8E4M3}, {"float8_e4m3fn", DType::kF8E4M3},
+      {"f8_e4m3", DType::kF8E4M3},
   };
   for (const Spelling& s : kSpellings) {
     if (absl::EqualsIgnoreCase(absl::string_view(name.data(), name.size()),

@@ -15,16 +15,20 @@
 namespace dequantd {
 
 // Element types on the wire, on disk and in memory.
-// kI64 is a stored tensor's dtype only (compressed-tensors' weight_shape), never a result's.
-enum class DType : int { kF16 = 0, kBF16 = 1, kF32 = 2, kI32 = 3, kI64 = 4 };
+// kI64 is a stored tensor's dtype only (compressed-tensors' weight_shape), never a result's;
+// kF8E4M3: OCP float8 E4M3FN (torch.float8_e4m3fn, safetensors F8_E4M3), a stored dtype only.
+enum class DType : int { kF16 = 0, kBF16 = 1, kF32 = 2, kI32 = 3, kI64 = 4, kF8E4M3 = 5 };
 
 constexpr int64_t DTypeSize(DType t) {
-  return t == DType::kI64 ? 8 : t == DType::kF32 || t == DType::kI32 ? 4 : 2;
+  return t == DType::kI64                        ? 8
+         : t == DType::kF32 || t == DType::kI32 ? 4
+         : t == DType::kF8E4M3                  ? 1
+                                                : 2;
 }
-// "fp16", "bf16", "fp32", "int32", "int64".
+// "fp16", "bf16", "fp32", "int32", "int64", "fp8_e4m3".
 std::string_view DTypeName(DType t);
 // Accepts "fp16"/"float16"/"F16", "bf16"/"bfloat16"/"BF16", "fp32"/"float32"/"F32", "int32"/"I32",
-// "int64"/"I64".
+// "int64"/"I64", "fp8_e4m3"/"float8_e4m3fn"/"F8_E4M3".
 bool ParseDType(std::string_view name, DType* out);
 
 // ---- Exact scalar conversions (host and device), used by the CPU reference. -----------------
@@ -76,6 +80,19 @@ DEQUANTD_HD uint16_t FloatToHalfBitsRne(float f) {
   const uint32_t rem = abs & 0x1FFFu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // carry into exponent is correct
   return sign | static_cast<uint16_t>(h);
+}
+
+// float8 E4M3FN bits -> float (exact): sign bit 7, exponent bits 6-3 (bias 7), mantissa bits 2-0;
+// exponent 0 is subnormal (m * 2^-9); 0x7F / 0xFF are NaN (returned as a quiet NaN of that
+// sign); no infinities; the largest finite magnitude is 0x7E = 448.
+DEQUANTD_HD float Fp8E4m3BitsToFloat(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xFu;
+  const uint32_t mant = b & 0x7u;
+  if (exp == 0xFu && mant == 0x7u) return BitsToFloat(sign | 0x7FC00000u);  // NaN
+  if (exp != 0) return BitsToFloat(sign | ((exp + 120u) << 23) | (mant << 20));
+  // Zero or subnormal: mant * 2^-9, exact in float.
+  return BitsToFloat(sign | FloatBits(static_cast<float>(mant) * 0.001953125f));
 }
 
 // bfloat16 bits -> float (exact).

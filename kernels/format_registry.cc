@@ -11,6 +11,8 @@
 #include "kernels/awq_format.h"
 #include "kernels/compressed_tensors.h"
 #include "kernels/compressed_tensors_format.h"
+#include "kernels/fp8_block.h"
+#include "kernels/fp8_block_format.h"
 #include "kernels/gptq.h"
 #include "kernels/gptq_format.h"
 
@@ -77,6 +79,22 @@ constexpr FormatRow kRows[] = {
      .reference = &compressed_tensors::DequantizeReference,
      .cpu = &compressed_tensors::DequantizeCpu,
      .cuda = DEQUANTD_FORMAT_KERNELS(kCompressedTensorsKernels)},
+    {.format = Format::kFp8Block,
+     .name = "fp8_block",
+     .quant_method = "fp8",
+     .role_count = fp8_block::kRoleCount,
+     .roles = {fp8_block::kRoleNames[0], fp8_block::kRoleNames[1]},
+     .anchor_role = fp8_block::kWeightScaleInv,  // unquantized `.weight` tensors have none
+     .optional_roles = 0,
+     .default_orientation = Orientation::kNK,
+     .from_config = &fp8_block::FromConfig,
+     .shape_from_stored = &fp8_block::ShapeFromStored,
+     .tensor_spec = &fp8_block::TensorSpecOf,
+     .validate = &fp8_block::ValidateShape,
+     .check_stored = nullptr,  // every byte is a value (E4M3 NaN passes through as NaN)
+     .reference = &fp8_block::DequantizeReference,
+     .cpu = &fp8_block::DequantizeCpu,
+     .cuda = DEQUANTD_FORMAT_KERNELS(kFp8BlockKernels)},
 };
 
 constexpr bool RowsInFormatOrder() {

@@ -45,6 +45,9 @@ class QuantConfigReader {
       std::initializer_list<const char*> keys) const = 0;
   virtual absl::StatusOr<std::optional<std::string>> String(
       std::initializer_list<const char*> keys) const = 0;
+  // A JSON array of exact integers (fp8's weight_block_size [128, 128]).
+  virtual absl::StatusOr<std::optional<std::vector<int64_t>>> IntegerList(
+      std::initializer_list<const char*> keys) const = 0;
   // INVALID_ARGUMENT "<config.json path>: quantization_config field '<field>' <what>".
   virtual absl::Status FieldError(std::string_view field, std::string_view what) const = 0;
 };

@@ -19,6 +19,7 @@ enum class Format : uint8_t {
   kGptq = 1,     // GPTQ / GPTQModel, checkpoint_format gptq and gptq_v2 (kernels/gptq_format.h)
   kCompressedTensors = 2,  // compressed-tensors pack-quantized int4/int8
                            // (kernels/compressed_tensors_format.h)
+  kFp8Block = 3,  // FP8 E4M3 with 128x128 block scales, DeepSeek-V3 style (fp8_block_format.h)
 };
 
 // The layout of a result, chosen per request (every kernel writes either; no host transpose):

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -139,6 +140,20 @@ class JsonQuantConfig final : public QuantConfigReader {
     if (value == nullptr) return std::nullopt;
     if (!value->is_string()) return FieldError(key, "is not a string");
     return value->get<std::string>();
+  }
+  absl::StatusOr<std::optional<std::vector<int64_t>>> IntegerList(
+      std::initializer_list<const char*> keys) const override {
+    const char* key = nullptr;
+    const json* value = FindAny(qc_, keys, &key);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_array()) return FieldError(key, "is not a list of integers");
+    std::vector<int64_t> out;
+    for (const json& item : *value) {
+      absl::StatusOr<int64_t> exact = formats::ExactInteger(item, key, INT64_MIN, INT64_MAX);
+      if (!exact.ok()) return FieldError(key, "is not a list of integers");
+      out.push_back(*exact);
+    }
+    return out;
   }
   absl::Status FieldError(std::string_view field, std::string_view what) const override {
     return absl::InvalidArgumentError(absl::StrCat(path_.string(), ": quantization_config field '",

@@ -150,6 +150,8 @@ v1::DType DTypeToProto(DType dtype) {
       return v1::DTYPE_INT32;
     case DType::kI64:
       return v1::DTYPE_INT64;
+    case DType::kF8E4M3:
+      return v1::DTYPE_FP8_E4M3;
   }
   return v1::DTYPE_UNSPECIFIED;
 }
@@ -254,10 +256,13 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
     case v1::DTYPE_BF16:
       shape.scale_dtype = DType::kBF16;
       break;
+    case v1::DTYPE_FP32:  // fp8_block's fp32 scales; the format's checks refuse it elsewhere
+      shape.scale_dtype = DType::kF32;
+      break;
     default: {
       const int d = packed.scale_dtype();
       return absl::InvalidArgumentError(absl::StrCat(
-          "packed.scale_dtype must be DTYPE_FP16 or DTYPE_BF16, got ",
+          "packed.scale_dtype must be DTYPE_FP16, DTYPE_BF16 or DTYPE_FP32, got ",
           v1::DType_IsValid(d) ? v1::DType_Name(static_cast<v1::DType>(d)) : absl::StrCat(d)));
     }
   }

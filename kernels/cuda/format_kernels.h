@@ -36,6 +36,8 @@ extern const FormatKernels kAwqKernels;
 extern const FormatKernels kGptqKernels;
 // compressed-tensors pack-quantized: v1, v2 (compressed_tensors_cuda.cu).
 extern const FormatKernels kCompressedTensorsKernels;
+// FP8 block-scaled: v1, v4 (fp8_block_cuda.cu).
+extern const FormatKernels kFp8BlockKernels;
 
 LaunchConfig AwqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype);
 std::vector<LaunchConfig> AwqCandidateConfigs(KernelVariant v, const QuantShape& shape,

@@ -64,8 +64,10 @@ TEST(FormatRegistryTest, NamesAndQuantMethodsRoundTrip) {
   EXPECT_EQ(FormatName(Format::kCompressedTensors), "compressed_tensors");
   ASSERT_TRUE(ParseFormat("compressed_tensors", &f));
   EXPECT_EQ(f, Format::kCompressedTensors);
-  EXPECT_EQ(FindFormatByQuantMethod("fp8"), nullptr);
-  EXPECT_EQ(ServedQuantMethods(), "'awq', 'gptq', 'compressed-tensors'");
+  ASSERT_NE(FindFormatByQuantMethod("fp8"), nullptr);
+  EXPECT_EQ(FindFormatByQuantMethod("fp8")->format, Format::kFp8Block);
+  EXPECT_EQ(FormatName(Format::kFp8Block), "fp8_block");
+  EXPECT_EQ(ServedQuantMethods(), "'awq', 'gptq', 'compressed-tensors', 'fp8'");
 }
 
 // Each format's own orientation (what a request naming none gets) and the names.
@@ -73,6 +75,7 @@ TEST(FormatRegistryTest, DefaultOrientationsAndOrientationNames) {
   EXPECT_EQ(FormatRowOf(Format::kAwqGemm).default_orientation, Orientation::kKN);
   EXPECT_EQ(FormatRowOf(Format::kGptq).default_orientation, Orientation::kNK);
   EXPECT_EQ(FormatRowOf(Format::kCompressedTensors).default_orientation, Orientation::kNK);
+  EXPECT_EQ(FormatRowOf(Format::kFp8Block).default_orientation, Orientation::kNK);
   EXPECT_EQ(OrientationName(Orientation::kKN), "kn");
   EXPECT_EQ(OrientationName(Orientation::kNK), "nk");
   Orientation o = Orientation::kKN;

@@ -83,7 +83,8 @@ TEST(DTypeTest, NamesAndParsing) {
        {Case{"fp16", DType::kF16}, Case{"float16", DType::kF16}, Case{"F16", DType::kF16},
         Case{"bf16", DType::kBF16}, Case{"bfloat16", DType::kBF16}, Case{"BF16", DType::kBF16},
         Case{"fp32", DType::kF32}, Case{"float32", DType::kF32}, Case{"F32", DType::kF32},
-        Case{"int32", DType::kI32}, Case{"I32", DType::kI32}}) {
+        Case{"int32", DType::kI32}, Case{"I32", DType::kI32}, Case{"F8_E4M3", DType::kF8E4M3},
+        Case{"float8_e4m3fn", DType::kF8E4M3}}) {
     DType d = DType::kI32 == c.dtype ? DType::kF16 : DType::kI32;
     EXPECT_TRUE(ParseDType(c.name, &d)) << c.name;
     EXPECT_EQ(d, c.dtype) << c.name;
@@ -93,7 +94,7 @@ TEST(DTypeTest, NamesAndParsing) {
   EXPECT_FALSE(ParseDType("", &d));
   EXPECT_FALSE(ParseDType("int4", &d));
   EXPECT_EQ(d, DType::kF16);  // untouched on failure
-  for (DType t : {DType::kF16, DType::kBF16, DType::kF32, DType::kI32}) {
+  for (DType t : {DType::kF16, DType::kBF16, DType::kF32, DType::kI32, DType::kF8E4M3}) {
     ASSERT_TRUE(ParseDType(DTypeName(t), &d));
     EXPECT_EQ(d, t);
   }

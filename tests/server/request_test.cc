@@ -104,7 +104,7 @@ TEST(InlineTensorTest, TensorsByRoleErrorsNameTheRoleOrFormat) {
   unknown.set_format("marlin");
   EXPECT_EQ(message(unknown),
             "packed.format 'marlin' is not known; served: 'awq_gemm', 'gptq', "
-            "'compressed_tensors'");
+            "'compressed_tensors', 'fp8_block'");
 }
 
 // An inline GPTQ layer (K = 64, N = 8, G = 32, 4 bits, gptq_v2 zeros, with g_idx: what inline
@@ -278,10 +278,11 @@ INSTANTIATE_TEST_SUITE_P(
                 absl::StatusCode::kInvalidArgument, "packed.qzeros", "has 12 bytes, expected 16"},
         BadCase{"ScalesShort", [](v1::InlinePackedTensor& p) { p.mutable_scales()->resize(62); },
                 absl::StatusCode::kInvalidArgument, "packed.scales", "has 62 bytes, expected 64"},
-        // bf16 scales are 2 bytes too: the 64 given are right; fp32 is not a scale dtype.
+        // bf16 scales are 2 bytes too: the 64 given are right; fp32 is fp8_block's scale dtype,
+        // which AWQ's shape check refuses.
         BadCase{"ScaleDtypeFp32",
                 [](v1::InlinePackedTensor& p) { p.set_scale_dtype(v1::DTYPE_FP32); },
-                absl::StatusCode::kInvalidArgument, "packed.scale_dtype", "DTYPE_FP32"},
+                absl::StatusCode::kInvalidArgument, "packed: scales dtype", "got fp32"},
         BadCase{"ScaleDtypeInt32",
                 [](v1::InlinePackedTensor& p) { p.set_scale_dtype(v1::DTYPE_INT32); },
                 absl::StatusCode::kInvalidArgument, "packed.scale_dtype", "DTYPE_INT32"},

@@ -43,9 +43,10 @@ ArrayLike = Any  # numpy.ndarray or torch.Tensor
 @dataclasses.dataclass(frozen=True)
 class LayerInfo:
     """A quantized layer: `name` is its prefix ("model.layers.0.mlp.down_proj"); K =
-    in_features, N = out_features; `scale_dtype` is "fp16", "bf16" or "fp32" (compressed-tensors);
-    `format` e.g. "awq_gemm", "gptq", "compressed_tensors"; `orientation` its format's own result layout, "kn" ((K, N)) or "nk" ((N, K)): what a
-    call with orientation=None returns."""
+    in_features, N = out_features; `scale_dtype` is "fp16", "bf16" or "fp32" (compressed-tensors,
+    fp8_block); `format` e.g. "awq_gemm", "gptq", "compressed_tensors", "fp8_block";
+    `orientation` its format's own result layout, "kn" ((K, N)) or "nk" ((N, K)): what a call
+    with orientation=None returns."""
     name: str
     in_features: int
     out_features: int
