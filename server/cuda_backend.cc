@@ -117,7 +117,11 @@ class DeviceWorker {
     cuda::ResultJob job;
     job.out_dtype = out_dtype;
     job.variant = cuda::VariantName(variant);
-    job.entries.push_back({.result = 0, .result_bytes = shape.output_bytes(out_dtype)});
+    job.entries.push_back({.in = {},
+                           .staged = false,
+                           .host = {},
+                           .result = 0,
+                           .result_bytes = shape.output_bytes(out_dtype)});
     if (absl::Status s = SetInput(source.layer, host, job.entries.front()); !s.ok()) return s;
     const cuda::SlabLauncher launch =
         [this, variant](const cuda::SlabLaunch& slab) -> absl::StatusOr<std::string> {
@@ -178,8 +182,11 @@ class DeviceWorker {
       const std::optional<int64_t> position = model_.Position(*layer);
       if (!position.has_value()) return NotHeld(*layer);
       ids.push_back(*position);
-      job.entries.push_back(
-          {.result = *position, .result_bytes = layer->view.shape.output_bytes(out_dtype)});
+      job.entries.push_back({.in = {},
+                             .staged = false,
+                             .host = {},
+                             .result = *position,
+                             .result_bytes = layer->view.shape.output_bytes(out_dtype)});
       QuantView view = layer->view;
       view.shape.orientation = orientation;
       if (absl::Status s = SetInput(layer, view, job.entries.back()); !s.ok()) return s;
