@@ -10,7 +10,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,15 +117,12 @@ class DeviceWorker {
     cuda::ResultJob job;
     job.out_dtype = out_dtype;
     job.variant = cuda::VariantName(variant);
-    job.entries.push_back({.in = {}, .result = 0, .result_bytes = shape.output_bytes(out_dtype)});
-    if (source.layer != nullptr) {
-      absl::StatusOr<cuda::ResidentModel::LayerId> id = Resident(*source.layer);
-      if (!id.ok()) return id.status();
-      job.entries.front().in = model_.view(*id);
-      job.entries.front().in.shape.orientation = source.orientation;
-    } else {
-      job.host_input = &host;
-    }
+    job.entries.push_back({.in = {},
+                           .staged = false,
+                           .host = {},
+                           .result = 0,
+                           .result_bytes = shape.output_bytes(out_dtype)});
+    if (absl::Status s = SetInput(source.layer, host, job.entries.front()); !s.ok()) return s;
     const cuda::SlabLauncher launch =
         [this, variant](const cuda::SlabLaunch& slab) -> absl::StatusOr<std::string> {
       if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
@@ -171,7 +167,8 @@ class DeviceWorker {
     return std::string(cuda::VariantName(variant)) + " " + config.ToString();
   }
 
-  // The resident `layers` (non-empty, duplicates allowed), grouped launches slab by slab.
+  // `layers` (non-empty, duplicates allowed), resident here or staged from their host copies,
+  // grouped launches slab by slab.
   absl::Status DequantizeLayers(absl::Span<const QuantizedLayer* const> layers, DType out_dtype,
                                 Orientation orientation, int64_t chunk_bytes, LayersSink& sink) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
@@ -182,13 +179,17 @@ class DeviceWorker {
     std::vector<cuda::ResidentModel::LayerId> ids;
     ids.reserve(layers.size());
     for (const QuantizedLayer* layer : layers) {
-      absl::StatusOr<cuda::ResidentModel::LayerId> id = Resident(*layer);
-      if (!id.ok()) return id.status();
-      ids.push_back(*id);
-      job.entries.push_back({.in = model_.view(*id),
-                             .result = *id,
+      const std::optional<int64_t> position = model_.Position(*layer);
+      if (!position.has_value()) return NotHeld(*layer);
+      ids.push_back(*position);
+      job.entries.push_back({.in = {},
+                             .staged = false,
+                             .host = {},
+                             .result = *position,
                              .result_bytes = layer->view.shape.output_bytes(out_dtype)});
-      job.entries.back().in.shape.orientation = orientation;
+      QuantView view = layer->view;
+      view.shape.orientation = orientation;
+      if (absl::Status s = SetInput(layer, view, job.entries.back()); !s.ok()) return s;
     }
     std::sort(ids.begin(), ids.end());
     const auto distinct = std::unique(ids.begin(), ids.end()) - ids.begin();
@@ -261,14 +262,28 @@ class DeviceWorker {
                                             kInjectDeviceFailureEnv, ")"));
   }
 
-  // INVALID_ARGUMENT naming the layer when it is not resident here.
-  absl::StatusOr<cuda::ResidentModel::LayerId> Resident(const QuantizedLayer& layer) const {
-    std::optional<cuda::ResidentModel::LayerId> id = model_.Find(layer);
-    if (!id.has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layer \"", layer.name, "\" is not resident on device ", label_));
+  // Where `entry`'s input comes from: `layer`'s resident copy on this device (`view`'s
+  // orientation), else `view` itself staged from host memory per call (an inline input when
+  // `layer` is null; the host copy of a layer no GPU holds). INVALID_ARGUMENT naming the layer
+  // when it is neither resident here nor has a host copy.
+  absl::Status SetInput(const QuantizedLayer* layer, const QuantView& view,
+                        cuda::ResultJob::Entry& entry) const {
+    if (layer != nullptr) {
+      if (const std::optional<cuda::ResidentModel::LayerId> id = model_.Find(*layer)) {
+        entry.in = model_.view(*id);
+        entry.in.shape.orientation = view.shape.orientation;
+        return absl::OkStatus();
+      }
+      if (view.tensors[0] == nullptr) return NotHeld(*layer);
     }
-    return *id;
+    entry.staged = true;
+    entry.host = view;
+    return absl::OkStatus();
+  }
+
+  absl::Status NotHeld(const QuantizedLayer& layer) const {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer \"", layer.name, "\" is not resident on device ", label_, " and has no host copy"));
   }
 
   absl::Status Init() {
@@ -406,9 +421,8 @@ class CudaBackend final : public Backend {
       });
       absl::StatusOr<int64_t> free = worker.FreeBytes();
       if (!free.ok()) return free.status();
-      // One worker: no estimate; the upload itself says whether the model fits (as always).
-      capacity.push_back(live.size() == 1 ? std::numeric_limits<int64_t>::max()
-                                          : std::max<int64_t>(0, *free / same_gpu - reserve));
+      capacity.push_back(WorkerCapacity(*free, static_cast<int>(same_gpu), reserve,
+                                        options_.device_memory_limit_bytes));
       labels.push_back(router_.label(w));
     }
     absl::StatusOr<Placement> placement =
@@ -420,20 +434,18 @@ class CudaBackend final : public Backend {
     }
     for (size_t j = 0; j < live.size(); ++j) {
       const int w = live[j];
-      std::vector<bool> keep;
-      if (placement->split) {
-        keep.assign(layers.size(), false);
-        for (size_t i = 0; i < layers.size(); ++i) {
-          keep[i] = std::find(placement->holders[i].begin(), placement->holders[i].end(),
-                              static_cast<int>(j)) != placement->holders[i].end();
-        }
+      std::vector<bool> keep(layers.size(), false);
+      for (size_t i = 0; i < layers.size(); ++i) {
+        keep[i] = std::find(placement->holders[i].begin(), placement->holders[i].end(),
+                            static_cast<int>(j)) != placement->holders[i].end();
       }
       absl::Status s = entries_[static_cast<size_t>(w)].worker->Upload(checkpoint, keep);
       if (!s.ok() && !TakeOutIfFailed(w)) return s;
     }
     for (size_t i = 0; i < layers.size(); ++i) {
-      if (std::none_of(holders_[i].begin(), holders_[i].end(),
-                       [this](int w) { return router_.serving(w); })) {
+      // (A layer no GPU was to hold is served from its host copy.)
+      if (!holders_[i].empty() && std::none_of(holders_[i].begin(), holders_[i].end(),
+                                               [this](int w) { return router_.serving(w); })) {
         return absl::UnavailableError(
             absl::StrCat("layer \"", layers[i].name, "\": every GPU that was to hold it failed"));
       }
@@ -694,6 +706,16 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOption
     }
   }
   const std::vector<std::string> labels = WorkerLabels(ordinals);
+  for (size_t i = 0; i < ordinals.size(); ++i) {
+    cudaDeviceProp prop;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinals[i]));
+    if (absl::Status s =
+            CheckDeviceMemoryLimit(options.device_memory_limit_bytes,
+                                   static_cast<int64_t>(prop.totalGlobalMem), labels[i], prop.name);
+        !s.ok()) {
+      return s;
+    }
+  }
   for (const auto& [label, injection] : options.inject_failures) {
     if (std::find(labels.begin(), labels.end(), label) == labels.end()) {
       return absl::InvalidArgumentError(

@@ -80,8 +80,15 @@ struct CudaBackendOptions {
   PlacementMode placement = PlacementMode::kAuto;  // which worker holds which layers
   // Device memory kept free per worker beyond the resident layers (result slabs, buffers), bytes;
   // -1 = slots_per_device * 2 * result_slab_bytes + 1 GiB. Placement compares the packed model
-  // with each GPU's free memory minus this (shared equally by workers of one GPU).
+  // with each GPU's free memory minus this (shared equally by workers of one GPU); what does not
+  // fit stays on the host (WorkerCapacity, PlanPlacement).
   int64_t reserve_bytes = -1;
+  // The packed bytes each worker may keep resident (--device-memory-limit); 0 = no limit. The
+  // layers past it (and past free memory minus reserve_bytes) are served from their host copies,
+  // staged to the device per call (docs/architecture.md "Models larger than the GPU").
+  // MakeCudaBackend refuses a limit above a device's total memory (INVALID_ARGUMENT,
+  // CheckDeviceMemoryLimit).
+  int64_t device_memory_limit_bytes = 0;
   // A DequantizeLayers call is cut into parts of at least this many result bytes, one per worker
   // in rotation holding its layers (PlanLayerParts); must be >= 1.
   int64_t min_part_bytes = int64_t{256} << 20;

@@ -80,13 +80,12 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const int64_t> layer_bytes,
   Placement placement;
   placement.split = workers > 1 && (mode == PlacementMode::kSplit ||
                                     (mode == PlacementMode::kAuto && !fits_everywhere));
-  placement.worker_bytes.assign(workers, 0);
-  placement.holders.resize(layer_bytes.size());
+  // The share: which workers are to hold each layer.
+  std::vector<std::vector<int>> share(layer_bytes.size());
   if (!placement.split) {
     std::vector<int> all(workers);
     std::iota(all.begin(), all.end(), 0);
-    for (std::vector<int>& holders : placement.holders) holders = all;
-    placement.worker_bytes.assign(workers, total);
+    for (std::vector<int>& holders : share) holders = all;
   } else {
     int64_t before = 0;
     for (size_t i = 0; i < layer_bytes.size(); ++i) {
@@ -96,22 +95,61 @@ absl::StatusOr<Placement> PlanPlacement(absl::Span<const int64_t> layer_bytes,
                         ? 0
                         : std::min(workers - 1,
                                    static_cast<int>(middle * workers / static_cast<double>(total)));
-      placement.holders[i] = {w};
-      placement.worker_bytes[w] += layer_bytes[i];
+      share[i] = {w};
       before += layer_bytes[i];
     }
   }
-  for (int w = 0; w < workers; ++w) {
-    if (placement.worker_bytes[w] > capacity_bytes[w]) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the packed model (", total, " bytes in ", layer_bytes.size(), " layers) does not fit: ",
-          placement.split ? absl::StrCat("split over ", workers, " GPUs, ") : "replicated, ",
-          labels[w], " would hold ", placement.worker_bytes[w], " bytes but has ",
-          capacity_bytes[w], " bytes usable",
-          placement.split ? "" : " (--placement auto or split spreads the layers over the GPUs)"));
+  // The capacity: each worker keeps its share in checkpoint order while it fits.
+  placement.worker_bytes.assign(workers, 0);
+  placement.holders.resize(layer_bytes.size());
+  auto fits = [&](int w, int64_t bytes) {
+    return placement.worker_bytes[w] + bytes <= capacity_bytes[w];
+  };
+  for (size_t i = 0; i < layer_bytes.size(); ++i) {
+    for (int w : share[i]) {
+      if (!fits(w, layer_bytes[i])) continue;
+      placement.holders[i].push_back(w);
+      placement.worker_bytes[w] += layer_bytes[i];
     }
   }
+  // Split: what its worker could not keep goes to the first other worker with room for it.
+  for (size_t i = 0; placement.split && i < layer_bytes.size(); ++i) {
+    if (!placement.holders[i].empty()) continue;
+    for (int w = 0; w < workers; ++w) {
+      if (!fits(w, layer_bytes[i])) continue;
+      placement.holders[i].push_back(w);
+      placement.worker_bytes[w] += layer_bytes[i];
+      break;
+    }
+  }
+  for (size_t i = 0; i < layer_bytes.size(); ++i) {
+    if (!placement.holders[i].empty()) continue;
+    ++placement.host_layers;
+    placement.host_bytes += layer_bytes[i];
+  }
   return placement;
+}
+
+absl::Status CheckDeviceMemoryLimit(int64_t limit_bytes, int64_t device_memory_bytes,
+                                    absl::string_view label, absl::string_view device_name) {
+  if (limit_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device-memory-limit must be 0 (no limit) or a number of bytes, got ", limit_bytes));
+  }
+  if (limit_bytes > device_memory_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device-memory-limit=", limit_bytes, " is more than the memory of ", label,
+                     " (", device_name, ": ", device_memory_bytes,
+                     " bytes); the limit caps the packed weights each GPU keeps resident"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t WorkerCapacity(int64_t free_bytes, int workers_on_gpu, int64_t reserve_bytes,
+                       int64_t limit_bytes) {
+  int64_t capacity = free_bytes / std::max(1, workers_on_gpu) - reserve_bytes;
+  if (limit_bytes > 0) capacity = std::min(capacity, limit_bytes);
+  return std::max<int64_t>(0, capacity);
 }
 
 }  // namespace dequantd

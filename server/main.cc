@@ -58,6 +58,10 @@ ABSL_FLAG(std::string, devices, "all",
 ABSL_FLAG(std::string, placement, "auto",
           "auto (the whole model on every GPU when it fits, else split), replicated or split "
           "(layers split over the GPUs by bytes, contiguous in checkpoint order)");
+ABSL_FLAG(int64_t, device_memory_limit, 0,
+          "CUDA backend: the packed weights each GPU keeps resident, bytes (0 = no limit: what "
+          "fits beside the working reserve; at most the GPU's memory). Layers past it are served "
+          "from host memory, staged to the GPU per call");
 ABSL_FLAG(int, load_threads, 0,
           "threads that read the checkpoint's files at start (0..256; 0 = min(8, hardware "
           "threads))");
@@ -281,6 +285,7 @@ int main(int argc, char** argv) {
   options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.devices = absl::GetFlag(FLAGS_devices);
   options.placement = absl::GetFlag(FLAGS_placement);
+  options.device_memory_limit_bytes = absl::GetFlag(FLAGS_device_memory_limit);
   options.load_threads = absl::GetFlag(FLAGS_load_threads);
   options.load_staging_bytes = absl::GetFlag(FLAGS_load_staging_bytes);
   // Tests only (server/failure_injection.h): make chosen GPUs fail at start or at a launch.

@@ -22,8 +22,8 @@ absl::StatusOr<ByteRange> ResolveRange(const ChunkSink::Range& range, int64_t to
                    .end = range.length < 0 ? total : range.offset + range.length};
 }
 
-std::vector<Slab> PlanSlabs(absl::Span<const SlabEntry> entries, int64_t slab_bytes,
-                            int64_t align) {
+std::vector<Slab> PlanSlabs(absl::Span<const SlabEntry> entries, int64_t slab_bytes, int64_t align,
+                            int64_t staged_limit) {
   auto aligned = [align](int64_t bytes) { return (bytes + align - 1) / align * align; };
   std::vector<Slab> slabs;
   std::unordered_map<int64_t, int64_t> offset_of;  // result -> offset in the current slab
@@ -32,12 +32,18 @@ std::vector<Slab> PlanSlabs(absl::Span<const SlabEntry> entries, int64_t slab_by
     const bool seen = !slabs.empty() && offset_of.contains(entry.result);
     if (!seen) {
       const int64_t need = aligned(entry.result_bytes);
-      if (slabs.empty() || (slabs.back().bytes > 0 && slabs.back().bytes + need > slab_bytes)) {
-        slabs.push_back(Slab{.first = i, .end = i, .bytes = 0, .offsets = {}, .distinct = {}});
+      const bool full =
+          !slabs.empty() && ((slabs.back().bytes > 0 && slabs.back().bytes + need > slab_bytes) ||
+                             (entry.staged_bytes > 0 && slabs.back().staged_bytes > 0 &&
+                              slabs.back().staged_bytes + entry.staged_bytes > staged_limit));
+      if (slabs.empty() || full) {
+        slabs.push_back(Slab{
+            .first = i, .end = i, .bytes = 0, .staged_bytes = 0, .offsets = {}, .distinct = {}});
         offset_of.clear();
       }
       offset_of[entry.result] = slabs.back().bytes;
       slabs.back().bytes += need;
+      slabs.back().staged_bytes += entry.staged_bytes;
       slabs.back().distinct.push_back(i);
     }
     slabs.back().offsets.push_back(offset_of[entry.result]);

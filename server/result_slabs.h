@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,9 @@ absl::StatusOr<ByteRange> ResolveRange(const ChunkSink::Range& range, int64_t to
 struct SlabEntry {
   int64_t result = 0;
   int64_t result_bytes = 0;
+  // Device bytes its input needs staged from the host for the launch (0: resident), already
+  // rounded up as the caller lays inputs out.
+  int64_t staged_bytes = 0;
 };
 
 // Consecutive entries [first, end) whose distinct results are computed by one launch into one
@@ -38,15 +42,19 @@ struct Slab {
   size_t first = 0;
   size_t end = 0;
   int64_t bytes = 0;
+  int64_t staged_bytes = 0;  // the distinct results' staged_bytes: the slab's input buffer
   std::vector<int64_t> offsets;
   std::vector<size_t> distinct;  // entries (indices into the call) that own a result, in order
 };
 
 // Cuts `entries` into slabs in order: a slab takes entries while its distinct results, each
-// rounded up to `align` bytes, stay within `slab_bytes`; an entry whose result alone is larger
-// gets a slab of its own. So the buffer a slab needs is at most max(slab_bytes, largest result
-// rounded up to `align`). `slab_bytes` >= 1, `align` >= 1. An empty list gives no slabs.
-std::vector<Slab> PlanSlabs(absl::Span<const SlabEntry> entries, int64_t slab_bytes, int64_t align);
+// rounded up to `align` bytes, stay within `slab_bytes` and their staged_bytes within
+// `staged_limit`; an entry that alone exceeds either gets a slab of its own. So the buffer a slab
+// needs is at most max(slab_bytes, largest result rounded up to `align`), its input buffer at most
+// max(staged_limit, largest staged_bytes). `slab_bytes`, `staged_limit` >= 1, `align` >= 1. An
+// empty list gives no slabs.
+std::vector<Slab> PlanSlabs(absl::Span<const SlabEntry> entries, int64_t slab_bytes, int64_t align,
+                            int64_t staged_limit = std::numeric_limits<int64_t>::max());
 
 // The bytes of each copy piece when results go out through buffers of `capacity` bytes in
 // `chunk_bytes` chunks: the largest multiple of chunk_bytes that fits (so chunks are handed on

@@ -119,6 +119,26 @@ absl::Status LoadModel(Checkpoint& checkpoint, Backend& backend, const ServerOpt
       std::chrono::duration<double>(uploaded - start).count(), rate(device_bytes, uploaded - start),
       *host_bytes >> 20, std::chrono::duration<double>(done - uploaded).count(),
       rate(*host_bytes, done - uploaded));
+  const BackendInfo info = backend.Info();
+  int64_t host_layers = 0;
+  int64_t host_only_bytes = 0;
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (!host[i]) continue;
+    ++host_layers;
+    host_only_bytes += checkpoint.layers()[i].view.shape.packed_bytes();
+  }
+  if (info.name == "cuda" && host_layers > 0) {
+    std::string held;
+    for (const DeviceDescription& d : info.devices) {
+      absl::StrAppend(&held, held.empty() ? "" : ", ", d.label, " ", d.resident_layers, " layers (",
+                      d.resident_bytes >> 20, " MB)");
+    }
+    spdlog::warn(
+        "{} of {} layers ({} MB packed) do not fit on the GPUs ({}; --device-memory-limit={}): "
+        "they are served from host memory, staged to a GPU per call",
+        host_layers, checkpoint.layers().size(), host_only_bytes >> 20, held,
+        options.device_memory_limit_bytes);
+  }
   return absl::OkStatus();
 }
 
@@ -239,6 +259,16 @@ absl::Status CheckDeviceOptions(const ServerOptions& options) {
   if (options.backend == "cpu" && options.placement != "auto") {
     return absl::InvalidArgumentError(absl::StrCat("--placement=", options.placement,
                                                    " places layers on GPUs but --backend is cpu"));
+  }
+  if (options.device_memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device-memory-limit must be 0 (no limit) or a number of bytes, got ",
+                     options.device_memory_limit_bytes));
+  }
+  if (options.backend == "cpu" && options.device_memory_limit_bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device-memory-limit=", options.device_memory_limit_bytes,
+                     " limits GPU memory but --backend is cpu"));
   }
   return ParseDeviceFailureInjection(options.inject_device_failures).status();
 }
@@ -605,6 +635,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     if (!ordinals.ok()) return ordinals.status();
     backend_options.cuda.devices = *ordinals;
     backend_options.cuda.placement = *ParsePlacementMode(options.placement);
+    backend_options.cuda.device_memory_limit_bytes = options.device_memory_limit_bytes;
     backend_options.cuda.inject_failures =
         *ParseDeviceFailureInjection(options.inject_device_failures);
     backend_options.cuda.on_device_failed = [](std::string_view device, std::string_view reason) {
@@ -625,6 +656,11 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     return absl::InvalidArgumentError(absl::StrCat("--placement=", options.placement,
                                                    " places layers on GPUs but the backend is cpu "
                                                    "(no GPU)"));
+  }
+  if (server->backend_info_.name == "cpu" && options.device_memory_limit_bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device-memory-limit=", options.device_memory_limit_bytes,
+                     " limits GPU memory but the backend is cpu (no GPU)"));
   }
   server->metrics_->SetDevices(server->backend_info_);
   if (server->checkpoint_ != nullptr) {

@@ -47,6 +47,11 @@ struct ServerOptions {
   // the cpu backend is INVALID_ARGUMENT.
   std::string devices = "all";
   std::string placement = "auto";  // auto, replicated or split: which GPU holds which layers
+  // The packed bytes each GPU worker keeps resident (--device-memory-limit; docs/architecture.md
+  // "Models larger than the GPU"); 0 = no limit (what fits beside the working reserve). Layers
+  // past it are served from host copies, staged per call. >= 0; more than a GPU's memory is
+  // INVALID_ARGUMENT at start; non-zero with the cpu backend is INVALID_ARGUMENT.
+  int64_t device_memory_limit_bytes = 0;
   // Loading (issue 22; docs/architecture.md "Loading"): reader threads (0 = min(8, hardware
   // threads); 1..kMaxLoadThreads) and the pinned staging the CUDA upload holds meanwhile
   // (kMinLoadStagingBytes.. half of the host's available memory).

@@ -90,6 +90,10 @@ ABSL_FLAG(int, model_trials, 2, "timed repetitions of each whole-model row");
 ABSL_FLAG(std::string, model_out_dir, "",
           "where the file rows write (a tmpfs such as /dev/shm for the ceiling); empty = "
           "--work_dir");
+ABSL_FLAG(std::string, device_memory_limit, "",
+          "dequantd --device-memory-limit for the dequantd rows (models larger than the GPU, "
+          "issue 22): empty = none, \"half\" = half of the checkpoint's packed bytes (the layers "
+          "past it are served from host memory, staged per call), or a number of bytes");
 ABSL_FLAG(std::string, serve_raw, "",
           "internal: serve the raw stream of --sizes on this address until killed");
 ABSL_FLAG(std::string, raw_encoding, "zero_copy",
@@ -330,6 +334,14 @@ int Main() {
     std::cerr << "--region_rows_only needs --region_model=sizes or llama-8b\n";
     return 2;
   }
+  const std::string memory_limit = absl::GetFlag(FLAGS_device_memory_limit);
+  int64_t memory_limit_bytes = 0;
+  if (!memory_limit.empty() && memory_limit != "half" &&
+      (!absl::SimpleAtoi(memory_limit, &memory_limit_bytes) || memory_limit_bytes <= 0)) {
+    std::cerr << "--device_memory_limit must be empty, half or a number of bytes, not \""
+              << memory_limit << "\"\n";
+    return 2;
+  }
   const int S = std::clamp(absl::GetFlag(FLAGS_streams), 1, kMaxStreams);
   const int C = std::max(1, absl::GetFlag(FLAGS_clients));
   const int trials = std::max(1, absl::GetFlag(FLAGS_trials));
@@ -354,6 +366,18 @@ int Main() {
   if (absl::Status s = WriteCheckpoint(work + "/model", names, data); !s.ok()) {
     std::cerr << "cannot write the checkpoint: " << s << "\n";
     return 1;
+  }
+  int64_t packed_bytes = 0;  // the checkpoint's files (headers are a few KB of it)
+  for (const auto& e : std::filesystem::directory_iterator(work + "/model")) {
+    if (e.path().extension() == ".safetensors") {
+      packed_bytes += static_cast<int64_t>(e.file_size());
+    }
+  }
+  if (memory_limit == "half") memory_limit_bytes = packed_bytes / 2;
+  std::vector<std::string> dequantd_flags = {"--max-request-bytes=1000000000",
+                                             "--max-output-bytes=20000000000"};
+  if (memory_limit_bytes > 0) {
+    dequantd_flags.push_back(absl::StrCat("--device-memory-limit=", memory_limit_bytes));
   }
   const bool regions_only = absl::GetFlag(FLAGS_region_rows_only);
   std::vector<std::vector<uint8_t>> reference;
@@ -473,7 +497,7 @@ int Main() {
     absl::StatusOr<std::unique_ptr<DequantdProcess>> process = DequantdProcess::Start(
         absl::GetFlag(FLAGS_dequantd), work + "/model", absl::GetFlag(FLAGS_backend),
         transport == "tcp" ? "" : work + "/dequantd.sock", work + "/dequantd." + transport + ".log",
-        {"--max-request-bytes=1000000000", "--max-output-bytes=20000000000"});
+        dequantd_flags);
     if (!process.ok()) {
       std::cerr << process.status() << "\n";
       return 1;
@@ -544,7 +568,15 @@ int Main() {
             << "\nhost: " << CpuName() << "; GPU: " << (gpu.empty() ? "none" : gpu)
             << "; dequantd backend: " << backend << "; chunk_bytes "
             << (chunk == 0 ? std::string("server default (1 MiB)") : std::to_string(chunk)) << "; "
-            << trials << " timed fetches per row and client, S = " << S << ", C = " << C << "\n\n";
+            << trials << " timed fetches per row and client, S = " << S << ", C = " << C << "\n";
+  if (memory_limit_bytes > 0) {
+    std::cout << absl::StrFormat(
+        "dequantd --device-memory-limit=%d (%.0f%% of the checkpoint's %.2f GB packed): the "
+        "layers past it are served from host memory, staged per call\n",
+        memory_limit_bytes, 100.0 * static_cast<double>(memory_limit_bytes) / packed_bytes,
+        packed_bytes / 1e9);
+  }
+  std::cout << "\n";
   std::cout << absl::StrFormat("host memcpy (1 thread): %.2f GB/s\n", memcpy_rate / 1e9);
   std::cout << (d2h > 0 ? absl::StrFormat("pinned device-to-host copy: %.2f GB/s\n", d2h / 1e9)
                         : std::string("pinned device-to-host copy: no GPU\n"))

@@ -41,8 +41,13 @@ absl::StatusOr<std::unique_ptr<RequestSlot>> RequestSlot::Create(int64_t staging
   absl::StatusOr<UniqueStream> stream = MakeStream();
   if (!stream.ok()) return stream.status();
   slot->stream = std::move(*stream);
-  for (auto* events :
-       {&slot->copy_start, &slot->copied, &slot->kernel_start, &slot->kernel_end, &slot->h2d}) {
+  for (UniquePinnedMemory& buffer : slot->upload) {
+    absl::StatusOr<UniquePinnedMemory> pinned = MakePinnedMemory(kUploadBufferBytes);
+    if (!pinned.ok()) return pinned.status();
+    buffer = std::move(*pinned);
+  }
+  for (auto* events : {&slot->copy_start, &slot->copied, &slot->kernel_start, &slot->kernel_end,
+                       &slot->h2d_start, &slot->h2d_end, &slot->uploaded}) {
     for (UniqueEvent& event : *events) {
       absl::StatusOr<UniqueEvent> made = MakeEvent(timing);
       if (!made.ok()) return made.status();

@@ -32,6 +32,10 @@ class ResidentModel {
 
   // `layer`'s id when a layer of that name and shape is resident (LayerPositions::Find).
   std::optional<LayerId> Find(const QuantizedLayer& layer) const;
+  // `layer`'s position in the uploaded checkpoint, resident here or not (LayerPositions::Find).
+  std::optional<LayerId> Position(const QuantizedLayer& layer) const {
+    return positions_.Find(layer);
+  }
   // Device pointers of layer `id` (0 <= id < size()).
   const QuantView& view(LayerId id) const { return layers_[static_cast<size_t>(id)].view; }
   int64_t size() const { return static_cast<int64_t>(layers_.size()); }  // checkpoint layers

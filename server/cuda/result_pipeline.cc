@@ -16,6 +16,7 @@
 #include "server/backend_observer.h"
 #include "server/block_pool.h"
 #include "server/chunk_writer.h"
+#include "server/cuda/host_staging.h"
 #include "server/cuda/packed_upload.h"
 #include "server/result_slabs.h"
 
@@ -53,6 +54,7 @@ class OffsetSink final : public ChunkSink {
 // Seconds spent per stage by one call.
 struct StageTimes {
   double queue = 0;
+  double host_to_device = 0;
   double kernel = 0;
   double device_to_host = 0;
   double send = 0;
@@ -236,25 +238,39 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
   times.queue = SecondsSince(queue_start);
   cudaStream_t stream = slot->stream.get();
 
+  // A staged input's bytes in the input buffer (each starts on kResultAlign).
+  auto staged_bytes = [&](size_t i) -> int64_t {
+    if (!job.entries[i].staged) return 0;
+    const int64_t bytes = PackedLayout(job.entries[i].host.shape).total_bytes;
+    return (bytes + kResultAlign - 1) / kResultAlign * kResultAlign;
+  };
   // Slabs: consecutive entries computed by one launch. Straight into a device destination, every
-  // entry is its own output and one launch computes them all.
+  // entry is its own output and one launch computes them all, unless their staged inputs exceed
+  // slab_bytes: then one launch per slab_bytes of staged input.
   std::vector<SlabEntry> slab_entries;
   for (size_t i = 0; i < job.entries.size(); ++i) {
     slab_entries.push_back(
         SlabEntry{.result = direct ? static_cast<int64_t>(i) : job.entries[i].result,
-                  .result_bytes = job.entries[i].result_bytes});
+                  .result_bytes = job.entries[i].result_bytes,
+                  .staged_bytes = staged_bytes(i)});
   }
   const std::vector<Slab> slabs =
       PlanSlabs(slab_entries, direct ? std::numeric_limits<int64_t>::max() : options_.slab_bytes,
-                kResultAlign);
+                kResultAlign, options_.slab_bytes);
 
   // Declaration order matters: on every exit the stream is drained (cleanup below) before the
   // buffers go back to the cache and the slot to the pool.
   DeviceBuffer input;
-  if (job.host_input != nullptr) {
-    absl::StatusOr<DeviceBuffer> buffer =
-        buffers_.Acquire(PackedLayout(job.host_input->shape).total_bytes);
-    if (!buffer.ok()) return buffer.status();
+  int64_t largest_input = 0;
+  for (const Slab& slab : slabs) largest_input = std::max(largest_input, slab.staged_bytes);
+  if (largest_input > 0) {
+    absl::StatusOr<DeviceBuffer> buffer = buffers_.Acquire(largest_input);
+    if (!buffer.ok()) {
+      return absl::Status(
+          buffer.status().code(),
+          absl::StrCat("staged inputs need ", largest_input, " bytes of device memory on device ",
+                       options_.device, ": ", buffer.status().message()));
+    }
     input = std::move(*buffer);
   }
   std::vector<DeviceBuffer> slab_buffers;
@@ -274,13 +290,31 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
   }
   absl::Cleanup drain = [stream] { cudaStreamSynchronize(stream); };
 
-  if (job.host_input != nullptr) {
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->h2d[0].get(), stream));
-    absl::StatusOr<QuantView> staged = CopyPackedToDevice(*job.host_input, input.get(), stream);
-    if (!staged.ok()) return staged.status();
-    job.entries.front().in = *staged;
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->h2d[1].get(), stream));
-  }
+  // Every slab's staged inputs go into the one input buffer: in stream order, slab s's kernel has
+  // read them before slab s + 1's copies overwrite them.
+  PinnedStager stager({slot->upload[0].get(), slot->upload[1].get()}, kUploadBufferBytes,
+                      {slot->uploaded[0].get(), slot->uploaded[1].get()}, stream);
+  std::array<bool, 2> slab_staged{};  // per slab parity: h2d events recorded around its staging
+  auto stage_slab = [&](size_t s) -> absl::Status {
+    slab_staged[s % 2] = false;
+    int64_t at = 0;
+    for (size_t i : slabs[s].distinct) {
+      if (!job.entries[i].staged) continue;
+      if (!slab_staged[s % 2]) {
+        DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->h2d_start[s % 2].get(), stream));
+        slab_staged[s % 2] = true;
+      }
+      absl::StatusOr<QuantView> staged = stager.CopyPacked(job.entries[i].host, input.get() + at);
+      if (!staged.ok()) return staged.status();
+      job.entries[i].in = *staged;
+      at += staged_bytes(i);
+    }
+    if (slab_staged[s % 2]) {
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot->h2d_end[s % 2].get(), stream));
+    }
+    return absl::OkStatus();
+  };
+  bool any_staged = false;
 
   // Where entry i's result is computed: its slab buffer, or the destination itself.
   auto output_of = [&](size_t s, size_t i) -> uint8_t* {
@@ -290,6 +324,8 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
   int64_t read_bytes = 0;
   int64_t written_bytes = 0;
   auto launch_slab = [&](size_t s) -> absl::StatusOr<std::string> {
+    if (absl::Status st = stage_slab(s); !st.ok()) return st;
+    any_staged = any_staged || slab_staged[s % 2];
     std::vector<GroupedItem> items;
     items.reserve(slabs[s].distinct.size());
     for (size_t i : slabs[s].distinct) {
@@ -347,14 +383,15 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
     if (absl::Status st = launch_next(); !st.ok()) return st;
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot->kernel_end[s % 2].get()));
     times.kernel += ElapsedSeconds(slot->kernel_start[s % 2].get(), slot->kernel_end[s % 2].get());
+    if (slab_staged[s % 2]) {
+      times.host_to_device +=
+          ElapsedSeconds(slot->h2d_start[s % 2].get(), slot->h2d_end[s % 2].get());
+    }
   }
   if (observer_ == nullptr) return absl::OkStatus();
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   observer_->ObserveStage(DequantizeStage::kQueueWait, times.queue);
-  if (job.host_input != nullptr) {
-    observer_->ObserveStage(DequantizeStage::kHostToDevice,
-                            ElapsedSeconds(slot->h2d[0].get(), slot->h2d[1].get()));
-  }
+  if (any_staged) observer_->ObserveStage(DequantizeStage::kHostToDevice, times.host_to_device);
   observer_->ObserveStage(DequantizeStage::kKernel, times.kernel);
   observer_->ObserveStage(DequantizeStage::kDeviceToHost, times.device_to_host);
   observer_->ObserveStage(DequantizeStage::kSend, times.send);

@@ -8,8 +8,11 @@
 //
 // Results are computed in slabs of bounded device memory (result_slabs.h): at most two slab
 // buffers per call, each max(slab_bytes, largest single result) bytes; slab s + 1 is computed
-// while slab s is copied and sent. A sink with a kDevice destination on this device gets the
-// kernel's output written into it directly (no buffer, no copy) when it wants whole results.
+// while slab s is copied and sent. Staged inputs (inline, or layers no GPU holds) are copied to
+// one input buffer per call of at most max(slab_bytes, largest staged input) bytes, slab by slab
+// (a slab's staged inputs stay within slab_bytes), so no call holds a model's worth of inputs. A
+// sink with a kDevice destination on this device gets the kernel's output written into it directly
+// (no buffer, no copy) when it wants whole results.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,14 +37,19 @@ namespace dequantd::cuda {
 // One call's work: the results to deliver, in sink order.
 struct ResultJob {
   struct Entry {
-    QuantView in;        // device pointers (unset for the inline entry: staged by the pipeline)
-    int64_t result = 0;  // equal values: the same result (computed once per slab)
+    // Device pointers of a resident layer; for a staged entry set by the pipeline when it stages.
+    QuantView in;
+    // Staged entry (an inline input, a layer no GPU holds): host pointers of its packed input,
+    // copied into the call's input buffer through the slot's pinned upload buffers
+    // (host_staging.h) right before the launch of each slab that computes it; must stay valid
+    // during Run.
+    bool staged = false;
+    QuantView host;
+    int64_t result = 0;        // equal values: the same result (computed once per slab)
     int64_t result_bytes = 0;  // K * N * sizeof(out_dtype)
   };
   std::vector<Entry> entries;
   DType out_dtype = DType::kF16;
-  // Inline request: host pointers of the single entry's packed input, staged to the device.
-  const QuantView* host_input = nullptr;
   std::string_view variant;  // the observer's kernel variant label, e.g. "v4_vec16", "grouped"
 };
 

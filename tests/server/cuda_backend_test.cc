@@ -2,7 +2,8 @@
 // every streamed result equals DequantizeReference byte for byte, for inline inputs and for
 // layers made resident by Prepare; chunking (including chunks larger than a staging buffer);
 // the LaunchConfigProvider seam; a sink error releasing the slot; concurrent requests; several
-// workers on one GPU (routing, spreading, split placement, failure).
+// workers on one GPU (routing, spreading, split placement, failure); a model larger than its
+// --device-memory-limit (layers served from host copies, staged per call).
 #if DEQUANTD_HAVE_CUDA
 
 #include <stdlib.h>
@@ -18,11 +19,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "formats/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/backend.h"
 #include "server/checkpoint.h"
+#include "server/cuda/packed_upload.h"
 #include "server/cuda_backend.h"
 #include "tests/server/holding_sink.h"
 #include "tests/server/test_layer.h"
@@ -924,6 +927,195 @@ TEST_F(CudaBackendTest, ASinkErrorAfterALaunchIntoDeviceMemoryLeavesLaterCallsBi
     EXPECT_TRUE(got == expected) << "round " << round;
   }
   cudaFree(memory);
+}
+
+// Models larger than the GPU (issue 22 part 4; docs/architecture.md "Models larger than the
+// GPU"): a --device-memory-limit of about half the packed model keeps the first layers that fit
+// resident and serves the rest from their host copies, staged per call. Every layer, through
+// Dequantize (streamed, host and device destinations) and DequantizeLayers (streamed, into a
+// poisoned host buffer, into poisoned device memory with guard bytes; (K, N) grouped and (N, K)
+// per layer; duplicates; small slabs), is the CPU reference byte for byte. Also one worker with a
+// limit below every layer (every layer on the host), and two workers on one GPU with split
+// placement and a limit of a quarter each.
+TEST_F(CudaBackendTest, ModelLimitedToHalfItsPackedSizeServesEveryLayerBitExact) {
+  std::vector<PackedLayer> packed;
+  // Layers of 8 MiB of qweight (several 4 MiB upload chunks) among small ones of mixed shapes.
+  const QuantShape shapes[] = {
+      {.K = 4096, .N = 4096, .group_size = 128},
+      {.K = 576, .N = 1536, .group_size = 64},
+      {.K = 1024, .N = 2048, .group_size = 128, .scale_dtype = DType::kBF16},
+      {.K = 256, .N = 64, .group_size = 128},
+      {.K = 4096, .N = 4096, .group_size = 128, .scale_dtype = DType::kBF16},
+      {.K = 1536, .N = 576, .group_size = 128},
+      {.K = 2048, .N = 1024, .group_size = 64},
+      {.K = 128, .N = 448, .group_size = 64, .scale_dtype = DType::kBF16},
+  };
+  int64_t total = 0;
+  for (size_t i = 0; i < std::size(shapes); ++i) {
+    packed.push_back(RandomPackedLayer(shapes[i], static_cast<uint32_t>(1200 + i)));
+    total += cuda::PackedLayout(shapes[i]).total_bytes;
+  }
+  std::unique_ptr<Checkpoint> checkpoint = WriteCheckpointOf(packed);
+  ASSERT_NE(checkpoint, nullptr);
+  const size_t n = packed.size();
+  // The request: every layer, resident and host-only interleaved (checkpoint order is by name:
+  // l0..l7), with duplicates.
+  const std::vector<int> order = {0, 1, 2, 3, 4, 5, 6, 7, 4, 0, 3, 3};
+  std::vector<const QuantizedLayer*> request;
+  for (int i : order) {
+    request.push_back(checkpoint->Find("l" + std::to_string(i)));
+    ASSERT_NE(request.back(), nullptr);
+  }
+  struct Config {
+    std::string name;
+    std::vector<int> devices;
+    PlacementMode placement;
+    int64_t limit;
+  };
+  const Config configs[] = {
+      {"one GPU, half", {0}, PlacementMode::kAuto, total / 2},
+      {"one GPU, below every layer", {0}, PlacementMode::kAuto, 1},
+      {"two workers split, a quarter each", {0, 0}, PlacementMode::kSplit, total / 4},
+  };
+  for (const Config& config : configs) {
+    SCOPED_TRACE(config.name);
+    CudaBackendOptions options;
+    options.devices = config.devices;
+    options.placement = config.placement;
+    options.device_memory_limit_bytes = config.limit;
+    options.min_part_bytes = 1;           // whole-model calls spread over both workers
+    options.result_slab_bytes = 1 << 20;  // several slabs; staged inputs bounded per slab
+    options.staging_bytes = 64 << 10;
+    std::unique_ptr<Backend> backend = Make(options);
+    ASSERT_NE(backend, nullptr);
+    ASSERT_TRUE(backend->Prepare(*checkpoint).ok());
+    int64_t resident_layers = 0;
+    for (const DeviceDescription& d : backend->Info().devices) {
+      EXPECT_LE(d.resident_bytes, config.limit) << d.label;
+      resident_layers += d.resident_layers;
+    }
+    int host_only = 0;
+    for (size_t i = 0; i < n; ++i) {
+      host_only += backend->IsResident(*checkpoint->Find("l" + std::to_string(i))) ? 0 : 1;
+    }
+    if (config.limit == 1) {
+      EXPECT_EQ(resident_layers, 0);
+      EXPECT_EQ(host_only, static_cast<int>(n));
+    } else {
+      EXPECT_GT(resident_layers, 0);
+      EXPECT_GT(host_only, 0);
+      EXPECT_LT(host_only, static_cast<int>(n));
+    }
+    for (DType dtype : {DType::kF16, DType::kF32}) {
+      SCOPED_TRACE(DTypeName(dtype));
+      std::vector<std::vector<uint8_t>> expected;
+      for (const PackedLayer& p : packed) expected.push_back(ReferenceBytes(p, dtype));
+      std::vector<uint8_t> concatenated;
+      for (int i : order) {
+        const std::vector<uint8_t>& e = expected[static_cast<size_t>(i)];
+        concatenated.insert(concatenated.end(), e.begin(), e.end());
+      }
+      const int64_t whole = static_cast<int64_t>(concatenated.size());
+      // One layer per call: streamed, and into a poisoned host buffer.
+      for (size_t i = 0; i < n; ++i) {
+        DequantSource source;
+        source.layer = checkpoint->Find("l" + std::to_string(i));
+        CollectingSink one;
+        ASSERT_TRUE(backend->Dequantize(source, dtype, 100000, one).ok());
+        ExpectChunks(one, 100000, static_cast<int64_t>(expected[i].size()));
+        EXPECT_TRUE(one.bytes == expected[i]) << "layer " << i;
+        std::vector<uint8_t> memory(expected[i].size(), 0xAB);
+        ResultDestination host{.memory = ResultDestination::Memory::kHost,
+                               .data = memory.data(),
+                               .bytes = static_cast<int64_t>(memory.size())};
+        RangeSink placed({}, &host);
+        ASSERT_TRUE(backend->Dequantize(source, dtype, 1 << 20, placed).ok());
+        EXPECT_TRUE(memory == expected[i]) << "layer " << i << " into host memory";
+      }
+      // The whole request, streamed.
+      LayersCollector streamed;
+      ASSERT_TRUE(
+          backend->DequantizeLayers(request, dtype, Orientation::kKN, 1 << 16, streamed).ok());
+      EXPECT_EQ(streamed.begins, 1);
+      EXPECT_FALSE(streamed.out_of_order);
+      EXPECT_FALSE(streamed.gaps);
+      ASSERT_EQ(streamed.layers.size(), order.size());
+      for (size_t k = 0; k < order.size(); ++k) {
+        EXPECT_TRUE(streamed.layers[k] == expected[static_cast<size_t>(order[k])])
+            << "entry " << k << " (layer " << order[k] << ")";
+      }
+      // Into a poisoned host buffer: every byte written.
+      std::vector<uint8_t> memory(static_cast<size_t>(whole), 0xAB);
+      ResultDestination host{
+          .memory = ResultDestination::Memory::kHost, .data = memory.data(), .bytes = whole};
+      LayersCollector into_host(&host);
+      ASSERT_TRUE(
+          backend->DequantizeLayers(request, dtype, Orientation::kKN, 1 << 20, into_host).ok());
+      EXPECT_TRUE(memory == concatenated);
+      // Into poisoned device memory with 256 guard bytes each side, twice (the second call
+      // launches kept plans).
+      void* device = nullptr;
+      ASSERT_EQ(cudaMalloc(&device, static_cast<size_t>(whole) + 512), cudaSuccess);
+      for (int round = 0; round < 2; ++round) {
+        ASSERT_EQ(cudaMemset(device, 0x6B, static_cast<size_t>(whole) + 512), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ResultDestination on_device{.memory = ResultDestination::Memory::kDevice,
+                                    .data = static_cast<uint8_t*>(device) + 256,
+                                    .bytes = whole,
+                                    .device = 0};
+        LayersCollector into_device(&on_device);
+        ASSERT_TRUE(
+            backend->DequantizeLayers(request, dtype, Orientation::kKN, 1 << 20, into_device).ok());
+        std::vector<uint8_t> got(static_cast<size_t>(whole) + 512);
+        ASSERT_EQ(cudaMemcpy(got.data(), device, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_TRUE(std::equal(concatenated.begin(), concatenated.end(), got.begin() + 256))
+            << "round " << round;
+        EXPECT_TRUE(
+            std::all_of(got.begin(), got.begin() + 256, [](uint8_t b) { return b == 0x6B; }));
+        EXPECT_TRUE(std::all_of(got.end() - 256, got.end(), [](uint8_t b) { return b == 0x6B; }));
+        // One layer into device memory.
+        ASSERT_EQ(cudaMemset(device, 0x6B, static_cast<size_t>(whole) + 512), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        DequantSource source;
+        source.layer = request[4];  // l4, an 8 MiB-qweight layer
+        RangeSink one({}, &on_device);
+        ASSERT_TRUE(backend->Dequantize(source, dtype, 1 << 20, one).ok());
+        ASSERT_EQ(cudaMemcpy(got.data(), device, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_TRUE(std::equal(expected[4].begin(), expected[4].end(), got.begin() + 256));
+        EXPECT_EQ(got[256 + expected[4].size()], 0x6B);
+      }
+      cudaFree(device);
+    }
+    // (N, K) results: one launch per layer, staged ones too.
+    LayersCollector nk;
+    ASSERT_TRUE(
+        backend->DequantizeLayers(request, DType::kBF16, Orientation::kNK, 1 << 16, nk).ok());
+    ASSERT_EQ(nk.layers.size(), order.size());
+    for (size_t k = 0; k < order.size(); ++k) {
+      EXPECT_TRUE(nk.layers[k] ==
+                  ReferenceNkBytes(packed[static_cast<size_t>(order[k])], DType::kBF16))
+          << "(N, K) entry " << k;
+    }
+  }
+}
+
+// A --device-memory-limit above the GPU's memory is refused at start, naming the flag and the
+// device's memory.
+TEST_F(CudaBackendTest, ADeviceMemoryLimitAboveTheGpuIsInvalidArgument) {
+  cudaDeviceProp prop;
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  CudaBackendOptions options;
+  options.devices = {0};
+  options.device_memory_limit_bytes = static_cast<int64_t>(prop.totalGlobalMem) + 1;
+  absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend(options);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(backend.status().message()),
+              ::testing::HasSubstr(absl::StrCat("--device-memory-limit=", prop.totalGlobalMem + 1,
+                                                " is more than the memory of cuda:0 (", prop.name,
+                                                ": ", prop.totalGlobalMem, " bytes)")));
+  options.device_memory_limit_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  EXPECT_TRUE(MakeCudaBackend(options).ok());
 }
 
 // Bad staging options are refused before any device is touched (so this runs without a GPU too).

@@ -227,6 +227,19 @@ TEST(DequantdMainTest, DeviceOptionErrorsNameTheFlagOrVariable) {
   EXPECT_THAT(run.output,
               HasSubstr("INVALID_ARGUMENT: --placement=split places layers on GPUs but --backend "
                         "is cpu"));
+  // --device-memory-limit: refused with the cpu backend (it limits GPU memory), and when negative.
+  run = RunDequantd(common + "--backend=cpu --device-memory-limit=1048576");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: --device-memory-limit=1048576 limits GPU "
+                                    "memory but --backend is cpu"));
+  run = RunDequantd(common + "--backend=cpu --device-memory-limit=-1");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: --device-memory-limit must be 0 (no limit) "
+                                    "or a number of bytes, got -1"));
+  run = RunDequantd(common + "--backend=cpu --device-memory-limit=half");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("Illegal value 'half' specified for flag 'device_memory_limit'"));
   run = RunDequantd(common + "--backend=cpu", "DEQUANTD_INJECT_DEVICE_FAILURE=cuda:1=explode");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: DEQUANTD_INJECT_DEVICE_FAILURE: "

@@ -2,6 +2,7 @@
 // field named on errors, slab cutting (bound, duplicates, oversized results) and piece sizes.
 #include "server/result_slabs.h"
 
+#include <limits>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -94,6 +95,41 @@ TEST(PlanSlabsTest, AResultLargerThanTheBoundGetsItsOwnSlab) {
   EXPECT_EQ(slabs[1].bytes, 5008);
   EXPECT_EQ(slabs[2].bytes, 16);
   for (const Slab& slab : slabs) EXPECT_EQ(slab.end - slab.first, 1u);
+}
+
+TEST(PlanSlabsTest, StagedInputsAreCutAtTheirOwnBoundAndCountedOncePerSlab) {
+  // A whole-model launch straight into a destination (result bound unlimited) with staged
+  // inputs (0: resident): staged 300, 0, 500 (800), then 400 would be 1200 > 1000: new slab;
+  // 400, 300 (700), a duplicate of result 4 adds nothing, 2000 alone: a slab of its own.
+  const std::vector<SlabEntry> entries = {
+      {.result = 0, .result_bytes = 64, .staged_bytes = 300},
+      {.result = 1, .result_bytes = 64, .staged_bytes = 0},
+      {.result = 2, .result_bytes = 64, .staged_bytes = 500},
+      {.result = 3, .result_bytes = 64, .staged_bytes = 400},
+      {.result = 4, .result_bytes = 64, .staged_bytes = 300},
+      {.result = 4, .result_bytes = 64, .staged_bytes = 300},
+      {.result = 5, .result_bytes = 64, .staged_bytes = 2000},
+      {.result = 6, .result_bytes = 64, .staged_bytes = 0},
+  };
+  const std::vector<Slab> slabs =
+      PlanSlabs(entries, std::numeric_limits<int64_t>::max(), 64, /*staged_limit=*/1000);
+  ASSERT_EQ(slabs.size(), 3u);
+  EXPECT_EQ(slabs[0].first, 0u);
+  EXPECT_EQ(slabs[0].end, 3u);
+  EXPECT_EQ(slabs[0].staged_bytes, 800);
+  EXPECT_EQ(slabs[1].first, 3u);
+  EXPECT_EQ(slabs[1].end, 6u);
+  EXPECT_EQ(slabs[1].staged_bytes, 700);
+  EXPECT_THAT(slabs[1].distinct, ElementsAre(3u, 4u));
+  EXPECT_THAT(slabs[1].offsets, ElementsAre(0, 64, 64));
+  // The oversized input gets its slab; the resident layer after it joins it (adds no staging).
+  EXPECT_EQ(slabs[2].first, 6u);
+  EXPECT_EQ(slabs[2].end, 8u);
+  EXPECT_EQ(slabs[2].staged_bytes, 2000);
+  // Without staged inputs the default bound changes nothing: one slab.
+  std::vector<SlabEntry> resident = entries;
+  for (SlabEntry& e : resident) e.staged_bytes = 0;
+  EXPECT_EQ(PlanSlabs(resident, std::numeric_limits<int64_t>::max(), 64, 1000).size(), 1u);
 }
 
 TEST(PlanSlabsTest, EveryEntryLandsInExactlyOneSlabWithinTheBound) {
