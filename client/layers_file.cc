@@ -35,7 +35,8 @@ absl::StatusOr<std::unique_ptr<LayersSafetensorsFile>> LayersSafetensorsFile::Cr
   // Every stream writes its layers at their offsets: mapped, they do so at once instead of one
   // at a time on the file's inode lock (formats/atomic_file.h, MapForWrites).
   if (!file->file_->direct() && writers > 1) {
-    if (absl::Status s = file->file_->MapForWrites(file->file_bytes_).status(); !s.ok()) return s;
+    if (absl::Status s = file->file_->MapForWrites(file->file_bytes_, writers).status(); !s.ok())
+      return s;
   }
   file->next_ = static_cast<int64_t>(layout->header.size());
   return file;

@@ -106,7 +106,7 @@ class StreamedOutput : public OutputFile {
     // Parallel range streams write at offsets: a mapped file lets them run at once
     // (formats/atomic_file.h, MapForWrites).
     if (file_->direct() || writers_ < 2) return absl::OkStatus();
-    return file_->MapForWrites(preamble_bytes_ + total_bytes_).status();
+    return file_->MapForWrites(preamble_bytes_ + total_bytes_, writers_).status();
   }
   absl::Status Write(absl::Span<const uint8_t> data) override {
     if (!file_) return NotStarted();

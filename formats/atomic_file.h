@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -65,9 +66,13 @@ class AtomicFileWriter {
   // system is an error here (RESOURCE_EXHAUSTED), never a SIGBUS on a store later. Returns false
   // and changes nothing when the file system cannot allocate ahead (EOPNOTSUPP: WriteAt keeps
   // using pwrite). WriteAt past `bytes` uses pwrite. Call before the writers start, at most once.
+  // `prefault_threads` > 0: that many threads fault the mapping in (MADV_POPULATE_WRITE: the
+  // kernel allocates and zero-fills each page without touching its contents) ahead of the writers,
+  // each over one contiguous 1/n of the file, so the writers' own threads mostly only copy; they
+  // stop at Commit or Abandon (and do nothing on a kernel older than 5.14).
   // Errors: FAILED_PRECONDITION (direct mode, after Commit or Abandon, called twice),
   // errno-derived codes ("allocate" / "map" '<temporary path>').
-  absl::StatusOr<bool> MapForWrites(int64_t bytes);
+  absl::StatusOr<bool> MapForWrites(int64_t bytes, int prefault_threads = 0);
   bool mapped() const { return map_ != nullptr; }
 
   // Atomic mode: chmod to the replaced file's mode (if any), fsync, close, rename to the target. On
@@ -98,6 +103,8 @@ class AtomicFileWriter {
   int keep_mode_ = -1;      // the replaced target's permission bits, -1 for a new file
   uint8_t* map_ = nullptr;  // MapForWrites' mapping of [0, map_bytes_), else null
   int64_t map_bytes_ = 0;
+  struct Prefault;  // the threads of MapForWrites' prefault_threads
+  std::unique_ptr<Prefault> prefault_;
   void Unmap();
 };
 

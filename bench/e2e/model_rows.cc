@@ -172,7 +172,8 @@ ModelRow MemoryRow(const SyntheticModel& model, const std::vector<std::vector<ui
 
 // Writes `data` to a new file `path` with `threads` threads (1: write() in order; more: disjoint
 // parts at offsets, through pwrite or, `mapped`, as dequantctl writes its files:
-// formats::AtomicFileWriter with MapForWrites, WriteAt in 16 MiB pieces), then fsync and close.
+// formats::AtomicFileWriter with MapForWrites and as many prefault threads, WriteAt in 16 MiB
+// pieces), then fsync and close.
 // Returns seconds, or -1 on an I/O error.
 double WriteFileTimed(const std::string& path, const std::vector<uint8_t>& data, int threads,
                       bool mapped) {
@@ -180,7 +181,7 @@ double WriteFileTimed(const std::string& path, const std::vector<uint8_t>& data,
   absl::StatusOr<formats::AtomicFileWriter> file = formats::AtomicFileWriter::Create(path);
   if (!file.ok()) return -1;
   const int64_t total = static_cast<int64_t>(data.size());
-  if (mapped && !file->MapForWrites(total).ok()) return -1;
+  if (mapped && !file->MapForWrites(total, threads).ok()) return -1;
   const int64_t piece = mapped ? int64_t{16} << 20 : int64_t{64} << 20;
   const int64_t part = (total / threads + 4095) / 4096 * 4096;
   std::vector<std::thread> pool;

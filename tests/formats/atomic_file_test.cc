@@ -96,7 +96,7 @@ TEST_F(AtomicFileTest, MappedWritesFromThreadsLandExactly) {
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_TRUE(w->Write("HDR!").ok());  // 4 bytes at the start, as a .npy preamble
   constexpr int64_t kBody = (int64_t{3} << 20) + 4096 * 3 + 17;  // not a multiple of anything
-  absl::StatusOr<bool> mapped = w->MapForWrites(4 + kBody);
+  absl::StatusOr<bool> mapped = w->MapForWrites(4 + kBody, /*prefault_threads=*/3);
   ASSERT_TRUE(mapped.ok()) << mapped.status();
   ASSERT_TRUE(*mapped) << "this test's temporary directory is expected to support fallocate";
   EXPECT_TRUE(w->mapped());
