@@ -157,7 +157,9 @@ absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(absl::Span<const std::vect
               : std::min<int64_t>(m - 1, static_cast<int64_t>(middle * static_cast<double>(m) /
                                                               static_cast<double>(bytes)));
       if (p != part) {
-        add(part_begin, i, order[static_cast<size_t>(part)]);
+        // The run's first entry may already fall past part 0 (one entry larger than a part):
+        // no empty part before it (its worker would run nothing, not even the call's Begin).
+        if (i > part_begin) add(part_begin, i, order[static_cast<size_t>(part)]);
         part_begin = i;
         part = p;
       }

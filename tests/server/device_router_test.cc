@@ -173,6 +173,21 @@ TEST(PlanLayerPartsTest, LargeReplicatedCallIsSpreadByBytes) {
   EXPECT_THAT(Parts(*two), ElementsAre(std::make_tuple(0, 2, 0), std::make_tuple(2, 5, 1)));
 }
 
+TEST(PlanLayerPartsTest, AFirstEntryLargerThanAPartMakesNoEmptyPart) {
+  // One entry, two candidates: m = 2, its midpoint 50 of 100 * 2 = 1.0 -> part 1. Before the fix
+  // an empty part [0, 0) on worker 0 came first (its worker ran nothing, not even the call's
+  // Begin: the H200 run of ModelLimitedToHalfItsPackedSizeServesEveryLayerBitExact, split).
+  const std::vector<std::vector<int>> two(1, {0, 1});
+  auto one = PlanLayerParts(two, {100}, {0, 0}, 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_THAT(Parts(*one), ElementsAre(std::make_tuple(0, 1, 1)));
+  // 1000, 10, 10 over three: midpoints 500, 1005, 1015 of 1020, * 3 -> 1.47, 2.96, 2.99.
+  const std::vector<std::vector<int>> three(3, {0, 1, 2});
+  auto big_first = PlanLayerParts(three, {1000, 10, 10}, {0, 0, 0}, 1);
+  ASSERT_TRUE(big_first.ok());
+  EXPECT_THAT(Parts(*big_first), ElementsAre(std::make_tuple(0, 1, 1), std::make_tuple(1, 3, 2)));
+}
+
 TEST(PlanLayerPartsTest, SplitModelFollowsTheHolders) {
   // Layers on 0, 0, 1, 1, 0 (a split placement, asked out of order): runs by holder.
   const std::vector<std::vector<int>> cands = {{0}, {0}, {1}, {1}, {0}};
