@@ -4,12 +4,17 @@
 #include "absl/strings/str_cat.h"
 #include "server/quoted_name.h"
 #include "server/raw_tensor.h"
+#include "server/region_service.h"
 #include "server/request.h"
 
 namespace dequantd {
 namespace {
 
 namespace v1 = ::dequant::v1;
+
+// The pieces an output_region call reads and copies in: large, so that a GPU region gets few
+// (synchronous) host-to-device copies; one buffer of this size per call.
+constexpr int64_t kRegionPieceBytes = int64_t{16} << 20;
 
 void FillInfo(const RawTensor& tensor, v1::RawTensorInfo& info) {
   info.set_name(tensor.name);
@@ -27,7 +32,8 @@ void AddRawTensorInfos(const Checkpoint& checkpoint, v1::ListTensorsResponse& re
 }
 
 absl::Status ServeReadTensor(const Checkpoint* checkpoint, int64_t default_chunk_bytes,
-                             const v1::ReadTensorRequest& request, grpc::ServerContext* context,
+                             RegionService* regions, const v1::ReadTensorRequest& request,
+                             grpc::ServerContext* context,
                              grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
   if (checkpoint == nullptr) {
     return absl::FailedPreconditionError(
@@ -48,6 +54,33 @@ absl::Status ServeReadTensor(const Checkpoint* checkpoint, int64_t default_chunk
   }
   v1::ReadTensorResponse message;
   FillInfo(*tensor, *message.mutable_header());
+  if (request.has_output_region()) {
+    if (regions == nullptr) {
+      return absl::FailedPreconditionError("output_region: this server serves no regions");
+    }
+    absl::StatusOr<std::unique_ptr<regions::RegionSink>> sink =
+        regions->MakeSink(context->peer(), request.output_region(), {tensor->bytes},
+                          [context] { return context->IsCancelled(); });
+    if (!sink.ok()) return sink.status();
+    if (absl::Status s = (*sink)->Begin("stored"); !s.ok()) return s;
+    if (absl::Status s = (*sink)->BeginLayer(0); !s.ok()) return s;
+    // The sink checks bounds, cancellation and an Unregister at every piece, and copies each
+    // into the region (Region::CopyIn: a device region's copy has ended when it returns).
+    if (absl::Status s = ReadRawTensor(*tensor, kRegionPieceBytes,
+                                       [&](int64_t offset, absl::Span<const uint8_t> bytes) {
+                                         return (*sink)->Write(offset, bytes);
+                                       });
+        !s.ok()) {
+      return s;
+    }
+    message.set_region(request.output_region().name());
+    message.set_region_offset(request.output_region().offset());
+    // Sent with the status (as a Dequantize output_region reply): every byte is in the region.
+    if (!writer->Write(message, grpc::WriteOptions().set_last_message())) {
+      return absl::CancelledError("the client closed the stream before the reply was sent");
+    }
+    return absl::OkStatus();
+  }
   auto send = [&](const v1::ReadTensorResponse& m) -> absl::Status {
     if (context->IsCancelled()) return absl::CancelledError("the client cancelled the call");
     if (!writer->Write(m)) {

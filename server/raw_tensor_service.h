@@ -13,6 +13,8 @@
 
 namespace dequantd {
 
+class RegionService;  // server/region_service.h
+
 // Appends one RawTensorInfo per raw tensor of `checkpoint` (in name order) to `response`.
 void AddRawTensorInfos(const Checkpoint& checkpoint, dequant::v1::ListTensorsResponse& response);
 
@@ -22,8 +24,12 @@ void AddRawTensorInfos(const Checkpoint& checkpoint, dequant::v1::ListTensorsRes
 // dequantized output bytes in the metrics: nothing is dequantized). Errors: FAILED_PRECONDITION (no
 // model loaded), INVALID_ARGUMENT (name empty; chunk_bytes negative), NOT_FOUND (name: not a raw
 // tensor; a quantized layer's name says so), DATA_LOSS (file replaced or truncated, see
-// raw_tensor.h), CANCELLED (the client went away). Thread-safe.
+// raw_tensor.h), CANCELLED (the client went away). With request.output_region the bytes go into
+// that region of `regions` (null: FAILED_PRECONDITION) and the stream is one message, the header
+// with region and region_offset, sent with the status; the region's errors are those of
+// RegionService::MakeSink and RegionSink::Write. Thread-safe.
 absl::Status ServeReadTensor(const Checkpoint* checkpoint, int64_t default_chunk_bytes,
+                             RegionService* regions,
                              const dequant::v1::ReadTensorRequest& request,
                              grpc::ServerContext* context,
                              grpc::ServerWriter<dequant::v1::ReadTensorResponse>* writer);

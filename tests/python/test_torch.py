@@ -140,6 +140,30 @@ def test_a_cuda_tensor_needs_a_cuda_server(client):
                                                         device="cuda:0"))
 
 
+EMBED = "model.embed_tokens.weight"  # F16 (49152, 576)
+
+
+def test_read_tensors_into_checks_name_dtype_shape_contiguity_and_device(client):
+    with pytest.raises(ValueError, match=r"^model.nope: not a stored tensor of the server's "
+                                         r"model .*quantized layers go through "
+                                         r"dequantize_into_tensors"):
+        client.read_tensors_into({"model.nope": torch.empty(1)})
+    with pytest.raises(ValueError, match=rf"^{EMBED}: tensor dtype torch.bfloat16 != the stored "
+                                         r"F16 \(torch.float16\); the bytes are copied unchanged"):
+        client.read_tensors_into({EMBED: torch.empty((49152, 576), dtype=torch.bfloat16)})
+    with pytest.raises(ValueError, match=rf"^{EMBED}: tensor shape \(576, 49152\) != the stored "
+                                         r"\(49152, 576\)$"):
+        client.read_tensors_into({EMBED: torch.empty((576, 49152), dtype=torch.float16)})
+    with pytest.raises(ValueError, match=rf"^{EMBED}: tensor is not contiguous"):
+        client.read_tensors_into({EMBED: torch.empty((576, 49152), dtype=torch.float16).t()})
+    with pytest.raises(ValueError, match=rf"^{EMBED}: tensor on cpu; read_tensors_into fills "
+                                         r"CUDA tensors"):
+        client.read_tensors_into({EMBED: torch.empty((49152, 576), dtype=torch.float16)})
+    with pytest.raises(TypeError, match=rf"^{EMBED}: expected a torch.Tensor, got list$"):
+        client.read_tensors_into({EMBED: [1.0]})
+    assert client.read_tensors_into({}) == {}
+
+
 # --- values --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype,name", [(torch.float16, "fp16"), (torch.bfloat16, "bf16"),

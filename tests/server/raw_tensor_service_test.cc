@@ -26,6 +26,7 @@
 #include "server/checkpoint.h"
 #include "server/raw_tensor.h"
 #include "server/server.h"
+#include "tests/regions/shm_file.h"
 #include "tests/server/cpu_test_server.h"
 #include "tests/server/test_layer.h"
 
@@ -102,9 +103,10 @@ class RawTensorServiceTest : public ::testing::Test {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  void Start(bool with_model = true) {
+  void Start(bool with_model = true, const std::string& shared_memory = "off") {
     ServerOptions options;
     options.model_dir = with_model ? dir_ : "";
+    options.shared_memory = shared_memory;
     absl::StatusOr<testing::CpuTestServer> started = testing::StartCpuTestServer(options);
     ASSERT_TRUE(started.ok()) << started.status();
     server_ = std::move(started->server);
@@ -323,6 +325,88 @@ TEST_F(RawTensorServiceTest, ShardedCheckpointIndexesEachTensorInItsShard) {
                     [](int64_t, absl::Span<const uint8_t>) { return absl::CancelledError("stop"); })
           .code(),
       absl::StatusCode::kCancelled);
+}
+
+// Issue 23: ReadTensor into a registered region. The stored bytes land at the region offset (the
+// bytes around them untouched), the reply is one message (header, region, region_offset) and no
+// data, and each bad region request gets its exact code naming output_region.
+TEST_F(RawTensorServiceTest, ReadsIntoARegionAsOneReplyWithTheStoredBytes) {
+  Start(/*with_model=*/true, "host");
+  const Owned& embed = Named("model.embed_tokens.weight");  // 80000 bytes
+  const int64_t kOffset = 4096, kSize = 96 * 1024;
+  testing::ShmFile shm("read_tensor", kSize);
+  ASSERT_TRUE(shm.ok());
+  {
+    grpc::ClientContext context;
+    v1::RegisterSystemSharedMemoryRequest reg;
+    reg.set_name("raw");
+    reg.set_key(shm.key());
+    reg.set_byte_size(kSize);
+    v1::RegisterSystemSharedMemoryResponse response;
+    const grpc::Status s = stub_->RegisterSystemSharedMemory(&context, reg, &response);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  auto read_into = [&](const std::string& name, const std::string& region, int64_t offset,
+                       std::vector<v1::ReadTensorResponse>* messages) {
+    v1::ReadTensorRequest request;
+    request.set_name(name);
+    request.mutable_output_region()->set_name(region);
+    request.mutable_output_region()->set_offset(offset);
+    grpc::ClientContext context;
+    auto reader = stub_->ReadTensor(&context, request);
+    v1::ReadTensorResponse message;
+    while (reader->Read(&message)) messages->push_back(message);
+    return reader->Finish();
+  };
+  std::vector<v1::ReadTensorResponse> messages;
+  const grpc::Status ok = read_into(embed.name, "raw", kOffset, &messages);
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_EQ(messages[0].header().name(), embed.name);
+  EXPECT_EQ(messages[0].header().bytes(), static_cast<int64_t>(embed.bytes.size()));
+  EXPECT_EQ(messages[0].region(), "raw");
+  EXPECT_EQ(messages[0].region_offset(), kOffset);
+  EXPECT_TRUE(messages[0].data().empty());
+  const std::string in_region = shm.Read(kOffset, static_cast<int64_t>(embed.bytes.size()));
+  EXPECT_TRUE(std::vector<uint8_t>(in_region.begin(), in_region.end()) == embed.bytes);
+  EXPECT_EQ(shm.Read(0, kOffset), std::string(kOffset, '\0'));  // nothing before it written
+  const int64_t after = kOffset + static_cast<int64_t>(embed.bytes.size());
+  EXPECT_EQ(shm.Read(after, kSize - after), std::string(kSize - after, '\0'));
+
+  struct Bad {
+    std::string name, region;
+    int64_t offset;
+    grpc::StatusCode code;
+    std::string says;
+  };
+  const Bad bad[] = {
+      {embed.name, "nope", 0, grpc::StatusCode::NOT_FOUND, "nope"},
+      {embed.name, "raw", 8, grpc::StatusCode::INVALID_ARGUMENT, "multiple of 16"},
+      {embed.name, "raw", 32 * 1024, grpc::StatusCode::INVALID_ARGUMENT, "run past its end"},
+      {"model.layers.0.mlp.down_proj", "raw", 0, grpc::StatusCode::NOT_FOUND, "quantized layer"},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.says);
+    messages.clear();
+    const grpc::Status s = read_into(b.name, b.region, b.offset, &messages);
+    EXPECT_EQ(s.error_code(), b.code) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(b.says));
+    EXPECT_TRUE(messages.empty());
+  }
+}
+
+TEST_F(RawTensorServiceTest, ReadIntoARegionWithRegionsOffIsFailedPrecondition) {
+  Start();  // --shared-memory=off
+  v1::ReadTensorRequest request;
+  request.set_name("model.norm.weight");
+  request.mutable_output_region()->set_name("raw");
+  grpc::ClientContext context;
+  auto reader = stub_->ReadTensor(&context, request);
+  v1::ReadTensorResponse message;
+  EXPECT_FALSE(reader->Read(&message));
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("output_region"));
 }
 
 }  // namespace

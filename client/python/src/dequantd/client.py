@@ -621,6 +621,61 @@ class Client:
             raise DequantdError(grpc.StatusCode.DATA_LOSS, f"{name}: the stream had no header")
         return result.check()
 
+    def read_tensor_into(self, region: str, name: str, *, offset: int = 0) -> TensorInfo:
+        """Copies stored tensor `name` (list().other_tensors), its bytes unchanged, into
+        registered region `region` at byte `offset` (a multiple of 16) instead of streaming it
+        (issue 23: the loader's embeddings, norms and lm_head reach GPU memory without crossing
+        gRPC). When this returns every byte is in the region; the tensor fills
+        [offset, offset + bytes).
+
+        Raises:
+            DequantdError: the server's status (NOT_FOUND: name or region; INVALID_ARGUMENT: the
+                tensor does not fit at `offset`; FAILED_PRECONDITION: regions off; ABORTED: the
+                region was unregistered during the call); UNIMPLEMENTED when the server predates
+                ReadTensor into a region (it streamed the bytes instead: use read_tensor);
+                DATA_LOSS when the reply does not name the region and offset.
+        """
+        request = pb.ReadTensorRequest(name=name,
+                                       output_region=pb.OutputRegion(name=region, offset=offset))
+        messages = []
+        for message in self._stream(self._stub.ReadTensor, request):
+            messages.append(message)
+            if message.data:
+                break  # _stream cancels the rest
+        if messages and messages[0].data:
+            raise DequantdError(grpc.StatusCode.UNIMPLEMENTED,
+                                f"{name}: this server streams ReadTensor and cannot write a "
+                                "region (it predates ReadTensorRequest.output_region)")
+        if (len(messages) != 1 or not messages[0].HasField("header")
+                or messages[0].region != region or messages[0].region_offset != offset):
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"reply of a ReadTensor into region {region!r}: expected one "
+                                f"header naming the region and offset {offset}")
+        h = messages[0].header
+        return TensorInfo(h.name, h.dtype, tuple(h.shape), h.bytes)
+
+    def read_tensors_into(self, tensors: Dict[str, Any], *, streams: int = 8) -> Dict[str, Any]:
+        """Fills CUDA torch tensors the caller owns with stored tensors ({name: tensor}, names
+        from list().other_tensors) and returns the mapping: each tensor must be contiguous, of
+        the stored shape and of the stored dtype's torch dtype (cast afterwards on the device if
+        the model wants another: the bytes are copied unchanged). Every tensor is checked before
+        any byte is written. The memory is registered as for dequantize_into_tensors (once per
+        allocation, cached) and the server copies each tensor into it (ReadTensor into a region,
+        `streams` calls at once); a server that predates that gets the bytes streamed and copied
+        in here, the same result more slowly.
+
+        Raises:
+            TypeError: a value not a torch.Tensor. ValueError: an unknown name, a shape, dtype,
+                device or contiguity mismatch (naming the tensor), or the CUDA conditions of
+                dequantize_into_tensors (server backend and --shared-memory, exportable memory,
+                16-byte aligned starts, no overlap). DequantdError: the server's status.
+        """
+        if not tensors:
+            return tensors
+        targets = tensors_module.check_stored_targets(self, tensors)
+        tensors_module.run_stored(self, targets, streams)
+        return tensors
+
     # --- shared-memory regions (same host only; the server runs with --shared-memory) -----
 
     def register_system_shared_memory(

@@ -168,6 +168,96 @@ def check_targets(client: Any, tensors: Mapping[str, Any], orientation: str) -> 
     return targets
 
 
+def check_stored_targets(client: Any, tensors: Mapping[str, Any]) -> List[_Target]:
+    """Checks every (stored tensor, CUDA tensor) of `tensors` against ListTensors' other_tensors
+    and the server before any byte is written (read_tensors_into). `dtype` of a target is the
+    stored safetensors code. Raises TypeError or ValueError naming the tensor."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    from . import dtypes  # pylint: disable=import-outside-toplevel
+
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"tensors must be a mapping of tensor name -> torch.Tensor, not "
+                        f"{type(tensors).__name__}")
+    stored = {t.name: t for t in client.list().other_tensors}
+    targets = []
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
+        info = stored.get(name)
+        if info is None:
+            raise ValueError(f"{name}: not a stored tensor of the server's model (list()."
+                             f"other_tensors names its {len(stored)} tensors; quantized layers "
+                             "go through dequantize_into_tensors)")
+        want = dtypes.torch_dtype(info.dtype)
+        if tensor.dtype != want:
+            raise ValueError(f"{name}: tensor dtype {tensor.dtype} != the stored {info.dtype} "
+                             f"({want}); the bytes are copied unchanged: read into a {want} "
+                             "tensor and cast on the device")
+        if tuple(tensor.shape) != tuple(info.shape):
+            raise ValueError(f"{name}: tensor shape {tuple(tensor.shape)} != the stored "
+                             f"{tuple(info.shape)}")
+        if not tensor.is_contiguous():
+            raise ValueError(f"{name}: tensor is not contiguous (strides {tuple(tensor.stride())})")
+        if tensor.device.type != "cuda":
+            raise ValueError(f"{name}: tensor on {tensor.device}; read_tensors_into fills CUDA "
+                             "tensors (read_tensor streams to the host)")
+        targets.append(_Target(name, tensor, info.dtype, info.bytes, tuple(info.shape)))
+    _check_cuda_targets(client, targets)
+    _check_no_overlap(targets)
+    return targets
+
+
+def run_stored(client: Any, targets: List[_Target], streams: int) -> None:
+    """One ReadTensor into a region per target, `streams` at once (largest first). A server
+    that predates ReadTensor into a region (UNIMPLEMENTED from read_tensor_into) gets every
+    remaining target streamed and copied in; one that lost our region (a restart) gets it
+    registered again and the target retried once."""
+    import concurrent.futures  # pylint: disable=import-outside-toplevel
+
+    import torch  # pylint: disable=import-outside-toplevel
+
+    cache = client._regions_cache()  # pylint: disable=protected-access
+    streamed = threading.Event()
+
+    def streamed_copy(t: _Target) -> None:
+        t.tensor.copy_(client.read_tensor(t.name, as_torch=True).view(t.tensor.shape))
+
+    def one(t: _Target) -> None:
+        if streamed.is_set():
+            streamed_copy(t)
+            return
+        for attempt in range(2):
+            region = cache.region_for(t)
+            try:
+                client.read_tensor_into(region, t.name, offset=t.offset)
+                return
+            except DequantdError as e:
+                if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                    streamed.set()
+                    streamed_copy(t)
+                    return
+                mine = cache.names()
+                if (attempt == 1 or e.code != grpc.StatusCode.NOT_FOUND
+                        or f'"{region}"' not in e.message):
+                    raise
+                held = {r.name for r in client.shared_memory_status().regions}
+                cache.forget([n for n in mine if n not in held])
+
+    ordered = sorted(targets, key=lambda t: -t.nbytes)
+    with concurrent.futures.ThreadPoolExecutor(max(1, streams)) as pool:
+        futures = [pool.submit(one, t) for t in ordered]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    for device in {t.tensor.device for t in targets}:
+        torch.cuda.synchronize(device)  # the streamed fallback's copies
+
+
 def _check_cuda_targets(client: Any, targets: Sequence[_Target]) -> None:
     info = client.info()
     if info.backend != "cuda":

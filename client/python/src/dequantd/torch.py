@@ -8,7 +8,8 @@ The model's parameters are learnt from a meta-device build of the server's confi
 `model`'s) without its quantization_config; then every parameter is allocated on `device` and
 filled: each quantized linear's weight by dequantd (on CUDA the kernel writes the GPU memory
 through CUDA IPC; a CPU model gets the streamed result written into its memory), every other
-tensor (embeddings, norms, biases, an untied lm_head) by ReadTensor, cast to `dtype` as
+tensor (embeddings, norms, biases, an untied lm_head) by ReadTensor (on CUDA into GPU memory
+through a region, without the bytes crossing gRPC), cast to `dtype` on the device as
 transformers casts a checkpoint's tensors. The model is then built around those tensors (they
 become its parameters, no copy: _from_state_dict), weights are tied and the non-persistent
 buffers computed as from_pretrained computes them; the model is put in eval mode and returned.
@@ -109,6 +110,50 @@ def _meta_model(config: Any, dtype: torch.dtype) -> torch.nn.Module:
         except TypeError:  # transformers 4.x names it torch_dtype
             return transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
 
+
+
+def _fill_stored_on_device(client: Client, params: Dict[str, torch.Tensor], stored: List[str],
+                           others: Dict[str, Any], device: torch.device) -> None:
+    """Stored tensors straight into GPU memory (ReadTensor into a region): one staging buffer
+    holds every tensor as stored (16-byte aligned places), registered once; then each is cast
+    into its parameter on the device (round to nearest even, as transformers casts a
+    checkpoint's tensors). The staging is unregistered and freed before returning."""
+    if not stored:
+        return
+    places, at = [], 0
+    for name in stored:
+        places.append((name, at))
+        at += (others[name].bytes + 15) // 16 * 16
+    staging = torch.empty(at, dtype=torch.uint8, device=device)
+    views = {name: staging[begin:begin + others[name].bytes]
+             .view(dtypes.torch_dtype(others[name].dtype)).view(tuple(others[name].shape))
+             for name, begin in places}
+    try:
+        client.read_tensors_into(views, streams=READ_STREAMS)
+        for name in stored:
+            params[name].copy_(views[name])
+        torch.cuda.synchronize(device)
+    finally:
+        client._regions_cache().release_tensor(staging)  # pylint: disable=protected-access
+
+
+def _fill_stored_streamed(client: Client, params: Dict[str, torch.Tensor], stored: List[str],
+                          others: Dict[str, Any]) -> None:
+    """Stored tensors through several ReadTensor streams at once (gRPC waits outside the GIL;
+    the embeddings and an untied lm_head are the largest tensors of a model), largest first."""
+    def fill(name: str) -> None:
+        params[name].copy_(client.read_tensor(name, as_torch=True))
+
+    with concurrent.futures.ThreadPoolExecutor(READ_STREAMS) as pool:
+        futures = [pool.submit(fill, name) for name in
+                   sorted(stored, key=lambda n: -others[n].bytes)]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            for future in futures:  # the first failure ends the load: start no further reads
+                future.cancel()
+            raise
 
 def _from_state_dict(config: Any, state_dict: Dict[str, torch.Tensor], dtype: torch.dtype,
                      device: torch.device) -> torch.nn.Module:
@@ -298,21 +343,10 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     report.layer_bytes = total * element
 
     t0 = time.perf_counter()
-    # Several ReadTensor streams at once (gRPC waits outside the GIL): the embeddings and an
-    # untied lm_head are the largest tensors of a model and ReadTensor has no byte ranges.
-    def fill(name: str, into: Dict[str, torch.Tensor] = params) -> None:
-        into[name].copy_(client.read_tensor(name, as_torch=True))
-
-    with concurrent.futures.ThreadPoolExecutor(READ_STREAMS) as pool:
-        futures = [pool.submit(fill, name) for name in
-                   sorted(stored, key=lambda n: -others[n].bytes)]
-        try:
-            for future in futures:
-                future.result()
-        except BaseException:
-            for future in futures:  # the first failure ends the load: start no further reads
-                future.cancel()
-            raise
+    if device.type == "cuda":
+        _fill_stored_on_device(client, params, stored, others, device)
+    else:
+        _fill_stored_streamed(client, params, stored, others)
     report.other_bytes = sum(params[n].numel() * params[n].element_size() for n in stored)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
