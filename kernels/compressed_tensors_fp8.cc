@@ -90,11 +90,10 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
                      ", 1) or group (N, K/G) grid for weight (N, K) = (", N, ", ", K,
                      "); a block grid needs the checkpoint's config (block_structure)"));
   }
-  if (!CheckStoredDims(scale, kWeightScale, 2, problem)) return false;
   int64_t rows = 1;
   int64_t cols = K;
   if (strategy == "group") {
-    cols = config != nullptr ? config->group_size : K / scale.shape[1];
+    cols = config != nullptr ? config->group_size : K / scale.shape[1];  // (N, g): inferred
     if (cols <= 0 || K % cols != 0) {
       return StoredProblem(problem, kWeightScale, "shape",
                            absl::StrCat("is ", Dims(scale.shape), ": group_size ", cols,
@@ -115,7 +114,7 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
   shape->group_size = cols;
   const int64_t want_rows = GridDim(N, rows);
   const int64_t want_cols = GridDim(K, cols);
-  if (scale.shape[0] != want_rows || scale.shape[1] != want_cols) {
+  if (scale.shape.size() != 2 || scale.shape[0] != want_rows || scale.shape[1] != want_cols) {
     const char* formula = strategy == "channel" ? "(N, 1)"
                           : strategy == "group" ? "(N, K/G)"
                                                 : "(ceil(N/R), ceil(K/C))";
