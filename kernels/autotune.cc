@@ -29,8 +29,9 @@ TuneKey TuneKey::For(TuneDevice device, std::string_view variant, const QuantSha
   TuneKey key;
   key.device = std::move(device);
   // The format's name, then what of the shape besides K, N, G and the scale dtype changes the
-  // kernel: the orientation when it is not the format's own, the bits when not 4, the flags and the scale block rows when set. So every
-  // awq_gemm (K, N) key reads as before (the file's version is unchanged).
+  // kernel: the orientation when it is not the format's own, the bits when not 4, the flags and the
+  // scale block rows when set. So every awq_gemm (K, N) key reads as before (the file's version is
+  // unchanged).
   key.format = std::string(FormatName(shape.format));
   if (shape.orientation != FormatRowOf(shape.format).default_orientation)
     absl::StrAppend(&key.format, "/", std::string(OrientationName(shape.orientation)));

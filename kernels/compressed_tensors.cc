@@ -63,8 +63,7 @@ absl::Status CheckFloatScheme(const QuantConfigReader& config, const std::string
     absl::StatusOr<std::optional<std::vector<int64_t>>> block =
         config.IntegerList({key("block_structure").c_str()});
     if (!block.ok()) return block.status();
-    if (!block->has_value() || (*block)->size() != 2 || (**block)[0] <= 0 ||
-        (**block)[1] <= 0) {
+    if (!block->has_value() || (*block)->size() != 2 || (**block)[0] <= 0 || (**block)[1] <= 0) {
       return config.FieldError(key("block_structure"),
                                "must be [rows, cols] of two positive integers for strategy "
                                "'block' (e.g. [128, 128])");
@@ -100,9 +99,9 @@ absl::StatusOr<std::optional<WeightScheme>> ReadWeightScheme(const QuantConfigRe
   if (!bits.ok()) return bits.status();
   if (!bits->has_value()) return config.FieldError(key("num_bits"), "is missing");
   if (!ServedBits(**bits)) {
-    return config.FieldError(key("num_bits"),
-                             absl::StrCat("is ", **bits, ", only ", is_float ? "8" : "4 and 8",
-                                          " are served"));
+    return config.FieldError(
+        key("num_bits"),
+        absl::StrCat("is ", **bits, ", only ", is_float ? "8" : "4 and 8", " are served"));
   }
   s.bits = static_cast<int>(**bits);
   absl::StatusOr<std::optional<std::string>> type = config.String({key("type").c_str()});
@@ -145,10 +144,10 @@ absl::StatusOr<std::optional<WeightScheme>> ReadWeightScheme(const QuantConfigRe
                                "not served (only symmetric)");
     }
   } else if (s.strategy != "channel" && !(is_float && s.strategy == "block")) {
-    return config.FieldError(
-        key("strategy"), absl::StrCat("is '", s.strategy, "', only 'group', 'channel'",
-                                      is_float ? ", 'tensor' and 'block'" : " and 'tensor'",
-                                      " are served for format '", format, "'"));
+    return config.FieldError(key("strategy"),
+                             absl::StrCat("is '", s.strategy, "', only 'group', 'channel'",
+                                          is_float ? ", 'tensor' and 'block'" : " and 'tensor'",
+                                          " are served for format '", format, "'"));
   }
   absl::StatusOr<std::optional<std::string>> actorder = config.String({key("actorder").c_str()});
   if (!actorder.ok()) return actorder.status();

@@ -47,9 +47,9 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
     if (!tensors[r].present) return StoredProblem(problem, r, "presence", "is missing");
   if (!CheckStoredDims(weight, kWeight, 2, problem)) return false;
   if (weight.dtype != "F8_E4M3") {
-    return StoredProblem(
-        problem, kWeight, "dtype",
-        absl::StrCat("is ", AbslView(weight.dtype), ", want F8_E4M3 (float-quantized FP8 weights)"));
+    return StoredProblem(problem, kWeight, "dtype",
+                         absl::StrCat("is ", AbslView(weight.dtype),
+                                      ", want F8_E4M3 (float-quantized FP8 weights)"));
   }
   *shape = QuantShape{};
   shape->format = Format::kCompressedTensorsFp8;
@@ -107,8 +107,9 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
                            "has no declared block_structure (strategy 'block')");
     }
   } else if (strategy != "channel") {  // FromConfig admits only these four
-    return StoredProblem(problem, kWeightScale, "shape",
-                         absl::StrCat("cannot be checked: strategy '", strategy, "' is not served"));
+    return StoredProblem(
+        problem, kWeightScale, "shape",
+        absl::StrCat("cannot be checked: strategy '", strategy, "' is not served"));
   }
   shape->scale_block_rows = rows;
   shape->group_size = cols;
@@ -119,7 +120,7 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
                           : strategy == "group" ? "(N, K/G)"
                                                 : "(ceil(N/R), ceil(K/C))";
     const std::string block =
-        strategy == "block" ? absl::StrCat(", block_structure [R, C] = [", rows, ", ", cols, "]")
+        strategy == "block"   ? absl::StrCat(", block_structure [R, C] = [", rows, ", ", cols, "]")
         : strategy == "group" ? absl::StrCat(", group_size ", cols)
                               : "";
     return StoredProblem(problem, kWeightScale, "shape",
@@ -148,9 +149,9 @@ absl::Status ValidateShape(const QuantShape& shape) {
         absl::StrCat("K must be at most ", kMaxOutputElements, ", got ", shape.K));
   }
   if (shape.group_size <= 0 || shape.group_size > kMaxOutputElements) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group_size (columns per weight_scale block) must be in [1, ", kMaxOutputElements,
-        "], got ", shape.group_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("group_size (columns per weight_scale block) must be in [1, ",
+                     kMaxOutputElements, "], got ", shape.group_size));
   }
   if (shape.scale_block_rows < 0 || shape.scale_block_rows > kMaxOutputElements) {
     return absl::InvalidArgumentError(

@@ -73,8 +73,8 @@ void RunKnPart(const QuantView& in, int64_t k_begin, int64_t k_end, int64_t out_
         const int64_t at = (k - out_row0) * N;
         const int64_t scale_col = k / g.cols_per_scale;
         for (int64_t n = n0; n < n1; ++n) {
-          const float s = fp8_block::ScaleToFloat(
-              WeightScale(in), kScale, (n / g.rows_per_scale) * g.grid_cols + scale_col);
+          const float s = fp8_block::ScaleToFloat(WeightScale(in), kScale,
+                                                  (n / g.rows_per_scale) * g.grid_cols + scale_col);
           StoreRounded<kOut>(
               out, at + n,
               compressed_tensors::RoundToScaleDType(table[Weight(in)[n * K + k]] * s, kScale));
@@ -104,11 +104,10 @@ absl::Status DequantizeCpu(const QuantView& in, DType out_dtype, int64_t row_beg
                            void* out, const cpu::CpuDequantOptions& options) {
   const QuantShape& shape = in.shape;
   // ValidateShape admitted fp32, bf16 and fp16 scales only.
-  PartFn run = shape.scale_dtype == DType::kF32
-                   ? SelectOut<DType::kF32>(out_dtype, shape.orientation)
-               : shape.scale_dtype == DType::kBF16
-                   ? SelectOut<DType::kBF16>(out_dtype, shape.orientation)
-                   : SelectOut<DType::kF16>(out_dtype, shape.orientation);
+  PartFn run =
+      shape.scale_dtype == DType::kF32    ? SelectOut<DType::kF32>(out_dtype, shape.orientation)
+      : shape.scale_dtype == DType::kBF16 ? SelectOut<DType::kBF16>(out_dtype, shape.orientation)
+                                          : SelectOut<DType::kF16>(out_dtype, shape.orientation);
   const int64_t rows = row_end - row_begin;
   const int64_t threads = cpu::PartsForRows(options, rows, shape.result_cols());
   RunParts(threads, [&](int64_t p) {

@@ -74,8 +74,8 @@ static_assert(GridDim(136, 128) == 2 && GridDim(128, 128) == 1 && GridDim(64, 64
               GridDim(64, 1) == 64);
 
 // The element index of the scale covering weight element (n, k).
-DEQUANTD_HD int64_t ScaleIndex(int64_t n, int64_t k, int64_t rows_per_scale,
-                               int64_t cols_per_scale, int64_t grid_cols) {
+DEQUANTD_HD int64_t ScaleIndex(int64_t n, int64_t k, int64_t rows_per_scale, int64_t cols_per_scale,
+                               int64_t grid_cols) {
   return (n / rows_per_scale) * grid_cols + k / cols_per_scale;
 }
 

@@ -62,8 +62,7 @@ __global__ void CtFp8NkVec16Kernel(CtFp8Params p) {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-constexpr KernelVariant kCtFp8Variants[] = {KernelVariant::kV1PerElement,
-                                            KernelVariant::kV4Vec16};
+constexpr KernelVariant kCtFp8Variants[] = {KernelVariant::kV1PerElement, KernelVariant::kV4Vec16};
 
 LaunchConfig CtFp8DefaultConfig(KernelVariant, const QuantShape&, DType) { return LaunchConfig{}; }
 
@@ -84,8 +83,8 @@ absl::Status CtFp8CanImplement(KernelVariant v, const LaunchConfig& config, cons
   return absl::OkStatus();
 }
 
-absl::Status CtFp8Launch(KernelVariant v, const LaunchConfig&, const QuantView& in,
-                         DType out_dtype, void* out, cudaStream_t stream) {
+absl::Status CtFp8Launch(KernelVariant v, const LaunchConfig&, const QuantView& in, DType out_dtype,
+                         void* out, cudaStream_t stream) {
   const QuantShape& shape = in.shape;
   if (ctf::Weight(in) == nullptr || ctf::WeightScale(in) == nullptr || out == nullptr) {
     return absl::InvalidArgumentError("weight, weight_scale and out must be non-null");
@@ -100,8 +99,7 @@ absl::Status CtFp8Launch(KernelVariant v, const LaunchConfig&, const QuantView& 
   p.cols_per_scale = shape.group_size;
   p.grid_cols = ctf::GridDim(shape.K, shape.group_size);
   p.nk = shape.orientation == Orientation::kNK;
-  const bool vec16 =
-      p.nk && p.K % kVec == 0 && p.cols_per_scale % kVec == 0 && Aligned16(p.weight);
+  const bool vec16 = p.nk && p.K % kVec == 0 && p.cols_per_scale % kVec == 0 && Aligned16(p.weight);
   return DispatchDTypes<DType::kF32, DType::kBF16, DType::kF16>(
       shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
         constexpr DType kScale = decltype(scale_c)::value;
@@ -112,8 +110,8 @@ absl::Status CtFp8Launch(KernelVariant v, const LaunchConfig&, const QuantView& 
                                     stream);
           case KernelVariant::kV4Vec16:
             if (vec16) {
-              return LaunchGridStride(CtFp8NkVec16Kernel<kScale, kOut>, p.K * p.N / kVec, kBlock,
-                                      p, stream);
+              return LaunchGridStride(CtFp8NkVec16Kernel<kScale, kOut>, p.K * p.N / kVec, kBlock, p,
+                                      stream);
             }
             return LaunchGridStride(CtFp8PerElementKernel<kScale, kOut>, p.K * p.N, kBlock, p,
                                     stream);

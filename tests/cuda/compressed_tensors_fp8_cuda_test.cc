@@ -1,11 +1,11 @@
-// compressed-tensors float-quantized FP8's CUDA kernels (kernels/cuda/compressed_tensors_fp8_cuda.cu)
-// against the CPU reference (which tests/server/compressed_tensors_fp8_vectors_test.cc pins to the
-// library's own results), bit for bit: every variant, both orientations, fp32/bf16/fp16 scales
-// (bf16/fp16: the scale-dtype rounding first), fp16/bf16/fp32 output, every strategy's grid
-// (tensor, channel, group, block with partial edge blocks, a block width that is not a multiple of
-// 16: v4's per-element fallback), K not a multiple of 16 and an output pointer that is not
-// 16-byte aligned. Mirrors fp8_block_cuda_test.cc. GPU tests skip without a device; the variant
-// and configuration checks run anywhere.
+// compressed-tensors float-quantized FP8's CUDA kernels
+// (kernels/cuda/compressed_tensors_fp8_cuda.cu) against the CPU reference (which
+// tests/server/compressed_tensors_fp8_vectors_test.cc pins to the library's own results), bit for
+// bit: every variant, both orientations, fp32/bf16/fp16 scales (bf16/fp16: the scale-dtype rounding
+// first), fp16/bf16/fp32 output, every strategy's grid (tensor, channel, group, block with partial
+// edge blocks, a block width that is not a multiple of 16: v4's per-element fallback), K not a
+// multiple of 16 and an output pointer that is not 16-byte aligned. Mirrors fp8_block_cuda_test.cc.
+// GPU tests skip without a device; the variant and configuration checks run anywhere.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/compressed_tensors_fp8_format.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/dequant.h"
-#include "kernels/compressed_tensors_fp8_format.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace dequantd::cuda::testing {
@@ -25,9 +25,10 @@ namespace {
 
 namespace ctf = compressed_tensors_fp8;
 
-// A compressed_tensors_fp8 layer in host memory: random E4M3 bytes (every finite value; the NaN bytes 0x7F /
-// 0xFF are left out because NaN payloads differ between host and device conversions), random
-// finite scales of both signs over a wide exponent range (fp16 products overflow and underflow).
+// A compressed_tensors_fp8 layer in host memory: random E4M3 bytes (every finite value; the NaN
+// bytes 0x7F / 0xFF are left out because NaN payloads differ between host and device conversions),
+// random finite scales of both signs over a wide exponent range (fp16 products overflow and
+// underflow).
 struct HostFp8 {
   QuantShape shape;
   std::vector<uint8_t> weight;
@@ -122,16 +123,16 @@ TEST_P(CompressedTensorsFp8CudaTest, EveryVariantBothOrientationsBitExactToTheRe
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CompressedTensorsFp8CudaTest,
-    ::testing::Values(Case{64, 128, 64, 128},     // tensor
-                      Case{64, 128, 1, 128},      // channel
-                      Case{257, 129, 257, 129},   // tensor, K not a multiple of 16
-                      Case{300, 200, 1, 200},     // channel, K % 16 = 8
-                      Case{64, 256, 1, 32},       // group 32
-                      Case{136, 144, 128, 128},   // block [128, 128], partial edges
-                      Case{300, 200, 3, 40},      // block [3, 40]: C % 16 != 0
-                      Case{128, 1, 1, 1},         // K = 1
-                      Case{1024, 4096, 128, 128}, // large blocks
-                      Case{4096, 1024, 1, 1024}), // large channel
+    ::testing::Values(Case{64, 128, 64, 128},      // tensor
+                      Case{64, 128, 1, 128},       // channel
+                      Case{257, 129, 257, 129},    // tensor, K not a multiple of 16
+                      Case{300, 200, 1, 200},      // channel, K % 16 = 8
+                      Case{64, 256, 1, 32},        // group 32
+                      Case{136, 144, 128, 128},    // block [128, 128], partial edges
+                      Case{300, 200, 3, 40},       // block [3, 40]: C % 16 != 0
+                      Case{128, 1, 1, 1},          // K = 1
+                      Case{1024, 4096, 128, 128},  // large blocks
+                      Case{4096, 1024, 1, 1024}),  // large channel
     CaseName);
 
 // No device needed: the variants compressed_tensors_fp8 implements and their (absent) launch
@@ -147,13 +148,16 @@ TEST(CompressedTensorsFp8CudaConfigTest, VariantsAndLaunchConfigurations) {
     EXPECT_EQ(CandidateConfigs(v, shape, DType::kBF16), std::vector<LaunchConfig>{LaunchConfig{}});
     const absl::Status s = CanImplement(v, LaunchConfig{.block_size = 128}, shape, DType::kBF16);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find("of compressed_tensors_fp8 takes no launch parameters"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("of compressed_tensors_fp8 takes no launch parameters"),
+              std::string::npos)
+        << s;
   }
   const absl::Status v2 =
       CanImplement(KernelVariant::kV2PerWord, LaunchConfig{}, shape, DType::kF16);
   EXPECT_EQ(v2.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(v2.message(), "kernel variant v2_per_word is not implemented for format "
-                          "compressed_tensors_fp8");
+  EXPECT_EQ(v2.message(),
+            "kernel variant v2_per_word is not implemented for format "
+            "compressed_tensors_fp8");
 }
 
 }  // namespace

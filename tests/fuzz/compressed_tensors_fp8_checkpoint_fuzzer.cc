@@ -1,7 +1,8 @@
-// Fuzzes compressed-tensors float-quantized (FP8) checkpoint loading (tests/fuzz/format_checkpoint.h)
-// under a block-strategy config.json (block_structure [2, 4]: a weight_scale grid of
-// (ceil(N/2), ceil(K/4)), partial edge blocks). Seeds: small FP8 checkpoints (fp32, bf16 and fp16
-// scales; partial and 1 x 1 grids; an input_scale and an unquantized `.weight` beside a layer).
+// Fuzzes compressed-tensors float-quantized (FP8) checkpoint loading
+// (tests/fuzz/format_checkpoint.h) under a block-strategy config.json (block_structure [2, 4]: a
+// weight_scale grid of (ceil(N/2), ceil(K/4)), partial edge blocks). Seeds: small FP8 checkpoints
+// (fp32, bf16 and fp16 scales; partial and 1 x 1 grids; an input_scale and an unquantized `.weight`
+// beside a layer).
 #include <cstddef>
 #include <cstdint>
 

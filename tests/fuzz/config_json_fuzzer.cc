@@ -2,7 +2,8 @@
 // and a valid one-layer shard. It must return a status; when it accepts the config, the numbers
 // it read are the ones dequantd serves (AWQ bits 4, GPTQ 2/3/4/8 with checkpoint_format gptq or
 // gptq_v2; compressed-tensors pack-quantized 4/8 with a served strategy, float-quantized 8 with
-// tensor, channel, group or block (positive block_structure); group_size -1 or positive). (A compressed-tensors config is parsed in full, then refused for the AWQ shard.)
+// tensor, channel, group or block (positive block_structure); group_size -1 or positive). (A
+// compressed-tensors config is parsed in full, then refused for the AWQ shard.)
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

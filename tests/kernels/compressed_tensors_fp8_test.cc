@@ -162,8 +162,7 @@ TEST(CompressedTensorsFp8Test, ShapeChecksNameTheField) {
   EXPECT_THAT(ValidateShape(shape, DType::kF32).message(),
               HasSubstr("scale_block_rows (rows per weight_scale block) must be in [0, "));
   shape = ctf::MakeShape(4, 2, 1, 4, DType::kI32);
-  EXPECT_THAT(ValidateShape(shape, DType::kF32).message(),
-              HasSubstr("weight_scale dtype must be"));
+  EXPECT_THAT(ValidateShape(shape, DType::kF32).message(), HasSubstr("weight_scale dtype must be"));
   shape = ctf::MakeShape(4, 2, 1, 4, DType::kF32);
   shape.format_flags = 1;
   EXPECT_THAT(ValidateShape(shape, DType::kF32).message(),

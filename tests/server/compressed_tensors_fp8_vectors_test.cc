@@ -250,8 +250,7 @@ TEST(CompressedTensorsFp8CheckpointTest, MixedFormatsAreInvalidArgument) {
   EXPECT_THAT(s.message(), HasSubstr("field 'format' is 'mixed-precision', only 'pack-quantized' "
                                      "and 'float-quantized' are served (one format per "
                                      "checkpoint)"));
-  s = OpenEditedConfig("ct_fp8_channel_bf16", "\"format\": null",
-                       "\"format\": \"pack-quantized\"");
+  s = OpenEditedConfig("ct_fp8_channel_bf16", "\"format\": null", "\"format\": \"pack-quantized\"");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(),
               HasSubstr("field 'config_groups/group_0/format' is 'pack-quantized', the "
@@ -273,7 +272,8 @@ TEST(CompressedTensorsFp8CheckpointTest, PackQuantizedLayerUnderAFloatConfigName
 // The tensor-strategy file under a channel declaration: weight_scale (1) is named with the shape
 // the strategy wants.
 TEST(CompressedTensorsFp8CheckpointTest, ScaleShapeNotMatchingTheStrategyNamesWeightScale) {
-  const absl::Status s = OpenWith(CaseConfig("ct_fp8_channel_bf16"), CaseFile("ct_fp8_tensor_fp32"));
+  const absl::Status s =
+      OpenWith(CaseConfig("ct_fp8_channel_bf16"), CaseFile("ct_fp8_tensor_fp32"));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(),
               HasSubstr("tensor 'model.layers.0.mlp.down_proj.weight_scale' (layer "
@@ -367,8 +367,8 @@ TEST(CompressedTensorsFp8ServedTest, ListAndDequantizeInTheFormatsOwnOrientation
   absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> vectors =
       safetensors::MappedFile::Open(CaseFile(name).string());
   ASSERT_TRUE(vectors.ok());
-  for (auto [dtype, out] : {std::pair{v1::DTYPE_BF16, DType::kBF16},
-                            std::pair{v1::DTYPE_FP32, DType::kF32}}) {
+  for (auto [dtype, out] :
+       {std::pair{v1::DTYPE_BF16, DType::kBF16}, std::pair{v1::DTYPE_FP32, DType::kF32}}) {
     const std::vector<uint8_t> nk = TensorOf(**vectors, ExpectedName(out));
     v1::DequantizeLayersRequest layers;
     layers.set_output_dtype(dtype);
