@@ -37,17 +37,12 @@ struct WeightScheme {
   bool operator==(const WeightScheme&) const = default;
 };
 
-// The float-quantized (FP8) rules of a weights scheme read by ReadWeightScheme: num_bits 8, type
-// "float", symmetric, strategy tensor, channel, group or block (block_structure [rows, cols] of
-// positive integers), actorder not "group".
+// The float-quantized (FP8) rules of a weights scheme that ReadWeightScheme's shared ones (num_bits
+// 8, type "float", strategy tensor, channel, group or block) leave: symmetric, actorder not
+// "group", and block's block_structure [rows, cols] of positive integers.
 absl::Status CheckFloatScheme(const QuantConfigReader& config, const std::string& w,
                               WeightScheme* s) {
   const auto key = [&](const char* name) { return absl::StrCat(w, name); };
-  if (s->bits != 8) {
-    return config.FieldError(
-        key("num_bits"), absl::StrCat("is ", s->bits, ", only 8 (FP8 E4M3) is served for format '",
-                                      kFloatQuantized, "'"));
-  }
   if (!s->symmetric) {
     return config.FieldError(key("symmetric"),
                              absl::StrCat("is false; only symmetric FP8 weights are served for "
@@ -98,10 +93,12 @@ absl::StatusOr<std::optional<WeightScheme>> ReadWeightScheme(const QuantConfigRe
   absl::StatusOr<std::optional<int64_t>> bits = config.Integer({key("num_bits").c_str()});
   if (!bits.ok()) return bits.status();
   if (!bits->has_value()) return config.FieldError(key("num_bits"), "is missing");
-  if (!ServedBits(**bits)) {
+  if (is_float ? **bits != 8 : !ServedBits(**bits)) {
     return config.FieldError(
         key("num_bits"),
-        absl::StrCat("is ", **bits, ", only ", is_float ? "8" : "4 and 8", " are served"));
+        is_float ? absl::StrCat("is ", **bits, ", only 8 (FP8 E4M3) is served for format '",
+                                kFloatQuantized, "'")
+                 : absl::StrCat("is ", **bits, ", only 4 and 8 are served"));
   }
   s.bits = static_cast<int>(**bits);
   absl::StatusOr<std::optional<std::string>> type = config.String({key("type").c_str()});

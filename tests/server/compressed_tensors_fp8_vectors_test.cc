@@ -202,7 +202,7 @@ TEST(CompressedTensorsFp8CheckpointTest, NumBitsOtherThan8IsInvalidArgument) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(),
               HasSubstr("quantization_config field 'config_groups/group_0/weights/num_bits' is 4, "
-                        "only 8 are served"));
+                        "only 8 (FP8 E4M3) is served for format 'float-quantized'"));
 }
 
 TEST(CompressedTensorsFp8CheckpointTest, TypeOtherThanFloatIsInvalidArgument) {
