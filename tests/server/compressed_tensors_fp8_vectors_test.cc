@@ -26,6 +26,7 @@
 #include "kernels/dtype.h"
 #include "server/backend.h"
 #include "server/checkpoint.h"
+#include "server/request.h"
 #if DEQUANTD_HAVE_CUDA
 #include "server/cuda_backend.h"
 #endif
@@ -329,6 +330,49 @@ TEST(CompressedTensorsFp8CheckpointTest, InputScaleIsARawTensor) {
   EXPECT_EQ((*ckpt)->FindRawTensor(std::string(kLayer) + ".weight"), nullptr);
   EXPECT_EQ((*ckpt)->FindRawTensor(std::string(kLayer) + ".weight_scale"), nullptr);
   fs::remove_all(dir);
+}
+
+// ---- Inline requests ---------------------------------------------------------------------------
+
+// An inline layer carries K, N, G and the scale dtype only: scale_block_rows 0 (one scale row per
+// weight row), so group_size -1 (= K) is the channel grid; the channel case's tensors by role
+// dequantize to the library's bytes.
+TEST(CompressedTensorsFp8InlineTest, ChannelByRoleDequantizesToTheVectors) {
+  namespace v1 = ::dequant::v1;
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file =
+      safetensors::MappedFile::Open(CaseFile("ct_fp8_channel_bf16").string());
+  ASSERT_TRUE(file.ok());
+  v1::InlinePackedTensor packed;
+  packed.set_format("compressed_tensors_fp8");
+  packed.set_in_features(128);
+  packed.set_out_features(64);
+  packed.set_group_size(-1);
+  packed.set_scale_dtype(v1::DTYPE_BF16);
+  for (const char* role : {"weight", "weight_scale"}) {
+    const std::vector<uint8_t> bytes = TensorOf(**file, std::string(kLayer) + "." + role);
+    v1::RoleBytes* t = packed.add_tensors();
+    t->set_role(role);
+    t->set_data(std::string(bytes.begin(), bytes.end()));
+  }
+  absl::StatusOr<InlineTensor> tensor = InlineTensor::FromProto(packed, int64_t{1} << 30);
+  ASSERT_TRUE(tensor.ok()) << tensor.status();
+  const QuantShape& shape = tensor->view().shape;
+  EXPECT_EQ(shape.format, Format::kCompressedTensorsFp8);
+  EXPECT_EQ(shape.orientation, Orientation::kNK);
+  EXPECT_EQ(shape.group_size, 128);
+  EXPECT_EQ(shape.scale_block_rows, 0);
+  for (DType out : kOutDtypes) {
+    const std::vector<uint8_t> expected = TensorOf(**file, ExpectedName(out));
+    std::vector<uint8_t> got(expected.size());
+    ASSERT_TRUE(DequantizeCpu(tensor->view(), out, 0, 64, got.data()).ok());
+    EXPECT_EQ(got, expected) << DTypeName(out);
+  }
+  // weight_scale bytes of another grid: named with the size wanted.
+  packed.mutable_tensors(1)->mutable_data()->resize(2);
+  const absl::StatusOr<InlineTensor> bad = InlineTensor::FromProto(packed, int64_t{1} << 30);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("packed.weight_scale has 2 bytes, expected 128 (64 * 1 * 2 (bf16))"));
 }
 
 // ---- Served end to end -------------------------------------------------------------------------
