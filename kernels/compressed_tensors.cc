@@ -58,10 +58,13 @@ absl::Status CheckFloatScheme(const QuantConfigReader& config, const std::string
     absl::StatusOr<std::optional<std::vector<int64_t>>> block =
         config.IntegerList({key("block_structure").c_str()});
     if (!block.ok()) return block.status();
-    if (!block->has_value() || (*block)->size() != 2 || (**block)[0] <= 0 || (**block)[1] <= 0) {
-      return config.FieldError(key("block_structure"),
-                               "must be [rows, cols] of two positive integers for strategy "
-                               "'block' (e.g. [128, 128])");
+    const auto served = [](int64_t v) { return v > 0 && v <= kMaxOutputElements; };
+    if (!block->has_value() || (*block)->size() != 2 || !served((**block)[0]) ||
+        !served((**block)[1])) {
+      return config.FieldError(
+          key("block_structure"),
+          absl::StrCat("must be [rows, cols] of two integers in [1, ", kMaxOutputElements,
+                       "] for strategy 'block' (e.g. [128, 128])"));
     }
     s->block_structure = **block;
   }

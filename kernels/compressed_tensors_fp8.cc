@@ -22,16 +22,17 @@ std::string Dims(absl::Span<const int64_t> dims) {
   return out + ")";
 }
 
-int64_t Elements(absl::Span<const int64_t> dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
+// True when `dims` hold one element: every dim 1 (no product formed: fuzzed dims may overflow it).
+bool OneElement(absl::Span<const int64_t> dims) {
+  for (int64_t d : dims)
+    if (d != 1) return false;
+  return true;
 }
 
 // The strategy read off weight_scale's dims when no config says it (dequantctl): "" when the dims
 // fit none that needs no declaration.
 std::string StrategyFromScale(absl::Span<const int64_t> scale, int64_t N, int64_t K) {
-  if (scale.size() <= 2 && Elements(scale) == 1) return "tensor";
+  if (scale.size() <= 2 && OneElement(scale)) return "tensor";
   if (scale.size() == 2 && scale[0] == N && scale[1] == 1) return "channel";
   if (scale.size() == 2 && scale[0] == N && scale[1] > 0 && K % scale[1] == 0) return "group";
   return "";
@@ -76,7 +77,7 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
   if (strategy == "tensor") {
     shape->scale_block_rows = N;
     shape->group_size = K;
-    if (scale.shape.size() > 2 || Elements(scale.shape) != 1) {
+    if (scale.shape.size() > 2 || !OneElement(scale.shape)) {
       return StoredProblem(problem, kWeightScale, "shape",
                            absl::StrCat("is ", Dims(scale.shape),
                                         ", want (1) (or () or (1, 1)): one scale", of_weight));
@@ -102,7 +103,8 @@ bool ShapeFromStored(absl::Span<const StoredTensor> tensors, const StoredTensorO
   } else if (strategy == "block") {
     rows = config != nullptr ? config->block_rows : 0;
     cols = config != nullptr ? config->group_size : 0;
-    if (rows <= 0 || cols <= 0) {  // compressed_tensors::FromConfig refuses it first
+    if (rows <= 0 || cols <= 0 || rows > kMaxOutputElements || cols > kMaxOutputElements) {
+      // compressed_tensors::FromConfig refuses these first
       return StoredProblem(problem, kWeightScale, "shape",
                            "has no declared block_structure (strategy 'block')");
     }

@@ -231,7 +231,8 @@ TEST(CompressedTensorsFp8CheckpointTest, BlockWithoutBlockStructureIsInvalidArgu
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(),
               HasSubstr("field 'config_groups/group_0/weights/block_structure' must be [rows, "
-                        "cols] of two positive integers for strategy 'block' (e.g. [128, 128])"));
+                        "cols] of two integers in [1, 1099511627776] for strategy 'block' (e.g. "
+                        "[128, 128])"));
 }
 
 TEST(CompressedTensorsFp8CheckpointTest, AsymmetricIsInvalidArgument) {
@@ -329,6 +330,65 @@ TEST(CompressedTensorsFp8CheckpointTest, InputScaleIsARawTensor) {
   EXPECT_EQ(raw->bytes, 4);
   EXPECT_EQ((*ckpt)->FindRawTensor(std::string(kLayer) + ".weight"), nullptr);
   EXPECT_EQ((*ckpt)->FindRawTensor(std::string(kLayer) + ".weight_scale"), nullptr);
+  fs::remove_all(dir);
+}
+
+// A block-strategy checkpoint (no library vector exists; hand-made): block_structure [2, 4] over
+// weight (5, 10) is a (3, 3) weight_scale grid with partial last block row and column; the layer
+// carries R = 2, C = 4, and every element is fp32(weight) * s[n / 2][k / 4] (fp32 scales: one
+// rounding), in both orientations.
+TEST(CompressedTensorsFp8CheckpointTest, BlockStrategyLoadsItsGridAndDequantizes) {
+  std::string config = EditedConfig("ct_fp8_tensor_fp32", "\"strategy\": \"tensor\"",
+                                    "\"strategy\": \"block\", \"block_structure\": [2, 4]");
+  std::vector<uint8_t> weight(50);
+  for (size_t i = 0; i < weight.size(); ++i) {
+    weight[i] = static_cast<uint8_t>(i * 37 % 251);
+    if ((weight[i] & 0x7F) == 0x7F) weight[i] = 0x38;  // no NaN
+  }
+  std::vector<float> scale(9);
+  for (size_t i = 0; i < scale.size(); ++i) scale[i] = (i % 2 == 0 ? 1.0f : -1.0f) / (3.0f + i);
+  const fs::path dir = testing::MakeConfigDir(config);
+  ASSERT_TRUE(safetensors::WriteFile(
+                  (dir / "model.safetensors").string(),
+                  {{std::string(kLayer) + ".weight", "F8_E4M3", {5, 10}, weight},
+                   {std::string(kLayer) + ".weight_scale",
+                    "F32",
+                    {3, 3},
+                    absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(scale.data()), 36)}})
+                  .ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->config().strategy, "block");
+  EXPECT_EQ((*ckpt)->config().block_rows, 2);
+  EXPECT_EQ((*ckpt)->config().group_size, 4);
+  const QuantizedLayer* layer = (*ckpt)->Find(kLayer);
+  ASSERT_NE(layer, nullptr);
+  EXPECT_EQ(layer->view.shape.scale_block_rows, 2);
+  EXPECT_EQ(layer->view.shape.group_size, 4);
+  std::vector<float> want(50);
+  for (int n = 0; n < 5; ++n)
+    for (int k = 0; k < 10; ++k)
+      want[n * 10 + k] = Fp8E4m3BitsToFloat(weight[n * 10 + k]) * scale[(n / 2) * 3 + k / 4];
+  std::vector<float> got(50);
+  ASSERT_TRUE(DequantizeCpu(layer->view, DType::kF32, 0, 5, got.data(), 2).ok());
+  EXPECT_EQ(got, want);
+  QuantView kn = layer->view;
+  kn.shape.orientation = Orientation::kKN;
+  std::vector<float> got_kn(50);
+  ASSERT_TRUE(DequantizeReference(kn, DType::kF32, 0, 10, got_kn.data()).ok());
+  for (int n = 0; n < 5; ++n)
+    for (int k = 0; k < 10; ++k) EXPECT_EQ(got_kn[k * 5 + n], want[n * 10 + k]) << n << " " << k;
+  // The same tensors under block_structure [4, 4]: a (2, 3) grid is wanted, weight_scale named.
+  ckpt->reset();  // close it before the config changes
+  testing::WriteText(dir / "config.json",
+                     EditedConfig("ct_fp8_tensor_fp32", "\"strategy\": \"tensor\"",
+                                  "\"strategy\": \"block\", \"block_structure\": [4, 4]"));
+  const absl::StatusOr<std::unique_ptr<Checkpoint>> wrong = Checkpoint::Open(dir.string());
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong.status().message(),
+              HasSubstr("field 'shape' is (3, 3), want (ceil(N/R), ceil(K/C)) = (2, 3), "
+                        "block_structure [R, C] = [4, 4] (strategy 'block' declared, weight (N, K) "
+                        "= (5, 10))"));
   fs::remove_all(dir);
 }
 
