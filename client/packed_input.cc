@@ -58,7 +58,9 @@ absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
   if (!shape.ok()) return shape.status();
 
   v1::InlinePackedTensor out;
-  out.set_scale_dtype(shape->scale_dtype == DType::kBF16 ? v1::DTYPE_BF16 : v1::DTYPE_FP16);
+  out.set_scale_dtype(shape->scale_dtype == DType::kBF16  ? v1::DTYPE_BF16
+                      : shape->scale_dtype == DType::kF32 ? v1::DTYPE_FP32  // fp8 rows, ct fp32
+                                                          : v1::DTYPE_FP16);
   out.set_in_features(shape->K);
   out.set_out_features(shape->N);
   out.set_group_size(group_size == 0 ? shape->group_size : group_size);

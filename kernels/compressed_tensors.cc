@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/compressed_tensors_format.h"
+#include "kernels/compressed_tensors_fp8_format.h"
 #include "kernels/dequant.h"
 #include "kernels/format_checks.h"
 
@@ -21,6 +22,7 @@ namespace {
 
 constexpr DType kScaleDTypes[] = {DType::kF16, DType::kBF16, DType::kF32};
 constexpr char kPackQuantized[] = "pack-quantized";
+using compressed_tensors_fp8::kFloatQuantized;
 
 bool ServedBits(int64_t bits) { return bits == 4 || bits == 8; }
 
@@ -31,12 +33,50 @@ struct WeightScheme {
   std::string strategy;
   int64_t group_size = -1;
   bool actorder_group = false;
+  std::vector<int64_t> block_structure;  // strategy block (float-quantized): [rows, cols]
   bool operator==(const WeightScheme&) const = default;
 };
 
+// The float-quantized (FP8) rules of a weights scheme that ReadWeightScheme's shared ones (num_bits
+// 8, type "float", strategy tensor, channel, group or block) leave: symmetric, actorder not
+// "group", and block's block_structure [rows, cols] of positive integers.
+absl::Status CheckFloatScheme(const QuantConfigReader& config, const std::string& w,
+                              WeightScheme* s) {
+  const auto key = [&](const char* name) { return absl::StrCat(w, name); };
+  if (!s->symmetric) {
+    return config.FieldError(key("symmetric"),
+                             absl::StrCat("is false; only symmetric FP8 weights are served for "
+                                          "format '",
+                                          kFloatQuantized, "'"));
+  }
+  if (s->actorder_group) {
+    return config.FieldError(key("actorder"),
+                             absl::StrCat("is 'group'; not served for format '", kFloatQuantized,
+                                          "' (no weight_g_idx in FP8 checkpoints)"));
+  }
+  if (s->strategy == "block") {
+    absl::StatusOr<std::optional<std::vector<int64_t>>> block =
+        config.IntegerList({key("block_structure").c_str()});
+    if (!block.ok()) return block.status();
+    const auto served = [](int64_t v) { return v > 0 && v <= kMaxOutputElements; };
+    if (!block->has_value() || (*block)->size() != 2 || !served((**block)[0]) ||
+        !served((**block)[1])) {
+      return config.FieldError(
+          key("block_structure"),
+          absl::StrCat("must be [rows, cols] of two integers in [1, ", kMaxOutputElements,
+                       "] for strategy 'block' (e.g. [128, 128])"));
+    }
+    s->block_structure = **block;
+  }
+  return absl::OkStatus();
+}
+
 // Reads and checks config_groups/<group>/weights/*; nullopt when the group has no weights scheme.
+// `format` is the checkpoint's (pack-quantized or float-quantized): its rules apply.
 absl::StatusOr<std::optional<WeightScheme>> ReadWeightScheme(const QuantConfigReader& config,
-                                                             const std::string& group) {
+                                                             const std::string& group,
+                                                             const std::string& format) {
+  const bool is_float = format == kFloatQuantized;
   const std::string base = absl::StrCat("config_groups/", group, "/");
   const std::string w = base + "weights/";
   const auto key = [&](const char* name) { return absl::StrCat(w, name); };
@@ -46,23 +86,30 @@ absl::StatusOr<std::optional<WeightScheme>> ReadWeightScheme(const QuantConfigRe
   absl::StatusOr<std::optional<std::string>> group_format =
       config.String({(base + "format").c_str()});
   if (!group_format.ok()) return group_format.status();
-  if (group_format->has_value() && **group_format != kPackQuantized) {
-    return config.FieldError(base + "format", absl::StrCat("is '", **group_format,
-                                                           "', only 'pack-quantized' is served"));
+  if (group_format->has_value() && **group_format != format) {
+    return config.FieldError(
+        base + "format",
+        absl::StrCat("is '", **group_format, "', the checkpoint's format is '", format,
+                     "'; one format per checkpoint is served (mixed formats are not)"));
   }
   WeightScheme s;
   absl::StatusOr<std::optional<int64_t>> bits = config.Integer({key("num_bits").c_str()});
   if (!bits.ok()) return bits.status();
   if (!bits->has_value()) return config.FieldError(key("num_bits"), "is missing");
-  if (!ServedBits(**bits)) {
-    return config.FieldError(key("num_bits"),
-                             absl::StrCat("is ", **bits, ", only 4 and 8 are served"));
+  if (is_float ? **bits != 8 : !ServedBits(**bits)) {
+    return config.FieldError(
+        key("num_bits"),
+        is_float ? absl::StrCat("is ", **bits, ", only 8 (FP8 E4M3) is served for format '",
+                                kFloatQuantized, "'")
+                 : absl::StrCat("is ", **bits, ", only 4 and 8 are served"));
   }
   s.bits = static_cast<int>(**bits);
   absl::StatusOr<std::optional<std::string>> type = config.String({key("type").c_str()});
   if (!type.ok()) return type.status();
-  if (type->value_or("int") != "int") {
-    return config.FieldError(key("type"), absl::StrCat("is '", **type, "', only 'int' is served"));
+  const char* want_type = is_float ? "float" : "int";
+  if (type->value_or(want_type) != want_type) {
+    return config.FieldError(key("type"), absl::StrCat("is '", **type, "', only '", want_type,
+                                                       "' is served for format '", format, "'"));
   }
   absl::StatusOr<std::optional<bool>> symmetric = config.Boolean({key("symmetric").c_str()});
   if (!symmetric.ok()) return symmetric.status();
@@ -96,10 +143,11 @@ absl::StatusOr<std::optional<WeightScheme>> ReadWeightScheme(const QuantConfigRe
                                "is 'tensor' with symmetric false; an asymmetric tensor strategy is "
                                "not served (only symmetric)");
     }
-  } else if (s.strategy != "channel") {
-    return config.FieldError(
-        key("strategy"),
-        absl::StrCat("is '", s.strategy, "', only 'group', 'channel' and 'tensor' are served"));
+  } else if (s.strategy != "channel" && !(is_float && s.strategy == "block")) {
+    return config.FieldError(key("strategy"),
+                             absl::StrCat("is '", s.strategy, "', only 'group', 'channel'",
+                                          is_float ? ", 'tensor' and 'block'" : " and 'tensor'",
+                                          " are served for format '", format, "'"));
   }
   absl::StatusOr<std::optional<std::string>> actorder = config.String({key("actorder").c_str()});
   if (!actorder.ok()) return actorder.status();
@@ -111,6 +159,9 @@ absl::StatusOr<std::optional<WeightScheme>> ReadWeightScheme(const QuantConfigRe
       return config.FieldError(
           key("actorder"), absl::StrCat("is '", a, "', want null, 'static', 'weight' or 'group'"));
     }
+  }
+  if (is_float) {
+    if (absl::Status st = CheckFloatScheme(config, w, &s); !st.ok()) return st;
   }
   return s;
 }
@@ -126,6 +177,7 @@ std::string Difference(const WeightScheme& a, const WeightScheme& b) {
   if (a.group_size != b.group_size) {
     return absl::StrCat("group_size ", a.group_size, " vs ", b.group_size);
   }
+  if (a.block_structure != b.block_structure) return "block_structure";
   return "actorder";
 }
 
@@ -144,11 +196,15 @@ absl::StatusOr<QuantizationConfig> FromConfig(const QuantConfigReader& config) {
   absl::StatusOr<std::optional<std::string>> format = config.String({"format"});
   if (!format.ok()) return format.status();
   if (!format->has_value()) return config.FieldError("format", "is missing");
-  if (**format != kPackQuantized) {
-    return config.FieldError("format",
-                             absl::StrCat("is '", **format, "', only 'pack-quantized' is served"));
+  if (**format != kPackQuantized && **format != kFloatQuantized) {
+    return config.FieldError(
+        "format", absl::StrCat("is '", **format, "', only 'pack-quantized' and '", kFloatQuantized,
+                               "' are served (one format per checkpoint)"));
   }
-  out.version = kPackQuantized;
+  // The row of the checkpoint: float-quantized is its own format (compressed_tensors_fp8), read
+  // here because both share quant_method "compressed-tensors".
+  if (**format == kFloatQuantized) out.format = Format::kCompressedTensorsFp8;
+  out.version = **format;
   absl::StatusOr<std::optional<std::string>> status = config.String({"quantization_status"});
   if (!status.ok()) return status.status();
   if (status->has_value() && **status != "compressed") {
@@ -162,7 +218,7 @@ absl::StatusOr<QuantizationConfig> FromConfig(const QuantConfigReader& config) {
   std::optional<WeightScheme> scheme;
   std::string scheme_group;
   for (const std::string& group : *groups) {
-    absl::StatusOr<std::optional<WeightScheme>> s = ReadWeightScheme(config, group);
+    absl::StatusOr<std::optional<WeightScheme>> s = ReadWeightScheme(config, group, out.version);
     if (!s.ok()) return s.status();
     if (!s->has_value()) continue;
     if (scheme.has_value() && !(*scheme == **s)) {
@@ -183,6 +239,10 @@ absl::StatusOr<QuantizationConfig> FromConfig(const QuantConfigReader& config) {
   out.zero_point = !scheme->symmetric;
   out.desc_act = scheme->actorder_group;
   out.strategy = scheme->strategy;
+  if (scheme->strategy == "block") {
+    out.block_rows = scheme->block_structure[0];
+    out.group_size = scheme->block_structure[1];
+  }
   return out;
 }
 

@@ -11,6 +11,8 @@
 #include "kernels/awq_format.h"
 #include "kernels/compressed_tensors.h"
 #include "kernels/compressed_tensors_format.h"
+#include "kernels/compressed_tensors_fp8.h"
+#include "kernels/compressed_tensors_fp8_format.h"
 #include "kernels/fp8_block.h"
 #include "kernels/fp8_block_format.h"
 #include "kernels/gptq.h"
@@ -95,6 +97,23 @@ constexpr FormatRow kRows[] = {
      .reference = &fp8_block::DequantizeReference,
      .cpu = &fp8_block::DequantizeCpu,
      .cuda = DEQUANTD_FORMAT_KERNELS(kFp8BlockKernels)},
+    {.format = Format::kCompressedTensorsFp8,
+     .name = "compressed_tensors_fp8",
+     .quant_method = "compressed-tensors",  // found through kCompressedTensors' row (the first)
+     .role_count = compressed_tensors_fp8::kRoleCount,
+     .roles = {compressed_tensors_fp8::kRoleNames[0], compressed_tensors_fp8::kRoleNames[1]},
+     .anchor_role = compressed_tensors_fp8::kWeightScale,  // unquantized `.weight`s have none
+     .optional_roles = 0,
+     .default_orientation = Orientation::kNK,
+     // Shared with kCompressedTensors: `format: float-quantized` names this row.
+     .from_config = &compressed_tensors::FromConfig,
+     .shape_from_stored = &compressed_tensors_fp8::ShapeFromStored,
+     .tensor_spec = &compressed_tensors_fp8::TensorSpecOf,
+     .validate = &compressed_tensors_fp8::ValidateShape,
+     .check_stored = nullptr,  // every byte is a value (E4M3 NaN passes through as NaN)
+     .reference = &compressed_tensors_fp8::DequantizeReference,
+     .cpu = &compressed_tensors_fp8::DequantizeCpu,
+     .cuda = DEQUANTD_FORMAT_KERNELS(kCompressedTensorsFp8Kernels)},
 };
 
 constexpr bool RowsInFormatOrder() {
@@ -127,6 +146,7 @@ const FormatRow* FindFormatByQuantMethod(std::string_view quant_method) {
 std::string ServedQuantMethods() {
   std::string out;
   for (const FormatRow& row : kRows) {
+    if (FindFormatByQuantMethod(row.quant_method) != &row) continue;  // named by an earlier row
     absl::StrAppend(&out, out.empty() ? "" : ", ", "'",
                     absl::string_view(row.quant_method.data(), row.quant_method.size()), "'");
   }

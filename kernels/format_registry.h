@@ -65,6 +65,9 @@ struct QuantizationConfig {
   // How scales are shared, where the format declares it (compressed-tensors: "group", "channel",
   // "tensor"); empty for AWQ and GPTQ (always per group).
   std::string strategy;
+  // compressed-tensors float-quantized strategy "block": block_structure [rows, cols] (the scale
+  // block is block_rows x group_size); 0 otherwise.
+  int64_t block_rows = 0;
 };
 
 // A stored tensor as its checkpoint describes it: safetensors dtype code ("I32", "F16", ...) and
@@ -138,9 +141,12 @@ absl::Span<const FormatRow> FormatRows();
 // True when role `role` of `shape`'s format is optional and `shape` does not store it.
 bool RoleAbsent(const QuantShape& shape, int role);
 
-// The row whose quant_method equals `quant_method` (case-insensitive), or nullptr.
+// The first row whose quant_method equals `quant_method` (case-insensitive), or nullptr. Rows that
+// share a quant_method (compressed-tensors: pack-quantized and float-quantized) share its
+// from_config, which names the row of the checkpoint in QuantizationConfig::format; the checkpoint
+// store uses that row.
 const FormatRow* FindFormatByQuantMethod(std::string_view quant_method);
-// "'awq'" or "'awq', 'gptq'": the quant_methods served, for messages.
+// "'awq'" or "'awq', 'gptq'": the quant_methods served (each once), for messages.
 std::string ServedQuantMethods();
 
 }  // namespace dequantd

@@ -5,6 +5,7 @@
 // points (kernels/dequant.h) first.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -33,6 +34,10 @@ TensorSpec TensorSpecOf(const QuantShape& shape, int role);
 // format_flags within kKnownFlags (bits is not read), group_size 128 (the block), N positive,
 // scales fp32, bf16 or fp16 (INVALID_ARGUMENT naming the field).
 absl::Status ValidateShape(const QuantShape& shape);
+
+// Fp8E4m3BitsToFloat of every byte, built once (the CPU paths' widening table; also
+// compressed_tensors_fp8_cpu.cc's).
+const std::array<float, 256>& E4m3Table();
 
 absl::Status DequantizeReference(const QuantView& in, DType out_dtype, int64_t row_begin,
                                  int64_t row_end, void* out);

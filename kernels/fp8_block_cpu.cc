@@ -24,16 +24,6 @@ namespace {
 constexpr int64_t kTile = 64;
 static_assert(kBlock % kTile == 0, "a (K, N) tile lies inside one scale block");
 
-const std::array<float, 256>& Fp8Table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int b = 0; b < 256; ++b)
-      t[static_cast<size_t>(b)] = Fp8E4m3BitsToFloat(static_cast<uint8_t>(b));
-    return t;
-  }();
-  return table;
-}
-
 template <DType kOut>
 void Store(void* out, int64_t i, float w) {
   if constexpr (kOut == DType::kF16) {
@@ -53,7 +43,7 @@ float ScaleOf(const QuantView& in, int64_t n, int64_t k) {
 // Rows (= output columns n) [n_begin, n_end) of an (N, K) result; `out` points at row `out_row0`.
 template <DType kOut>
 void RunNkPart(const QuantView& in, int64_t n_begin, int64_t n_end, int64_t out_row0, void* out) {
-  const std::array<float, 256>& table = Fp8Table();
+  const std::array<float, 256>& table = E4m3Table();
   const int64_t K = in.shape.K;
   for (int64_t n = n_begin; n < n_end; ++n) {
     const uint8_t* row = Weight(in) + n * K;
@@ -69,7 +59,7 @@ void RunNkPart(const QuantView& in, int64_t n_begin, int64_t n_end, int64_t out_
 // Rows k [k_begin, k_end) of a (K, N) result; `out` points at row `out_row0`.
 template <DType kOut>
 void RunKnPart(const QuantView& in, int64_t k_begin, int64_t k_end, int64_t out_row0, void* out) {
-  const std::array<float, 256>& table = Fp8Table();
+  const std::array<float, 256>& table = E4m3Table();
   const int64_t K = in.shape.K;
   const int64_t N = in.shape.N;
   // A tile of kTile rows k aligned to kTile (so inside one block column), clipped to the range.
@@ -96,6 +86,16 @@ PartFn Select(Orientation orientation) {
 }
 
 }  // namespace
+
+const std::array<float, 256>& E4m3Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b)
+      t[static_cast<size_t>(b)] = Fp8E4m3BitsToFloat(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return table;
+}
 
 absl::Status DequantizeCpu(const QuantView& in, DType out_dtype, int64_t row_begin, int64_t row_end,
                            void* out, const cpu::CpuDequantOptions& options) {

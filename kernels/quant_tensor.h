@@ -20,6 +20,8 @@ enum class Format : uint8_t {
   kCompressedTensors = 2,  // compressed-tensors pack-quantized int4/int8
                            // (kernels/compressed_tensors_format.h)
   kFp8Block = 3,  // FP8 E4M3 with 128x128 block scales, DeepSeek-V3 style (fp8_block_format.h)
+  kCompressedTensorsFp8 = 4,  // compressed-tensors float-quantized FP8 E4M3, tensor / channel /
+                              // group / block scales (compressed_tensors_fp8_format.h)
 };
 
 // The layout of a result, chosen per request (every kernel writes either; no host transpose):
@@ -53,6 +55,10 @@ struct QuantShape {
   // Format-specific flags of the stored tensors (GPTQ: gptq::kZerosV1, gptq::kNoGidx;
   // compressed-tensors: compressed_tensors::kSym, ...); 0 for AWQ.
   uint32_t format_flags = 0;
+  // Rows n of w sharing one scale, for a format whose scales form a 2-D grid of (rows, group_size)
+  // blocks over the (N, K) weight (compressed_tensors_fp8: 1 for channel and group, N for tensor,
+  // block_structure[0] for block; 0 reads as 1, what an inline request carries). 0 for the others.
+  int64_t scale_block_rows = 0;
 
   int64_t groups() const { return group_size > 0 ? K / group_size : 0; }
   // Rows and columns of the row-major result: (K, N) or (N, K).

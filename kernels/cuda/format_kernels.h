@@ -38,6 +38,8 @@ extern const FormatKernels kGptqKernels;
 extern const FormatKernels kCompressedTensorsKernels;
 // FP8 block-scaled: v1, v4 (fp8_block_cuda.cu).
 extern const FormatKernels kFp8BlockKernels;
+// compressed-tensors float-quantized FP8: v1, v4 (compressed_tensors_fp8_cuda.cu).
+extern const FormatKernels kCompressedTensorsFp8Kernels;
 
 LaunchConfig AwqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype);
 std::vector<LaunchConfig> AwqCandidateConfigs(KernelVariant v, const QuantShape& shape,

@@ -162,6 +162,35 @@ TEST_F(PackedInputTest, ShapesAndBytesComeFromTheFile) {
   EXPECT_EQ(LoadInlinePacked(path, "m.l.", 64)->group_size(), 64);
 }
 
+// A compressed-tensors float-quantized layer (weight E4M3 (2, 4), channel weight_scale (2, 1)
+// fp32): sent by role under its format's name, with the fp32 scale dtype named as such.
+TEST(PackedInputFp8Test, CompressedTensorsFp8ByRoleWithFp32Scales) {
+  const std::string path = TempPath("ct_fp8.safetensors");
+  const std::vector<uint8_t> weight = {0x38, 0x40, 0x44, 0x80, 0xB8, 0x3C, 0x7E, 0x01};
+  const float scale[2] = {0.5f, 2.0f};
+  ASSERT_TRUE(
+      safetensors::WriteFile(
+          path, {{"m.l.weight", "F8_E4M3", {2, 4}, weight},
+                 {"m.l.weight_scale",
+                  "F32",
+                  {2, 1},
+                  absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(scale), sizeof scale)}})
+          .ok());
+  absl::StatusOr<v1::InlinePackedTensor> t =
+      LoadInlinePacked(path, "m.l.", 0, Format::kCompressedTensorsFp8);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->format(), "compressed_tensors_fp8");
+  EXPECT_EQ(t->in_features(), 4);
+  EXPECT_EQ(t->out_features(), 2);
+  EXPECT_EQ(t->group_size(), 4);  // channel: one scale column of K
+  EXPECT_EQ(t->scale_dtype(), v1::DTYPE_FP32);
+  ASSERT_EQ(t->tensors_size(), 2);
+  EXPECT_EQ(t->tensors(0).role(), "weight");
+  EXPECT_EQ(t->tensors(0).data(), std::string(weight.begin(), weight.end()));
+  EXPECT_EQ(t->tensors(1).role(), "weight_scale");
+  EXPECT_EQ(t->tensors(1).data().size(), 8u);
+}
+
 TEST_F(PackedInputTest, Errors) {
   const std::string path = TempPath("packed_bad.safetensors");
   Write(path, "F32", 4);

@@ -67,6 +67,16 @@ TEST(FormatRegistryTest, NamesAndQuantMethodsRoundTrip) {
   ASSERT_NE(FindFormatByQuantMethod("fp8"), nullptr);
   EXPECT_EQ(FindFormatByQuantMethod("fp8")->format, Format::kFp8Block);
   EXPECT_EQ(FormatName(Format::kFp8Block), "fp8_block");
+  // compressed-tensors' float-quantized row shares the quant_method: the lookup finds the
+  // pack-quantized row (whose from_config names the row of the checkpoint), the list names it once.
+  EXPECT_EQ(FormatName(Format::kCompressedTensorsFp8), "compressed_tensors_fp8");
+  ASSERT_TRUE(ParseFormat("compressed_tensors_fp8", &f));
+  EXPECT_EQ(f, Format::kCompressedTensorsFp8);
+  EXPECT_EQ(FormatRowOf(Format::kCompressedTensorsFp8).quant_method, "compressed-tensors");
+  EXPECT_EQ(FormatRowOf(Format::kCompressedTensorsFp8).from_config,
+            FormatRowOf(Format::kCompressedTensors).from_config);
+  EXPECT_EQ(FormatRowOf(Format::kCompressedTensorsFp8).anchor_role, 1);  // weight_scale
+  EXPECT_EQ(FormatRowOf(Format::kCompressedTensorsFp8).default_orientation, Orientation::kNK);
   EXPECT_EQ(ServedQuantMethods(), "'awq', 'gptq', 'compressed-tensors', 'fp8'");
 }
 

@@ -44,7 +44,8 @@ ArrayLike = Any  # numpy.ndarray or torch.Tensor
 class LayerInfo:
     """A quantized layer: `name` is its prefix ("model.layers.0.mlp.down_proj"); K =
     in_features, N = out_features; `scale_dtype` is "fp16", "bf16" or "fp32" (compressed-tensors,
-    fp8_block); `format` e.g. "awq_gemm", "gptq", "compressed_tensors", "fp8_block";
+    fp8_block); `format` e.g. "awq_gemm", "gptq", "compressed_tensors", "fp8_block",
+    "compressed_tensors_fp8";
     `orientation` its format's own result layout, "kn" ((K, N)) or "nk" ((N, K)): what a call
     with orientation=None returns."""
     name: str
