@@ -1,9 +1,13 @@
 // dequantd_bench: runs the benchmark method (measure/benchmark.h) and prints the table.
 //
 //   dequantd_bench [--shapes KxN,...] [--group-size 128] [--dtypes fp16,bf16,fp32]
+//                  [--formats awq_gemm,gptq,...] [--orientation kn|nk]
 //                  [--variants v1_per_element,...] [--trials 5] [--runs 20] [--markdown]
 //                  [--backend auto|cpu|cuda] [--device 0] [--seed S] [--commit SHA]
 //                  [--peak-copy-mib MiB] [--tune-cache PATH] [--hardware-counters]
+//     --formats: every shape in each format, with the parameters of the checkpoints people run
+//     (measure/benchmark.h PresetShape; default awq_gemm); --orientation: the result's layout
+//     (default: each format's own).
 //   dequantd_bench --grouped MODEL [--dtypes fp16] [--runs R] [--device D] [--seed S]
 //                  [--peak-copy-mib MiB]
 //     (CUDA builds: every layer of MODEL, e.g. qwen2.5-1.5b, in one grouped launch;
@@ -17,6 +21,7 @@
 #include <ctime>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +47,7 @@ using dequantd::bench::BenchmarkShape;
 
 constexpr const char* kUsage =
     "usage: dequantd_bench [--shapes KxN,...] [--group-size G] [--dtypes fp16,bf16,fp32]\n"
+    "                      [--formats awq_gemm,gptq,compressed_tensors,...] [--orientation kn|nk]\n"
     "                      [--variants NAME,...] [--trials T] [--runs R] [--markdown]\n"
     "                      [--backend auto|cpu|cuda] [--device D] [--seed S] [--commit SHA]\n"
     "                      [--peak-copy-mib MiB] [--tune-cache PATH] [--hardware-counters]\n"
@@ -124,6 +130,8 @@ int main(int argc, char** argv) {
   std::string commit = DEQUANTD_BUILD_COMMIT;
   std::string tune_cache;
   std::string grouped_model;
+  std::vector<dequantd::Format> formats;
+  std::optional<dequantd::Orientation> orientation;
   std::vector<absl::string_view> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     const absl::string_view flag = args[i];
@@ -140,9 +148,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     static constexpr absl::string_view kValued[] = {
-        "--shapes",        "--group-size", "--dtypes", "--variants", "--trials",
-        "--runs",          "--backend",    "--device", "--seed",     "--commit",
-        "--peak-copy-mib", "--tune-cache", "--grouped"};
+        "--shapes",        "--group-size", "--dtypes",  "--variants", "--trials",
+        "--runs",          "--backend",    "--device",  "--seed",     "--commit",
+        "--peak-copy-mib", "--tune-cache", "--grouped", "--formats",  "--orientation"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return Fail(std::string("unknown flag ") + std::string(flag));
     }
@@ -192,12 +200,31 @@ int main(int argc, char** argv) {
       tune_cache = std::string(value);
     } else if (flag == "--grouped") {
       grouped_model = std::string(value);
+    } else if (flag == "--formats") {
+      for (absl::string_view f : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        dequantd::Format format;
+        ok = ok && dequantd::ParseFormat(std::string_view(f.data(), f.size()), &format);
+        if (ok) formats.push_back(format);
+      }
+    } else if (flag == "--orientation") {
+      dequantd::Orientation o;
+      ok = dequantd::ParseOrientation(std::string_view(value.data(), value.size()), &o);
+      if (ok) orientation = o;
     }
     if (!ok)
       return Fail(std::string("bad value for ") + std::string(flag) + ": " + std::string(value));
   }
   if (!grouped_model.empty()) return RunGrouped(grouped_model, request);
   if (request.shapes.empty()) request.shapes = dequantd::bench::DefaultShapes();
+  if (formats.empty()) formats = {dequantd::Format::kAwqGemm};
+  std::vector<BenchmarkShape> shapes;  // each format's shapes in turn
+  for (dequantd::Format format : formats) {
+    for (const BenchmarkShape& s : request.shapes) {
+      shapes.push_back(dequantd::bench::PresetShape(format, s.K, s.N, request.group_size));
+      if (orientation) shapes.back().orientation = orientation;
+    }
+  }
+  request.shapes = std::move(shapes);
 
   std::unique_ptr<dequantd::TuneStore> store;
   if (!tune_cache.empty()) store = std::make_unique<dequantd::formats::TuneFile>(tune_cache);

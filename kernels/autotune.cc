@@ -28,16 +28,8 @@ TuneKey TuneKey::For(TuneDevice device, std::string_view variant, const QuantSha
                      DType output_dtype, TuneObjective objective) {
   TuneKey key;
   key.device = std::move(device);
-  // The format's name, then what of the shape besides K, N, G and the scale dtype changes the
-  // kernel: the orientation when it is not the format's own, the bits when not 4, the flags and the
-  // scale block rows when set. So every awq_gemm (K, N) key reads as before (the file's version is
-  // unchanged).
-  key.format = std::string(FormatName(shape.format));
-  if (shape.orientation != FormatRowOf(shape.format).default_orientation)
-    absl::StrAppend(&key.format, "/", std::string(OrientationName(shape.orientation)));
-  if (shape.bits != 4) absl::StrAppend(&key.format, "/b", shape.bits);
-  if (shape.format_flags != 0) absl::StrAppend(&key.format, "/f", shape.format_flags);
-  if (shape.scale_block_rows > 1) absl::StrAppend(&key.format, "/r", shape.scale_block_rows);
+  // FormatLabel: every awq_gemm (K, N) key reads as before (the file's version is unchanged).
+  key.format = FormatLabel(shape);
   key.variant = std::string(variant);
   key.K = shape.K;
   key.N = shape.N;

@@ -52,9 +52,9 @@ struct TuneDevice {
 // What a tuned configuration is for. Two keys are equal when every field is. Built by For only.
 struct TuneKey {
   TuneDevice device;
-  // FormatName, then "/nk" or "/kn" for an orientation other than the format's own, "/b<bits>"
-  // for bits other than 4, "/f<flags>" for format flags: e.g. "awq_gemm", "awq_gemm/nk",
-  // "gptq/b8/f1".
+  // FormatLabel(shape) (format_registry.h): FormatName, then "/nk" or "/kn" for an orientation
+  // other than the format's own, "/b<bits>" for bits other than 4, "/f<flags>" for format flags:
+  // e.g. "awq_gemm", "awq_gemm/nk", "gptq/b8/f1".
   std::string format;
   std::string variant;  // kernel variant name, e.g. "v4_vec16" (cuda::VariantName)
   int64_t K = 0;        // in_features

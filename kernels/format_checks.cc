@@ -85,7 +85,7 @@ absl::Status ValidateScaleDType(const QuantShape& shape, absl::Span<const DType>
                                 std::string_view role) {
   for (DType d : allowed)
     if (shape.scale_dtype == d) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(AbslView(role), " dtype must be ",
+  return absl::InvalidArgumentError(absl::StrCat("scale_dtype: ", AbslView(role), " dtype must be ",
                                                  Alternatives(allowed, DTypeName), ", got ",
                                                  AbslView(DTypeName(shape.scale_dtype))));
 }

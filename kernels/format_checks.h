@@ -39,8 +39,9 @@ bool StoredScaleDType(const StoredTensor& t, int role, absl::Span<const DType> a
 // "K (K) must be a multiple of group_size (G)").
 absl::Status ValidateGroupSize(const QuantShape& shape);
 
-// shape.scale_dtype is one of `allowed`, else INVALID_ARGUMENT "<role> dtype must be fp16 or bf16,
-// got X".
+// shape.scale_dtype is one of `allowed`, else INVALID_ARGUMENT "scale_dtype: <role> dtype must be
+// fp16 or bf16, got X" (the message starts with the QuantShape field it refuses; an inline request
+// names it packed.scale_dtype).
 absl::Status ValidateScaleDType(const QuantShape& shape, absl::Span<const DType> allowed,
                                 std::string_view role);
 

@@ -126,6 +126,16 @@ static_assert(RowsInFormatOrder(), "kRows[i] must be the row of Format(i)");
 
 }  // namespace
 
+std::string FormatLabel(const QuantShape& shape) {
+  std::string label(FormatName(shape.format));
+  if (shape.orientation != FormatRowOf(shape.format).default_orientation)
+    absl::StrAppend(&label, "/", std::string(OrientationName(shape.orientation)));
+  if (shape.bits != 4) absl::StrAppend(&label, "/b", shape.bits);
+  if (shape.format_flags != 0) absl::StrAppend(&label, "/f", shape.format_flags);
+  if (shape.scale_block_rows > 1) absl::StrAppend(&label, "/r", shape.scale_block_rows);
+  return label;
+}
+
 const FormatRow& FormatRowOf(Format format) {
   const auto i = static_cast<size_t>(format);
   if (i >= std::size(kRows)) std::abort();  // every Format has a row (RowsInFormatOrder)

@@ -141,6 +141,13 @@ absl::Span<const FormatRow> FormatRows();
 // True when role `role` of `shape`'s format is optional and `shape` does not store it.
 bool RoleAbsent(const QuantShape& shape, int role);
 
+// The format and what of `shape` besides K, N, group_size and the scale dtype changes its kernels:
+// FormatName, then "/nk" or "/kn" for an orientation other than the format's own, "/b<bits>" for
+// bits other than 4, "/f<flags>" for format flags, "/r<rows>" for scale block rows above 1; e.g.
+// "awq_gemm", "awq_gemm/nk", "gptq/b8/f1". The autotuner's keys and the benchmark's rows name
+// layouts so.
+std::string FormatLabel(const QuantShape& shape);
+
 // The first row whose quant_method equals `quant_method` (case-insensitive), or nullptr. Rows that
 // share a quant_method (compressed-tensors: pack-quantized and float-quantized) share its
 // from_config, which names the row of the checkpoint in QuantizationConfig::format; the checkpoint

@@ -5,12 +5,62 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/compressed_tensors_format.h"
+#include "kernels/compressed_tensors_fp8_format.h"
 #include "kernels/dequant.h"
+#include "kernels/format_registry.h"
+#include "kernels/fp8_block_format.h"
+#include "kernels/gptq_format.h"
 #include "measure/backends.h"
 #include "measure/memory_budget.h"
 #include "measure/method.h"
 
 namespace dequantd::bench {
+
+QuantShape ToQuantShape(const BenchmarkShape& s) {
+  QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+  shape.format = s.format;
+  shape.orientation = s.orientation.value_or(FormatRowOf(s.format).default_orientation);
+  shape.bits = s.bits;
+  shape.format_flags = s.format_flags;
+  shape.scale_block_rows = s.scale_block_rows;
+  return shape;
+}
+
+BenchmarkShape FromQuantShape(const QuantShape& shape) {
+  BenchmarkShape s{shape.K, shape.N, shape.group_size, shape.scale_dtype};
+  s.format = shape.format;
+  s.bits = shape.bits;
+  s.format_flags = shape.format_flags;
+  s.scale_block_rows = shape.scale_block_rows;
+  s.orientation = shape.orientation;
+  return s;
+}
+
+BenchmarkShape PresetShape(Format format, int64_t K, int64_t N, int64_t group_size) {
+  if (group_size == 0) group_size = 128;
+  BenchmarkShape s{K, N, group_size, DType::kF16};
+  s.format = format;
+  switch (format) {
+    case Format::kAwqGemm:
+      break;
+    case Format::kGptq:
+      s.format_flags = gptq::kZerosV1;  // g_idx stored (act-order), asymmetric
+      break;
+    case Format::kCompressedTensors:
+      s.scale_dtype = DType::kBF16;
+      s.format_flags = compressed_tensors::kSym | compressed_tensors::kNoGidx;
+      break;
+    case Format::kFp8Block:
+      s = FromQuantShape(fp8_block::MakeShape(K, N, DType::kF32));
+      break;
+    case Format::kCompressedTensorsFp8:
+      s = FromQuantShape(compressed_tensors_fp8::MakeShape(K, N, 1, K, DType::kBF16));
+      break;
+  }
+  s.orientation.reset();  // the format's own
+  return s;
+}
 
 std::vector<BenchmarkShape> DefaultShapes() {
   return {
@@ -52,7 +102,7 @@ absl::Status CheckHostMemory(const BenchmarkRequest& r, bool cuda) {
         " bytes of host memory, more than the ", budget, " bytes available (", budget_what, ")"));
   }
   for (const BenchmarkShape& s : r.shapes) {
-    const QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape = ToQuantShape(s);
     for (DType out : r.output_dtypes) {
       const HostBytes b = BenchmarkHostBytes(shape, out, r.full_check_max_elements, cuda);
       if (b.total() > budget) {
@@ -87,11 +137,12 @@ absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request) {
   if (r.seed == 0) r.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   for (BenchmarkShape& s : r.shapes) {
     if (s.group_size == 0) s.group_size = r.group_size;
-    QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape = ToQuantShape(s);
     for (DType out : r.output_dtypes) {
       if (absl::Status st = ValidateShape(shape, out); !st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("shape ", s.K, "x", s.N, " group_size ",
-                                                       s.group_size, ": ", st.message()));
+        return absl::InvalidArgumentError(absl::StrCat("shape ", FormatLabel(shape), " ", s.K, "x",
+                                                       s.N, " group_size ", s.group_size, ": ",
+                                                       st.message()));
       }
     }
   }

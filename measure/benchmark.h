@@ -16,18 +16,19 @@
 //     (bytes read + written), timed both ways;
 //   - after every trial each variant's output is compared bit for bit with DequantizeReference
 //     (all rows for small outputs, else the first, the last and random rows);
-//   - bytes moved = qweight + qzeros + scales + output bytes (QuantShape::bytes_moved); the
+//   - bytes moved = every stored tensor + output bytes (QuantShape::bytes_moved); the
 //     yardstick is the peak copy rate measured at the start of the run.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/awq_format.h"
+#include "kernels/quant_tensor.h"
 #include "measure/stats.h"
 
 namespace dequantd {
@@ -36,13 +37,25 @@ class Autotuner;
 
 namespace dequantd::bench {
 
-// One layer shape to time with random packed inputs.
+// One layer shape to time with random packed inputs, in any format (AWQ GEMM unless set).
 struct BenchmarkShape {
   int64_t K = 0;                    // in_features
-  int64_t N = 0;                    // out_features, multiple of 8
+  int64_t N = 0;                    // out_features
   int64_t group_size = 0;           // 0: BenchmarkRequest::group_size
-  DType scale_dtype = DType::kF16;  // fp16 or bf16
+  DType scale_dtype = DType::kF16;  // the format's scale dtype (AWQ: fp16 or bf16)
+  // The format and its parameters, as QuantShape's fields of the same names.
+  Format format = Format::kAwqGemm;
+  int bits = 4;
+  uint32_t format_flags = 0;
+  int64_t scale_block_rows = 0;
+  std::optional<Orientation> orientation = std::nullopt;  // nullopt: the format's own
 };
+
+// The QuantShape `s` describes (group_size as given; the format's orientation when unset).
+QuantShape ToQuantShape(const BenchmarkShape& s);
+// The BenchmarkShape of a layer's shape (e.g. a loaded layer's: its format, bits, flags and
+// orientation kept).
+BenchmarkShape FromQuantShape(const QuantShape& shape);
 
 enum class Backend {
   kAuto,  // CUDA when this build has it and a device is present, else CPU
@@ -90,6 +103,7 @@ struct BenchmarkRequest {
 // One (variant, shape, output dtype) result. Times in seconds.
 struct BenchmarkRow {
   std::string variant;  // e.g. "v4_vec16", "copy", "cpu_threads"
+  std::string format;   // FormatLabel of the layer: "awq_gemm", "gptq/f0", ...
   int64_t K = 0;
   int64_t N = 0;
   int64_t group_size = 0;
@@ -127,6 +141,14 @@ struct BenchmarkResult {
 // request.cancelled returns true. Blocking; not to be called concurrently on one GPU if the numbers
 // are to mean anything (thread-safe otherwise).
 absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request);
+
+// A K x N layer of `format` with the parameters of the checkpoints people run (docs/formats/):
+// awq_gemm: group_size (0 = 128), fp16 scales; gptq: 4 bits, group_size, act-order g_idx,
+// asymmetric zeros stored minus one (checkpoint_format "gptq"), fp16 scales; compressed_tensors:
+// int4 symmetric, group_size, bf16 scales (RedHatAI w4a16); fp8_block: 128 x 128 blocks, fp32
+// scales (DeepSeek-V3); compressed_tensors_fp8: per-channel bf16 scales (FP8-dynamic). The result
+// in the format's own orientation.
+BenchmarkShape PresetShape(Format format, int64_t K, int64_t N, int64_t group_size);
 
 // The nine shapes of issue 3: Qwen2.5-1.5B, Llama-3-8B, Llama-3-70B (K x N).
 std::vector<BenchmarkShape> DefaultShapes();

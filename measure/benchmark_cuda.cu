@@ -40,52 +40,61 @@ struct BufferArena {
 // The most buffer sets one (shape, dtype) uses: tiny layers get fewer than 4x L2 of rotation.
 constexpr int64_t kMaxBufferSets = 1024;
 
+// Bytes of one buffer set: every stored tensor and the output, each part 256-byte aligned.
+int64_t SetStride(const HostPackedTensor& host, int64_t out_bytes) {
+  int64_t stride = AlignUp(out_bytes);
+  for (int r = 0; r < kMaxTensorRoles; ++r) stride += AlignUp(host.role_bytes(r));
+  return stride;
+}
+
 // `count` sets holding `host`'s inputs, each with an output of out_bytes.
 absl::StatusOr<BufferArena> MakeBufferArena(const HostPackedTensor& host, int64_t out_bytes,
                                             int64_t count) {
-  const QuantShape& shape = host.shape;
-  const int64_t qzeros_at = AlignUp(awq::QweightBytes(shape));
-  const int64_t scales_at = qzeros_at + AlignUp(awq::QzerosBytes(shape));
-  const int64_t out_at = scales_at + AlignUp(awq::ScalesBytes(shape));
-  const int64_t stride = out_at + AlignUp(out_bytes);
+  const int64_t stride = SetStride(host, out_bytes);
   BufferArena arena;
   absl::StatusOr<DeviceBuffer> memory = Allocate(stride * count);
   if (!memory.ok()) return memory.status();
   arena.memory = std::move(*memory);
   auto* base = static_cast<uint8_t*>(arena.memory.get());
-  for (int64_t i = 0; i < count; ++i) {
-    uint8_t* set = base + i * stride;
-    BufferSet b;
-    b.view.shape = shape;
-    b.view.tensors[awq::kQweight] = reinterpret_cast<const int32_t*>(set);
-    b.view.tensors[awq::kQzeros] = reinterpret_cast<const int32_t*>(set + qzeros_at);
-    b.view.tensors[awq::kScales] = set + scales_at;
-    b.out = set + out_at;
-    arena.sets.push_back(b);
+  // Set 0's layout: the roles in order, then the output; its inputs uploaded once.
+  BufferSet first;
+  first.view.shape = host.shape;
+  int64_t at = 0;
+  for (int r = 0; r < kMaxTensorRoles; ++r) {
+    const int64_t bytes = host.role_bytes(r);
+    if (bytes == 0) continue;
+    first.view.tensors[static_cast<size_t>(r)] = base + at;
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + at, host.tensors[static_cast<size_t>(r)].data(),
+                                             bytes, cudaMemcpyHostToDevice));
+    at += AlignUp(bytes);
   }
-  DEQUANTD_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(base, host.qweight.data(), awq::QweightBytes(shape), cudaMemcpyHostToDevice));
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + qzeros_at, host.qzeros.data(),
-                                           awq::QzerosBytes(shape), cudaMemcpyHostToDevice));
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + scales_at, host.scales.data(),
-                                           awq::ScalesBytes(shape), cudaMemcpyHostToDevice));
-  for (int64_t i = 1; i < count; ++i) {
-    DEQUANTD_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(base + i * stride, base, out_at, cudaMemcpyDeviceToDevice));
+  const int64_t out_at = at;
+  first.out = base + out_at;
+  for (int64_t i = 0; i < count; ++i) {
+    BufferSet b = first;
+    const int64_t shift = i * stride;
+    for (const void*& t : b.view.tensors) {
+      if (t != nullptr) t = static_cast<const uint8_t*>(t) + shift;
+    }
+    b.out = static_cast<uint8_t*>(first.out) + shift;
+    arena.sets.push_back(b);
+    if (i > 0) {
+      DEQUANTD_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(base + shift, base, out_at, cudaMemcpyDeviceToDevice));
+    }
   }
   return arena;
 }
 
 // RESOURCE_EXHAUSTED (MemoryExhausted) when the `count` buffer sets MakeBufferArena would
-// allocate for (shape, out_dtype) exceed the current device's free memory (cudaMemGetInfo).
-absl::Status CheckDeviceMemory(const QuantShape& shape, DType out_dtype, int64_t count) {
+// allocate for (host, out_dtype) exceed the current device's free memory (cudaMemGetInfo).
+absl::Status CheckDeviceMemory(const HostPackedTensor& host, DType out_dtype, int64_t count) {
   size_t free_bytes = 0, total_bytes = 0;
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int64_t stride = AlignUp(awq::QweightBytes(shape)) + AlignUp(awq::QzerosBytes(shape)) +
-                         AlignUp(awq::ScalesBytes(shape)) + AlignUp(shape.output_bytes(out_dtype));
+  const int64_t stride = SetStride(host, host.shape.output_bytes(out_dtype));
   const int64_t needed = stride * count;
   if (needed <= static_cast<int64_t>(free_bytes)) return absl::OkStatus();
-  return MemoryExhausted(shape, out_dtype, "device memory", needed,
+  return MemoryExhausted(host.shape, out_dtype, "device memory", needed,
                          absl::StrCat(count, " buffer sets of ", stride, " bytes"),
                          static_cast<int64_t>(free_bytes), "free on the device, cudaMemGetInfo");
 }
@@ -259,6 +268,31 @@ std::string DeviceDescription(const cudaDeviceProp& prop, int64_t l2_bytes) {
                       " SMs, L2 ", l2_bytes >> 20, " MiB, ", prop.totalGlobalMem >> 30, " GiB)");
 }
 
+// The variants of `format` to time: those requested (short names spelled out) that the format
+// implements, or all of them when none is requested; INVALID_ARGUMENT for a name no format has.
+absl::StatusOr<std::vector<KernelVariant>> VariantsFor(Format format,
+                                                       const std::vector<std::string>& requested) {
+  std::vector<std::string> offered;
+  for (KernelVariant v : cuda::AllVariants()) offered.emplace_back(cuda::VariantName(v));
+  std::vector<std::string> spelled;  // short names ("v4") spelled out
+  for (const std::string& name : requested) {
+    KernelVariant v;
+    spelled.push_back(cuda::ParseVariant(name, &v) ? std::string(cuda::VariantName(v)) : name);
+  }
+  absl::StatusOr<std::vector<std::string>> names = SelectVariants(spelled, offered);
+  if (!names.ok()) return names.status();
+  const std::vector<KernelVariant> implemented = cuda::VariantsOf(format);
+  std::vector<KernelVariant> variants;
+  for (const std::string& name : *names) {
+    KernelVariant v;
+    if (!cuda::ParseVariant(name, &v)) return absl::InternalError("variant name round trip");
+    if (std::find(implemented.begin(), implemented.end(), v) != implemented.end()) {
+      variants.push_back(v);
+    }
+  }
+  return variants;
+}
+
 }  // namespace
 
 bool CudaDeviceAvailable(int device) {
@@ -271,20 +305,8 @@ bool CudaDeviceAvailable(int device) {
 }
 
 absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request) {
-  std::vector<std::string> offered;
-  for (KernelVariant v : cuda::AllVariants()) offered.emplace_back(cuda::VariantName(v));
-  std::vector<std::string> requested;  // short names ("v4") spelled out
-  for (const std::string& name : request.variants) {
-    KernelVariant v;
-    requested.push_back(cuda::ParseVariant(name, &v) ? std::string(cuda::VariantName(v)) : name);
-  }
-  absl::StatusOr<std::vector<std::string>> names = SelectVariants(requested, offered);
-  if (!names.ok()) return names.status();
-  std::vector<KernelVariant> variants;
-  for (const std::string& name : *names) {
-    KernelVariant v;
-    if (!cuda::ParseVariant(name, &v)) return absl::InternalError("variant name round trip");
-    variants.push_back(v);
+  for (const BenchmarkShape& s : request.shapes) {  // every name checked before any GPU work
+    if (absl::Status v = VariantsFor(s.format, request.variants).status(); !v.ok()) return v;
   }
 
   absl::StatusOr<SelectedDevice> selected = SelectDevice(request.device);
@@ -316,18 +338,19 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
   options.peak_copy_bytes_per_second = *peak;
   for (const BenchmarkShape& s : request.shapes) {
     if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
-    const QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape = ToQuantShape(s);
+    absl::StatusOr<std::vector<KernelVariant>> variants = VariantsFor(s.format, request.variants);
+    if (!variants.ok()) return variants.status();
     absl::StatusOr<HostPackedTensor> generated =
         MakeRandomPackedTensor(shape, rng(), request.cancelled);
     if (!generated.ok()) return generated.status();
     const HostPackedTensor& host = *generated;
     for (DType out : request.output_dtypes) {
       if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
-      const int64_t set_bytes = awq::QweightBytes(shape) + awq::QzerosBytes(shape) +
-                                awq::ScalesBytes(shape) + shape.output_bytes(out);
+      const int64_t set_bytes = shape.bytes_moved(out);
       const int64_t count =
           std::clamp<int64_t>((rotation_bytes + set_bytes - 1) / set_bytes, 2, kMaxBufferSets);
-      if (absl::Status m = CheckDeviceMemory(shape, out, count); !m.ok()) return m;
+      if (absl::Status m = CheckDeviceMemory(host, out, count); !m.ok()) return m;
       absl::StatusOr<BufferArena> arena = MakeBufferArena(host, shape.output_bytes(out), count);
       if (!arena.ok()) return arena.status();
       std::vector<BufferSet>& sets = arena->sets;
@@ -337,7 +360,7 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
 
       std::vector<std::unique_ptr<Runner>> owned;
       std::vector<KernelRunner*> kernels;
-      for (KernelVariant v : variants) {
+      for (KernelVariant v : *variants) {
         if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
         Autotuner::Result tuned;
         // The configuration a Dequantize call of this layer runs with (the server's objective).

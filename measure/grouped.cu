@@ -41,8 +41,7 @@ struct ModelCopy {
 absl::StatusOr<ModelCopy> UploadModel(const std::vector<HostPackedTensor>& host, DType out) {
   int64_t inputs = 0, outputs = 0;
   for (const HostPackedTensor& t : host) {
-    inputs += AlignUp(awq::QweightBytes(t.shape)) + AlignUp(awq::QzerosBytes(t.shape)) +
-              AlignUp(awq::ScalesBytes(t.shape));
+    for (int r = 0; r < kMaxTensorRoles; ++r) inputs += AlignUp(t.role_bytes(r));
     outputs += AlignUp(t.shape.output_bytes(out));
   }
   ModelCopy m;
@@ -62,15 +61,13 @@ absl::StatusOr<ModelCopy> UploadModel(const std::vector<HostPackedTensor>& host,
   for (const HostPackedTensor& t : host) {
     GroupedItem item;
     item.in.shape = t.shape;
-    absl::StatusOr<const void*> q = upload(t.qweight.data(), awq::QweightBytes(t.shape));
-    if (!q.ok()) return q.status();
-    absl::StatusOr<const void*> z = upload(t.qzeros.data(), awq::QzerosBytes(t.shape));
-    if (!z.ok()) return z.status();
-    absl::StatusOr<const void*> s = upload(t.scales.data(), awq::ScalesBytes(t.shape));
-    if (!s.ok()) return s.status();
-    item.in.tensors[awq::kQweight] = static_cast<const int32_t*>(*q);
-    item.in.tensors[awq::kQzeros] = static_cast<const int32_t*>(*z);
-    item.in.tensors[awq::kScales] = *s;
+    for (int r = 0; r < kMaxTensorRoles; ++r) {
+      if (t.role_bytes(r) == 0) continue;
+      absl::StatusOr<const void*> d =
+          upload(t.tensors[static_cast<size_t>(r)].data(), t.role_bytes(r));
+      if (!d.ok()) return d.status();
+      item.in.tensors[static_cast<size_t>(r)] = *d;
+    }
     item.out = m.outputs + out_at;
     out_at += AlignUp(t.shape.output_bytes(out));
     m.items.push_back(item);
@@ -214,8 +211,11 @@ absl::StatusOr<GroupedBenchResult> RunGroupedBenchmark(const GroupedBenchRequest
   // Random layers, their checkers, and the device copies.
   std::vector<HostPackedTensor> host;
   host.reserve(model->layers.size());
-  for (const QuantShape& shape : model->layers)
-    host.push_back(MakeRandomPackedTensor(shape, rng()));
+  for (const QuantShape& shape : model->layers) {
+    absl::StatusOr<HostPackedTensor> t = MakeRandomPackedTensor(shape, rng());
+    if (!t.ok()) return t.status();
+    host.push_back(*std::move(t));
+  }
   std::vector<OutputChecker> checkers;
   for (const HostPackedTensor& t : host) {
     absl::StatusOr<OutputChecker> c = OutputChecker::Create(t.view(), out, int64_t{1} << 20);

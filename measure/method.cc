@@ -4,6 +4,8 @@
 #include <numeric>
 #include <utility>
 
+#include "kernels/format_registry.h"
+
 namespace dequantd::bench {
 
 absl::Status CheckCancelled(const std::function<bool()>& cancelled) {
@@ -57,6 +59,7 @@ absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& 
   for (size_t i = 0; i < n; ++i) {
     BenchmarkRow row;
     row.variant = runners[i]->variant();
+    row.format = FormatLabel(shape);
     row.K = shape.K;
     row.N = shape.N;
     row.group_size = shape.group_size;

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <string_view>
 
+#include "absl/strings/str_cat.h"
+#include "kernels/format_registry.h"
 #include "measure/method.h"
 
 namespace dequantd::bench {
@@ -16,25 +20,6 @@ uint64_t SplitMix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-// Fills `words` with SplitMix64 output (two words per draw), polling `cancelled` every
-// kCancelPollBytes.
-absl::Status FillWords(std::vector<int32_t>& words, uint64_t& state,
-                       const std::function<bool()>& cancelled) {
-  constexpr size_t kPollWords = kCancelPollBytes / sizeof(int32_t);  // even
-  for (size_t block = 0; block < words.size(); block += kPollWords) {
-    if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-    const size_t end = std::min(words.size(), block + kPollWords);
-    size_t i = block;
-    for (; i + 1 < end; i += 2) {
-      const uint64_t r = SplitMix64(state);
-      words[i] = static_cast<int32_t>(static_cast<uint32_t>(r));
-      words[i + 1] = static_cast<int32_t>(static_cast<uint32_t>(r >> 32));
-    }
-    if (i < end) words[i] = static_cast<int32_t>(static_cast<uint32_t>(SplitMix64(state)));
-  }
-  return absl::OkStatus();
-}
-
 // A random finite, non-zero value in [2^-14, 2) with a random sign, as fp16 or bf16 bits.
 uint16_t RandomScaleBits(DType dtype, uint64_t r) {
   const uint32_t sign = static_cast<uint32_t>(r & 1);
@@ -46,10 +31,90 @@ uint16_t RandomScaleBits(DType dtype, uint64_t r) {
   return static_cast<uint16_t>((sign << 15) | ((15 - 14 + exp_offset) << 10) | (mant & 0x3FF));
 }
 
+// The same range as fp32 bits.
+uint32_t RandomScaleBitsF32(uint64_t r) {
+  const uint32_t sign = static_cast<uint32_t>(r & 1);
+  const uint32_t exp_offset = static_cast<uint32_t>((r >> 1) % 15);
+  const uint32_t mant = static_cast<uint32_t>(r >> 8);
+  return (sign << 31) | ((127 - 14 + exp_offset) << 23) | (mant & 0x7FFFFF);
+}
+
+// One byte of an E4M3FN code that is not NaN (0x7F and 0xFF are E4M3FN's NaNs).
+uint8_t RandomE4m3(uint64_t r) {
+  const uint8_t b = static_cast<uint8_t>(r % 254);    // 0..253
+  return b < 0x7F ? b : static_cast<uint8_t>(b + 1);  // 0..0x7E, 0x80..0xFE
+}
+
+bool IsGidxRole(std::string_view role) { return role.ends_with("g_idx"); }
+
+// Fills `out` (`bytes` of it) with values of `dtype` as described in the header, polling
+// `cancelled` every kCancelPollBytes.
+absl::Status FillRole(const TensorSpec& spec, const QuantShape& shape, uint64_t& state,
+                      const std::function<bool()>& cancelled, uint8_t* out) {
+  const int64_t bytes = spec.bytes();
+  if (IsGidxRole(spec.role)) {  // act-order: group of row k = perm(k) / G
+    std::vector<int32_t> perm(static_cast<size_t>(spec.elements()));
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int32_t>(i);
+    for (size_t i = perm.size(); i > 1; --i) {  // Fisher-Yates
+      std::swap(perm[i - 1], perm[static_cast<size_t>(SplitMix64(state) % i)]);
+    }
+    for (int32_t& g : perm) g = static_cast<int32_t>(g / shape.group_size);
+    std::memcpy(out, perm.data(), static_cast<size_t>(bytes));
+    return CheckCancelled(cancelled);
+  }
+  if (spec.role == "weight_shape" && spec.dtype == DType::kI64 && spec.elements() == 2) {
+    const int64_t dims[2] = {shape.N, shape.K};  // compressed-tensors' dense shape (N, K)
+    std::memcpy(out, dims, sizeof dims);
+    return CheckCancelled(cancelled);
+  }
+  const int64_t size = DTypeSize(spec.dtype);
+  for (int64_t at = 0; at < bytes; at += size) {
+    if (at % kCancelPollBytes == 0) {
+      if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+    }
+    const uint64_t r = SplitMix64(state);
+    switch (spec.dtype) {
+      case DType::kF16:
+      case DType::kBF16: {
+        const uint16_t v = RandomScaleBits(spec.dtype, r);
+        std::memcpy(out + at, &v, 2);
+        break;
+      }
+      case DType::kF32: {
+        const uint32_t v = RandomScaleBitsF32(r);
+        std::memcpy(out + at, &v, 4);
+        break;
+      }
+      case DType::kF8E4M3:
+        out[at] = RandomE4m3(r);
+        break;
+      default:  // int32 words (and any other integer): uniform bits
+        std::memcpy(out + at, &r, static_cast<size_t>(size));
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-HostPackedTensor MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed) {
-  return *MakeRandomPackedTensor(shape, seed, nullptr);  // never cancelled: always a value
+int64_t HostPackedTensor::role_bytes(int role) const {
+  if (role >= TensorRoleCount(shape.format) || RoleAbsent(shape, role)) return 0;
+  return TensorSpecOf(shape, role).bytes();
+}
+
+QuantView HostPackedTensor::view() const {
+  QuantView v;
+  v.shape = shape;
+  for (int r = 0; r < TensorRoleCount(shape.format); ++r) {
+    const std::vector<uint32_t>& t = tensors[static_cast<size_t>(r)];
+    v.tensors[static_cast<size_t>(r)] = role_bytes(r) > 0 ? t.data() : nullptr;
+  }
+  return v;
+}
+
+absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed) {
+  return MakeRandomPackedTensor(shape, seed, nullptr);
 }
 
 absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed,
@@ -57,20 +122,25 @@ absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const QuantShape& shape,
   HostPackedTensor t;
   t.shape = shape;
   uint64_t state = seed;
-  if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-  t.qweight.resize(static_cast<size_t>(awq::QweightElements(shape)));
-  if (absl::Status s = FillWords(t.qweight, state, cancelled); !s.ok()) return s;
-  if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-  t.qzeros.resize(static_cast<size_t>(awq::QzerosElements(shape)));
-  if (absl::Status s = FillWords(t.qzeros, state, cancelled); !s.ok()) return s;
-  if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-  t.scales.resize(static_cast<size_t>(awq::ScalesElements(shape)));
-  constexpr size_t kPollScales = kCancelPollBytes / sizeof(uint16_t);
-  for (size_t i = 0; i < t.scales.size(); ++i) {
-    if (i % kPollScales == kPollScales - 1) {
-      if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+  for (int r = 0; r < TensorRoleCount(shape.format); ++r) {
+    if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+    const int64_t bytes = t.role_bytes(r);
+    if (bytes == 0) continue;
+    std::vector<uint32_t>& words = t.tensors[static_cast<size_t>(r)];
+    words.assign(static_cast<size_t>((bytes + 3) / 4), 0);
+    if (absl::Status s = FillRole(TensorSpecOf(shape, r), shape, state, cancelled,
+                                  reinterpret_cast<uint8_t*>(words.data()));
+        !s.ok()) {
+      return s;
     }
-    t.scales[i] = RandomScaleBits(shape.scale_dtype, SplitMix64(state));
+  }
+  const FormatRow& row = FormatRowOf(shape.format);
+  if (row.check_stored != nullptr) {
+    if (absl::Status s = row.check_stored(t.view()); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("random ", std::string(FormatName(shape.format)),
+                       " inputs do not meet the format's stored-value rules: ", s.message()));
+    }
   }
   return t;
 }
@@ -82,7 +152,7 @@ absl::StatusOr<OutputChecker> OutputChecker::Create(const QuantView& in, DType o
   if (checker.full_) {
     checker.expected_.resize(static_cast<size_t>(in.shape.output_bytes(out_dtype)));
     if (absl::Status s =
-            DequantizeReference(in, out_dtype, 0, in.shape.K, checker.expected_.data());
+            DequantizeReference(in, out_dtype, 0, in.shape.result_rows(), checker.expected_.data());
         !s.ok()) {
       return s;
     }
@@ -93,10 +163,10 @@ absl::StatusOr<OutputChecker> OutputChecker::Create(const QuantView& in, DType o
 }
 
 std::vector<RowRange> OutputChecker::PickRows(std::mt19937_64& rng, int sampled_rows) const {
-  const int64_t K = in_.shape.K;
-  if (full_) return {{0, K}};
-  std::vector<int64_t> rows = {0, K - 1};
-  std::uniform_int_distribution<int64_t> row(0, K - 1);
+  const int64_t rows_total = in_.shape.result_rows();
+  if (full_) return {{0, rows_total}};
+  std::vector<int64_t> rows = {0, rows_total - 1};
+  std::uniform_int_distribution<int64_t> row(0, rows_total - 1);
   for (int i = 0; i < sampled_rows; ++i) rows.push_back(row(rng));
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
@@ -107,7 +177,7 @@ std::vector<RowRange> OutputChecker::PickRows(std::mt19937_64& rng, int sampled_
 
 absl::StatusOr<bool> OutputChecker::Matches(RowRange range, const void* data) const {
   const auto [begin, end] = range;
-  if (begin < 0 || end > in_.shape.K || begin >= end) {
+  if (begin < 0 || end > in_.shape.result_rows() || begin >= end) {
     return absl::InvalidArgumentError("row range outside the output");
   }
   const size_t bytes = static_cast<size_t>((end - begin) * row_bytes());

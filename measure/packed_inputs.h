@@ -2,6 +2,7 @@
 // the CPU reference (kernels/dequant.h) on all rows or on sampled rows.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -9,38 +10,43 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/awq_format.h"
 #include "kernels/dequant.h"
+#include "kernels/quant_tensor.h"
 
 namespace dequantd::bench {
 
-// A packed layer owned on the host. qweight: (K, N/8) int32; qzeros: (K/G, N/8) int32;
-// scales: (K/G, N) fp16 or bf16 bits.
+// A quantized layer of any format owned on the host: role r's stored bytes
+// (TensorSpecOf(shape, r).bytes(), in 4-byte words so every tensor is 4-byte aligned); an absent
+// optional role (RoleAbsent) and the slots past the format's roles are empty.
 struct HostPackedTensor {
   QuantShape shape;
-  std::vector<int32_t> qweight;
-  std::vector<int32_t> qzeros;
-  std::vector<uint16_t> scales;
+  std::array<std::vector<uint32_t>, kMaxTensorRoles> tensors;
 
-  QuantView view() const {
-    return awq::MakeView(shape, qweight.data(), qzeros.data(), scales.data());
-  }
+  // Role r's bytes (TensorSpecOf(shape, r).bytes()); 0 when absent.
+  int64_t role_bytes(int role) const;
+  QuantView view() const;
 };
 
-// Fresh random inputs for `shape` (which must pass ValidateShape): every qweight/qzeros word
-// uniform over all 2^32 values (all 16 nibble values, zero points included); scales finite,
-// never zero, random sign, magnitude in [2^-14, 2) (fp16 normal range; same range for bf16),
-// so no output overflows or is NaN. Deterministic for a given seed.
-HostPackedTensor MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed);
-
-// As above, polling `cancelled` (empty = never) before each of the three allocations and every
-// kCancelPollBytes of generated words or scales: CANCELLED "benchmark cancelled" once it
+// Fresh random inputs for `shape` (which must pass ValidateShape), by each role's stored dtype:
+// int32 words uniform over all 2^32 values (every code and zero point); a g_idx role (GPTQ
+// "g_idx", compressed-tensors "weight_g_idx") an act-order assignment (row k's group is
+// perm(k) / G for a random permutation: every group holds G rows, scattered); compressed-tensors'
+// int64 "weight_shape" the layer's (N, K); fp16/bf16/fp32
+// scales finite, never zero, random sign, magnitude in [2^-14, 2) (fp16 normal range), so no
+// output overflows or is NaN; fp8 e4m3 codes uniform over the 254 non-NaN bytes. The layer then
+// passes its format's stored-value checks (FormatRow::check_stored), else INVALID_ARGUMENT with
+// the format's message (a format rule random values cannot meet, e.g. GPTQ's declared sym).
+// Deterministic for a given seed.
+absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed);
+// As above, polling `cancelled` (empty = never) before each role's allocation and every
+// kCancelPollBytes of generated values: CANCELLED "benchmark cancelled" once it
 // returns true. Same values as above for the same seed.
 inline constexpr int64_t kCancelPollBytes = int64_t{4} << 20;
 absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed,
                                                         const std::function<bool()>& cancelled);
 
-// A half-open row range [begin, end) of the (K, N) output.
+// A half-open row range [begin, end) of the output's rows (QuantShape::result_rows: K rows for
+// kKN, N rows for kNK).
 using RowRange = std::pair<int64_t, int64_t>;
 
 // Compares a variant's output rows with DequantizeReference, bit for bit.
@@ -59,11 +65,11 @@ class OutputChecker {
   // `sampled_rows` random rows (as single-row ranges, sorted, without duplicates).
   std::vector<RowRange> PickRows(std::mt19937_64& rng, int sampled_rows) const;
 
-  // Whether `data`, rows [range.first, range.second) of the output ((end - begin) * N elements of
-  // out_dtype), equals the reference bit for bit.
+  // Whether `data`, rows [range.first, range.second) of the output ((end - begin) *
+  // result_cols() elements of out_dtype), equals the reference bit for bit.
   absl::StatusOr<bool> Matches(RowRange range, const void* data) const;
 
-  int64_t row_bytes() const { return in_.shape.N * DTypeSize(out_dtype_); }
+  int64_t row_bytes() const { return in_.shape.result_cols() * DTypeSize(out_dtype_); }
 
  private:
   OutputChecker(const QuantView& in, DType out_dtype) : in_(in), out_dtype_(out_dtype) {}

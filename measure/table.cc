@@ -19,18 +19,15 @@ std::string Percent(double fraction) { return absl::StrFormat("%.1f", fraction *
 std::vector<std::string> Cells(const BenchmarkRow& r) {
   const bool thr = r.throughput_seconds > 0;
   return {r.variant,
-          absl::StrCat(r.K, "x", r.N, " g", r.group_size),
-          std::string(DTypeName(r.output_dtype)),
-          Micros(r.latency.median),
+          // An AWQ row reads "KxN gG", as before formats; others name their layout first.
+          absl::StrCat(r.format.empty() || r.format == "awq_gemm" ? "" : r.format + " ", r.K, "x",
+                       r.N, " g", r.group_size),
+          std::string(DTypeName(r.output_dtype)), Micros(r.latency.median),
           absl::StrCat(Micros(r.latency.mean), " ± ", Micros(r.latency.std)),
-          thr ? Micros(r.throughput_seconds) : "-",
-          Gbps(r.bytes_per_second),
-          Percent(r.fraction_of_peak),
-          thr ? Gbps(r.throughput_bytes_per_second) : "-",
-          thr ? Percent(r.throughput_fraction_of_peak) : "-",
-          r.latency.divergent ? "yes" : "no",
-          r.correct ? "yes" : "NO",
-          r.launch_config.empty() ? "-" : r.launch_config};
+          thr ? Micros(r.throughput_seconds) : "-", Gbps(r.bytes_per_second),
+          Percent(r.fraction_of_peak), thr ? Gbps(r.throughput_bytes_per_second) : "-",
+          thr ? Percent(r.throughput_fraction_of_peak) : "-", r.latency.divergent ? "yes" : "no",
+          r.correct ? "yes" : "NO", r.launch_config.empty() ? "-" : r.launch_config};
 }
 
 }  // namespace

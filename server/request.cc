@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/awq_format.h"
@@ -270,7 +271,11 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
   shape.N = packed.out_features();
   shape.group_size = packed.group_size() == -1 ? packed.in_features() : packed.group_size();
   if (absl::Status s = ValidateShape(shape, DType::kF16); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("packed: ", s.message()));
+    // A refused scale dtype is named by its field ("scale_dtype: ..."): the request's field is
+    // packed.scale_dtype. Every other shape message names the layer's K, N or group_size.
+    const bool names_scale_dtype = absl::StartsWith(s.message(), "scale_dtype:");
+    return absl::InvalidArgumentError(
+        absl::StrCat(names_scale_dtype ? "packed." : "packed: ", s.message()));
   }
 
   InlineTensor tensor;

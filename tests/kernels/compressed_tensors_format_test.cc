@@ -90,7 +90,7 @@ TEST(CompressedTensorsFormatTest, ShapeChecksNameTheField) {
   EXPECT_EQ(ValidateShape(tensor_asym, DType::kF16).code(), absl::StatusCode::kInvalidArgument);
   QuantShape scale_i32 = ct::MakeShape(64, 8, 32, 4, ct::kNoGidx, DType::kI32);
   EXPECT_EQ(ValidateShape(scale_i32, DType::kF16).message(),
-            "weight_scale dtype must be fp16, bf16 or fp32, got int32");
+            "scale_dtype: weight_scale dtype must be fp16, bf16 or fp32, got int32");
   // N need not be a multiple of 8: the zero-point stream's last word is partial.
   const QuantShape n5 = ct::MakeShape(64, 5, 32, 4, ct::kNoGidx);
   ASSERT_TRUE(ValidateShape(n5, DType::kF16).ok());

@@ -218,9 +218,9 @@ TEST(CpuBenchmarkTest, CancelledDuringInputGenerationStopsBeforeAnyVariantIsTime
   EXPECT_EQ(result.status().message(), "benchmark cancelled");
   EXPECT_EQ(polls, 5);
 
-  // Never firing, one variant, 1 trial of 1 run: the setup polls 17 times, the method 12.
-  // Setup: RunBenchmark 1, shape loop 1, generation 6 (qweight 1 + 2 blocks, qzeros 1 + 1,
-  // scales 1), dtype loop 1, before the output 1, before the copy source 1, its fill 6 (copy
+  // Never firing, one variant, 1 trial of 1 run: the setup polls 18 times, the method 12.
+  // Setup: RunBenchmark 1, shape loop 1, generation 7 (qweight 1 + 2 blocks, qzeros 1 + 1,
+  // scales 1 + 1), dtype loop 1, before the output 1, before the copy source 1, its fill 6 (copy
   // bytes (8388608 + 65536 + 262144 + 33554432) / 2 = 21135360: six 4 MiB slices).
   // Method: warm-up 2 runners x 3, timed 2, throughput 2, checks 2.
   r.variants = {"cpu_threads"};
@@ -230,7 +230,7 @@ TEST(CpuBenchmarkTest, CancelledDuringInputGenerationStopsBeforeAnyVariantIsTime
   r.cancelled = [&polls] { return ++polls < 0; };
   const absl::StatusOr<BenchmarkResult> full = RunBenchmark(r);
   ASSERT_TRUE(full.ok()) << full.status();
-  EXPECT_EQ(polls, 17 + 12);
+  EXPECT_EQ(polls, 18 + 12);
 }
 
 TEST(HostMemoryBudgetTest, LimitWinsElseHalfOfMemAvailable) {

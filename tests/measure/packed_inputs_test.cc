@@ -4,11 +4,37 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/awq_format.h"
+#include "kernels/format_registry.h"
+#include "kernels/gptq_format.h"
+#include "measure/benchmark.h"
 
 namespace dequantd::bench {
 namespace {
+
+// A layer the generator made (its status checked).
+HostPackedTensor Random(const QuantShape& shape, uint64_t seed) {
+  absl::StatusOr<HostPackedTensor> t = MakeRandomPackedTensor(shape, seed);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : HostPackedTensor{};
+}
+
+// Role r's int32 words / 16-bit values.
+std::vector<int32_t> Words(const HostPackedTensor& t, int role) {
+  std::vector<int32_t> w(static_cast<size_t>(t.role_bytes(role) / 4));
+  std::memcpy(w.data(), t.tensors[static_cast<size_t>(role)].data(), w.size() * 4);
+  return w;
+}
+std::vector<uint16_t> Halves(const HostPackedTensor& t, int role) {
+  std::vector<uint16_t> h(static_cast<size_t>(t.role_bytes(role) / 2));
+  std::memcpy(h.data(), t.tensors[static_cast<size_t>(role)].data(), h.size() * 2);
+  return h;
+}
 
 // Whether the check ran and matched.
 bool Matched(const absl::StatusOr<bool>& r) {
@@ -31,23 +57,23 @@ TEST(MakeRandomPackedTensorTest, CancelledIsPolledInsideTheGenerationLoop) {
   const absl::StatusOr<HostPackedTensor> full =
       MakeRandomPackedTensor(shape, 5, [&polls] { return ++polls < 0; });
   ASSERT_TRUE(full.ok()) << full.status();
-  // qweight: 1 + 2 blocks; qzeros (32 x 512 words): 1 + 1; scales (32 x 4096 = 131072 < 2 Mi
-  // halves): 1 before allocating.
-  EXPECT_EQ(polls, 6);
-  const HostPackedTensor plain = MakeRandomPackedTensor(shape, 5);
-  EXPECT_EQ(full->qweight, plain.qweight);
-  EXPECT_EQ(full->qzeros, plain.qzeros);
-  EXPECT_EQ(full->scales, plain.scales);
+  // Each role: 1 before allocating, then 1 per started 4 MiB: qweight 1 + 2 blocks; qzeros
+  // (32 x 512 words) 1 + 1; scales (32 x 4096 halves) 1 + 1.
+  EXPECT_EQ(polls, 7);
+  const HostPackedTensor plain = Random(shape, 5);
+  EXPECT_EQ(full->tensors, plain.tensors);
 }
 
 TEST(MakeRandomPackedTensorTest, ScalesFiniteNonZeroAndWordsFullRange_K256N512G128) {
   for (DType scale_dtype : {DType::kF16, DType::kBF16}) {
     const QuantShape shape{256, 512, 128, scale_dtype};
-    const HostPackedTensor t = MakeRandomPackedTensor(shape, 7);
-    ASSERT_EQ(t.qweight.size(), 256u * 64);
-    ASSERT_EQ(t.qzeros.size(), 2u * 64);
-    ASSERT_EQ(t.scales.size(), 2u * 512);
-    for (uint16_t bits : t.scales) {
+    const HostPackedTensor t = Random(shape, 7);
+    const std::vector<int32_t> qweight = Words(t, awq::kQweight);
+    const std::vector<uint16_t> scales = Halves(t, awq::kScales);
+    ASSERT_EQ(qweight.size(), 256u * 64);
+    ASSERT_EQ(Words(t, awq::kQzeros).size(), 2u * 64);
+    ASSERT_EQ(scales.size(), 2u * 512);
+    for (uint16_t bits : scales) {
       const float s = scale_dtype == DType::kF16 ? HalfBitsToFloat(bits) : Bf16BitsToFloat(bits);
       ASSERT_TRUE(std::isfinite(s)) << bits;
       ASSERT_GE(std::fabs(s), 6.103515625e-05f) << bits;  // 2^-14
@@ -56,30 +82,78 @@ TEST(MakeRandomPackedTensorTest, ScalesFiniteNonZeroAndWordsFullRange_K256N512G1
     // Every nibble value appears in every nibble position of qweight.
     for (int j = 0; j < 8; ++j) {
       std::set<uint32_t> seen;
-      for (int32_t w : t.qweight) seen.insert((static_cast<uint32_t>(w) >> (4 * j)) & 0xF);
+      for (int32_t w : qweight) seen.insert((static_cast<uint32_t>(w) >> (4 * j)) & 0xF);
       EXPECT_EQ(seen.size(), 16u) << "nibble " << j;
     }
     // Both signs of scale occur.
     int negative = 0;
-    for (uint16_t bits : t.scales) negative += (bits >> 15) & 1;
+    for (uint16_t bits : scales) negative += (bits >> 15) & 1;
     EXPECT_GT(negative, 0);
-    EXPECT_LT(negative, static_cast<int>(t.scales.size()));
+    EXPECT_LT(negative, static_cast<int>(scales.size()));
   }
+}
+
+// Every format's preset layer (measure/benchmark.h PresetShape) is generated with its stored
+// tensors' sizes, passes the format's stored-value rules, and its g_idx (GPTQ act-order) gives
+// every group exactly G rows; the checker's rows follow the orientation.
+TEST(MakeRandomPackedTensorTest, EveryFormatsPresetLayer_K256N128G64) {
+  for (const FormatRow& row : FormatRows()) {
+    SCOPED_TRACE(std::string(row.name));
+    const QuantShape shape = ToQuantShape(PresetShape(row.format, 256, 128, 64));
+    ASSERT_TRUE(ValidateShape(shape, DType::kBF16).ok()) << ValidateShape(shape, DType::kBF16);
+    const HostPackedTensor t = Random(shape, 11);
+    int64_t bytes = 0;
+    for (int r = 0; r < row.role_count; ++r) {
+      EXPECT_EQ(t.role_bytes(r), RoleAbsent(shape, r) ? 0 : TensorSpecOf(shape, r).bytes());
+      EXPECT_GE(static_cast<int64_t>(t.tensors[static_cast<size_t>(r)].size()) * 4,
+                t.role_bytes(r));
+      bytes += t.role_bytes(r);
+      if (t.role_bytes(r) > 0 && std::string_view(row.roles[static_cast<size_t>(r)]) == "g_idx") {
+        std::vector<int> rows_of_group(static_cast<size_t>(shape.groups()), 0);
+        for (int32_t g : Words(t, r)) {
+          ASSERT_GE(g, 0);
+          ASSERT_LT(g, shape.groups());
+          ++rows_of_group[static_cast<size_t>(g)];
+        }
+        for (int n : rows_of_group) EXPECT_EQ(n, shape.group_size);
+      }
+    }
+    EXPECT_EQ(bytes, shape.packed_bytes());
+    absl::StatusOr<OutputChecker> checker = OutputChecker::Create(t.view(), DType::kBF16, 1 << 20);
+    ASSERT_TRUE(checker.ok()) << checker.status();
+    std::mt19937_64 rng(0);
+    EXPECT_EQ(checker->PickRows(rng, 8), (std::vector<RowRange>{{0, shape.result_rows()}}));
+    EXPECT_EQ(checker->row_bytes(), shape.result_cols() * 2);
+    std::vector<uint8_t> out(static_cast<size_t>(shape.output_bytes(DType::kBF16)));
+    ASSERT_TRUE(DequantizeCpu(t.view(), DType::kBF16, 0, shape.result_rows(), out.data(), 2).ok());
+    EXPECT_TRUE(Matched(checker->Matches({0, shape.result_rows()}, out.data())));
+    out[out.size() / 2] ^= 1;
+    EXPECT_FALSE(Matched(checker->Matches({0, shape.result_rows()}, out.data())));
+  }
+}
+
+TEST(MakeRandomPackedTensorTest, RandomValuesThatBreakAFormatsRuleAreRefused) {
+  // GPTQ declared symmetric: every zero must be 2^(bits-1); uniform random zeros are not.
+  QuantShape shape = ToQuantShape(PresetShape(Format::kGptq, 256, 128, 64));
+  shape.format_flags |= gptq::kSym;
+  const absl::StatusOr<HostPackedTensor> t = MakeRandomPackedTensor(shape, 1);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("random gptq inputs do not meet"), std::string::npos)
+      << t.status();
 }
 
 TEST(MakeRandomPackedTensorTest, SeedDeterminesInputs) {
   const QuantShape shape{128, 64, 128, DType::kF16};
-  const HostPackedTensor a = MakeRandomPackedTensor(shape, 1);
-  const HostPackedTensor b = MakeRandomPackedTensor(shape, 1);
-  const HostPackedTensor c = MakeRandomPackedTensor(shape, 2);
-  EXPECT_EQ(a.qweight, b.qweight);
-  EXPECT_EQ(a.scales, b.scales);
-  EXPECT_NE(a.qweight, c.qweight);
+  const HostPackedTensor a = Random(shape, 1);
+  const HostPackedTensor b = Random(shape, 1);
+  const HostPackedTensor c = Random(shape, 2);
+  EXPECT_EQ(a.tensors, b.tensors);
+  EXPECT_NE(Words(a, awq::kQweight), Words(c, awq::kQweight));
 }
 
 TEST(OutputCheckerTest, FullCheckFindsOneFlippedBit_K256N64G128Fp16) {
   const QuantShape shape{256, 64, 128, DType::kF16};
-  const HostPackedTensor t = MakeRandomPackedTensor(shape, 3);
+  const HostPackedTensor t = Random(shape, 3);
   absl::StatusOr<OutputChecker> checker = OutputChecker::Create(t.view(), DType::kF16, 1 << 20);
   ASSERT_TRUE(checker.ok()) << checker.status();
   EXPECT_TRUE(checker->full());
@@ -97,7 +171,7 @@ TEST(OutputCheckerTest, FullCheckFindsOneFlippedBit_K256N64G128Fp16) {
 
 TEST(OutputCheckerTest, SampledRowsIncludeFirstAndLast_K1024N64G128Bf16) {
   const QuantShape shape{1024, 64, 128, DType::kF16};
-  const HostPackedTensor t = MakeRandomPackedTensor(shape, 4);
+  const HostPackedTensor t = Random(shape, 4);
   absl::StatusOr<OutputChecker> checker = OutputChecker::Create(t.view(), DType::kBF16, 1000);
   ASSERT_TRUE(checker.ok()) << checker.status();
   EXPECT_FALSE(checker->full());

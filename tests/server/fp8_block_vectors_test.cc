@@ -493,7 +493,7 @@ TEST(Fp8BlockInlineTest, Fp32ScalesAreRefusedByAwq) {
   const absl::StatusOr<InlineTensor> tensor = InlineTensor::FromProto(packed, int64_t{1} << 30);
   EXPECT_EQ(tensor.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(tensor.status().message(),
-              HasSubstr("packed: scales dtype must be fp16 or bf16, got fp32"));
+              HasSubstr("packed.scale_dtype: scales dtype must be fp16 or bf16, got fp32"));
 }
 
 // ---- Served end to end (CPU backend) -----------------------------------------------------------

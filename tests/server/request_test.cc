@@ -282,7 +282,7 @@ INSTANTIATE_TEST_SUITE_P(
         // which AWQ's shape check refuses.
         BadCase{"ScaleDtypeFp32",
                 [](v1::InlinePackedTensor& p) { p.set_scale_dtype(v1::DTYPE_FP32); },
-                absl::StatusCode::kInvalidArgument, "packed: scales dtype", "got fp32"},
+                absl::StatusCode::kInvalidArgument, "packed.scale_dtype: scales dtype", "got fp32"},
         BadCase{"ScaleDtypeInt32",
                 [](v1::InlinePackedTensor& p) { p.set_scale_dtype(v1::DTYPE_INT32); },
                 absl::StatusCode::kInvalidArgument, "packed.scale_dtype", "DTYPE_INT32"},
