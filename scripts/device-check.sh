@@ -5,8 +5,10 @@
 #       build-X/tests/cuda/cuda_quick_bench [build-X/bench/dequantd_bench] [server tests...]
 # and travels with the call as a carried path). Runs what the bundle holds and writes logs under
 # $OUT (default ./out): device.txt, cuda_test.log/.xml, quick_bench.log, bench.log, server.log.
-# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench grouped server counters
-#   (default: all). Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS,
+# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench formats grouped server
+#   counters (default: all). formats: every format's kernels beside the copy (dequantd_bench
+#   --formats, bf16 out, 8B- and 70B-shaped layers; gpt-oss-20b-shaped experts for mxfp4) into
+#   formats.md. Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS,
 #   GROUPED_ARGS, SERVER_TEST_FILTER, COUNTER_SHAPES (environment). The integration tests run dequantctl: set
 #   DEQUANTCTL to the bundle's copy (the build tree's path does not exist there).
 # Exit status: non-zero when any step that ran failed.
@@ -14,7 +16,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench grouped server counters)
+[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench formats grouped server counters)
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 have() { command -v "$1" >/dev/null 2>&1; }
 failed=()
@@ -51,6 +53,18 @@ if want bench && have dequantd_bench; then
   rc=$?
   tail -60 "$OUT/bench.log"
   [ $rc -eq 0 ] || failed+=("dequantd_bench($rc)")
+fi
+
+if want formats && have dequantd_bench; then
+  echo "== dequantd_bench --formats (${FORMAT_SHAPES:=4096x14336,8192x28672}; mxfp4 ${MXFP4_SHAPES:=32x2880x5760})"
+  # shellcheck disable=SC2086
+  { dequantd_bench --formats awq_gemm,gptq,compressed_tensors,fp8_block,compressed_tensors_fp8 \
+      --shapes "$FORMAT_SHAPES" --dtypes bf16 --trials 3 --runs 10 --markdown ${FORMATS_ARGS:-} &&
+    dequantd_bench --formats mxfp4 --shapes "$MXFP4_SHAPES" --dtypes bf16 --trials 3 --runs 10 \
+      --markdown ${FORMATS_ARGS:-}; } >"$OUT/formats.md" 2>&1
+  rc=$?
+  grep -E "^\| (v|copy)|^- (device|commit|peak)" "$OUT/formats.md"
+  [ $rc -eq 0 ] || { tail -5 "$OUT/formats.md"; failed+=("dequantd_bench --formats($rc)"); }
 fi
 
 if want grouped && have dequantd_bench; then
