@@ -41,7 +41,8 @@ using dequantd::bench::BenchmarkRequest;
 using dequantd::bench::BenchmarkShape;
 
 constexpr const char* kUsage =
-    "usage: dequantd_bench [--shapes KxN,...] [--group-size G] [--dtypes fp16,bf16,fp32]\n"
+    "usage: dequantd_bench [--shapes [Ex]KxN,...] [--group-size G] [--dtypes fp16,bf16,fp32]\n"
+    "                      [--format NAME] [--scale-dtype fp16|bf16|fp32|uint8]\n"
     "                      [--variants NAME,...] [--trials T] [--runs R] [--markdown]\n"
     "                      [--backend auto|cpu|cuda] [--device D] [--seed S] [--commit SHA]\n"
     "                      [--peak-copy-mib MiB] [--tune-cache PATH] [--hardware-counters]\n"
@@ -53,11 +54,16 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// "KxN" or, for a format with an expert axis (mxfp4), "ExKxN" (E experts of K x N).
 bool ParseShapes(absl::string_view text, std::vector<BenchmarkShape>* shapes) {
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    std::vector<absl::string_view> kn = absl::StrSplit(item, 'x');
+    std::vector<absl::string_view> dims = absl::StrSplit(item, 'x');
     BenchmarkShape s;
-    if (kn.size() != 2 || !absl::SimpleAtoi(kn[0], &s.K) || !absl::SimpleAtoi(kn[1], &s.N)) {
+    if (dims.size() == 3) {
+      if (!absl::SimpleAtoi(dims[0], &s.experts)) return false;
+      dims.erase(dims.begin());
+    }
+    if (dims.size() != 2 || !absl::SimpleAtoi(dims[0], &s.K) || !absl::SimpleAtoi(dims[1], &s.N)) {
       return false;
     }
     shapes->push_back(s);
@@ -124,6 +130,8 @@ int main(int argc, char** argv) {
   std::string commit = DEQUANTD_BUILD_COMMIT;
   std::string tune_cache;
   std::string grouped_model;
+  dequantd::Format format = dequantd::Format::kAwqGemm;  // --format: every --shapes entry's
+  DType scale_dtype = DType::kF16;                       // --scale-dtype: likewise
   std::vector<absl::string_view> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     const absl::string_view flag = args[i];
@@ -140,9 +148,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     static constexpr absl::string_view kValued[] = {
-        "--shapes",        "--group-size", "--dtypes", "--variants", "--trials",
-        "--runs",          "--backend",    "--device", "--seed",     "--commit",
-        "--peak-copy-mib", "--tune-cache", "--grouped"};
+        "--shapes",        "--group-size", "--dtypes",  "--variants", "--trials",
+        "--runs",          "--backend",    "--device",  "--seed",     "--commit",
+        "--peak-copy-mib", "--tune-cache", "--grouped", "--format",   "--scale-dtype"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued)) {
       return Fail(std::string("unknown flag ") + std::string(flag));
     }
@@ -192,12 +200,20 @@ int main(int argc, char** argv) {
       tune_cache = std::string(value);
     } else if (flag == "--grouped") {
       grouped_model = std::string(value);
+    } else if (flag == "--format") {
+      ok = dequantd::ParseFormat(std::string(value), &format);
+    } else if (flag == "--scale-dtype") {
+      ok = dequantd::ParseDType(std::string(value), &scale_dtype);
     }
     if (!ok)
       return Fail(std::string("bad value for ") + std::string(flag) + ": " + std::string(value));
   }
   if (!grouped_model.empty()) return RunGrouped(grouped_model, request);
   if (request.shapes.empty()) request.shapes = dequantd::bench::DefaultShapes();
+  for (BenchmarkShape& s : request.shapes) {
+    s.format = format;
+    s.scale_dtype = scale_dtype;
+  }
 
   std::unique_ptr<dequantd::TuneStore> store;
   if (!tune_cache.empty()) store = std::make_unique<dequantd::formats::TuneFile>(tune_cache);

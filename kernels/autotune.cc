@@ -30,14 +30,15 @@ TuneKey TuneKey::For(TuneDevice device, std::string_view variant, const QuantSha
   key.device = std::move(device);
   // The format's name, then what of the shape besides K, N, G and the scale dtype changes the
   // kernel: the orientation when it is not the format's own, the bits when not 4, the flags and the
-  // scale block rows when set. So every awq_gemm (K, N) key reads as before (the file's version is
-  // unchanged).
+  // scale block rows when set, the experts when not 1 (mxfp4). So every key of the formats before
+  // reads as before (the file's version is unchanged: no existing entry changes meaning).
   key.format = std::string(FormatName(shape.format));
   if (shape.orientation != FormatRowOf(shape.format).default_orientation)
     absl::StrAppend(&key.format, "/", std::string(OrientationName(shape.orientation)));
   if (shape.bits != 4) absl::StrAppend(&key.format, "/b", shape.bits);
   if (shape.format_flags != 0) absl::StrAppend(&key.format, "/f", shape.format_flags);
   if (shape.scale_block_rows > 1) absl::StrAppend(&key.format, "/r", shape.scale_block_rows);
+  if (shape.experts != 1) absl::StrAppend(&key.format, "/e", shape.experts);
   key.variant = std::string(variant);
   key.K = shape.K;
   key.N = shape.N;

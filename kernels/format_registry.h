@@ -101,6 +101,13 @@ struct FormatRow {
   int role_count;                 // stored tensors per layer, <= kMaxTensorRoles
   std::array<std::string_view, kMaxTensorRoles> roles;  // role names = checkpoint suffixes
   int anchor_role;  // the role whose <layer>.<role> tensor marks a layer in a checkpoint
+  // What joins a layer's prefix and a role name in a checkpoint: "." (<layer>.qweight) for every
+  // format but MXFP4, whose gpt-oss tensors are <prefix>_blocks / <prefix>_scales ("_").
+  std::string_view role_separator = ".";
+  // True when a layer may stack several matrices along a leading expert axis
+  // (QuantShape::experts > 1; MXFP4's [E, ...] expert tensors). False: ValidateShape refuses
+  // experts != 1.
+  bool stacked_experts = false;
   // Bit r set: role r may be absent from a layer (GPTQ: g_idx without desc_act). An absent role
   // reaches shape_from_stored as StoredTensor::present == false; its TensorSpec then has 0 rows
   // and 0 columns, and its QuantView pointer is null.

@@ -6,11 +6,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/dequant.h"
+#include "kernels/format_checks.h"
+#include "kernels/format_registry.h"
 #include "measure/backends.h"
 #include "measure/memory_budget.h"
 #include "measure/method.h"
 
 namespace dequantd::bench {
+
+QuantShape QuantShapeOf(const BenchmarkShape& s) {
+  QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+  shape.format = s.format;
+  shape.orientation = FormatRowOf(s.format).default_orientation;
+  shape.experts = s.experts;
+  return shape;
+}
 
 std::vector<BenchmarkShape> DefaultShapes() {
   return {
@@ -52,7 +62,7 @@ absl::Status CheckHostMemory(const BenchmarkRequest& r, bool cuda) {
         " bytes of host memory, more than the ", budget, " bytes available (", budget_what, ")"));
   }
   for (const BenchmarkShape& s : r.shapes) {
-    const QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape = QuantShapeOf(s);
     for (DType out : r.output_dtypes) {
       const HostBytes b = BenchmarkHostBytes(shape, out, r.full_check_max_elements, cuda);
       if (b.total() > budget) {
@@ -87,11 +97,13 @@ absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request) {
   if (r.seed == 0) r.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   for (BenchmarkShape& s : r.shapes) {
     if (s.group_size == 0) s.group_size = r.group_size;
-    QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape = QuantShapeOf(s);
     for (DType out : r.output_dtypes) {
       if (absl::Status st = ValidateShape(shape, out); !st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("shape ", s.K, "x", s.N, " group_size ",
-                                                       s.group_size, ": ", st.message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("shape ", AbslView(FormatName(s.format)), " ",
+                         s.experts != 1 ? absl::StrCat(s.experts, "x") : "", s.K, "x", s.N,
+                         " group_size ", s.group_size, ": ", st.message()));
       }
     }
   }

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/awq_format.h"
+#include "kernels/quant_tensor.h"
 #include "measure/stats.h"
 
 namespace dequantd {
@@ -36,13 +36,20 @@ class Autotuner;
 
 namespace dequantd::bench {
 
-// One layer shape to time with random packed inputs.
+// One layer shape to time with random packed inputs (measure/packed_inputs.h).
 struct BenchmarkShape {
-  int64_t K = 0;                    // in_features
-  int64_t N = 0;                    // out_features, multiple of 8
-  int64_t group_size = 0;           // 0: BenchmarkRequest::group_size
-  DType scale_dtype = DType::kF16;  // fp16 or bf16
+  int64_t K = 0;                     // in_features
+  int64_t N = 0;                     // out_features (AWQ: a multiple of 8)
+  int64_t group_size = 0;            // 0: BenchmarkRequest::group_size (mxfp4: 32)
+  DType scale_dtype = DType::kF16;   // the format's: AWQ fp16 or bf16; mxfp4 uint8 (E8M0)
+  Format format = Format::kAwqGemm;  // a format without stored-value rules (not gptq or
+                                     // compressed_tensors: MakeRandomPackedTensor)
+  int64_t experts = 1;               // matrices stacked (mxfp4's E); 1 for the others
 };
+
+// The QuantShape a BenchmarkShape times: its fields, the format's own orientation, bits 4 (not
+// read by the 8-bit formats' checks).
+QuantShape QuantShapeOf(const BenchmarkShape& s);
 
 enum class Backend {
   kAuto,  // CUDA when this build has it and a device is present, else CPU
@@ -90,6 +97,8 @@ struct BenchmarkRequest {
 // One (variant, shape, output dtype) result. Times in seconds.
 struct BenchmarkRow {
   std::string variant;  // e.g. "v4_vec16", "copy", "cpu_threads"
+  Format format = Format::kAwqGemm;
+  int64_t experts = 1;  // matrices stacked (mxfp4)
   int64_t K = 0;
   int64_t N = 0;
   int64_t group_size = 0;

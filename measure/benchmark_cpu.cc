@@ -99,7 +99,7 @@ class CpuDequantRunner : public Runner {
 
   absl::StatusOr<double> LatencySeconds() override {
     const Clock::time_point start = Clock::now();
-    if (absl::Status s = fn_(in_, out_dtype_, 0, in_.shape.K, out_); !s.ok()) return s;
+    if (absl::Status s = fn_(in_, out_dtype_, 0, in_.shape.result_rows(), out_); !s.ok()) return s;
     return SecondsSince(start);
   }
 
@@ -107,7 +107,7 @@ class CpuDequantRunner : public Runner {
                                    const std::vector<RowRange>& rows) override {
     // Poison: a path that writes nothing fails.
     std::memset(out_, 0xFF, static_cast<size_t>(in_.shape.output_bytes(out_dtype_)));
-    if (absl::Status s = fn_(in_, out_dtype_, 0, in_.shape.K, out_); !s.ok()) return s;
+    if (absl::Status s = fn_(in_, out_dtype_, 0, in_.shape.result_rows(), out_); !s.ok()) return s;
     for (const RowRange& r : rows) {
       absl::StatusOr<bool> ok = checker.Matches(r, out_ + r.first * checker.row_bytes());
       if (!ok.ok() || !*ok) return ok;
@@ -174,7 +174,7 @@ absl::StatusOr<BenchmarkResult> RunCpuBenchmark(const BenchmarkRequest& request)
   options.peak_copy_bytes_per_second = result.peak_copy_bytes_per_second;
   for (const BenchmarkShape& s : request.shapes) {
     if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
-    const QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape = QuantShapeOf(s);
     absl::StatusOr<HostPackedTensor> host = MakeRandomPackedTensor(shape, rng(), request.cancelled);
     if (!host.ok()) return host.status();
     for (DType out : request.output_dtypes) {

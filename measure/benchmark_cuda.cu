@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -44,9 +45,13 @@ constexpr int64_t kMaxBufferSets = 1024;
 absl::StatusOr<BufferArena> MakeBufferArena(const HostPackedTensor& host, int64_t out_bytes,
                                             int64_t count) {
   const QuantShape& shape = host.shape;
-  const int64_t qzeros_at = AlignUp(awq::QweightBytes(shape));
-  const int64_t scales_at = qzeros_at + AlignUp(awq::QzerosBytes(shape));
-  const int64_t out_at = scales_at + AlignUp(awq::ScalesBytes(shape));
+  const int roles = TensorRoleCount(shape.format);
+  std::array<int64_t, kMaxTensorRoles> role_at{};  // each role's offset in a set
+  int64_t out_at = 0;
+  for (int r = 0; r < roles; ++r) {
+    role_at[static_cast<size_t>(r)] = out_at;
+    out_at += AlignUp(TensorSpecOf(shape, r).bytes());
+  }
   const int64_t stride = out_at + AlignUp(out_bytes);
   BufferArena arena;
   absl::StatusOr<DeviceBuffer> memory = Allocate(stride * count);
@@ -57,18 +62,17 @@ absl::StatusOr<BufferArena> MakeBufferArena(const HostPackedTensor& host, int64_
     uint8_t* set = base + i * stride;
     BufferSet b;
     b.view.shape = shape;
-    b.view.tensors[awq::kQweight] = reinterpret_cast<const int32_t*>(set);
-    b.view.tensors[awq::kQzeros] = reinterpret_cast<const int32_t*>(set + qzeros_at);
-    b.view.tensors[awq::kScales] = set + scales_at;
+    for (int r = 0; r < roles; ++r) {
+      b.view.tensors[static_cast<size_t>(r)] = set + role_at[static_cast<size_t>(r)];
+    }
     b.out = set + out_at;
     arena.sets.push_back(b);
   }
-  DEQUANTD_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(base, host.qweight.data(), awq::QweightBytes(shape), cudaMemcpyHostToDevice));
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + qzeros_at, host.qzeros.data(),
-                                           awq::QzerosBytes(shape), cudaMemcpyHostToDevice));
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + scales_at, host.scales.data(),
-                                           awq::ScalesBytes(shape), cudaMemcpyHostToDevice));
+  for (int r = 0; r < roles; ++r) {
+    const std::vector<uint8_t>& bytes = host.tensors[static_cast<size_t>(r)];
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpy(base + role_at[static_cast<size_t>(r)], bytes.data(),
+                                             bytes.size(), cudaMemcpyHostToDevice));
+  }
   for (int64_t i = 1; i < count; ++i) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(base + i * stride, base, out_at, cudaMemcpyDeviceToDevice));
@@ -81,8 +85,10 @@ absl::StatusOr<BufferArena> MakeBufferArena(const HostPackedTensor& host, int64_
 absl::Status CheckDeviceMemory(const QuantShape& shape, DType out_dtype, int64_t count) {
   size_t free_bytes = 0, total_bytes = 0;
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int64_t stride = AlignUp(awq::QweightBytes(shape)) + AlignUp(awq::QzerosBytes(shape)) +
-                         AlignUp(awq::ScalesBytes(shape)) + AlignUp(shape.output_bytes(out_dtype));
+  int64_t stride = AlignUp(shape.output_bytes(out_dtype));
+  for (int r = 0; r < TensorRoleCount(shape.format); ++r) {
+    stride += AlignUp(TensorSpecOf(shape, r).bytes());
+  }
   const int64_t needed = stride * count;
   if (needed <= static_cast<int64_t>(free_bytes)) return absl::OkStatus();
   return MemoryExhausted(shape, out_dtype, "device memory", needed,
@@ -316,15 +322,22 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
   options.peak_copy_bytes_per_second = *peak;
   for (const BenchmarkShape& s : request.shapes) {
     if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
-    const QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape = QuantShapeOf(s);
+    // The requested variants this shape's format implements (an AWQ-only v2 is not run on mxfp4).
+    const std::vector<KernelVariant> implemented = cuda::VariantsOf(shape.format);
+    std::vector<KernelVariant> shape_variants;
+    for (KernelVariant v : variants) {
+      if (std::find(implemented.begin(), implemented.end(), v) != implemented.end()) {
+        shape_variants.push_back(v);
+      }
+    }
     absl::StatusOr<HostPackedTensor> generated =
         MakeRandomPackedTensor(shape, rng(), request.cancelled);
     if (!generated.ok()) return generated.status();
     const HostPackedTensor& host = *generated;
     for (DType out : request.output_dtypes) {
       if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
-      const int64_t set_bytes = awq::QweightBytes(shape) + awq::QzerosBytes(shape) +
-                                awq::ScalesBytes(shape) + shape.output_bytes(out);
+      const int64_t set_bytes = shape.packed_bytes() + shape.output_bytes(out);
       const int64_t count =
           std::clamp<int64_t>((rotation_bytes + set_bytes - 1) / set_bytes, 2, kMaxBufferSets);
       if (absl::Status m = CheckDeviceMemory(shape, out, count); !m.ok()) return m;
@@ -337,7 +350,7 @@ absl::StatusOr<BenchmarkResult> RunCudaBenchmark(const BenchmarkRequest& request
 
       std::vector<std::unique_ptr<Runner>> owned;
       std::vector<KernelRunner*> kernels;
-      for (KernelVariant v : variants) {
+      for (KernelVariant v : shape_variants) {
         if (absl::Status c = CheckCancelled(request.cancelled); !c.ok()) return c;
         Autotuner::Result tuned;
         // The configuration a Dequantize call of this layer runs with (the server's objective).

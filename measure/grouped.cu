@@ -41,8 +41,8 @@ struct ModelCopy {
 absl::StatusOr<ModelCopy> UploadModel(const std::vector<HostPackedTensor>& host, DType out) {
   int64_t inputs = 0, outputs = 0;
   for (const HostPackedTensor& t : host) {
-    inputs += AlignUp(awq::QweightBytes(t.shape)) + AlignUp(awq::QzerosBytes(t.shape)) +
-              AlignUp(awq::ScalesBytes(t.shape));
+    for (const std::vector<uint8_t>& bytes : t.tensors)
+      inputs += AlignUp(static_cast<int64_t>(bytes.size()));
     outputs += AlignUp(t.shape.output_bytes(out));
   }
   ModelCopy m;
@@ -62,15 +62,13 @@ absl::StatusOr<ModelCopy> UploadModel(const std::vector<HostPackedTensor>& host,
   for (const HostPackedTensor& t : host) {
     GroupedItem item;
     item.in.shape = t.shape;
-    absl::StatusOr<const void*> q = upload(t.qweight.data(), awq::QweightBytes(t.shape));
-    if (!q.ok()) return q.status();
-    absl::StatusOr<const void*> z = upload(t.qzeros.data(), awq::QzerosBytes(t.shape));
-    if (!z.ok()) return z.status();
-    absl::StatusOr<const void*> s = upload(t.scales.data(), awq::ScalesBytes(t.shape));
-    if (!s.ok()) return s.status();
-    item.in.tensors[awq::kQweight] = static_cast<const int32_t*>(*q);
-    item.in.tensors[awq::kQzeros] = static_cast<const int32_t*>(*z);
-    item.in.tensors[awq::kScales] = *s;
+    for (size_t r = 0; r < t.tensors.size(); ++r) {
+      if (t.tensors[r].empty()) continue;
+      absl::StatusOr<const void*> at =
+          upload(t.tensors[r].data(), static_cast<int64_t>(t.tensors[r].size()));
+      if (!at.ok()) return at.status();
+      item.in.tensors[r] = *at;
+    }
     item.out = m.outputs + out_at;
     out_at += AlignUp(t.shape.output_bytes(out));
     m.items.push_back(item);

@@ -30,10 +30,10 @@ int64_t MemAvailableBytes() {
 HostBytes BenchmarkHostBytes(const QuantShape& shape, DType out_dtype,
                              int64_t full_check_max_elements, bool cuda) {
   const int64_t output = shape.output_bytes(out_dtype);
-  const int64_t row = shape.N * DTypeSize(out_dtype);
+  const int64_t row = shape.result_cols() * DTypeSize(out_dtype);
   const bool full = shape.output_elements() <= full_check_max_elements;
   HostBytes b;
-  b.inputs = awq::QweightBytes(shape) + awq::QzerosBytes(shape) + awq::ScalesBytes(shape);
+  b.inputs = shape.packed_bytes();
   b.reference = full ? output : row;
   const int64_t copy = CopyBytesFor(shape.bytes_moved(out_dtype));
   b.outputs = cuda ? (full ? output : row) : std::max(output, copy) + copy;

@@ -57,6 +57,8 @@ absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& 
   for (size_t i = 0; i < n; ++i) {
     BenchmarkRow row;
     row.variant = runners[i]->variant();
+    row.format = shape.format;
+    row.experts = shape.experts;
     row.K = shape.K;
     row.N = shape.N;
     row.group_size = shape.group_size;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "kernels/format_checks.h"
+#include "kernels/format_registry.h"
 #include "measure/method.h"
 
 namespace dequantd::bench {
@@ -16,21 +19,23 @@ uint64_t SplitMix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-// Fills `words` with SplitMix64 output (two words per draw), polling `cancelled` every
-// kCancelPollBytes.
-absl::Status FillWords(std::vector<int32_t>& words, uint64_t& state,
+// Fills `bytes` (a multiple of 4) with int32 words of SplitMix64 output (two words per draw),
+// polling `cancelled` every kCancelPollBytes.
+absl::Status FillWords(std::vector<uint8_t>& bytes, uint64_t& state,
                        const std::function<bool()>& cancelled) {
+  const size_t words = bytes.size() / 4;
   constexpr size_t kPollWords = kCancelPollBytes / sizeof(int32_t);  // even
-  for (size_t block = 0; block < words.size(); block += kPollWords) {
+  const auto put = [&](size_t i, uint32_t w) { std::memcpy(bytes.data() + 4 * i, &w, 4); };
+  for (size_t block = 0; block < words; block += kPollWords) {
     if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-    const size_t end = std::min(words.size(), block + kPollWords);
+    const size_t end = std::min(words, block + kPollWords);
     size_t i = block;
     for (; i + 1 < end; i += 2) {
       const uint64_t r = SplitMix64(state);
-      words[i] = static_cast<int32_t>(static_cast<uint32_t>(r));
-      words[i + 1] = static_cast<int32_t>(static_cast<uint32_t>(r >> 32));
+      put(i, static_cast<uint32_t>(r));
+      put(i + 1, static_cast<uint32_t>(r >> 32));
     }
-    if (i < end) words[i] = static_cast<int32_t>(static_cast<uint32_t>(SplitMix64(state)));
+    if (i < end) put(i, static_cast<uint32_t>(SplitMix64(state)));
   }
   return absl::OkStatus();
 }
@@ -46,31 +51,60 @@ uint16_t RandomScaleBits(DType dtype, uint64_t r) {
   return static_cast<uint16_t>((sign << 15) | ((15 - 14 + exp_offset) << 10) | (mant & 0x3FF));
 }
 
+// Fills `bytes` with elements of `dtype` (see MakeRandomPackedTensor), one draw per element (fp16,
+// bf16, fp32) or per byte, polling `cancelled` every kCancelPollBytes.
+absl::Status FillElements(std::vector<uint8_t>& bytes, DType dtype, uint64_t& state,
+                          const std::function<bool()>& cancelled) {
+  const size_t size = static_cast<size_t>(DTypeSize(dtype));
+  const size_t elements = bytes.size() / size;
+  const size_t poll = kCancelPollBytes / size;
+  for (size_t i = 0; i < elements; ++i) {
+    if (i % poll == poll - 1) {
+      if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+    }
+    const uint64_t r = SplitMix64(state);
+    if (dtype == DType::kF16 || dtype == DType::kBF16) {
+      const uint16_t bits = RandomScaleBits(dtype, r);
+      std::memcpy(bytes.data() + 2 * i, &bits, 2);
+    } else if (dtype == DType::kF32) {  // the fp16 range, widened exactly
+      const float f = HalfBitsToFloat(RandomScaleBits(DType::kF16, r));
+      std::memcpy(bytes.data() + 4 * i, &f, 4);
+    } else if (dtype == DType::kF8E4M3) {
+      bytes[i] = static_cast<uint8_t>(r);
+      if ((bytes[i] & 0x7F) == 0x7F) bytes[i] &= 0xFE;  // no NaN
+    } else {
+      bytes[i] = static_cast<uint8_t>(r);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 HostPackedTensor MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed) {
-  return *MakeRandomPackedTensor(shape, seed, nullptr);  // never cancelled: always a value
+  return *MakeRandomPackedTensor(shape, seed, nullptr);  // never cancelled; format as required
 }
 
 absl::StatusOr<HostPackedTensor> MakeRandomPackedTensor(const QuantShape& shape, uint64_t seed,
                                                         const std::function<bool()>& cancelled) {
+  const FormatRow& row = FormatRowOf(shape.format);
+  if (row.check_stored != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "benchmark inputs are random bytes, which format ", AbslView(row.name),
+        "'s stored-value checks would refuse; it cannot be benchmarked on random inputs"));
+  }
   HostPackedTensor t;
   t.shape = shape;
   uint64_t state = seed;
-  if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-  t.qweight.resize(static_cast<size_t>(awq::QweightElements(shape)));
-  if (absl::Status s = FillWords(t.qweight, state, cancelled); !s.ok()) return s;
-  if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-  t.qzeros.resize(static_cast<size_t>(awq::QzerosElements(shape)));
-  if (absl::Status s = FillWords(t.qzeros, state, cancelled); !s.ok()) return s;
-  if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-  t.scales.resize(static_cast<size_t>(awq::ScalesElements(shape)));
-  constexpr size_t kPollScales = kCancelPollBytes / sizeof(uint16_t);
-  for (size_t i = 0; i < t.scales.size(); ++i) {
-    if (i % kPollScales == kPollScales - 1) {
-      if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
-    }
-    t.scales[i] = RandomScaleBits(shape.scale_dtype, SplitMix64(state));
+  for (int r = 0; r < row.role_count; ++r) {
+    if (absl::Status c = CheckCancelled(cancelled); !c.ok()) return c;
+    const TensorSpec spec = TensorSpecOf(shape, r);
+    std::vector<uint8_t>& bytes = t.tensors[static_cast<size_t>(r)];
+    bytes.resize(static_cast<size_t>(spec.bytes()));
+    const absl::Status s = spec.dtype == DType::kI32
+                               ? FillWords(bytes, state, cancelled)
+                               : FillElements(bytes, spec.dtype, state, cancelled);
+    if (!s.ok()) return s;
   }
   return t;
 }
@@ -82,7 +116,7 @@ absl::StatusOr<OutputChecker> OutputChecker::Create(const QuantView& in, DType o
   if (checker.full_) {
     checker.expected_.resize(static_cast<size_t>(in.shape.output_bytes(out_dtype)));
     if (absl::Status s =
-            DequantizeReference(in, out_dtype, 0, in.shape.K, checker.expected_.data());
+            DequantizeReference(in, out_dtype, 0, in.shape.result_rows(), checker.expected_.data());
         !s.ok()) {
       return s;
     }
@@ -93,7 +127,7 @@ absl::StatusOr<OutputChecker> OutputChecker::Create(const QuantView& in, DType o
 }
 
 std::vector<RowRange> OutputChecker::PickRows(std::mt19937_64& rng, int sampled_rows) const {
-  const int64_t K = in_.shape.K;
+  const int64_t K = in_.shape.result_rows();
   if (full_) return {{0, K}};
   std::vector<int64_t> rows = {0, K - 1};
   std::uniform_int_distribution<int64_t> row(0, K - 1);
@@ -107,7 +141,7 @@ std::vector<RowRange> OutputChecker::PickRows(std::mt19937_64& rng, int sampled_
 
 absl::StatusOr<bool> OutputChecker::Matches(RowRange range, const void* data) const {
   const auto [begin, end] = range;
-  if (begin < 0 || end > in_.shape.K || begin >= end) {
+  if (begin < 0 || end > in_.shape.result_rows() || begin >= end) {
     return absl::InvalidArgumentError("row range outside the output");
   }
   const size_t bytes = static_cast<size_t>((end - begin) * row_bytes());

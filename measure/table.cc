@@ -16,10 +16,19 @@ std::string Gbps(double bytes_per_second) {
 }
 std::string Percent(double fraction) { return absl::StrFormat("%.1f", fraction * 100); }
 
+// "KxN gG" for AWQ (as before formats); "<format> [Ex]KxN gG" for the others.
+std::string ShapeLabel(const BenchmarkRow& r) {
+  const std::string kn = absl::StrCat(r.K, "x", r.N, " g", r.group_size);
+  if (r.format == Format::kAwqGemm && r.experts == 1) return kn;
+  const std::string_view name = FormatName(r.format);
+  return absl::StrCat(absl::string_view(name.data(), name.size()), " ",
+                      r.experts != 1 ? absl::StrCat(r.experts, "x") : "", kn);
+}
+
 std::vector<std::string> Cells(const BenchmarkRow& r) {
   const bool thr = r.throughput_seconds > 0;
   return {r.variant,
-          absl::StrCat(r.K, "x", r.N, " g", r.group_size),
+          ShapeLabel(r),
           std::string(DTypeName(r.output_dtype)),
           Micros(r.latency.median),
           absl::StrCat(Micros(r.latency.mean), " ± ", Micros(r.latency.std)),

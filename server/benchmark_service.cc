@@ -100,7 +100,8 @@ absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
           options.checkpoint == nullptr ? " (no model is loaded)" : " (see ListTensors)"));
     }
     const QuantShape& s = layer->view.shape;
-    out.shapes.push_back(bench::BenchmarkShape{s.K, s.N, s.group_size, s.scale_dtype});
+    out.shapes.push_back(
+        bench::BenchmarkShape{s.K, s.N, s.group_size, s.scale_dtype, s.format, s.experts});
     fields.push_back(absl::StrCat("tensors[", i, "] (", name, ")"));
   }
   if (out.shapes.empty()) {
@@ -113,14 +114,15 @@ absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
   for (size_t i = 0; i < out.shapes.size(); ++i) {
     bench::BenchmarkShape& s = out.shapes[i];
     if (s.group_size == 0) s.group_size = out.group_size;
-    const QuantShape shape{s.K, s.N, s.group_size, s.scale_dtype};
+    const QuantShape shape = bench::QuantShapeOf(s);
     for (DType dtype : out.output_dtypes) {
       // A malformed shape first (INVALID_ARGUMENT), then the server's limit (RESOURCE_EXHAUSTED).
       if (absl::Status st = ValidateShape(shape, dtype); !st.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
             fields[i], " (", s.K, "x", s.N, ", group_size ", s.group_size, "): ", st.message()));
       }
-      if (absl::Status st = CheckOutputBytes(fields[i], s.K, s.N, dtype, options.max_output_bytes);
+      if (absl::Status st =
+              CheckOutputBytes(fields[i], s.experts * s.K, s.N, dtype, options.max_output_bytes);
           !st.ok()) {
         return st;
       }

@@ -6,9 +6,19 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "kernels/awq_format.h"
+#include "kernels/mxfp4_format.h"
 
 namespace dequantd::bench {
 namespace {
+
+// The little-endian elements of `bytes`.
+template <class T>
+std::vector<T> Elements(const std::vector<uint8_t>& bytes) {
+  std::vector<T> out(bytes.size() / sizeof(T));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+  return out;
+}
 
 // Whether the check ran and matched.
 bool Matched(const absl::StatusOr<bool>& r) {
@@ -35,19 +45,19 @@ TEST(MakeRandomPackedTensorTest, CancelledIsPolledInsideTheGenerationLoop) {
   // halves): 1 before allocating.
   EXPECT_EQ(polls, 6);
   const HostPackedTensor plain = MakeRandomPackedTensor(shape, 5);
-  EXPECT_EQ(full->qweight, plain.qweight);
-  EXPECT_EQ(full->qzeros, plain.qzeros);
-  EXPECT_EQ(full->scales, plain.scales);
+  EXPECT_EQ(full->tensors, plain.tensors);
 }
 
 TEST(MakeRandomPackedTensorTest, ScalesFiniteNonZeroAndWordsFullRange_K256N512G128) {
   for (DType scale_dtype : {DType::kF16, DType::kBF16}) {
     const QuantShape shape{256, 512, 128, scale_dtype};
     const HostPackedTensor t = MakeRandomPackedTensor(shape, 7);
-    ASSERT_EQ(t.qweight.size(), 256u * 64);
-    ASSERT_EQ(t.qzeros.size(), 2u * 64);
-    ASSERT_EQ(t.scales.size(), 2u * 512);
-    for (uint16_t bits : t.scales) {
+    const std::vector<uint32_t> qweight = Elements<uint32_t>(t.tensors[awq::kQweight]);
+    const std::vector<uint16_t> scales = Elements<uint16_t>(t.tensors[awq::kScales]);
+    ASSERT_EQ(qweight.size(), 256u * 64);
+    ASSERT_EQ(t.tensors[awq::kQzeros].size(), 2u * 64 * 4);
+    ASSERT_EQ(scales.size(), 2u * 512);
+    for (uint16_t bits : scales) {
       const float s = scale_dtype == DType::kF16 ? HalfBitsToFloat(bits) : Bf16BitsToFloat(bits);
       ASSERT_TRUE(std::isfinite(s)) << bits;
       ASSERT_GE(std::fabs(s), 6.103515625e-05f) << bits;  // 2^-14
@@ -56,14 +66,14 @@ TEST(MakeRandomPackedTensorTest, ScalesFiniteNonZeroAndWordsFullRange_K256N512G1
     // Every nibble value appears in every nibble position of qweight.
     for (int j = 0; j < 8; ++j) {
       std::set<uint32_t> seen;
-      for (int32_t w : t.qweight) seen.insert((static_cast<uint32_t>(w) >> (4 * j)) & 0xF);
+      for (uint32_t w : qweight) seen.insert((w >> (4 * j)) & 0xF);
       EXPECT_EQ(seen.size(), 16u) << "nibble " << j;
     }
     // Both signs of scale occur.
     int negative = 0;
-    for (uint16_t bits : t.scales) negative += (bits >> 15) & 1;
+    for (uint16_t bits : scales) negative += (bits >> 15) & 1;
     EXPECT_GT(negative, 0);
-    EXPECT_LT(negative, static_cast<int>(t.scales.size()));
+    EXPECT_LT(negative, static_cast<int>(scales.size()));
   }
 }
 
@@ -72,9 +82,8 @@ TEST(MakeRandomPackedTensorTest, SeedDeterminesInputs) {
   const HostPackedTensor a = MakeRandomPackedTensor(shape, 1);
   const HostPackedTensor b = MakeRandomPackedTensor(shape, 1);
   const HostPackedTensor c = MakeRandomPackedTensor(shape, 2);
-  EXPECT_EQ(a.qweight, b.qweight);
-  EXPECT_EQ(a.scales, b.scales);
-  EXPECT_NE(a.qweight, c.qweight);
+  EXPECT_EQ(a.tensors, b.tensors);
+  EXPECT_NE(a.tensors[awq::kQweight], c.tensors[awq::kQweight]);
 }
 
 TEST(OutputCheckerTest, FullCheckFindsOneFlippedBit_K256N64G128Fp16) {
@@ -119,6 +128,34 @@ TEST(OutputCheckerTest, SampledRowsIncludeFirstAndLast_K1024N64G128Bf16) {
   EXPECT_FALSE(Matched(checker->Matches({1023, 1024}, wrong.data())));
   EXPECT_EQ(checker->Matches({1024, 1025}, wrong.data()).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// MXFP4 inputs: every role by its dtype (bytes: blocks and E8M0 scales, 0xFF included), sized as
+// the stored tensors; the checker's rows are the stacked result's (E*K rows of N for KN).
+TEST(MakeRandomPackedTensorTest, Mxfp4RolesAreRandomBytesAndRowsStackExperts_E3K64N40) {
+  const QuantShape shape = mxfp4::MakeShape(64, 40, 3);
+  const HostPackedTensor t = MakeRandomPackedTensor(shape, 9);
+  ASSERT_EQ(t.tensors[mxfp4::kBlocks].size(), 3u * 40 * 32);
+  ASSERT_EQ(t.tensors[mxfp4::kScales].size(), 3u * 40 * 2);
+  std::set<uint8_t> seen(t.tensors[mxfp4::kBlocks].begin(), t.tensors[mxfp4::kBlocks].end());
+  EXPECT_EQ(seen.size(), 256u);
+  absl::StatusOr<OutputChecker> checker = OutputChecker::Create(t.view(), DType::kBF16, 1 << 20);
+  ASSERT_TRUE(checker.ok()) << checker.status();
+  std::mt19937_64 rng(0);
+  EXPECT_EQ(checker->PickRows(rng, 8), (std::vector<RowRange>{{0, 3 * 64}}));
+  EXPECT_EQ(checker->row_bytes(), 40 * 2);
+  std::vector<uint16_t> out(3 * 64 * 40);
+  ASSERT_TRUE(DequantizeReference(t.view(), DType::kBF16, 0, 3 * 64, out.data()).ok());
+  EXPECT_TRUE(Matched(checker->Matches({0, 3 * 64}, out.data())));
+}
+
+// Formats whose stored values have rules (GPTQ's g_idx) are refused, not fed random bytes.
+TEST(MakeRandomPackedTensorTest, FormatsWithStoredValueRulesAreInvalidArgument) {
+  QuantShape shape{128, 64, 32, DType::kF16};
+  shape.format = Format::kGptq;
+  const absl::StatusOr<HostPackedTensor> t = MakeRandomPackedTensor(shape, 1, nullptr);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("format gptq"), std::string::npos) << t.status();
 }
 
 }  // namespace
