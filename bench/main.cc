@@ -1,6 +1,6 @@
 // dequantd_bench: runs the benchmark method (measure/benchmark.h) and prints the table.
 //
-//   dequantd_bench [--shapes KxN,...] [--group-size 128] [--dtypes fp16,bf16,fp32]
+//   dequantd_bench [--shapes [Ex]KxN,...] [--group-size 128] [--dtypes fp16,bf16,fp32]
 //                  [--formats awq_gemm,gptq,...] [--orientation kn|nk]
 //                  [--variants v1_per_element,...] [--trials 5] [--runs 20] [--markdown]
 //                  [--backend auto|cpu|cuda] [--device 0] [--seed S] [--commit SHA]
@@ -46,7 +46,7 @@ using dequantd::bench::BenchmarkRequest;
 using dequantd::bench::BenchmarkShape;
 
 constexpr const char* kUsage =
-    "usage: dequantd_bench [--shapes KxN,...] [--group-size G] [--dtypes fp16,bf16,fp32]\n"
+    "usage: dequantd_bench [--shapes [Ex]KxN,...] [--group-size G] [--dtypes fp16,bf16,fp32]\n"
     "                      [--formats awq_gemm,gptq,compressed_tensors,...] [--orientation kn|nk]\n"
     "                      [--variants NAME,...] [--trials T] [--runs R] [--markdown]\n"
     "                      [--backend auto|cpu|cuda] [--device D] [--seed S] [--commit SHA]\n"
@@ -59,11 +59,16 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// "KxN" or, for a format with an expert axis (mxfp4), "ExKxN" (E experts of K x N).
 bool ParseShapes(absl::string_view text, std::vector<BenchmarkShape>* shapes) {
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    std::vector<absl::string_view> kn = absl::StrSplit(item, 'x');
+    std::vector<absl::string_view> dims = absl::StrSplit(item, 'x');
     BenchmarkShape s;
-    if (kn.size() != 2 || !absl::SimpleAtoi(kn[0], &s.K) || !absl::SimpleAtoi(kn[1], &s.N)) {
+    if (dims.size() == 3) {
+      if (!absl::SimpleAtoi(dims[0], &s.experts) || s.experts < 1) return false;
+      dims.erase(dims.begin());
+    }
+    if (dims.size() != 2 || !absl::SimpleAtoi(dims[0], &s.K) || !absl::SimpleAtoi(dims[1], &s.N)) {
       return false;
     }
     shapes->push_back(s);
@@ -220,7 +225,8 @@ int main(int argc, char** argv) {
   std::vector<BenchmarkShape> shapes;  // each format's shapes in turn
   for (dequantd::Format format : formats) {
     for (const BenchmarkShape& s : request.shapes) {
-      shapes.push_back(dequantd::bench::PresetShape(format, s.K, s.N, request.group_size));
+      shapes.push_back(
+          dequantd::bench::PresetShape(format, s.K, s.N, request.group_size, s.experts));
       if (orientation) shapes.back().orientation = orientation;
     }
   }

@@ -56,6 +56,8 @@ std::string OutputDTypeName(v1::DType dtype) {
       return "int64";
     case v1::DTYPE_FP8_E4M3:
       return "fp8_e4m3";
+    case v1::DTYPE_UINT8:
+      return "uint8";
     default:
       return "unspecified";
   }

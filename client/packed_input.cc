@@ -52,15 +52,18 @@ absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
     if (!ref.ok()) return ref.status();
     refs.push_back(*ref);
   }
-  const absl::string_view layer = absl::StripSuffix(prefix, ".");
+  const absl::string_view layer = absl::StripSuffix(
+      prefix, absl::string_view(row.role_separator.data(), row.role_separator.size()));
   absl::StatusOr<QuantShape> shape =
       formats::QuantShapeFromTensors(format, layer, refs, {.packed_u32 = true});
   if (!shape.ok()) return shape.status();
 
   v1::InlinePackedTensor out;
   out.set_scale_dtype(shape->scale_dtype == DType::kBF16  ? v1::DTYPE_BF16
-                      : shape->scale_dtype == DType::kF32 ? v1::DTYPE_FP32  // fp8 rows, ct fp32
+                      : shape->scale_dtype == DType::kF32 ? v1::DTYPE_FP32   // fp8 rows, ct fp32
+                      : shape->scale_dtype == DType::kU8  ? v1::DTYPE_UINT8  // mxfp4's E8M0
                                                           : v1::DTYPE_FP16);
+  if (shape->experts != 1) out.set_experts(shape->experts);
   out.set_in_features(shape->K);
   out.set_out_features(shape->N);
   out.set_group_size(group_size == 0 ? shape->group_size : group_size);

@@ -32,9 +32,10 @@ absl::StatusOr<QuantShape> QuantShapeFromTensors(Format format, absl::string_vie
   const QuantTensorRef& bad = tensors[static_cast<size_t>(problem.role)];
   if (bad.entry == nullptr) {
     const std::string_view role = row.roles[static_cast<size_t>(problem.role)];
-    return absl::InvalidArgumentError(absl::StrCat("layer '", layer, "': tensor '", layer, ".",
-                                                   absl::string_view(role.data(), role.size()),
-                                                   "' ", problem.what));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer '", layer, "': tensor '", layer,
+                     absl::string_view(row.role_separator.data(), row.role_separator.size()),
+                     absl::string_view(role.data(), role.size()), "' ", problem.what));
   }
   return absl::InvalidArgumentError(absl::StrCat(bad.file, ": tensor '", bad.entry->name,
                                                  "' (layer '", layer, "'): field '", problem.field,

@@ -53,8 +53,8 @@ struct TuneDevice {
 struct TuneKey {
   TuneDevice device;
   // FormatLabel(shape) (format_registry.h): FormatName, then "/nk" or "/kn" for an orientation
-  // other than the format's own, "/b<bits>" for bits other than 4, "/f<flags>" for format flags:
-  // e.g. "awq_gemm", "awq_gemm/nk", "gptq/b8/f1".
+  // other than the format's own, "/b<bits>" for bits other than 4, "/f<flags>" for format flags,
+  // "/r<rows>", "/e<E>": e.g. "awq_gemm", "awq_gemm/nk", "gptq/b8/f1", "mxfp4/e32".
   std::string format;
   std::string variant;  // kernel variant name, e.g. "v4_vec16" (cuda::VariantName)
   int64_t K = 0;        // in_features

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/cpu_dequant_internal.h"
+#include "kernels/format_checks.h"
 #include "kernels/format_registry.h"
 #include "kernels/validate_view.h"
 
@@ -107,6 +108,16 @@ absl::Status ValidateShape(const QuantShape& shape, DType out_dtype) {
                                                    ") exceeds the limit of ", kMaxOutputElements,
                                                    " output elements"));
   }
+  const FormatRow& row = FormatRowOf(shape.format);
+  if (!row.stacked_experts && shape.experts != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("experts must be 1 for ", AbslView(row.name), ", got ", shape.experts));
+  }
+  if (shape.experts < 1 || shape.experts > kMaxOutputElements / (shape.K * shape.N)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "experts must be in [1, ", kMaxOutputElements / (shape.K * shape.N),
+        "] (E * K * N at most ", kMaxOutputElements, " output elements), got ", shape.experts));
+  }
   return absl::OkStatus();
 }
 
@@ -123,10 +134,10 @@ absl::Status ValidateView(const QuantView& in, DType out_dtype, int64_t row_begi
   }
   const int64_t rows = in.shape.result_rows();
   if (row_begin < 0 || row_begin > row_end || row_end > rows) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("row range [", row_begin, ", ", row_end, ") must lie within [0, ",
-                     in.shape.orientation == Orientation::kKN ? "K" : "N", " = ", rows,
-                     "] with row_begin <= row_end"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row range [", row_begin, ", ", row_end, ") must lie within [0, ",
+        in.shape.experts != 1 ? "E * " : "", in.shape.orientation == Orientation::kKN ? "K" : "N",
+        " = ", rows, "] with row_begin <= row_end"));
   }
   if (out == nullptr && row_end > row_begin) {
     return absl::InvalidArgumentError("out must not be null");

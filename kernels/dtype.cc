@@ -21,6 +21,8 @@ std::string_view DTypeName(DType t) {
       return "int64";
     case DType::kF8E4M3:
       return "fp8_e4m3";
+    case DType::kU8:
+      return "uint8";
   }
   return "unknown";
 }
@@ -32,12 +34,15 @@ bool ParseDType(std::string_view name, DType* out) {
   };
   // Matched case-insensitively: "F16" is safetensors' spelling, "float16" torch's.
   static constexpr Spelling kSpellings[] = {
-      {"fp16", DType::kF16},    {"float16", DType::kF16},   {"f16", DType::kF16},
-      {"bf16", DType::kBF16},   {"bfloat16", DType::kBF16}, {"fp32", DType::kF32},
-      {"float32", DType::kF32}, {"f32", DType::kF32},       {"int32", DType::kI32},
-      {"i32", DType::kI32},     {"int64", DType::kI64},     {"i64", DType::kI64},
+      {"fp16", DType::kF16},        {"float16", DType::kF16},
+      {"f16", DType::kF16},         {"bf16", DType::kBF16},
+      {"bfloat16", DType::kBF16},   {"fp32", DType::kF32},
+      {"float32", DType::kF32},     {"f32", DType::kF32},
+      {"int32", DType::kI32},       {"i32", DType::kI32},
+      {"int64", DType::kI64},       {"i64", DType::kI64},
       {"fp8_e4m3", DType::kF8E4M3}, {"float8_e4m3fn", DType::kF8E4M3},
-      {"f8_e4m3", DType::kF8E4M3},
+      {"f8_e4m3", DType::kF8E4M3},  {"uint8", DType::kU8},
+      {"u8", DType::kU8},
   };
   for (const Spelling& s : kSpellings) {
     if (absl::EqualsIgnoreCase(absl::string_view(name.data(), name.size()),

@@ -17,18 +17,19 @@ namespace dequantd {
 // Element types on the wire, on disk and in memory.
 // kI64 is a stored tensor's dtype only (compressed-tensors' weight_shape), never a result's;
 // kF8E4M3: OCP float8 E4M3FN (torch.float8_e4m3fn, safetensors F8_E4M3), a stored dtype only.
-enum class DType : int { kF16 = 0, kBF16 = 1, kF32 = 2, kI32 = 3, kI64 = 4, kF8E4M3 = 5 };
+// kU8: bytes (safetensors U8; MXFP4's packed E2M1 pairs and E8M0 scales), a stored dtype only.
+enum class DType : int { kF16 = 0, kBF16 = 1, kF32 = 2, kI32 = 3, kI64 = 4, kF8E4M3 = 5, kU8 = 6 };
 
 constexpr int64_t DTypeSize(DType t) {
-  return t == DType::kI64                        ? 8
-         : t == DType::kF32 || t == DType::kI32 ? 4
-         : t == DType::kF8E4M3                  ? 1
-                                                : 2;
+  return t == DType::kI64                         ? 8
+         : t == DType::kF32 || t == DType::kI32   ? 4
+         : t == DType::kF8E4M3 || t == DType::kU8 ? 1
+                                                  : 2;
 }
-// "fp16", "bf16", "fp32", "int32", "int64", "fp8_e4m3".
+// "fp16", "bf16", "fp32", "int32", "int64", "fp8_e4m3", "uint8".
 std::string_view DTypeName(DType t);
 // Accepts "fp16"/"float16"/"F16", "bf16"/"bfloat16"/"BF16", "fp32"/"float32"/"F32", "int32"/"I32",
-// "int64"/"I64", "fp8_e4m3"/"float8_e4m3fn"/"F8_E4M3".
+// "int64"/"I64", "fp8_e4m3"/"float8_e4m3fn"/"F8_E4M3", "uint8"/"U8".
 bool ParseDType(std::string_view name, DType* out);
 
 // ---- Exact scalar conversions (host and device), used by the CPU reference. -----------------

@@ -17,6 +17,8 @@
 #include "kernels/fp8_block_format.h"
 #include "kernels/gptq.h"
 #include "kernels/gptq_format.h"
+#include "kernels/mxfp4.h"
+#include "kernels/mxfp4_format.h"
 
 #if DEQUANTD_HAVE_CUDA
 #include "kernels/cuda/format_kernels.h"
@@ -114,6 +116,24 @@ constexpr FormatRow kRows[] = {
      .reference = &compressed_tensors_fp8::DequantizeReference,
      .cpu = &compressed_tensors_fp8::DequantizeCpu,
      .cuda = DEQUANTD_FORMAT_KERNELS(kCompressedTensorsFp8Kernels)},
+    {.format = Format::kMxfp4,
+     .name = "mxfp4",
+     .quant_method = "mxfp4",
+     .role_count = mxfp4::kRoleCount,
+     .roles = {mxfp4::kRoleNames[0], mxfp4::kRoleNames[1]},
+     .anchor_role = mxfp4::kBlocks,  // the bf16 tensors (attention, router, biases) have none
+     .role_separator = "_",          // gpt-oss: <prefix>_blocks, <prefix>_scales
+     .stacked_experts = true,        // [E, N, K/32, 16]: one layer per MoE projection
+     .optional_roles = 0,
+     .default_orientation = Orientation::kKN,  // transformers' [E, in, out]
+     .from_config = &mxfp4::FromConfig,
+     .shape_from_stored = &mxfp4::ShapeFromStored,
+     .tensor_spec = &mxfp4::TensorSpecOf,
+     .validate = &mxfp4::ValidateShape,
+     .check_stored = nullptr,  // every byte is a value (scale 0xFF gives inf / NaN, as torch)
+     .reference = &mxfp4::DequantizeReference,
+     .cpu = &mxfp4::DequantizeCpu,
+     .cuda = DEQUANTD_FORMAT_KERNELS(kMxfp4Kernels)},
 };
 
 constexpr bool RowsInFormatOrder() {
@@ -133,6 +153,7 @@ std::string FormatLabel(const QuantShape& shape) {
   if (shape.bits != 4) absl::StrAppend(&label, "/b", shape.bits);
   if (shape.format_flags != 0) absl::StrAppend(&label, "/f", shape.format_flags);
   if (shape.scale_block_rows > 1) absl::StrAppend(&label, "/r", shape.scale_block_rows);
+  if (shape.experts != 1) absl::StrAppend(&label, "/e", shape.experts);
   return label;
 }
 

@@ -101,6 +101,13 @@ struct FormatRow {
   int role_count;                 // stored tensors per layer, <= kMaxTensorRoles
   std::array<std::string_view, kMaxTensorRoles> roles;  // role names = checkpoint suffixes
   int anchor_role;  // the role whose <layer>.<role> tensor marks a layer in a checkpoint
+  // What joins a layer's prefix and a role name in a checkpoint: "." (<layer>.qweight) for every
+  // format but MXFP4, whose gpt-oss tensors are <prefix>_blocks / <prefix>_scales ("_").
+  std::string_view role_separator = ".";
+  // True when a layer may stack several matrices along a leading expert axis
+  // (QuantShape::experts > 1; MXFP4's [E, ...] expert tensors). False: ValidateShape refuses
+  // experts != 1.
+  bool stacked_experts = false;
   // Bit r set: role r may be absent from a layer (GPTQ: g_idx without desc_act). An absent role
   // reaches shape_from_stored as StoredTensor::present == false; its TensorSpec then has 0 rows
   // and 0 columns, and its QuantView pointer is null.
@@ -143,9 +150,10 @@ bool RoleAbsent(const QuantShape& shape, int role);
 
 // The format and what of `shape` besides K, N, group_size and the scale dtype changes its kernels:
 // FormatName, then "/nk" or "/kn" for an orientation other than the format's own, "/b<bits>" for
-// bits other than 4, "/f<flags>" for format flags, "/r<rows>" for scale block rows above 1; e.g.
-// "awq_gemm", "awq_gemm/nk", "gptq/b8/f1". The autotuner's keys and the benchmark's rows name
-// layouts so.
+// bits other than 4, "/f<flags>" for format flags, "/r<rows>" for scale block rows above 1,
+// "/e<E>" for experts other than 1; e.g. "awq_gemm", "awq_gemm/nk", "gptq/b8/f1", "mxfp4/e32".
+// The autotuner's keys and the benchmark's rows name layouts so (every key of a format before
+// mxfp4 reads as before: the tune file's version is unchanged).
 std::string FormatLabel(const QuantShape& shape);
 
 // The first row whose quant_method equals `quant_method` (case-insensitive), or nullptr. Rows that

@@ -22,6 +22,8 @@ enum class Format : uint8_t {
   kFp8Block = 3,  // FP8 E4M3 with 128x128 block scales, DeepSeek-V3 style (fp8_block_format.h)
   kCompressedTensorsFp8 = 4,  // compressed-tensors float-quantized FP8 E4M3, tensor / channel /
                               // group / block scales (compressed_tensors_fp8_format.h)
+  kMxfp4 = 5,  // MXFP4 as gpt-oss ships it: E2M1 nibbles, E8M0 scales per 32, stacked experts
+               // (mxfp4_format.h)
 };
 
 // The layout of a result, chosen per request (every kernel writes either; no host transpose):
@@ -59,12 +61,21 @@ struct QuantShape {
   // blocks over the (N, K) weight (compressed_tensors_fp8: 1 for channel and group, N for tensor,
   // block_structure[0] for block; 0 reads as 1, what an inline request carries). 0 for the others.
   int64_t scale_block_rows = 0;
+  // Matrices stacked in the layer (the expert axis E of a MoE layer stored as one tensor per role:
+  // MXFP4's [E, N, K/32, 16] blocks); 1 for every format whose row has no expert axis
+  // (FormatRow::stacked_experts; ValidateShape refuses any other value there). The result is the
+  // E matrices one after another: (E, K, N) or, for kNK, (E, N, K); read as rows, (E*K, N) or
+  // (E*N, K): result_rows() counts the rows of every expert, and a row range or byte range of a
+  // result is a range of that stacked matrix.
+  int64_t experts = 1;
 
   int64_t groups() const { return group_size > 0 ? K / group_size : 0; }
-  // Rows and columns of the row-major result: (K, N) or (N, K).
-  int64_t result_rows() const { return orientation == Orientation::kKN ? K : N; }
+  // Rows and columns of the row-major result, experts stacked: (E*K, N) or (E*N, K).
+  int64_t result_rows() const { return experts * (orientation == Orientation::kKN ? K : N); }
   int64_t result_cols() const { return orientation == Orientation::kKN ? N : K; }
-  int64_t output_elements() const { return K * N; }
+  // Rows of one expert's matrix in the result: K, or N for kNK.
+  int64_t expert_rows() const { return orientation == Orientation::kKN ? K : N; }
+  int64_t output_elements() const { return experts * K * N; }
   int64_t output_bytes(DType out) const { return output_elements() * DTypeSize(out); }
   // Bytes of every stored tensor (TensorSpecOf over the format's roles). ValidateShape first.
   int64_t packed_bytes() const;

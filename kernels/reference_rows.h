@@ -62,4 +62,24 @@ void ForEachResultElement(const QuantShape& shape, DType out_dtype, int64_t row_
   }
 }
 
+// ForEachResultElement over a shape of shape.experts stacked matrices (QuantShape::experts):
+// rows [row_begin, row_end) of the stacked result ((E*K, N), or (E*N, K) for kNK), row r being row
+// r % expert_rows() of expert r / expert_rows(); `element(e, k, n)` is called once per output
+// element in output order.
+template <class Element>
+void ForEachStackedResultElement(const QuantShape& shape, DType out_dtype, int64_t row_begin,
+                                 int64_t row_end, void* out, const Element& element) {
+  const int64_t rows = shape.expert_rows();
+  const int64_t cols = shape.result_cols();
+  const bool kn = shape.orientation == Orientation::kKN;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t e = r / rows;
+    const int64_t row = r % rows;
+    for (int64_t c = 0; c < cols; ++c) {
+      StoreRoundedAs(out, out_dtype, (r - row_begin) * cols + c,
+                     kn ? element(e, row, c) : element(e, c, row));
+    }
+  }
+}
+
 }  // namespace dequantd

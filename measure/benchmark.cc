@@ -11,6 +11,7 @@
 #include "kernels/format_registry.h"
 #include "kernels/fp8_block_format.h"
 #include "kernels/gptq_format.h"
+#include "kernels/mxfp4_format.h"
 #include "measure/backends.h"
 #include "measure/memory_budget.h"
 #include "measure/method.h"
@@ -24,6 +25,7 @@ QuantShape ToQuantShape(const BenchmarkShape& s) {
   shape.bits = s.bits;
   shape.format_flags = s.format_flags;
   shape.scale_block_rows = s.scale_block_rows;
+  shape.experts = s.experts;
   return shape;
 }
 
@@ -33,11 +35,13 @@ BenchmarkShape FromQuantShape(const QuantShape& shape) {
   s.bits = shape.bits;
   s.format_flags = shape.format_flags;
   s.scale_block_rows = shape.scale_block_rows;
+  s.experts = shape.experts;
   s.orientation = shape.orientation;
   return s;
 }
 
-BenchmarkShape PresetShape(Format format, int64_t K, int64_t N, int64_t group_size) {
+BenchmarkShape PresetShape(Format format, int64_t K, int64_t N, int64_t group_size,
+                           int64_t experts) {
   if (group_size == 0) group_size = 128;
   BenchmarkShape s{K, N, group_size, DType::kF16};
   s.format = format;
@@ -56,6 +60,9 @@ BenchmarkShape PresetShape(Format format, int64_t K, int64_t N, int64_t group_si
       break;
     case Format::kCompressedTensorsFp8:
       s = FromQuantShape(compressed_tensors_fp8::MakeShape(K, N, 1, K, DType::kBF16));
+      break;
+    case Format::kMxfp4:
+      s = FromQuantShape(mxfp4::MakeShape(K, N, experts));
       break;
   }
   s.orientation.reset();  // the format's own
@@ -140,9 +147,9 @@ absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request) {
     const QuantShape shape = ToQuantShape(s);
     for (DType out : r.output_dtypes) {
       if (absl::Status st = ValidateShape(shape, out); !st.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("shape ", FormatLabel(shape), " ", s.K, "x",
-                                                       s.N, " group_size ", s.group_size, ": ",
-                                                       st.message()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shape ", FormatLabel(shape), " ", s.experts != 1 ? absl::StrCat(s.experts, "x") : "",
+            s.K, "x", s.N, " group_size ", s.group_size, ": ", st.message()));
       }
     }
   }

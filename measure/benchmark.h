@@ -48,6 +48,7 @@ struct BenchmarkShape {
   int bits = 4;
   uint32_t format_flags = 0;
   int64_t scale_block_rows = 0;
+  int64_t experts = 1;  // matrices stacked (mxfp4's E); 1 for the others
   std::optional<Orientation> orientation = std::nullopt;  // nullopt: the format's own
 };
 
@@ -146,9 +147,11 @@ absl::StatusOr<BenchmarkResult> RunBenchmark(const BenchmarkRequest& request);
 // awq_gemm: group_size (0 = 128), fp16 scales; gptq: 4 bits, group_size, act-order g_idx,
 // asymmetric zeros stored minus one (checkpoint_format "gptq"), fp16 scales; compressed_tensors:
 // int4 symmetric, group_size, bf16 scales (RedHatAI w4a16); fp8_block: 128 x 128 blocks, fp32
-// scales (DeepSeek-V3); compressed_tensors_fp8: per-channel bf16 scales (FP8-dynamic). The result
-// in the format's own orientation.
-BenchmarkShape PresetShape(Format format, int64_t K, int64_t N, int64_t group_size);
+// scales (DeepSeek-V3); compressed_tensors_fp8: per-channel bf16 scales (FP8-dynamic); mxfp4:
+// `experts` stacked K x N matrices, E8M0 scales per 32 (gpt-oss). The result in the format's own
+// orientation.
+BenchmarkShape PresetShape(Format format, int64_t K, int64_t N, int64_t group_size,
+                           int64_t experts = 1);
 
 // The nine shapes of issue 3: Qwen2.5-1.5B, Llama-3-8B, Llama-3-70B (K x N).
 std::vector<BenchmarkShape> DefaultShapes();

@@ -8,7 +8,7 @@
 #   scripts/fuzz.sh                                # CI: every target, 60 s each
 #   FUZZ_SECONDS=3600 scripts/fuzz.sh checkpoint   # a longer run of one target
 # Targets: safetensors_header config_json checkpoint gptq_checkpoint compressed_tensors_checkpoint
-#   fp8_block_checkpoint compressed_tensors_fp8_checkpoint
+#   fp8_block_checkpoint compressed_tensors_fp8_checkpoint mxfp4_checkpoint
 # inline_request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,7 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -Wno-unknown-warning-option -include $PWD/tests/fuzz/clang14_cpu_supports.h" \
   ${DEQUANTD_CMAKE_ARGS:-} >/dev/null
 all=(safetensors_header config_json checkpoint gptq_checkpoint compressed_tensors_checkpoint
-  fp8_block_checkpoint compressed_tensors_fp8_checkpoint inline_request)
+  fp8_block_checkpoint compressed_tensors_fp8_checkpoint mxfp4_checkpoint inline_request)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 ninja -C build-fuzz -j "$jobs" "${targets[@]/%/_fuzzer}"

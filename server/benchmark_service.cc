@@ -120,7 +120,8 @@ absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
         return absl::InvalidArgumentError(absl::StrCat(
             fields[i], " (", s.K, "x", s.N, ", group_size ", s.group_size, "): ", st.message()));
       }
-      if (absl::Status st = CheckOutputBytes(fields[i], s.K, s.N, dtype, options.max_output_bytes);
+      if (absl::Status st =
+              CheckOutputBytes(fields[i], s.experts * s.K, s.N, dtype, options.max_output_bytes);
           !st.ok()) {
         return st;
       }

@@ -288,21 +288,13 @@ struct TensorRef {
   int64_t file_offset() const { return shard->map->header().data_start + entry->data_begin; }
 };
 
-// Issue 10: every tensor of `tensors` that is not a stored tensor (a role of `row`) of a layer in
-// `layer_prefixes`, as RawTensor index entries sorted by name. Errors: the errno of fstat.
+// Issue 10: every tensor of `tensors` that is not a stored tensor of a layer (a name in
+// `stored_names`), as RawTensor index entries sorted by name. Errors: the errno of fstat.
 absl::StatusOr<std::vector<RawTensor>> IndexRawTensors(
-    const std::map<std::string, TensorRef>& tensors, const std::set<std::string>& layer_prefixes,
-    const FormatRow& row) {
+    const std::map<std::string, TensorRef>& tensors, const std::set<std::string>& stored_names) {
   std::vector<RawTensor> out;
   for (const auto& [name, ref] : tensors) {
-    const size_t dot = name.rfind('.');
-    if (dot != std::string::npos && layer_prefixes.count(name.substr(0, dot)) != 0) {
-      const absl::string_view suffix = absl::string_view(name).substr(dot + 1);
-      bool stored = false;
-      for (int r = 0; r < row.role_count; ++r)
-        stored |= suffix == absl::string_view(row.roles[r].data(), row.roles[r].size());
-      if (stored) continue;
-    }
+    if (stored_names.count(name) != 0) continue;
     struct stat st;
     if (::fstat(ref.shard->fd, &st) != 0) {
       return absl::ErrnoToStatus(errno, absl::StrCat("stat ", ref.path()));
@@ -360,7 +352,8 @@ int64_t Checkpoint::ReleaseHostCopies(const std::vector<bool>& which) {
 
 std::string Checkpoint::StoredTensorName(int64_t layer, int role) const {
   const QuantizedLayer& l = layers_[static_cast<size_t>(layer)];
-  return absl::StrCat(l.name, ".", std::string(FormatRowOf(l.view.shape.format).roles[role]));
+  const FormatRow& row = FormatRowOf(l.view.shape.format);
+  return absl::StrCat(l.name, std::string(row.role_separator), std::string(row.roles[role]));
 }
 
 absl::StatusOr<int64_t> Checkpoint::ReadHostCopies(const std::vector<bool>& which, int threads,
@@ -480,26 +473,30 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   }
 
   const FormatRow& row = FormatRowOf(ckpt->config_.format);
-  const std::string anchor = absl::StrCat(".", std::string(row.roles[row.anchor_role]));
+  // <prefix><separator><role>: "." for most formats, "_" for gpt-oss MXFP4 (<prefix>_blocks).
+  const std::string separator(row.role_separator);
+  const std::string anchor = absl::StrCat(separator, std::string(row.roles[row.anchor_role]));
+  std::set<std::string> stored_names;  // every tensor that is a role of a layer
   for (const auto& [tensor, anchor_ref] : tensors) {
     if (!absl::EndsWith(tensor, anchor)) continue;
     const std::string prefix = tensor.substr(0, tensor.size() - anchor.size());
     std::vector<TensorRef> refs(static_cast<size_t>(row.role_count));
     std::vector<formats::QuantTensorRef> stored;
     for (int r = 0; r < row.role_count; ++r) {
-      const std::string name = absl::StrCat(prefix, ".", std::string(row.roles[r]));
+      const std::string name = absl::StrCat(prefix, separator, std::string(row.roles[r]));
       const auto it = tensors.find(name);
       if (it == tensors.end() && (row.optional_roles >> r & 1u) != 0) {
         stored.push_back({.file = anchor_ref.path(), .entry = nullptr});  // an absent optional role
         continue;
       }
       if (it == tensors.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("layer '", prefix, "': tensor '", name,
-                                                       "' is missing (", anchor.substr(1),
-                                                       " is in '", anchor_ref.path(), "')"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "layer '", prefix, "': tensor '", name, "' is missing (",
+            std::string(row.roles[row.anchor_role]), " is in '", anchor_ref.path(), "')"));
       }
       refs[static_cast<size_t>(r)] = it->second;
       stored.push_back({.file = it->second.path(), .entry = it->second.entry});
+      stored_names.insert(name);
     }
     absl::StatusOr<QuantShape> quant_shape =
         formats::QuantShapeFromTensors(row.format, prefix, stored, {.config = &ckpt->config_});
@@ -529,9 +526,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   for (size_t i = 0; i < ckpt->layers_.size(); ++i)
     ckpt->layers_[i].index = static_cast<int64_t>(i);
   ckpt->copies_.resize(ckpt->layers_.size());
-  std::set<std::string> layer_prefixes;
-  for (const QuantizedLayer& layer : ckpt->layers_) layer_prefixes.insert(layer.name);
-  absl::StatusOr<std::vector<RawTensor>> raw = IndexRawTensors(tensors, layer_prefixes, row);
+  absl::StatusOr<std::vector<RawTensor>> raw = IndexRawTensors(tensors, stored_names);
   if (!raw.ok()) return raw.status();
   ckpt->raw_tensors_ = *std::move(raw);
   absl::StatusOr<std::string> config_text = ReadConfigText(root / kConfigFile);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/format_registry.h"
 #include "server/request.h"
 
 namespace dequantd {
@@ -88,7 +89,12 @@ grpc::ByteBuffer EncodeSharedChunkMessage(int64_t offset, absl::Span<const uint8
 
 void FillHeader(const ResultLayer& result, DType out_dtype, const std::string& backend,
                 const std::string& kernel, v1::DequantizeHeader* header) {
-  header->add_shape(result.shape.result_rows());
+  if (FormatRowOf(result.shape.format).stacked_experts) {
+    header->add_shape(result.shape.experts);  // [E, K, N] or [E, N, K]
+    header->add_shape(result.shape.expert_rows());
+  } else {
+    header->add_shape(result.shape.result_rows());
+  }
   header->add_shape(result.shape.result_cols());
   header->set_orientation(OrientationToProto(result.shape.orientation));
   header->set_dtype(DTypeToProto(out_dtype));

@@ -153,6 +153,8 @@ v1::DType DTypeToProto(DType dtype) {
       return v1::DTYPE_INT64;
     case DType::kF8E4M3:
       return v1::DTYPE_FP8_E4M3;
+    case DType::kU8:
+      return v1::DTYPE_UINT8;
   }
   return v1::DTYPE_UNSPECIFIED;
 }
@@ -260,16 +262,20 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
     case v1::DTYPE_FP32:  // fp8_block's fp32 scales; the format's checks refuse it elsewhere
       shape.scale_dtype = DType::kF32;
       break;
+    case v1::DTYPE_UINT8:  // mxfp4's E8M0 scales; the format's checks refuse it elsewhere
+      shape.scale_dtype = DType::kU8;
+      break;
     default: {
       const int d = packed.scale_dtype();
       return absl::InvalidArgumentError(absl::StrCat(
-          "packed.scale_dtype must be DTYPE_FP16, DTYPE_BF16 or DTYPE_FP32, got ",
+          "packed.scale_dtype must be DTYPE_FP16, DTYPE_BF16, DTYPE_FP32 or DTYPE_UINT8, got ",
           v1::DType_IsValid(d) ? v1::DType_Name(static_cast<v1::DType>(d)) : absl::StrCat(d)));
     }
   }
   shape.K = packed.in_features();
   shape.N = packed.out_features();
   shape.group_size = packed.group_size() == -1 ? packed.in_features() : packed.group_size();
+  shape.experts = packed.experts() == 0 ? 1 : packed.experts();
   if (absl::Status s = ValidateShape(shape, DType::kF16); !s.ok()) {
     // A refused scale dtype is named by its field ("scale_dtype: ..."): the request's field is
     // packed.scale_dtype. Every other shape message names the layer's K, N or group_size.

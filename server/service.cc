@@ -139,6 +139,7 @@ grpc::Status DequantService::ListTensors(grpc::ServerContext*, const v1::ListTen
       info->set_resident_on_device(backend_->IsResident(layer));
       info->set_format(std::string(FormatName(shape.format)));
       info->set_orientation(OrientationToProto(FormatRowOf(shape.format).default_orientation));
+      info->set_experts(shape.experts);
       for (int r = 0; r < TensorRoleCount(shape.format); ++r) {
         const TensorSpec spec = TensorSpecOf(shape, r);
         v1::StoredTensorInfo* stored = info->add_stored_tensors();
@@ -196,8 +197,9 @@ absl::Status CheckOutputBytes(const QuantShape& shape, DType dtype, int64_t max_
   if (bytes <= max_output_bytes) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       tensor.empty() ? "the result" : absl::StrCat("the result of tensor ", QuotedName(tensor)),
-      " is ", bytes, " bytes (K * N * ", DTypeSize(dtype), " = ", shape.K, " * ", shape.N, " * ",
-      DTypeSize(dtype), "), more than the server's max_output_bytes = ", max_output_bytes,
+      " is ", bytes, " bytes (", shape.experts != 1 ? "E * " : "", "K * N * ", DTypeSize(dtype),
+      " = ", shape.experts != 1 ? absl::StrCat(shape.experts, " * ") : "", shape.K, " * ", shape.N,
+      " * ", DTypeSize(dtype), "), more than the server's max_output_bytes = ", max_output_bytes,
       " (--max-output-bytes: the largest result of one tensor)"));
 }
 

@@ -40,6 +40,8 @@ extern const FormatKernels kCompressedTensorsKernels;
 extern const FormatKernels kFp8BlockKernels;
 // compressed-tensors float-quantized FP8: v1, v4 (compressed_tensors_fp8_cuda.cu).
 extern const FormatKernels kCompressedTensorsFp8Kernels;
+// MXFP4 (gpt-oss): v1, v4 (mxfp4_cuda.cu).
+extern const FormatKernels kMxfp4Kernels;
 
 LaunchConfig AwqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype);
 std::vector<LaunchConfig> AwqCandidateConfigs(KernelVariant v, const QuantShape& shape,

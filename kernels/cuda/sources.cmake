@@ -6,6 +6,7 @@ target_sources(dequantd_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/compressed_tensors_cuda.cu  # compressed-tensors: the same parts
   ${CMAKE_CURRENT_LIST_DIR}/fp8_block_cuda.cu  # FP8 block-scaled: the same four
   ${CMAKE_CURRENT_LIST_DIR}/compressed_tensors_fp8_cuda.cu  # compressed-tensors FP8: the same
+  ${CMAKE_CURRENT_LIST_DIR}/mxfp4_cuda.cu  # MXFP4 (gpt-oss): the same
   ${CMAKE_CURRENT_LIST_DIR}/grouped_dequant.cu)
 # awq_format.h's __host__ __device__ helpers use constexpr std::array in static_asserts.
 target_compile_options(dequantd_kernels PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)

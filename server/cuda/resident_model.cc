@@ -61,7 +61,7 @@ std::optional<ResidentModel::LayerId> ResidentModel::Find(const QuantizedLayer& 
   const QuantShape& resident = view(id).shape;
   const QuantShape& asked = layer.view.shape;
   if (resident.K != asked.K || resident.N != asked.N || resident.group_size != asked.group_size ||
-      resident.scale_dtype != asked.scale_dtype) {
+      resident.scale_dtype != asked.scale_dtype || resident.experts != asked.experts) {
     return std::nullopt;
   }
   return id;

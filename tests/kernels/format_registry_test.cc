@@ -77,7 +77,14 @@ TEST(FormatRegistryTest, NamesAndQuantMethodsRoundTrip) {
             FormatRowOf(Format::kCompressedTensors).from_config);
   EXPECT_EQ(FormatRowOf(Format::kCompressedTensorsFp8).anchor_role, 1);  // weight_scale
   EXPECT_EQ(FormatRowOf(Format::kCompressedTensorsFp8).default_orientation, Orientation::kNK);
-  EXPECT_EQ(ServedQuantMethods(), "'awq', 'gptq', 'compressed-tensors', 'fp8'");
+  ASSERT_NE(FindFormatByQuantMethod("MXFP4"), nullptr);
+  EXPECT_EQ(FindFormatByQuantMethod("mxfp4")->format, Format::kMxfp4);
+  EXPECT_EQ(FormatName(Format::kMxfp4), "mxfp4");
+  EXPECT_EQ(FormatRowOf(Format::kMxfp4).role_separator, "_");  // <prefix>_blocks
+  EXPECT_TRUE(FormatRowOf(Format::kMxfp4).stacked_experts);
+  EXPECT_EQ(FormatRowOf(Format::kAwqGemm).role_separator, ".");
+  EXPECT_FALSE(FormatRowOf(Format::kAwqGemm).stacked_experts);
+  EXPECT_EQ(ServedQuantMethods(), "'awq', 'gptq', 'compressed-tensors', 'fp8', 'mxfp4'");
 }
 
 // Each format's own orientation (what a request naming none gets) and the names.
@@ -86,6 +93,7 @@ TEST(FormatRegistryTest, DefaultOrientationsAndOrientationNames) {
   EXPECT_EQ(FormatRowOf(Format::kGptq).default_orientation, Orientation::kNK);
   EXPECT_EQ(FormatRowOf(Format::kCompressedTensors).default_orientation, Orientation::kNK);
   EXPECT_EQ(FormatRowOf(Format::kFp8Block).default_orientation, Orientation::kNK);
+  EXPECT_EQ(FormatRowOf(Format::kMxfp4).default_orientation, Orientation::kKN);  // [E, in, out]
   EXPECT_EQ(OrientationName(Orientation::kKN), "kn");
   EXPECT_EQ(OrientationName(Orientation::kNK), "nk");
   Orientation o = Orientation::kKN;

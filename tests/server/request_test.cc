@@ -104,7 +104,7 @@ TEST(InlineTensorTest, TensorsByRoleErrorsNameTheRoleOrFormat) {
   unknown.set_format("marlin");
   EXPECT_EQ(message(unknown),
             "packed.format 'marlin' is not known; served: 'awq_gemm', 'gptq', "
-            "'compressed_tensors', 'fp8_block', 'compressed_tensors_fp8'");
+            "'compressed_tensors', 'fp8_block', 'compressed_tensors_fp8', 'mxfp4'");
 }
 
 // An inline GPTQ layer (K = 64, N = 8, G = 32, 4 bits, gptq_v2 zeros, with g_idx: what inline

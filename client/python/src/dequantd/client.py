@@ -43,11 +43,12 @@ ArrayLike = Any  # numpy.ndarray or torch.Tensor
 @dataclasses.dataclass(frozen=True)
 class LayerInfo:
     """A quantized layer: `name` is its prefix ("model.layers.0.mlp.down_proj"); K =
-    in_features, N = out_features; `scale_dtype` is "fp16", "bf16" or "fp32" (compressed-tensors,
-    fp8_block); `format` e.g. "awq_gemm", "gptq", "compressed_tensors", "fp8_block",
-    "compressed_tensors_fp8";
+    in_features, N = out_features; `scale_dtype` is "fp16", "bf16", "fp32" (compressed-tensors,
+    fp8_block) or "uint8" (mxfp4's E8M0); `format` e.g. "awq_gemm", "gptq", "compressed_tensors",
+    "fp8_block", "compressed_tensors_fp8", "mxfp4";
     `orientation` its format's own result layout, "kn" ((K, N)) or "nk" ((N, K)): what a call
-    with orientation=None returns."""
+    with orientation=None returns; `experts` the matrices stacked in the layer (mxfp4's MoE
+    experts E: the result is (E, K, N) or (E, N, K)); 1 for every other format."""
     name: str
     in_features: int
     out_features: int
@@ -57,6 +58,7 @@ class LayerInfo:
     resident_on_device: bool
     format: str = "awq_gemm"
     orientation: str = "kn"
+    experts: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,8 +191,8 @@ def _summary_of_headers(headers: List[RegionHeader], region: str, offset: int,
 
 
 def _scale_name(wire: int) -> str:
-    return {pb.DTYPE_FP16: "fp16", pb.DTYPE_BF16: "bf16", pb.DTYPE_FP32: "fp32"}.get(
-        wire, pb.DType.Name(wire))
+    return {pb.DTYPE_FP16: "fp16", pb.DTYPE_BF16: "bf16", pb.DTYPE_FP32: "fp32",
+            pb.DTYPE_UINT8: "uint8"}.get(wire, pb.DType.Name(wire))
 
 
 def supports_byte_ranges() -> bool:
@@ -391,7 +393,8 @@ class Client:
         layers = [LayerInfo(t.name, t.in_features, t.out_features, t.group_size,
                             _scale_name(t.scale_dtype), t.packed_bytes, t.resident_on_device,
                             t.format or "awq_gemm",
-                            "nk" if t.orientation == pb.ORIENTATION_NK else "kn")
+                            "nk" if t.orientation == pb.ORIENTATION_NK else "kn",
+                            t.experts or 1)
                   for t in r.tensors]
         others = [TensorInfo(t.name, t.dtype, tuple(t.shape), t.bytes) for t in r.other_tensors]
         return ModelTensors(model=r.model, layers=layers, other_tensors=others)

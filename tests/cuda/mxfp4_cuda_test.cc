@@ -1,0 +1,113 @@
+// MXFP4's CUDA kernels (kernels/cuda/mxfp4_cuda.cu) against the CPU reference (which
+// tests/server/mxfp4_vectors_test.cc pins to transformers' own results), bit for bit: every
+// variant, both orientations, fp16/bf16/fp32 output, stacked experts, every byte and every scale
+// (0xFF's inf and NaN included: every path writes the same NaN bits), an odd number of blocks per
+// row (the transpose tile's partial block pair), N not a multiple of the tile, and blocks or
+// output pointers that are not 16-byte aligned (v4's per-element fallback). GPU tests skip without
+// a device; the variant and configuration checks run anywhere.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/dequant_cuda.h"
+#include "kernels/dequant.h"
+#include "kernels/mxfp4_format.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace dequantd::cuda::testing {
+namespace {
+
+struct Case {
+  int64_t E, K, N;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return "E" + std::to_string(info.param.E) + "_K" + std::to_string(info.param.K) + "_N" +
+         std::to_string(info.param.N);
+}
+
+class Mxfp4CudaTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Mxfp4CudaTest, EveryVariantBothOrientationsBitExactToTheReference) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  const Case& c = GetParam();
+  const QuantShape shape = mxfp4::MakeShape(c.K, c.N, c.E);
+  std::mt19937 rng(static_cast<uint32_t>(c.E * 131 + c.K * 7 + c.N));
+  std::vector<uint8_t> blocks(static_cast<size_t>(TensorSpecOf(shape, mxfp4::kBlocks).bytes()));
+  std::vector<uint8_t> scales(static_cast<size_t>(TensorSpecOf(shape, mxfp4::kScales).bytes()));
+  for (uint8_t& b : blocks) b = static_cast<uint8_t>(rng());
+  for (uint8_t& s : scales) s = static_cast<uint8_t>(rng());
+  // 16 bytes of slack: the second launch reads the blocks one byte in (misaligned).
+  DeviceBuffer d_blocks(blocks.size() + 16), d_scales(scales.size());
+  ASSERT_TRUE(d_blocks.ok() && d_scales.ok());
+  for (int64_t in_offset : {int64_t{0}, int64_t{1}}) {
+    void* blocks_at = static_cast<char*>(d_blocks.get()) + in_offset;
+    ASSERT_EQ(cudaMemcpy(blocks_at, blocks.data(), blocks.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d_scales.get(), scales.data(), scales.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    for (Orientation o : {Orientation::kKN, Orientation::kNK}) {
+      QuantShape oriented = shape;
+      oriented.orientation = o;
+      const QuantView host = mxfp4::MakeView(oriented, blocks.data(), scales.data());
+      const QuantView device = mxfp4::MakeView(oriented, blocks_at, d_scales.get());
+      for (DType out : {DType::kF16, DType::kBF16, DType::kF32}) {
+        std::vector<uint8_t> want(static_cast<size_t>(oriented.output_bytes(out)));
+        ASSERT_TRUE(DequantizeReference(host, out, 0, oriented.result_rows(), want.data()).ok());
+        DeviceBuffer result(want.size() + 16);
+        ASSERT_TRUE(result.ok());
+        for (KernelVariant v : VariantsOf(Format::kMxfp4)) {
+          for (int64_t out_offset : {int64_t{0}, DTypeSize(out)}) {
+            SCOPED_TRACE(std::string(VariantName(v)) + " " + std::string(OrientationName(o)) + " " +
+                         std::string(DTypeName(out)) + " blocks offset " +
+                         std::to_string(in_offset) + " out offset " + std::to_string(out_offset));
+            ASSERT_EQ(cudaMemset(result.get(), 0xFF, result.bytes()), cudaSuccess);
+            void* dst = static_cast<char*>(result.get()) + out_offset;
+            const absl::Status st = LaunchDequantize(v, LaunchConfig{}, device, out, dst, nullptr);
+            ASSERT_TRUE(st.ok()) << st;
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            std::vector<uint8_t> got(want.size());
+            ASSERT_EQ(cudaMemcpy(got.data(), dst, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+            EXPECT_TRUE(got == want);
+          }
+        }
+      }
+    }
+  }
+}
+
+// gpt-oss-20b's down_proj is (E, K, N) = (32, 2880, 2880) (90 blocks per row); a slice of experts
+// keeps the test small.
+INSTANTIATE_TEST_SUITE_P(Shapes, Mxfp4CudaTest,
+                         ::testing::Values(Case{2, 64, 64}, Case{2, 32, 64}, Case{1, 32, 1},
+                                           Case{3, 96, 70}, Case{5, 160, 300}, Case{2, 2880, 640},
+                                           Case{1, 4096, 1024}),
+                         CaseName);
+
+// No device needed: the variants mxfp4 implements and their (absent) launch parameters.
+TEST(Mxfp4CudaConfigTest, VariantsAndLaunchConfigurations) {
+  const QuantShape shape = mxfp4::MakeShape(2880, 5760, 32);
+  const std::vector<KernelVariant> variants = VariantsOf(Format::kMxfp4);
+  EXPECT_EQ(variants,
+            (std::vector<KernelVariant>{KernelVariant::kV1PerElement, KernelVariant::kV4Vec16}));
+  for (KernelVariant v : variants) {
+    EXPECT_TRUE(CanImplement(v, LaunchConfig{}, shape, DType::kBF16).ok());
+    EXPECT_FALSE(IsTunable(v, shape, DType::kBF16));
+    EXPECT_EQ(CandidateConfigs(v, shape, DType::kBF16), std::vector<LaunchConfig>{LaunchConfig{}});
+    const absl::Status s = CanImplement(v, LaunchConfig{.block_size = 128}, shape, DType::kBF16);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("of mxfp4 takes no launch parameters"), std::string::npos) << s;
+  }
+  const absl::Status v2 =
+      CanImplement(KernelVariant::kV2PerWord, LaunchConfig{}, shape, DType::kF16);
+  EXPECT_EQ(v2.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(v2.message(), "kernel variant v2_per_word is not implemented for format mxfp4");
+}
+
+}  // namespace
+}  // namespace dequantd::cuda::testing
