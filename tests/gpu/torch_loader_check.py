@@ -373,18 +373,24 @@ def main():
                "bit for bit", logits_bit_for_bit)
 
     def server_gone_mid_load():
-        """The server is killed at the fifth ReadTensor of the load (the layers are in by then)."""
+        """The server is killed when the load starts on the stored tensors (the layers are in by
+        then): on CUDA at read_tensors_into (ReadTensor into a region), else at the fifth
+        streamed read_tensor."""
         original = dtorch.READ_STREAMS
         dtorch.READ_STREAMS = 1
         reads = []
-        real = client.read_tensor
+        real_read, real_into = client.read_tensor, client.read_tensors_into
 
         def dying(*a, **kw):
             reads.append(1)
             if len(reads) == 5:
                 server.kill()
-            return real(*a, **kw)
-        client.read_tensor = dying
+            return real_read(*a, **kw)
+
+        def dying_into(*a, **kw):
+            server.kill()  # waits for the process to end
+            return real_into(*a, **kw)
+        client.read_tensor, client.read_tensors_into = dying, dying_into
         result = None
         try:
             result = dtorch.load_model(client, device=dev)
@@ -392,7 +398,7 @@ def main():
             if e.code != grpc.StatusCode.UNAVAILABLE or not e.message.startswith("load_model: "):
                 return f"DequantdError {e.code}: {e.message}"
         finally:
-            client.read_tensor = real
+            client.read_tensor, client.read_tensors_into = real_read, real_into
             dtorch.READ_STREAMS = original
         return "a model was returned" if result is not None else None
     checks.run("server gone mid-load: UNAVAILABLE, no model returned", server_gone_mid_load)
