@@ -287,5 +287,35 @@ TEST(FormatTableTest, MarkdownHasHeaderAndOneLinePerRow) {
       << md;
 }
 
+// An MXFP4 shape (2 experts of 64 x 48, E8M0 scales) times on the CPU like any other: every
+// row is bit-exact to the reference, bytes moved are blocks + scales + the stacked output, and
+// the table names the format and the experts.
+TEST(CpuBenchmarkTest, Mxfp4ShapeRowsAreCorrectAndNameTheFormat) {
+  BenchmarkRequest r = SmallCpuRequest();
+  r.shapes = {{64, 48, 32, DType::kU8, Format::kMxfp4, 2}};
+  r.output_dtypes = {DType::kBF16};
+  absl::StatusOr<BenchmarkResult> result = RunBenchmark(r);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->rows.size(), 3u);  // cpu_reference, cpu_threads, copy
+  for (const BenchmarkRow& row : result->rows) {
+    EXPECT_TRUE(row.correct) << row.variant;
+    EXPECT_EQ(row.format, Format::kMxfp4);
+    EXPECT_EQ(row.experts, 2);
+    // blocks 2*48*32 = 3072, scales 2*48*2 = 192, output 2*64*48*2 = 12288.
+    EXPECT_EQ(row.bytes_moved, 3072 + 192 + 12288);
+  }
+  const std::string table = FormatTable(*result, {"now", "abc"}, true);
+  EXPECT_NE(table.find("| cpu_threads | mxfp4 2x64x48 g32 | bf16 |"), std::string::npos) << table;
+}
+
+// A GPTQ shape cannot be fed random bytes (g_idx, zeros): refused, naming the format.
+TEST(CpuBenchmarkTest, GptqShapeIsInvalidArgument) {
+  BenchmarkRequest r = SmallCpuRequest();
+  r.shapes = {{128, 64, 32, DType::kF16, Format::kGptq, 1}};
+  absl::StatusOr<BenchmarkResult> result = RunBenchmark(r);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("format gptq"), std::string::npos) << result.status();
+}
+
 }  // namespace
 }  // namespace dequantd::bench
