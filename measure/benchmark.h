@@ -16,8 +16,9 @@
 //     (bytes read + written), timed both ways;
 //   - after every trial each variant's output is compared bit for bit with DequantizeReference
 //     (all rows for small outputs, else the first, the last and random rows);
-//   - bytes moved = qweight + qzeros + scales + output bytes (QuantShape::bytes_moved); the
-//     yardstick is the peak copy rate measured at the start of the run.
+//   - bytes moved = the stored tensors (AWQ: qweight + qzeros + scales; mxfp4: blocks + scales)
+//     + output bytes (QuantShape::bytes_moved); the yardstick is the peak copy rate measured at
+//     the start of the run.
 #pragma once
 
 #include <cstdint>
