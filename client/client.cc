@@ -3,6 +3,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <utility>
@@ -94,15 +95,24 @@ absl::Status ResponseStreamChecker::Next(const v1::DequantizeHeader* header, int
     if (header == nullptr) return DataLoss("first message has no header");
     const v1::DequantizeHeader& h = *header;
     const int64_t element_bytes = OutputDTypeBytes(h.dtype());
-    if (h.shape_size() != 2 || h.shape(0) < 0 || h.shape(1) < 0 || element_bytes == 0) {
+    // (K, N), or (E, K, N) for a format with an expert axis (mxfp4).
+    const bool dims_ok = h.shape_size() == 2 || h.shape_size() == 3;
+    if (!dims_ok || element_bytes == 0 ||
+        std::any_of(h.shape().begin(), h.shape().end(), [](int64_t d) { return d < 0; })) {
       return DataLoss(absl::StrCat("header has shape of ", h.shape_size(), " dims and dtype ",
-                                   OutputDTypeName(h.dtype()), "; expected (K, N) and a float"));
+                                   OutputDTypeName(h.dtype()),
+                                   "; expected (K, N) or (E, K, N) and a float"));
     }
-    const int64_t K = h.shape(0), N = h.shape(1);
+    const int64_t E = h.shape_size() == 3 ? h.shape(0) : 1;
+    const int64_t K = h.shape(h.shape_size() - 2), N = h.shape(h.shape_size() - 1);
     if (N != 0 && K > kInt64Max / N / element_bytes) return DataLoss("header shape overflows");
-    if (h.total_bytes() != K * N * element_bytes) {
-      return DataLoss(absl::StrCat("header total_bytes ", h.total_bytes(), " != ", K, " * ", N,
-                                   " * ", element_bytes));
+    if (K * N != 0 && E > kInt64Max / (K * N * element_bytes)) {
+      return DataLoss("header shape overflows");
+    }
+    if (h.total_bytes() != E * K * N * element_bytes) {
+      return DataLoss(absl::StrCat("header total_bytes ", h.total_bytes(),
+                                   " != ", E != 1 ? absl::StrCat(E, " * ") : "", K, " * ", N, " * ",
+                                   element_bytes));
     }
     header_ = h;
     has_header_ = true;

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/commands.h"
 #include "client/compare.h"
 #include "client/output_file.h"
@@ -217,8 +218,8 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
 
   const int64_t bytes = header->total_bytes();
   out << absl::StrFormat(
-      "%s: shape (%d, %d) %s, %d bytes in %.3f ms (%.1f MB/s), backend %s%s", label,
-      header->shape(0), header->shape(1), OutputDTypeName(header->dtype()), bytes, seconds * 1e3,
+      "%s: shape (%s) %s, %d bytes in %.3f ms (%.1f MB/s), backend %s%s", label,
+      absl::StrJoin(header->shape(), ", "), OutputDTypeName(header->dtype()), bytes, seconds * 1e3,
       seconds > 0 ? bytes / seconds / 1e6 : 0.0, header->backend(),
       header->kernel().empty() ? "" : absl::StrCat(", kernel ", header->kernel()));
   if (!options.shm.empty()) {

@@ -58,22 +58,22 @@ absl::StatusOr<std::vector<LayersSafetensorsFile::Layer>> ListLayers(
     return o == v1::ORIENTATION_NK ? std::pair(info.out_features(), info.in_features())
                                    : std::pair(info.in_features(), info.out_features());
   };
-  std::map<std::string, std::pair<int64_t, int64_t>> shapes;
-  for (const v1::QuantizedTensorInfo& info : list->tensors()) {
-    shapes[info.name()] = result_shape(info);
-  }
+  // Each listed layer as a file entry (experts: mxfp4's stacked matrices; 0 from an older server).
+  const auto entry = [&](const v1::QuantizedTensorInfo& info) {
+    const auto [rows, cols] = result_shape(info);
+    return LayersSafetensorsFile::Layer{info.name(), rows, cols,
+                                        std::max<int64_t>(1, info.experts())};
+  };
+  std::map<std::string, LayersSafetensorsFile::Layer> listed;
+  for (const v1::QuantizedTensorInfo& info : list->tensors()) listed[info.name()] = entry(info);
   std::vector<LayersSafetensorsFile::Layer> layers;
   if (names.empty()) {
-    for (const v1::QuantizedTensorInfo& info : list->tensors()) {
-      const auto [rows, cols] = result_shape(info);
-      layers.push_back({info.name(), rows, cols});
-    }
+    for (const v1::QuantizedTensorInfo& info : list->tensors()) layers.push_back(entry(info));
     return layers;
   }
   for (const std::string& name : names) {
-    auto it = shapes.find(name);
-    layers.push_back({name, it == shapes.end() ? 0 : it->second.first,
-                      it == shapes.end() ? 0 : it->second.second});
+    auto it = listed.find(name);
+    layers.push_back(it == listed.end() ? LayersSafetensorsFile::Layer{name, 0, 0} : it->second);
   }
   return layers;
 }
@@ -159,7 +159,7 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   if (streams > 1) {
     std::vector<int64_t> sizes;
     for (const LayersSafetensorsFile::Layer& l : layers) {
-      sizes.push_back(l.K * l.N * OutputDTypeBytes(dtype));
+      sizes.push_back(l.elements() * OutputDTypeBytes(dtype));
     }
     if (!layers.empty()) subsets.clear();  // no layers listed: one call, the server's answer
     for (const std::vector<size_t>& subset : SplitLayers(sizes, streams)) {
@@ -187,7 +187,7 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
         total = 0;
         break;
       }
-      total += l.K * l.N * OutputDTypeBytes(dtype);
+      total += l.elements() * OutputDTypeBytes(dtype);
     }
     progress = std::make_unique<ProgressLine>(
         options.progress, Count(static_cast<int64_t>(layers.size()), "layer"), total);

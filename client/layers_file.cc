@@ -2,6 +2,7 @@
 #include "client/layers_file.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/output_file.h"
@@ -14,7 +15,11 @@ absl::StatusOr<std::unique_ptr<LayersSafetensorsFile>> LayersSafetensorsFile::Cr
   absl::StatusOr<std::string> st_dtype = SafetensorsDTypeFor(dtype);
   if (!st_dtype.ok()) return st_dtype.status();
   std::vector<safetensors::TensorSpec> specs;
-  for (const Layer& l : layers) specs.push_back({l.name, *st_dtype, {l.K, l.N}});
+  for (const Layer& l : layers) {
+    specs.push_back({l.name, *st_dtype,
+                     l.experts == 1 ? std::vector<int64_t>{l.K, l.N}
+                                    : std::vector<int64_t>{l.experts, l.K, l.N}});
+  }
   absl::StatusOr<safetensors::FileLayout> layout = safetensors::PlanFile(specs);
   if (!layout.ok()) return layout.status();
   std::unique_ptr<LayersSafetensorsFile> file(new LayersSafetensorsFile());
@@ -49,8 +54,12 @@ absl::StatusOr<size_t> LayersSafetensorsFile::Begin(const v1::DequantizeHeader& 
     return absl::DataLossError(
         absl::StrCat(path_, ": the server sent layer \"", header.tensor(), "\", not asked for"));
   }
-  if (header.dtype() != dtype_ || header.shape_size() != 2 || header.shape(0) != it->K ||
-      header.shape(1) != it->N) {
+  // (K, N), or (E, K, N) for a layer of stacked experts (mxfp4).
+  const std::vector<int64_t> want = it->experts == 1
+                                        ? std::vector<int64_t>{it->K, it->N}
+                                        : std::vector<int64_t>{it->experts, it->K, it->N};
+  if (header.dtype() != dtype_ ||
+      !std::equal(header.shape().begin(), header.shape().end(), want.begin(), want.end())) {
     return absl::DataLossError(absl::StrCat(path_, ": layer \"", it->name,
                                             "\" arrived with another shape or dtype than "
                                             "ListTensors and the request gave"));

@@ -26,11 +26,14 @@ namespace dequantd {
 class LayersSafetensorsFile {
  public:
   // One layer of the file: its name and result shape in elements, (rows, columns) as delivered:
-  // (K, N), or (N, K) for an ORIENTATION_NK result (K holds the rows, N the columns).
+  // (K, N), or (N, K) for an ORIENTATION_NK result (K holds the rows, N the columns), of each of
+  // `experts` stacked matrices (mxfp4; the tensor is then (experts, K, N)).
   struct Layer {
     std::string name;
     int64_t K = 0;
     int64_t N = 0;
+    int64_t experts = 1;
+    int64_t elements() const { return experts * K * N; }
   };
   // Creates the (temporary) file holding `layers` in this order, of `dtype` (fp16, bf16 or fp32),
   // and writes its header. Errors: INVALID_ARGUMENT (dtype; safetensors::PlanFile's: a repeated

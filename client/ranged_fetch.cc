@@ -162,14 +162,16 @@ absl::StatusOr<int64_t> ResultBytes(DequantClient& client, const v1::DequantizeR
         absl::StrCat("output dtype ", OutputDTypeName(dtype), " is not fp16, bf16 or fp32"));
   }
   if (request.has_packed()) {
-    return request.packed().in_features() * request.packed().out_features() * element_bytes;
+    return std::max<int64_t>(1, request.packed().experts()) * request.packed().in_features() *
+           request.packed().out_features() * element_bytes;
   }
   if (request.tensor().empty()) return absl::InvalidArgumentError("the request names no tensor");
   absl::StatusOr<v1::ListTensorsResponse> list = client.ListTensors();
   if (!list.ok()) return list.status();
   for (const v1::QuantizedTensorInfo& info : list->tensors()) {
     if (info.name() == request.tensor()) {
-      return info.in_features() * info.out_features() * element_bytes;
+      return std::max<int64_t>(1, info.experts()) * info.in_features() * info.out_features() *
+             element_bytes;
     }
   }
   return absl::NotFoundError(

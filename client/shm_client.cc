@@ -378,12 +378,16 @@ absl::StatusOr<int64_t> ResultBytes(DequantClient& client, const v1::DequantizeR
   const int64_t element = OutputDTypeBytes(
       request.output_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP16 : request.output_dtype());
   if (request.has_packed()) {
-    return request.packed().in_features() * request.packed().out_features() * element;
+    return std::max<int64_t>(1, request.packed().experts()) * request.packed().in_features() *
+           request.packed().out_features() * element;
   }
   absl::StatusOr<v1::ListTensorsResponse> list = client.ListTensors();
   if (!list.ok()) return list.status();
   for (const v1::QuantizedTensorInfo& info : list->tensors()) {
-    if (info.name() == request.tensor()) return info.in_features() * info.out_features() * element;
+    if (info.name() == request.tensor()) {
+      return std::max<int64_t>(1, info.experts()) * info.in_features() * info.out_features() *
+             element;
+    }
   }
   return absl::NotFoundError(
       absl::StrCat("tensor '", request.tensor(), "' is not a layer of the server's model"));

@@ -100,7 +100,7 @@ struct FormatRow {
   std::string_view quant_method;  // config.json quantization_config.quant_method, e.g. "awq"
   int role_count;                 // stored tensors per layer, <= kMaxTensorRoles
   std::array<std::string_view, kMaxTensorRoles> roles;  // role names = checkpoint suffixes
-  int anchor_role;  // the role whose <layer>.<role> tensor marks a layer in a checkpoint
+  int anchor_role;  // the role whose <layer><sep><role> tensor marks a layer in a checkpoint
   // What joins a layer's prefix and a role name in a checkpoint: "." (<layer>.qweight) for every
   // format but MXFP4, whose gpt-oss tensors are <prefix>_blocks / <prefix>_scales ("_").
   std::string_view role_separator = ".";

@@ -60,6 +60,19 @@ static_assert(kBlockValues == 2 * kBlockBytes, "two nibbles per byte");
 // E2M1 magnitudes by the low 3 bits of a nibble (bit 3 is the sign): transformers' FP4_VALUES.
 inline constexpr std::array<float, 8> kFp4Magnitudes = {0.0f, 0.5f, 1.0f, 1.5f,
                                                         2.0f, 3.0f, 4.0f, 6.0f};
+// Twice each magnitude, {0, 1, 2, 3, 4, 6, 8, 12}: integers, 4 bits each, magnitude index m at
+// bits [4m, 4m + 4) (a table in one register: no memory access and no branch on any path).
+inline constexpr uint32_t kTwiceMagnitudes = 0xC8643210u;
+constexpr bool TwiceMagnitudesMatch() {
+  for (uint32_t m = 0; m < 8; ++m)
+    if (static_cast<float>((kTwiceMagnitudes >> (4 * m)) & 0xFu) != 2 * kFp4Magnitudes[m])
+      return false;
+  return true;
+}
+static_assert(TwiceMagnitudesMatch(), "kTwiceMagnitudes holds 2 * kFp4Magnitudes");
+
+// The NaN every path writes for scale 0xFF times +-0 (a positive quiet NaN).
+inline constexpr uint32_t kNanBits = 0x7FC00000u;
 
 // Nibble of input k (within its row) in byte `b`: the low nibble for even k, the high for odd.
 DEQUANTD_HD uint32_t NibbleOf(uint8_t b, int64_t k) {
@@ -67,16 +80,12 @@ DEQUANTD_HD uint32_t NibbleOf(uint8_t b, int64_t k) {
 }
 static_assert((0x7Bu & 0x0Fu) == 0xBu && (0x7Bu >> 4) == 0x7u);
 
-// float32(FP4[nibble]) (exact): sign from bit 3, magnitude 0, 0.5, 1, 1.5, 2, 3, 4 or 6. Written
-// as bits (no table) so host and device compute the same: magnitude index m >= 2 is 2^(m/2 - 1) *
-// (1 + (m & 1) / 2), i.e. exponent field 126 + m/2 and mantissa bit 22 = m & 1; m = 1 is 0.5.
+// float32(FP4[nibble]) (exact): sign from bit 3, magnitude 0, 0.5, 1, 1.5, 2, 3, 4 or 6, as
+// float(twice the magnitude) * 0.5 (an integer below 16 converts exactly; halving is exact).
 DEQUANTD_HD float Fp4ToFloat(uint32_t nibble) {
-  const uint32_t m = nibble & 0x7u;
-  const uint32_t sign = (nibble & 0x8u) << 28;
-  const uint32_t mag = m == 0   ? 0u
-                       : m == 1 ? 0x3F000000u
-                                : ((126u + m / 2) << 23) | ((m & 1u) << 22);
-  return BitsToFloat(sign | mag);
+  const uint32_t twice = (kTwiceMagnitudes >> (4 * (nibble & 0x7u))) & 0xFu;
+  const float magnitude = static_cast<float>(twice) * 0.5f;
+  return BitsToFloat(FloatBits(magnitude) | ((nibble & 0x8u) << 28));
 }
 
 // float32(2^(s - 127)) (exact): s in [1, 254] is the normal with exponent field s; s = 0 is the
@@ -86,10 +95,11 @@ DEQUANTD_HD float ScaleToFloat(uint8_t s) {
 }
 
 // w before round_out: the fp32 product of the definition; scale 0xFF with a +-0 value is the quiet
-// NaN 0x7FC00000 (inf * 0; spelled out so every path writes the same NaN bits).
+// NaN kNanBits (inf * 0; spelled out so every path writes the same NaN bits). Branch-free.
 DEQUANTD_HD float Element(uint32_t nibble, uint8_t scale) {
-  if (scale == kScaleNan && (nibble & 0x7u) == 0) return BitsToFloat(0x7FC00000u);
-  return Fp4ToFloat(nibble) * ScaleToFloat(scale);
+  const float product = Fp4ToFloat(nibble) * ScaleToFloat(scale);
+  const bool inf_times_zero = (scale == kScaleNan) & ((nibble & 0x7u) == 0);
+  return inf_times_zero ? BitsToFloat(kNanBits) : product;
 }
 
 // Typed access to an mxfp4 QuantView's tensors (host or device pointers, as the view's): blocks

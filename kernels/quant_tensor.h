@@ -86,7 +86,7 @@ struct QuantShape {
 
 // One stored tensor of a layer: its role, dtype and row-major dims in elements.
 struct TensorSpec {
-  std::string_view role;  // the format's name for it, e.g. "qweight"; checkpoints: <layer>.<role>
+  std::string_view role;  // the format's name, e.g. "qweight"; checkpoints: <layer>.<role>
   DType dtype = DType::kI32;
   int64_t rows = 0;
   int64_t cols = 0;

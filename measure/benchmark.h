@@ -16,8 +16,9 @@
 //     (bytes read + written), timed both ways;
 //   - after every trial each variant's output is compared bit for bit with DequantizeReference
 //     (all rows for small outputs, else the first, the last and random rows);
-//   - bytes moved = every stored tensor + output bytes (QuantShape::bytes_moved); the
-//     yardstick is the peak copy rate measured at the start of the run.
+//   - bytes moved = the stored tensors (AWQ: qweight + qzeros + scales; mxfp4: blocks + scales)
+//     + output bytes (QuantShape::bytes_moved); the yardstick is the peak copy rate measured at
+//     the start of the run.
 #pragma once
 
 #include <cstdint>
@@ -104,7 +105,9 @@ struct BenchmarkRequest {
 // One (variant, shape, output dtype) result. Times in seconds.
 struct BenchmarkRow {
   std::string variant;  // e.g. "v4_vec16", "copy", "cpu_threads"
-  std::string format;   // FormatLabel of the layer: "awq_gemm", "gptq/f0", ...
+  Format format = Format::kAwqGemm;
+  int64_t experts = 1;  // matrices stacked (mxfp4's E)
+  std::string layout;   // FormatLabel of the layer: "awq_gemm", "gptq/f1", "mxfp4/e32", ...
   int64_t K = 0;
   int64_t N = 0;
   int64_t group_size = 0;

@@ -12,8 +12,9 @@
 namespace dequantd::bench {
 
 // The host bytes one (shape, out_dtype) of a benchmark holds at once:
-//   inputs: qweight + qzeros + scales (MakeRandomPackedTensor);
-//   reference: the whole reference output when K * N <= full_check_max_elements
+//   inputs: every stored tensor, QuantShape::packed_bytes (MakeRandomPackedTensor; AWQ: qweight +
+//     qzeros + scales);
+//   reference: the whole reference output when (E *) K * N <= full_check_max_elements
 //     (OutputChecker), else one row (sampled-row check);
 //   CPU backend (`cuda` false): one buffer of max(output bytes, C) shared by the variants and
 //     written by the copy row, plus the copy row's source of C = CopyBytesFor(bytes_moved) bytes;

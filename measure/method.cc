@@ -59,7 +59,9 @@ absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& 
   for (size_t i = 0; i < n; ++i) {
     BenchmarkRow row;
     row.variant = runners[i]->variant();
-    row.format = FormatLabel(shape);
+    row.format = shape.format;
+    row.experts = shape.experts;
+    row.layout = FormatLabel(shape);
     row.K = shape.K;
     row.N = shape.N;
     row.group_size = shape.group_size;

@@ -20,7 +20,7 @@ std::vector<std::string> Cells(const BenchmarkRow& r) {
   const bool thr = r.throughput_seconds > 0;
   return {r.variant,
           // An AWQ row reads "KxN gG", as before formats; others name their layout first.
-          absl::StrCat(r.format.empty() || r.format == "awq_gemm" ? "" : r.format + " ", r.K, "x",
+          absl::StrCat(r.layout.empty() || r.layout == "awq_gemm" ? "" : r.layout + " ", r.K, "x",
                        r.N, " g", r.group_size),
           std::string(DTypeName(r.output_dtype)), Micros(r.latency.median),
           absl::StrCat(Micros(r.latency.mean), " ± ", Micros(r.latency.std)),

@@ -141,6 +141,8 @@ v1::BenchmarkResponse BenchmarkResponseToProto(const bench::BenchmarkResult& res
     row->set_variant(r.variant);
     row->set_in_features(r.K);
     row->set_out_features(r.N);
+    row->set_format(std::string(FormatName(r.format)));
+    row->set_experts(r.experts);
     row->set_group_size(r.group_size);
     row->set_output_dtype(DTypeToProto(r.output_dtype));
     row->set_bytes_moved(r.bytes_moved);

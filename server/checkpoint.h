@@ -122,7 +122,8 @@ class Checkpoint {
   // The shard files, as Open found them (path, identity, size): what QuantizedLayer::stored
   // indexes. Read them through ShardReader, which checks they are still those files.
   const std::vector<ShardFile>& shards() const { return shards_; }
-  // "<layer>.<role>": the name of a stored tensor, for errors.
+  // "<layer>.<role>" (mxfp4: "<layer>_<role>", FormatRow::role_separator): a stored tensor's
+  // name, for errors.
   std::string StoredTensorName(int64_t layer, int role) const;
 
   // Issue 10. The tensors that are not qweight/qzeros/scales of a layer, sorted by name (an

@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/format_registry.h"
 #include "server/request.h"
 
 namespace dequantd {
@@ -89,7 +88,7 @@ grpc::ByteBuffer EncodeSharedChunkMessage(int64_t offset, absl::Span<const uint8
 
 void FillHeader(const ResultLayer& result, DType out_dtype, const std::string& backend,
                 const std::string& kernel, v1::DequantizeHeader* header) {
-  if (FormatRowOf(result.shape.format).stacked_experts) {
+  if (result.shape.experts != 1) {
     header->add_shape(result.shape.experts);  // [E, K, N] or [E, N, K]
     header->add_shape(result.shape.expert_rows());
   } else {

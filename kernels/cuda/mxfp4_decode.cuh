@@ -31,16 +31,19 @@ struct Mxfp4Params {
   bool nk = false;     // the result is (E, N, K)
 };
 
-// round_out(v) as the output's bits: 16 bits (fp16, bf16) or 32 (fp32).
+// round_out(v) as the output's bits: 16 bits (fp16, bf16) or 32 (fp32). The only NaN
+// mxfp4::Element yields is kNanBits, stored with the host conversion's bits (kernels/dtype.h).
 template <DType kOut>
 __device__ __forceinline__ uint32_t RoundOutBits(float v) {
   if constexpr (kOut == DType::kF32) {
     return __float_as_uint(v);
   } else if constexpr (kOut == DType::kF16) {
-    return v != v ? FloatToHalfBitsRne(v) : __half_as_ushort(__float2half_rn(v));
+    const uint32_t nan = FloatToHalfBitsRne(BitsToFloat(mxfp4::kNanBits));
+    return v != v ? nan : __half_as_ushort(__float2half_rn(v));
   } else {
     static_assert(kOut == DType::kBF16);
-    return v != v ? FloatToBf16BitsRne(v) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    const uint32_t nan = FloatToBf16BitsRne(BitsToFloat(mxfp4::kNanBits));
+    return v != v ? nan : __bfloat16_as_ushort(__float2bfloat16_rn(v));
   }
 }
 

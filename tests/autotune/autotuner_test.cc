@@ -15,6 +15,7 @@
 
 #include "formats/tune_store.h"
 #include "gtest/gtest.h"
+#include "kernels/mxfp4_format.h"
 #include "tests/autotune/cache_dir_fixture.h"
 #include "tests/autotune/test_helpers.h"
 
@@ -292,6 +293,22 @@ TEST(TuneKeyTest, ForTakesEveryFieldAndToStringNamesThem) {
   EXPECT_EQ(key.ToString(),
             "NVIDIA H200 sm90 awq_gemm v4_vec16 4096x14336 g64 bf16->fp32 throughput");
   EXPECT_NE(key, Key(4096, 14336, DType::kF32, TuneObjective::kLatency));
+}
+
+// An mxfp4 layer's key names the format and its experts (/e<E>), and the orientation when it is
+// not the format's own (KN); E8M0 scales read "uint8".
+TEST(TuneKeyTest, Mxfp4KeyNamesFormatExpertsAndOrientation) {
+  QuantShape shape = mxfp4::MakeShape(2880, 5760, 32);
+  const TuneKey kn = TuneKey::For(TuneDevice{"NVIDIA H200", 90}, "v4_vec16", shape, DType::kBF16,
+                                  TuneObjective::kLatency);
+  EXPECT_EQ(kn.format, "mxfp4/e32");
+  EXPECT_EQ(kn.ToString(), "NVIDIA H200 sm90 mxfp4/e32 v4_vec16 2880x5760 g32 uint8->bf16 latency");
+  shape.orientation = Orientation::kNK;
+  shape.experts = 1;
+  EXPECT_EQ(TuneKey::For(TuneDevice{"NVIDIA H200", 90}, "v4_vec16", shape, DType::kBF16,
+                         TuneObjective::kLatency)
+                .format,
+            "mxfp4/nk");
 }
 
 TEST(TuneObjectiveTest, NamesRoundTrip) {

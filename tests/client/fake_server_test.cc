@@ -366,6 +366,33 @@ TEST_F(FakeServerTest, ListRendersTable) {
             "1 tensor, 1.50 MiB packed, model '/models/m'\n");
 }
 
+// A model with stacked experts (mxfp4) gets an "E" column; 0 (an older server) reads as 1.
+TEST_F(FakeServerTest, ListRendersExpertsColumnForStackedLayers) {
+  v1::QuantizedTensorInfo* t = service_.list.add_tensors();
+  t->set_name("experts.down_proj");
+  t->set_in_features(2880);
+  t->set_out_features(2880);
+  t->set_group_size(32);
+  t->set_scale_dtype(v1::DTYPE_UINT8);
+  t->set_packed_bytes(1 << 20);
+  t->set_experts(32);
+  v1::QuantizedTensorInfo* dense = service_.list.add_tensors();
+  dense->set_name("q_proj");
+  dense->set_in_features(64);
+  dense->set_out_features(64);
+  dense->set_group_size(64);
+  dense->set_scale_dtype(v1::DTYPE_FP16);
+  dense->set_packed_bytes(1 << 20);
+  service_.list.set_model("/models/gpt-oss");
+  std::ostringstream out;
+  ASSERT_TRUE(RunList(*client_, out).ok());
+  EXPECT_EQ(out.str(),
+            "name                E     K     N  group_size  scale dtype   MiB  resident\n"
+            "experts.down_proj  32  2880  2880          32  uint8        1.00  host\n"
+            "q_proj              1    64    64          64  fp16         1.00  host\n"
+            "2 tensors, 2.00 MiB packed, model '/models/gpt-oss'\n");
+}
+
 TEST_F(FakeServerTest, InfoListsDevices) {
   std::ostringstream out;
   ASSERT_TRUE(RunInfo(*client_, out).ok());

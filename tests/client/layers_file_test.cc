@@ -80,6 +80,32 @@ TEST(LayersSafetensorsFileTest, ThreeLayersWrittenBackwardsFromTwoThreadsReadBac
             (*read)->header().tensors.at("a.k").data_begin);
 }
 
+// An mxfp4 layer of 2 experts is one (E, K, N) tensor: its header must say (2, 4, 8).
+TEST(LayersSafetensorsFileTest, StackedExpertsAreOneThreeDimTensor) {
+  const std::string path = TempPath("layers_experts.safetensors");
+  absl::StatusOr<std::unique_ptr<LayersSafetensorsFile>> file =
+      LayersSafetensorsFile::Create(path, {{"experts.down_proj", 4, 8, 2}}, v1::DTYPE_BF16);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->Begin(HeaderOf("experts.down_proj", 4, 8, v1::DTYPE_BF16)).status().code(),
+            absl::StatusCode::kDataLoss);  // (K, N) only: not the stacked result
+  v1::DequantizeHeader stacked = HeaderOf("experts.down_proj", 2, 4, v1::DTYPE_BF16);
+  stacked.add_shape(8);
+  stacked.set_total_bytes(2 * 4 * 8 * 2);
+  absl::StatusOr<size_t> index = (*file)->Begin(stacked);
+  ASSERT_TRUE(index.ok()) << index.status();
+  const std::vector<uint8_t> data = Pattern(2 * 4 * 8 * 2, 7);
+  ASSERT_TRUE((*file)->WriteAt(*index, 0, data).ok());
+  ASSERT_TRUE((*file)->Finish().ok());
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> read =
+      safetensors::MappedFile::Open(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const safetensors::TensorEntry& e = (*read)->header().tensors.at("experts.down_proj");
+  EXPECT_EQ(e.shape, (std::vector<int64_t>{2, 4, 8}));
+  absl::StatusOr<absl::Span<const uint8_t>> bytes = (*read)->TensorBytes("experts.down_proj");
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(std::vector<uint8_t>(bytes->begin(), bytes->end()), data);
+}
+
 TEST(LayersSafetensorsFileTest, WrongLayerShapeOrMissingBytesIsDataLoss) {
   const std::string path = TempPath("layers_wrong.safetensors");
   absl::StatusOr<std::unique_ptr<LayersSafetensorsFile>> file =

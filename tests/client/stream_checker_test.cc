@@ -77,10 +77,20 @@ TEST(ResponseStreamCheckerTest, EachMalformedStreamIsDataLoss) {
     EXPECT_EQ(c.Next(Header(2, 8, v1::DTYPE_FP16, 33)).code(), absl::StatusCode::kDataLoss);
   }
   {
-    ResponseStreamChecker c;  // not 2-D
+    ResponseStreamChecker c;  // neither (K, N) nor (E, K, N)
     v1::DequantizeResponse r = Header(2, 8, v1::DTYPE_FP16, 32);
     r.mutable_header()->add_shape(1);
+    r.mutable_header()->add_shape(1);
     EXPECT_EQ(c.Next(r).code(), absl::StatusCode::kDataLoss);
+  }
+  {
+    ResponseStreamChecker c;  // (E, K, N) = (3, 2, 8) fp16 is 96 bytes, not 32
+    v1::DequantizeResponse r = Header(3, 2, v1::DTYPE_FP16, 32);
+    r.mutable_header()->add_shape(8);
+    EXPECT_EQ(c.Next(r).code(), absl::StatusCode::kDataLoss);
+    ResponseStreamChecker ok;  // an mxfp4 layer's stacked result
+    r.mutable_header()->set_total_bytes(96);
+    EXPECT_TRUE(ok.Next(r).ok());
   }
   {
     ResponseStreamChecker c;  // dtype not a float

@@ -24,8 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t bytes = static_cast<size_t>(shape.output_bytes(*out));
   if (bytes > (size_t{16} << 20)) return 0;  // keep each run fast
   std::vector<uint8_t> fast(bytes), reference(bytes);
-  if (!DequantizeCpu(tensor->view(), *out, 0, shape.K, fast.data(), 2).ok()) std::abort();
-  if (!DequantizeReference(tensor->view(), *out, 0, shape.K, reference.data()).ok()) std::abort();
+  const int64_t rows = shape.result_rows();  // every row of the result (E * K or E * N)
+  if (!DequantizeCpu(tensor->view(), *out, 0, rows, fast.data(), 2).ok()) std::abort();
+  if (!DequantizeReference(tensor->view(), *out, 0, rows, reference.data()).ok()) std::abort();
   if (std::memcmp(fast.data(), reference.data(), bytes) != 0) std::abort();
   return 0;
 }

@@ -617,6 +617,69 @@ TEST_F(DequantctlTest, DequantizeLayersFailingCallCreatesNoOutDir) {
 }
 
 // Every ABSL_FLAG of client/main.cc (read from the source) appears in `dequantctl --help`.
+// An MXFP4 (gpt-oss) checkpoint, transformers' vector case, served on the CPU backend:
+// `dequantctl list` shows the experts column; `dequantize-layers --out` (one stream and two)
+// writes each projection as one (E, K, N) tensor bit-exact to transformers' [E, in, out] result;
+// `dequantize --out x.npy` writes the (E, K, N) array.
+TEST(DequantctlMxfp4Test, ListLayersAndDequantizeStackedExperts) {
+  const std::string dir = MakeTempDir("dequantctl_mxfp4");
+  const fs::path vectors = fs::path(DEQUANTD_SOURCE_DIR) / "tests/data/formats/mxfp4";
+  const fs::path model = fs::path(dir) / "model";
+  ASSERT_TRUE(fs::create_directory(model));
+  fs::copy_file(vectors / "mxfp4_gptoss_e2.config.json", model / "config.json");
+  fs::copy_file(vectors / "mxfp4_gptoss_e2.safetensors", model / "model.safetensors");
+  ServerOptions options;
+  options.model_dir = model.string();
+  absl::StatusOr<std::unique_ptr<TestServer>> server = StartCpuServer(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const auto ctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--server", (*server)->address});
+    return RunDequantctl(dir, args);
+  };
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> expected =
+      safetensors::MappedFile::Open((vectors / "mxfp4_gptoss_e2.safetensors").string());
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  const auto expected_bytes = [&](const std::string& name) {
+    const absl::Span<const uint8_t> b = *(*expected)->TensorBytes(name);
+    return std::vector<uint8_t>(b.begin(), b.end());
+  };
+  const std::string gate_up = "model.layers.0.mlp.experts.gate_up_proj";
+  const std::string down = "model.layers.0.mlp.experts.down_proj";
+
+  CommandResult run = ctl({"list"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("E   K   N  group_size  scale dtype")) << run.out;
+  EXPECT_THAT(run.out, HasSubstr(down + "     2  32  64          32  uint8")) << run.out;
+
+  for (const char* streams : {"1", "2"}) {
+    SCOPED_TRACE(streams);
+    const std::string st = dir + "/layers" + streams + ".safetensors";
+    run = ctl({"dequantize-layers", "--dtype", "bf16", "--streams", streams, "--out", st});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file =
+        safetensors::MappedFile::Open(st);
+    ASSERT_TRUE(file.ok()) << file.status();
+    EXPECT_THAT((*file)->header().tensors.at(gate_up).shape, ::testing::ElementsAre(2, 64, 64));
+    EXPECT_THAT((*file)->header().tensors.at(down).shape, ::testing::ElementsAre(2, 32, 64));
+    for (const std::string& layer : {gate_up, down}) {
+      const absl::Span<const uint8_t> got = *(*file)->TensorBytes(layer);
+      const std::string proj = layer.substr(layer.rfind('.') + 1);
+      EXPECT_TRUE(std::vector<uint8_t>(got.begin(), got.end()) ==
+                  expected_bytes("expected." + proj + ".bf16"))
+          << layer;
+    }
+  }
+
+  const std::string npy_path = dir + "/down.npy";
+  run = ctl({"dequantize", "--tensor", down, "--dtype", "fp32", "--out", npy_path});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("shape (2, 32, 64) fp32")) << run.out;
+  absl::StatusOr<npy::Array> array = npy::ReadFile(npy_path);
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_THAT(array->header.shape, ::testing::ElementsAre(2, 32, 64));
+  EXPECT_TRUE(array->data == expected_bytes("expected.down_proj.fp32"));
+}
+
 TEST(DequantctlHelpTest, HelpListsEveryFlag) {
   const std::string source = ReadAll(std::string(DEQUANTD_SOURCE_DIR) + "/client/main.cc");
   std::vector<std::string> flags;

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "kernels/gptq_format.h"
 #include "measure/benchmark.h"
 #include "measure/memory_budget.h"
 #include "measure/table.h"
@@ -285,6 +286,46 @@ TEST(FormatTableTest, MarkdownHasHeaderAndOneLinePerRow) {
                     "75.0 | - | - | no | yes | - |\n"),
             std::string::npos)
       << md;
+}
+
+// An MXFP4 shape (2 experts of 64 x 48, E8M0 scales) times on the CPU like any other: every
+// row is bit-exact to the reference, bytes moved are blocks + scales + the stacked output, and
+// the table names the format and the experts.
+TEST(CpuBenchmarkTest, Mxfp4ShapeRowsAreCorrectAndNameTheFormat) {
+  BenchmarkRequest r = SmallCpuRequest();
+  r.shapes = {PresetShape(Format::kMxfp4, 64, 48, 32, 2)};
+  r.output_dtypes = {DType::kBF16};
+  absl::StatusOr<BenchmarkResult> result = RunBenchmark(r);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->rows.size(), 3u);  // cpu_reference, cpu_threads, copy
+  for (const BenchmarkRow& row : result->rows) {
+    EXPECT_TRUE(row.correct) << row.variant;
+    EXPECT_EQ(row.format, Format::kMxfp4);
+    EXPECT_EQ(row.experts, 2);
+    // blocks 2*48*32 = 3072, scales 2*48*2 = 192, output 2*64*48*2 = 12288.
+    EXPECT_EQ(row.bytes_moved, 3072 + 192 + 12288);
+  }
+  const std::string table = FormatTable(*result, {"now", "abc"}, true);
+  EXPECT_NE(table.find("| cpu_threads | mxfp4/e2 64x48 g32 | bf16 |"), std::string::npos) << table;
+}
+
+// A GPTQ shape (act-order g_idx, asymmetric zeros) times like any other, its rows bit-exact in
+// its own (N, K) orientation; declared symmetric, random zeros break its rule: refused, naming
+// the format.
+TEST(CpuBenchmarkTest, GptqShapeRowsAreCorrectAndSymIsInvalidArgument) {
+  BenchmarkRequest r = SmallCpuRequest();
+  r.shapes = {PresetShape(Format::kGptq, 128, 64, 32)};
+  absl::StatusOr<BenchmarkResult> result = RunBenchmark(r);
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (const BenchmarkRow& row : result->rows) {
+    EXPECT_TRUE(row.correct) << row.variant;
+    EXPECT_EQ(row.layout, "gptq/f1");
+  }
+  r.shapes[0].format_flags |= gptq::kSym;
+  result = RunBenchmark(r);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("random gptq inputs"), std::string::npos)
+      << result.status();
 }
 
 }  // namespace

@@ -5,6 +5,7 @@ safetensors library), the shard layout, config.json, the CLI, and resume after a
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ import safetensors
 import dequantd
 from dequantd import reference
 from dequantd.convert import MANIFEST
-from conftest import MODEL
+from conftest import MODEL, ROOT, start_server, stop_server
 
 
 class Interrupted(Exception):
@@ -137,3 +138,41 @@ def test_convert_rejects_bad_arguments(server, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "dequantd", "convert", "--server=127.0.0.1:1",
                            f"--out={tmp_path}", "--timeout=5"], capture_output=True, text=True)
     assert proc.returncode == 1 and "UNAVAILABLE" in proc.stderr
+
+
+MXFP4_CASE = os.path.join(ROOT, "tests", "data", "formats", "mxfp4", "mxfp4_gptoss_e2")
+
+
+def test_mxfp4_converts_to_transformers_expert_layout(tmp_path):
+    """An MXFP4 (gpt-oss) checkpoint converts to transformers' bf16 GptOss layout: each MoE
+    projection as "<prefix>" [E, in, out] (the server's KN result, no host transpose), bit-exact to
+    transformers' own convert_moe_packed_tensors (the vectors' expected tensors); the biases are
+    copied, no _blocks/_scales remain, config.json loses quantization_config."""
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(MXFP4_CASE + ".config.json", model / "config.json")
+    shutil.copy(MXFP4_CASE + ".safetensors", model / "model.safetensors")
+    proc, target = start_server(str(tmp_path), model_dir=str(model))
+    try:
+        out = tmp_path / "out"
+        dequantd.convert(target, str(out), dtype="bf16")
+    finally:
+        stop_server(proc)
+    with open(out / "model.safetensors.index.json") as f:
+        index = json.load(f)
+    tensors = {}
+    for shard in set(index["weight_map"].values()):
+        with open(out / shard, "rb") as f:
+            tensors.update(dict(safetensors.deserialize(f.read())))
+    with open(MXFP4_CASE + ".safetensors", "rb") as f:
+        source = dict(safetensors.deserialize(f.read()))
+    prefix = "model.layers.0.mlp.experts."
+    for proj, shape in (("gate_up_proj", [2, 64, 64]), ("down_proj", [2, 32, 64])):
+        t = tensors[prefix + proj]
+        assert (t["dtype"], list(t["shape"])) == ("BF16", shape), proj
+        assert bytes(t["data"]) == bytes(source[f"expected.{proj}.bf16"]["data"]), proj
+        bias = f"{prefix}{proj}_bias"
+        assert bytes(tensors[bias]["data"]) == bytes(source[bias]["data"]), bias
+    assert not any(n.endswith(("_blocks", "_scales")) for n in tensors)
+    with open(out / "config.json") as f:
+        assert "quantization_config" not in json.load(f)

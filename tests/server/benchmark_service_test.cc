@@ -257,6 +257,18 @@ TEST(BenchmarkResponseToProtoTest, EveryRowFieldIsCarried) {
   EXPECT_TRUE(r.correct());
   EXPECT_EQ(r.launch_config(), "block=128,words=1,rows=2");
   EXPECT_TRUE(r.counters().empty());
+  EXPECT_EQ(r.format(), "awq_gemm");
+  EXPECT_EQ(r.experts(), 1);
+}
+
+TEST(BenchmarkResponseToProtoTest, Mxfp4RowNamesFormatAndExperts) {
+  bench::BenchmarkResult result = SampleResult();
+  result.rows[0].format = Format::kMxfp4;
+  result.rows[0].experts = 32;
+  const v1::BenchmarkResponse p = BenchmarkResponseToProto(result, false);
+  ASSERT_EQ(p.rows_size(), 1);
+  EXPECT_EQ(p.rows(0).format(), "mxfp4");
+  EXPECT_EQ(p.rows(0).experts(), 32);
 }
 
 TEST(BenchmarkResponseToProtoTest, HardwareCountersRequestedGetsANote) {

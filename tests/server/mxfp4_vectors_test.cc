@@ -334,7 +334,7 @@ TEST(Mxfp4InlineTest, WrongBytesAndScaleDtypeAreInvalidArgument) {
 // expected tensors as raw tensors; GetServerInfo counts two layers; DequantizeLayers with no
 // orientation delivers transformers' [E, in, out] bytes with an [E, K, N] header; Dequantize with
 // ORIENTATION_NK delivers [E, out, in]; a byte range starting in expert 1 is that slice; ReadTensor
-// serves a bias's bytes as stored.
+// serves a bias's bytes as stored; the Benchmark RPC times the loaded layer as mxfp4.
 TEST(Mxfp4ServedTest, ListInfoDequantizeLayersRangesAndRawTensors) {
   const fs::path dir = MakeCheckpoint(CaseConfig(kCase), CaseFile(kCase));
   ASSERT_FALSE(dir.empty());
@@ -429,6 +429,23 @@ TEST(Mxfp4ServedTest, ListInfoDequantizeLayersRangesAndRawTensors) {
     bias.insert(bias.end(), response.data().begin(), response.data().end());
   ASSERT_TRUE(read_reader->Finish().ok());
   EXPECT_TRUE(bias == TensorOf(**vectors, std::string(kDown) + "_bias"));
+
+  // The Benchmark RPC times a loaded layer in its own format (random inputs of its shape).
+  v1::BenchmarkRequest bench;
+  bench.add_tensors(kDown);
+  bench.set_trials(1);
+  bench.set_runs(1);
+  grpc::ClientContext bench_context;
+  v1::BenchmarkResponse timed;
+  const grpc::Status bench_status = server->stub->Benchmark(&bench_context, bench, &timed);
+  ASSERT_TRUE(bench_status.ok()) << bench_status.error_message();
+  ASSERT_GT(timed.rows_size(), 0);
+  for (const v1::BenchmarkRow& row : timed.rows()) {
+    EXPECT_EQ(row.format(), "mxfp4");
+    EXPECT_EQ(row.experts(), kE);
+    EXPECT_EQ(row.in_features(), kIntermediate);
+    EXPECT_TRUE(row.correct()) << row.variant();
+  }
   server->server.reset();
   fs::remove_all(dir);
 }

@@ -7,7 +7,10 @@ Layout written to OUT:
                                      server as ORIENTATION_NK: its kernel writes the (N, K)
                                      result, no transpose here), and every other tensor of the
                                      checkpoint (embeddings, norms, biases, lm_head) with its
-                                     stored dtype, shape and bytes unchanged. Tensors sorted by
+                                     stored dtype, shape and bytes unchanged; a layer of E > 1
+                                     stacked experts (mxfp4: gpt-oss's MoE projections) as "L"
+                                     (E, in_features, out_features), transformers' bf16 layout
+                                     (requested as ORIENTATION_KN). Tensors sorted by
                                      name, packed greedily into shards of at most max_shard_size
                                      bytes of tensor data (a larger single tensor gets a shard
                                      of its own).
@@ -84,10 +87,14 @@ def _plan(listing: Any, dtype: str, max_bytes: int) -> List[List[_Entry]]:
     code = {"fp16": "F16", "bf16": "BF16"}[dtype]
     entries: Dict[str, _Entry] = {}
     for layer in listing.layers:
-        name = f"{layer.name}.weight"
-        entries[name] = _Entry(name, layer.name, True, code,
-                               (layer.out_features, layer.in_features),
-                               layer.out_features * layer.in_features * 2)
+        if layer.experts > 1:  # gpt-oss's experts.gate_up_proj / down_proj: [E, in, out]
+            name = layer.name
+            shape: Tuple[int, ...] = (layer.experts, layer.in_features, layer.out_features)
+        else:
+            name = f"{layer.name}.weight"
+            shape = (layer.out_features, layer.in_features)
+        entries[name] = _Entry(name, layer.name, True, code, shape,
+                               layer.experts * layer.out_features * layer.in_features * 2)
     for t in listing.other_tensors:
         if t.name in entries:
             raise ValueError(f"tensor {t.name} is both a stored tensor and a dequantized layer")
@@ -132,14 +139,38 @@ def _kept_shards(out_dir: str, fingerprint: str) -> Dict[str, Dict[str, Any]]:
     return kept
 
 
-def _layer_bytes(assembler: Any, entry: _Entry) -> memoryview:
-    """The served (N, K) result, as bytes. A server that does not say it wrote (N, K) (one
-    before DequantizeRequest.orientation, which serves (K, N)) is refused: no host transpose."""
+def _orientation(entry: _Entry) -> int:
+    """The orientation a layer entry is requested in: (E, K, N) for stacked experts (3 dims),
+    else (N, K)."""
     from ._proto import dequant_pb2 as pb  # pylint: disable=import-outside-toplevel
 
-    if assembler.orientation != pb.ORIENTATION_NK:
-        raise ValueError(f"{entry.source}: the server did not serve the (N, K) result asked for "
-                         "(orientation NK); it predates result orientations")
+    return pb.ORIENTATION_KN if len(entry.shape) == 3 else pb.ORIENTATION_NK
+
+
+def _run_from(shard: List[_Entry], i: int) -> List[_Entry]:
+    """The layers from shard[i] (a layer) on, up to the first layer of another orientation."""
+    run = []
+    for e in shard[i:]:
+        if e.is_layer:
+            if _orientation(e) != _orientation(shard[i]):
+                break
+            run.append(e)
+    return run
+
+
+def _same_run(shard: List[_Entry], i: int) -> bool:
+    """Whether layer shard[i] belongs to the run of the previous layer (same orientation)."""
+    previous = [e for e in shard[:i] if e.is_layer]
+    return bool(previous) and _orientation(previous[-1]) == _orientation(shard[i])
+
+
+def _layer_bytes(assembler: Any, entry: _Entry) -> memoryview:
+    """The served result in the entry's orientation, as bytes. A server that does not say it
+    wrote it (one before DequantizeRequest.orientation, which serves (K, N)) is refused: no host
+    transpose."""
+    if assembler.orientation != _orientation(entry):
+        raise ValueError(f"{entry.source}: the server did not serve the result in the orientation "
+                         "asked for; it predates result orientations")
     if tuple(assembler.shape) != entry.shape or assembler.code != entry.dtype:
         raise ValueError(f"{entry.source}: served {assembler.code} {assembler.shape}, "
                          f"planned {entry.dtype} {entry.shape}")
@@ -230,12 +261,18 @@ def _write_shard(client: Client, path: str, shard: List[_Entry], dtype: str, bar
     writer = ShardWriter(path, [(e.name, e.dtype, e.shape) for e in shard],
                          metadata={"format": "pt", "converted_by": "dequantd"})
     try:
-        layers = [e for e in shard if e.is_layer]
-        request = pb.DequantizeLayersRequest(output_dtype=dtypes.output_dtype(dtype),
-                                             tensors=[e.source for e in layers],
-                                             orientation=pb.ORIENTATION_NK)
-        stream = client._layer_results(request) if layers else iter(())  # pylint: disable=protected-access
-        for e in shard:
+        # One DequantizeLayers call per run of layers (in shard order) of one orientation: NK,
+        # or KN for stacked experts; a run's stream is read to its end before the next opens.
+        stream: Any = iter(())
+        for i, e in enumerate(shard):
+            if e.is_layer and not _same_run(shard, i):
+                for extra in stream:
+                    raise ValueError(f"the server sent an unrequested layer {extra.name}")
+                run = _run_from(shard, i)
+                request = pb.DequantizeLayersRequest(output_dtype=dtypes.output_dtype(dtype),
+                                                     tensors=[r.source for r in run],
+                                                     orientation=_orientation(e))
+                stream = client._layer_results(request)  # pylint: disable=protected-access
             if e.is_layer:
                 assembler = next(stream)
                 if assembler.name != e.source:
