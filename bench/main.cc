@@ -37,6 +37,7 @@
 #endif
 #include "formats/tune_store.h"
 #include "kernels/autotune.h"
+#include "kernels/format_registry.h"
 #include "measure/table.h"
 
 namespace {
@@ -224,9 +225,19 @@ int main(int argc, char** argv) {
   if (formats.empty()) formats = {dequantd::Format::kAwqGemm};
   std::vector<BenchmarkShape> shapes;  // each format's shapes in turn
   for (dequantd::Format format : formats) {
+    const std::string name(dequantd::FormatName(format));
     for (const BenchmarkShape& s : request.shapes) {
+      // A flag the format's preset cannot honour is an error, never silently replaced.
+      if (s.experts != 1 && !dequantd::FormatRowOf(format).stacked_experts) {
+        return Fail(absl::StrCat("--shapes ", s.experts, "x", s.K, "x", s.N, ": ", name,
+                                 " has no expert axis (ExKxN is for mxfp4)"));
+      }
       shapes.push_back(
           dequantd::bench::PresetShape(format, s.K, s.N, request.group_size, s.experts));
+      if (request.group_size != 0 && shapes.back().group_size != request.group_size) {
+        return Fail(absl::StrCat("--group-size ", request.group_size, ": ", name,
+                                 " has a fixed group size of ", shapes.back().group_size));
+      }
       if (orientation) shapes.back().orientation = orientation;
     }
   }

@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/awq_format.h"
+#include "kernels/format_checks.h"
 #include "kernels/format_registry.h"
+#include "kernels/gptq_format.h"
 
 namespace dequantd {
 namespace {
@@ -276,6 +278,23 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
   shape.N = packed.out_features();
   shape.group_size = packed.group_size() == -1 ? packed.in_features() : packed.group_size();
   shape.experts = packed.experts() == 0 ? 1 : packed.experts();
+  if (packed.bits() != 0) shape.bits = packed.bits();
+  // GPTQ's zero convention is not in the bytes (v1 and v2 layers have the same sizes): the
+  // request must say it, or a v1 layer would be read as v2 and be wrong by one zero step.
+  if (format == Format::kGptq) {
+    if (packed.checkpoint_format() == "gptq") {
+      shape.format_flags |= gptq::kZerosV1;
+    } else if (packed.checkpoint_format() != "gptq_v2") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "packed.checkpoint_format must be 'gptq' (zeros stored minus one) or 'gptq_v2' for "
+          "format gptq, got '",
+          packed.checkpoint_format(), "'"));
+    }
+  } else if (!packed.checkpoint_format().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed.checkpoint_format is for format gptq only, got '",
+                     packed.checkpoint_format(), "' with format ", AbslView(FormatName(format))));
+  }
   if (absl::Status s = ValidateShape(shape, DType::kF16); !s.ok()) {
     // A refused scale dtype is named by its field ("scale_dtype: ..."): the request's field is
     // packed.scale_dtype. Every other shape message names the layer's K, N or group_size.

@@ -25,6 +25,7 @@
 #include "kernels/gptq_format.h"
 #include "server/backend.h"
 #include "server/checkpoint.h"
+#include "server/request.h"
 #if DEQUANTD_HAVE_CUDA
 #include "server/cuda_backend.h"
 #endif
@@ -35,6 +36,7 @@ namespace dequantd {
 namespace {
 
 namespace fs = std::filesystem;
+namespace v1 = ::dequant::v1;
 using ::testing::HasSubstr;
 
 constexpr char kLayer[] = "model.layers.0.mlp.down_proj";
@@ -150,6 +152,43 @@ TEST_P(GptqVectorsTest, CheckpointDequantizesBitExactToGptqModel) {
               TensorOf(**vectors, "expected_torchlinear.fp16"));
   }
   fs::remove_all(dir);
+}
+
+// The same layer sent inline (tensors by role) with its checkpoint_format and bits: bit-exact to
+// GPTQModel, v1 and v2 alike (the zero convention is the request's, as the bytes cannot say it;
+// found by a review: v1 layers sent without it were read as v2, with status OK). Without the
+// field it is refused.
+TEST_P(GptqVectorsTest, InlineRequestWithItsCheckpointFormatIsBitExact) {
+  const Case& c = GetParam();
+  if (std::string(c.name) == "gptq_4bit_g64_asym_v1_zero0") GTEST_SKIP() << "TorchLinear rule";
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> vectors = safetensors::MappedFile::Open(
+      (VectorDir() / (std::string(c.name) + ".safetensors")).string());
+  ASSERT_TRUE(vectors.ok()) << vectors.status();
+  const std::vector<uint8_t> qweight = TensorOf(**vectors, std::string(kLayer) + ".qweight");
+  const int64_t K = static_cast<int64_t>(qweight.size()) / 64 / 4 * 32 / c.bits;  // N = 64
+  v1::InlinePackedTensor packed;
+  packed.set_format("gptq");
+  packed.set_in_features(K);
+  packed.set_out_features(64);
+  packed.set_group_size(c.group_size);
+  packed.set_bits(c.bits);
+  for (const char* role : {"qweight", "qzeros", "scales", "g_idx"}) {
+    const std::vector<uint8_t> bytes = TensorOf(**vectors, std::string(kLayer) + "." + role);
+    v1::RoleBytes* t = packed.add_tensors();
+    t->set_role(role);
+    t->set_data(std::string(bytes.begin(), bytes.end()));
+  }
+  EXPECT_EQ(InlineTensor::FromProto(packed, int64_t{1} << 24).status().message(),
+            "packed.checkpoint_format must be 'gptq' (zeros stored minus one) or 'gptq_v2' for "
+            "format gptq, got ''");
+  packed.set_checkpoint_format((c.flags & gptq::kZerosV1) != 0 ? "gptq" : "gptq_v2");
+  absl::StatusOr<InlineTensor> inline_tensor = InlineTensor::FromProto(packed, int64_t{1} << 24);
+  ASSERT_TRUE(inline_tensor.ok()) << inline_tensor.status();
+  EXPECT_EQ(inline_tensor->view().shape.format_flags & gptq::kZerosV1, c.flags & gptq::kZerosV1);
+  const std::vector<uint8_t> expected = TensorOf(**vectors, ExpectedName(DType::kF16));
+  std::vector<uint8_t> got(expected.size(), 0xA5);
+  ASSERT_TRUE(DequantizeReference(inline_tensor->view(), DType::kF16, 0, 64, got.data()).ok());
+  EXPECT_EQ(got, expected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GptqVectorsTest, ::testing::ValuesIn(kCases),

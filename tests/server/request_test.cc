@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/gptq_format.h"
 #include "tests/server/test_layer.h"
 
 namespace dequantd {
@@ -100,6 +101,10 @@ TEST(InlineTensorTest, TensorsByRoleErrorsNameTheRoleOrFormat) {
   v1::InlinePackedTensor both = by_role({"qweight", "qzeros", "scales"});
   both.set_qweight(legacy.qweight());
   EXPECT_THAT(message(both), HasSubstr("not both"));
+  v1::InlinePackedTensor awq_declared_v1 = legacy;
+  awq_declared_v1.set_checkpoint_format("gptq");
+  EXPECT_EQ(message(awq_declared_v1),
+            "packed.checkpoint_format is for format gptq only, got 'gptq' with format awq_gemm");
   v1::InlinePackedTensor unknown = legacy;
   unknown.set_format("marlin");
   EXPECT_EQ(message(unknown),
@@ -113,6 +118,7 @@ TEST(InlineTensorTest, TensorsByRoleErrorsNameTheRoleOrFormat) {
 TEST(InlineTensorTest, GptqByRoleHasItsShapeAndItsGidxChecked) {
   v1::InlinePackedTensor packed;
   packed.set_format("gptq");
+  packed.set_checkpoint_format("gptq_v2");
   packed.set_in_features(64);
   packed.set_out_features(8);
   packed.set_group_size(32);
@@ -135,6 +141,25 @@ TEST(InlineTensorTest, GptqByRoleHasItsShapeAndItsGidxChecked) {
   EXPECT_EQ(ok->view().shape.format, Format::kGptq);
   EXPECT_EQ(ok->view().shape.orientation, Orientation::kNK);
   EXPECT_EQ(ok->view().shape.bits, 4);
+  EXPECT_EQ(ok->view().shape.format_flags & gptq::kZerosV1, 0u);
+  // The zero convention is the request's: "gptq" zeros are stored minus one; none is refused.
+  packed.set_checkpoint_format("gptq");
+  absl::StatusOr<InlineTensor> v1_zeros = InlineTensor::FromProto(packed, int64_t{1} << 20);
+  ASSERT_TRUE(v1_zeros.ok()) << v1_zeros.status();
+  EXPECT_EQ(v1_zeros->view().shape.format_flags & gptq::kZerosV1, gptq::kZerosV1);
+  packed.clear_checkpoint_format();
+  EXPECT_EQ(InlineTensor::FromProto(packed, int64_t{1} << 20).status().message(),
+            "packed.checkpoint_format must be 'gptq' (zeros stored minus one) or 'gptq_v2' for "
+            "format gptq, got ''");
+  packed.set_checkpoint_format("gptq_v3");
+  EXPECT_EQ(InlineTensor::FromProto(packed, int64_t{1} << 20).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  packed.set_checkpoint_format("gptq_v2");
+  // bits: GPTQ's own check refuses a width it does not have.
+  packed.set_bits(5);
+  EXPECT_THAT(InlineTensor::FromProto(packed, int64_t{1} << 20).status().message(),
+              HasSubstr("bits must be 2, 3, 4 or 8 for gptq, got 5"));
+  packed.clear_bits();
   const int32_t bad = 7;
   std::memcpy(g_idx->mutable_data()->data() + 4 * 5, &bad, 4);
   const absl::StatusOr<InlineTensor> refused = InlineTensor::FromProto(packed, int64_t{1} << 20);
