@@ -93,7 +93,8 @@ constexpr int kExitUsage = 2;
 // The longest --deadline (about 11.6 days): keeps now() + deadline far from overflowing.
 constexpr int kMaxDeadlineSeconds = 1000000;
 
-constexpr char kUsage[] = R"(dequantctl: client of the dequantd AWQ dequantization service.
+constexpr char kUsage[] = R"(dequantctl: client of the dequantd dequantization service
+(AWQ, GPTQ, compressed-tensors, FP8 block and MXFP4 checkpoints).
 
 usage:
   dequantctl [--server HOST:PORT] list

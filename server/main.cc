@@ -207,7 +207,8 @@ absl::Status ReadSecurityFlags(dequantd::auth::SecurityOptions& security) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "serves dequantization of AWQ 4-bit checkpoints over gRPC, on the GPU (or the CPU).\n"
+      "serves dequantized weights of quantized checkpoints (AWQ, GPTQ, compressed-tensors, FP8 "
+      "block, MXFP4) over gRPC, on the GPU (or the CPU).\n"
       "usage: dequantd [--model DIR] [--listen HOST:PORT|unix:PATH] [--metrics-listen HOST:PORT] "
       "[--backend auto|cpu|cuda] [--devices all|LIST]\n"
       "SIGINT, SIGTERM or SIGHUP: graceful shutdown (--shutdown-deadline); a second one: exit "

@@ -1,5 +1,6 @@
-"""dequantd: a Python client for the dequantd service (AWQ 4-bit weights dequantized to
-fp16/bf16/fp32 over gRPC) and whole-model conversion to a plain Hugging Face checkpoint.
+"""dequantd: a Python client for the dequantd service (quantized weights of AWQ, GPTQ,
+compressed-tensors, FP8 block and MXFP4 checkpoints dequantized to fp16/bf16/fp32 over gRPC) and
+whole-model conversion to a plain Hugging Face checkpoint.
 
     import dequantd
     with dequantd.Client("127.0.0.1:50051") as c:
