@@ -35,7 +35,8 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, model, "models/smollm2-135m-awq",
-          "AWQ checkpoint directory (config.json + *.safetensors). The default is the bundled "
+          "checkpoint directory (config.json + *.safetensors; its quantization_config names the "
+          "format). The default is the bundled "
           "model, made by scripts/make-model.sh; --model= starts with no model (inline requests "
           "only)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",

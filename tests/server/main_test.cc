@@ -137,7 +137,7 @@ TEST(DequantdMainTest, UnknownFlagAndUnparsableValueAreUsageErrorsWithExitCode2)
 TEST(DequantdMainTest, HelpExitsZeroWithTheUsageAndNoSourcePath) {
   ProcessResult run = RunDequantd("--help");
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_THAT(run.output, ::testing::StartsWith("dequantd: serves dequantization"));
+  EXPECT_THAT(run.output, ::testing::StartsWith("dequantd: serves dequantized weights"));
   EXPECT_THAT(run.output, HasSubstr("usage: dequantd [--model DIR]"));
   EXPECT_THAT(run.output, HasSubstr("exit codes: 0 stopped or --help/--version, 1 cannot start "
                                     "(including a flag value that parses but is out of range"));
