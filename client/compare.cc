@@ -179,11 +179,16 @@ std::string ReferenceComparer::reference() const {
 }
 
 absl::Status ReferenceComparer::Begin(const v1::DequantizeHeader& header) {
-  if (header.shape_size() != 2) return absl::InvalidArgumentError("result is not 2-D");
-  // The result is (K, N), or (N, K) when the header says ORIENTATION_NK; --compare-layout names
-  // the reference's layout in those terms, whatever the result's.
-  rows_ = header.shape(0);
-  cols_ = header.shape(1);
+  if (header.shape_size() != 2 && header.shape_size() != 3) {
+    return absl::InvalidArgumentError("result is neither 2-D nor 3-D (E, ., .)");
+  }
+  // The result is (K, N), or (N, K) when the header says ORIENTATION_NK, each of E stacked
+  // matrices for a 3-D header; --compare-layout names the reference's layout in those terms
+  // (per matrix, the expert axis first), whatever the result's.
+  const int first = header.shape_size() - 2;
+  experts_ = first == 1 ? header.shape(0) : 1;
+  rows_ = header.shape(first);
+  cols_ = header.shape(first + 1);
   const bool result_nk = header.orientation() == v1::ORIENTATION_NK;
   K_ = result_nk ? cols_ : rows_;
   N_ = result_nk ? rows_ : cols_;
@@ -195,7 +200,11 @@ absl::Status ReferenceComparer::Begin(const v1::DequantizeHeader& header) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot compare output dtype ", v1::DType_Name(out_dtype_)));
   }
-  const std::vector<int64_t> kn = {K_, N_}, nk = {N_, K_};
+  std::vector<int64_t> kn = {K_, N_}, nk = {N_, K_};
+  if (first == 1) {
+    kn.insert(kn.begin(), experts_);
+    nk.insert(nk.begin(), experts_);
+  }
   const bool is_kn = ref_shape_ == kn, is_nk = ref_shape_ == nk;
   if (layout_ == ReferenceLayout::kAuto && is_kn && is_nk) {  // K == N: (K, N) or (N, K)?
     return absl::InvalidArgumentError(
@@ -233,7 +242,10 @@ double ReferenceComparer::OutputAt(const uint8_t* p) const {
 }
 
 double ReferenceComparer::ReferenceAt(int64_t index) const {
-  if (transposed_) index = (index % cols_) * rows_ + index / cols_;
+  if (transposed_) {  // the same element of the same matrix, transposed
+    const int64_t matrix = rows_ * cols_, at = index % matrix;
+    index = index - at + (at % cols_) * rows_ + at / cols_;
+  }
   if (ref_dtype_ == "F64") return BitsToDouble(Load64(ref_bytes_.data() + 8 * index));
   if (ref_dtype_ == "F32") return BitsToFloat(Load32(ref_bytes_.data() + 4 * index));
   const uint16_t bits = Load16(ref_bytes_.data() + 2 * index);
@@ -254,7 +266,7 @@ void ReferenceComparer::Accumulate(double out, double ref) {
 
 absl::Status ReferenceComparer::Add(absl::Span<const uint8_t> data) {
   if (out_element_bytes_ == 0) return absl::FailedPreconditionError("compare: Begin not called");
-  const int64_t total = K_ * N_;
+  const int64_t total = experts_ * K_ * N_;
   auto take = [&](const uint8_t* p) -> absl::Status {
     if (next_element_ >= total) return absl::OutOfRangeError("compare: more data than (K, N)");
     Accumulate(OutputAt(p), ReferenceAt(next_element_++));

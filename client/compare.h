@@ -87,7 +87,8 @@ class ReferenceComparer {
   ReferenceLayout layout_ = ReferenceLayout::kAuto;
   bool transposed_ = false;
   int64_t K_ = 0, N_ = 0;
-  int64_t rows_ = 0;  // the result's rows and columns as delivered ((K, N) or (N, K))
+  int64_t experts_ = 1;  // matrices stacked in the result (a 3-D (E, ., .) header: MXFP4)
+  int64_t rows_ = 0;     // one matrix's rows and columns as delivered ((K, N) or (N, K))
   int64_t cols_ = 0;
   ::dequant::v1::DType out_dtype_ = ::dequant::v1::DTYPE_UNSPECIFIED;
   int64_t out_element_bytes_ = 0;

@@ -105,6 +105,45 @@ TEST(ReferenceComparerTest, TransposedNKReferenceAndFp16Result) {
   ExpectHandWorkedStats((*c)->Stats());
 }
 
+// A 3-D result (E = 2 stacked (K, N) = (2, 8) matrices, MXFP4's header) against a reference
+// stored per expert as (N, K): each matrix is transposed on its own. Expert 0 carries the
+// hand-worked errors, expert 1 none: max 1.5, rms sqrt(2.5 / 32), relative sqrt(2.5 / 2992).
+TEST(ReferenceComparerTest, StackedExpertsAreComparedMatrixByMatrix) {
+  const std::vector<float> ref = Reference();
+  std::vector<float> ref_t(32);
+  for (int e = 0; e < 2; ++e) {
+    for (int k = 0; k < 2; ++k) {
+      for (int n = 0; n < 8; ++n) ref_t[e * 16 + n * 2 + k] = ref[k * 8 + n];
+    }
+  }
+  const std::string path = TempPath("ref_experts.safetensors");
+  ASSERT_TRUE(safetensors::WriteFile(path, {{"w", "F32", {2, 8, 2}, Bytes(ref_t)}}).ok());
+  absl::StatusOr<std::unique_ptr<ReferenceComparer>> c =
+      ReferenceComparer::Open(path, {}, ReferenceLayout::kAuto);
+  ASSERT_TRUE(c.ok()) << c.status();
+  v1::DequantizeHeader h = Header(2, 8, v1::DTYPE_FP32);
+  h.clear_shape();
+  for (int64_t d : {2, 2, 8}) h.add_shape(d);
+  h.set_total_bytes(2 * 16 * 4);
+  ASSERT_TRUE((*c)->Begin(h).ok());
+  EXPECT_TRUE((*c)->transposed());
+  std::vector<float> out = Result();
+  out.insert(out.end(), ref.begin(), ref.end());
+  ASSERT_TRUE((*c)->Add(Bytes(out)).ok());
+  const ErrorStats s = (*c)->Stats();
+  EXPECT_EQ(s.count, 32);
+  EXPECT_DOUBLE_EQ(s.max_abs_error, 1.5);
+  EXPECT_DOUBLE_EQ(s.rms_error, std::sqrt(2.5 / 32.0));
+  EXPECT_DOUBLE_EQ(s.relative_rms_error, std::sqrt(2.5 / 2992.0));
+  // A 2-D reference does not match a 3-D result.
+  const std::string flat = TempPath("ref_flat.safetensors");
+  ASSERT_TRUE(safetensors::WriteFile(flat, {{"w", "F32", {2, 8}, Bytes(ref)}}).ok());
+  absl::StatusOr<std::unique_ptr<ReferenceComparer>> f =
+      ReferenceComparer::Open(flat, {}, ReferenceLayout::kAuto);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ((*f)->Begin(h).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ReferenceComparerTest, ExplicitTensorAndLayoutMismatch) {
   const std::string path = TempPath("ref_explicit.safetensors");
   const std::vector<float> ref = Reference();
