@@ -66,17 +66,24 @@ absl::Status RunBenchmark(DequantClient& client, const v1::BenchmarkRequest& req
   if (!response.ok()) return response.status();
   out << "device: " << response->device() << ", peak copy "
       << Fixed(response->peak_copy_bytes_per_second() / 1e9, 1) << " GB/s (read + written)\n";
-  Table table(
-      {"variant", "K", "N", "G", "dtype", "MB moved", "median us", "mean us", "std us", "min us",
-       "max us", "graph us", "GB/s", "% peak", "graph % peak", "correct", "launch", "counters"},
-      {false, true, true, true, false, true, true, true, true, true, true, true, true, true, true,
-       false, false, false});
+  Table table({"variant", "format", "K", "N", "G", "dtype", "MB moved", "median us", "mean us",
+               "std us", "min us", "max us", "graph us", "GB/s", "% peak", "graph % peak",
+               "correct", "launch", "counters"},
+              {false, false, true, true, true, false, true, true, true, true, true, true, true,
+               true, true, true, false, false, false});
   for (const v1::BenchmarkRow& r : response->rows()) {
     std::vector<std::string> counters;
     for (const auto& [name, value] : r.counters())
       counters.push_back(absl::StrCat(name, "=", value));
+    // The timed layer's format ("-" from a server that predates BenchmarkRow.format), with its
+    // expert count when it stacks several matrices (K and N are one matrix's).
+    const std::string format =
+        r.format().empty()
+            ? "-"
+            : absl::StrCat(r.format(),
+                           r.experts() > 1 ? absl::StrCat(" E=", r.experts()) : std::string());
     table.AddRow(
-        {r.variant(), absl::StrCat(r.in_features()), absl::StrCat(r.out_features()),
+        {r.variant(), format, absl::StrCat(r.in_features()), absl::StrCat(r.out_features()),
          absl::StrCat(r.group_size()), OutputDTypeName(r.output_dtype()),
          Fixed(static_cast<double>(r.bytes_moved()) / 1e6, 2),
          Micros(r.median_seconds()) + (r.divergent() ? "*" : ""), Micros(r.mean_seconds()),

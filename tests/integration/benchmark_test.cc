@@ -178,6 +178,7 @@ TEST_F(BenchmarkTest, DequantctlBenchmarkPrintsTheTable) {
   for (const char* v : {"cpu_reference", "cpu_threads", "copy"}) {
     EXPECT_THAT(output, HasSubstr(absl::StrCat("\n", v, " "))) << v;
   }
+  EXPECT_THAT(output, ::testing::ContainsRegex("\ncpu_threads +awq_gemm +128 +256 "));
 }
 
 TEST_F(BenchmarkTest, DequantctlBenchmarkErrorExitsNonZeroWithTheStatus) {
