@@ -31,14 +31,6 @@ uint16_t RandomScaleBits(DType dtype, uint64_t r) {
   return static_cast<uint16_t>((sign << 15) | ((15 - 14 + exp_offset) << 10) | (mant & 0x3FF));
 }
 
-// The same range as fp32 bits.
-uint32_t RandomScaleBitsF32(uint64_t r) {
-  const uint32_t sign = static_cast<uint32_t>(r & 1);
-  const uint32_t exp_offset = static_cast<uint32_t>((r >> 1) % 15);
-  const uint32_t mant = static_cast<uint32_t>(r >> 8);
-  return (sign << 31) | ((127 - 14 + exp_offset) << 23) | (mant & 0x7FFFFF);
-}
-
 // One byte of an E4M3FN code that is not NaN (0x7F and 0xFF are E4M3FN's NaNs).
 uint8_t RandomE4m3(uint64_t r) {
   const uint8_t b = static_cast<uint8_t>(r % 254);    // 0..253
@@ -80,8 +72,8 @@ absl::Status FillRole(const TensorSpec& spec, const QuantShape& shape, uint64_t&
         std::memcpy(out + at, &v, 2);
         break;
       }
-      case DType::kF32: {
-        const uint32_t v = RandomScaleBitsF32(r);
+      case DType::kF32: {  // the fp16 range, widened exactly: one definition of it
+        const float v = HalfBitsToFloat(RandomScaleBits(DType::kF16, r));
         std::memcpy(out + at, &v, 4);
         break;
       }
