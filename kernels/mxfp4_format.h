@@ -84,7 +84,7 @@ static_assert((0x7Bu & 0x0Fu) == 0xBu && (0x7Bu >> 4) == 0x7u);
 // float(twice the magnitude) * 0.5 (an integer below 16 converts exactly; halving is exact).
 DEQUANTD_HD float Fp4ToFloat(uint32_t nibble) {
   const uint32_t twice = (kTwiceMagnitudes >> (4 * (nibble & 0x7u))) & 0xFu;
-  const float magnitude = static_cast<float>(twice) * 0.5f;
+  const float magnitude = SmallUintToFloat(twice) * 0.5f;
   return BitsToFloat(FloatBits(magnitude) | ((nibble & 0x8u) << 28));
 }
 

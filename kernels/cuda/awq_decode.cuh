@@ -19,16 +19,25 @@ namespace dequantd::cuda {
 
 // ---- Scalar helpers ---------------------------------------------------------------------------
 
-// Scale element `i` of `scales` (fp16, bf16 or fp32 elements) as a float (exact).
+// A 16-bit scale (fp16 or bf16 bits) as a float (exact).
 template <DType kScale>
-__device__ __forceinline__ float LoadScaleAsFloat(const void* scales, int64_t i) {
-  static_assert(kScale == DType::kF16 || kScale == DType::kBF16 || kScale == DType::kF32);
-  if constexpr (kScale == DType::kF32) return __ldg(static_cast<const float*>(scales) + i);
-  const uint16_t bits = __ldg(static_cast<const unsigned short*>(scales) + i);
+__device__ __forceinline__ float ScaleBitsToFloat(uint16_t bits) {
+  static_assert(kScale == DType::kF16 || kScale == DType::kBF16);
   if constexpr (kScale == DType::kF16) {
     return __half2float(__ushort_as_half(bits));
   } else {
     return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+  }
+}
+
+// Scale element `i` of `scales` (fp16, bf16 or fp32 elements) as a float (exact).
+template <DType kScale>
+__device__ __forceinline__ float LoadScaleAsFloat(const void* scales, int64_t i) {
+  static_assert(kScale == DType::kF16 || kScale == DType::kBF16 || kScale == DType::kF32);
+  if constexpr (kScale == DType::kF32) {
+    return __ldg(static_cast<const float*>(scales) + i);
+  } else {
+    return ScaleBitsToFloat<kScale>(__ldg(static_cast<const unsigned short*>(scales) + i));
   }
 }
 

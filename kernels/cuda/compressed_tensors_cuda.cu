@@ -1,12 +1,16 @@
 // compressed-tensors' CUDA kernels (layer 2), their host launcher (layer 3) and its FormatKernels
-// row entry (kernels/cuda/format_kernels.h). Two variants, bits 4 and 8, either orientation:
+// row entry (kernels/cuda/format_kernels.h). Three variants, bits 4 and 8, either orientation:
 //   v1_per_element: one thread per output element, in output order (coalesced stores);
 //   v2_per_word:    one thread per weight_packed word (32/b consecutive codes k of one row n), its
 //                   group's zero and scale reloaded only when the group changes; (N, K):
 //                   consecutive threads take consecutive words of one row (coalesced loads, each
 //                   thread stores 32/b consecutive elements); (K, N): consecutive threads take
-//                   consecutive rows n of one word column (coalesced stores).
-// Both take no launch parameters (256-thread blocks, grid-stride loops, 64-bit indices).
+//                   consecutive rows n of one word column (coalesced stores);
+//   v4_vec16:       (N, K) with a 16-byte aligned out, K a multiple of the chunk and (without
+//                   g_idx) group_size too: RowChunkKernel (row_chunk_kernel.cuh), one thread per
+//                   16-byte chunk of a result row (int4: one word, one zero and scale); other
+//                   shapes and (K, N) run v2's loop.
+// None takes launch parameters (v1/v2: 256-thread blocks, grid-stride loops, 64-bit indices).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +22,7 @@
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
 #include "kernels/cuda/launch_helpers.cuh"
+#include "kernels/cuda/row_chunk_kernel.cuh"
 
 namespace dequantd::cuda {
 namespace {
@@ -65,7 +70,85 @@ __global__ void CtPerWordKernel(CompressedTensorsParams p) {
   }
 }
 
-constexpr KernelVariant kCtVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord};
+// (N, K) chunks for RowChunkKernel: result row n, columns [k0, k0 + kChunk) from weight_packed
+// row n (int4: one word holds 8 codes; int8: one or two words). Without g_idx a chunk lies in one
+// group (the launcher checks group_size % kChunk == 0): one zero and one scale, the group found
+// with one 32-bit division; with g_idx each column's group is read (coalesced along the row), its
+// zero and scale reloaded when it changes. Same results as v1: round_out(round_sdt((f - z) * s)),
+// f converted exactly without I2F (SmallUintToFloat).
+template <DType kScale, int kBits, bool kGidx>
+struct CtNkChunks {
+  static_assert(kBits == 4 || kBits == 8);
+  using Params = CompressedTensorsParams;
+  // round_sdt(v), or v itself where PackChunk's round_out is the same rounding (kOut == kScale:
+  // rounding twice to one dtype is rounding once).
+  template <DType kOut>
+  static __device__ __forceinline__ float Rounded(float v) {
+    if constexpr (kOut == kScale) {
+      return v;
+    } else {
+      return RoundToScale<kScale>(v);
+    }
+  }
+  template <DType kOut>
+  static __device__ __forceinline__ uint4 Chunk(const Params& p, int64_t n, int64_t k0) {
+    constexpr int kValues = kChunk<kOut>;
+    const auto* row = reinterpret_cast<const unsigned*>(p.weight_packed + n * p.row_words);
+    uint32_t codes[kValues];
+    if constexpr (kBits == 4) {
+      const uint32_t word = __ldg(row + k0 / 8) >> (4 * (k0 % 8));
+#pragma unroll
+      for (int j = 0; j < kValues; ++j) codes[j] = (word >> (4 * j)) & 0xFu;
+    } else {
+#pragma unroll
+      for (int w = 0; w < kValues / 4; ++w) {
+        const uint32_t word = __ldg(row + k0 / 4 + w);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) codes[4 * w + b] = (word >> (8 * b)) & 0xFFu;
+      }
+    }
+    float v[kValues];
+    float z;
+    float s;
+    if constexpr (!kGidx) {
+      const int64_t g = static_cast<uint32_t>(k0) / static_cast<uint32_t>(p.group_size);
+      CtZeroScale<kScale>(p, n, g, &z, &s);
+      // f - z as (2^23 + f) - (2^23 + z): both exact, so the difference is f - z exactly.
+      const float z_biased = 8388608.0f + z;
+#pragma unroll
+      for (int j = 0; j < kValues; ++j) {
+        v[j] = Rounded<kOut>((__uint_as_float(0x4B000000u | codes[j]) - z_biased) * s);
+      }
+    } else {
+      int64_t g = -1;
+#pragma unroll
+      for (int j = 0; j < kValues; ++j) {
+        const int64_t gk = CtGroup(p, k0 + j);
+        if (gk != g) {
+          g = gk;
+          CtZeroScale<kScale>(p, n, g, &z, &s);
+        }
+        v[j] = Rounded<kOut>((SmallUintToFloat(codes[j]) - z) * s);
+      }
+    }
+    return PackChunk<kOut>(v);
+  }
+};
+
+// Launches the CtNkChunks instance of the layer's bits and g_idx.
+template <DType kScale, DType kOut>
+absl::Status LaunchCtNkChunks(const CompressedTensorsParams& p, cudaStream_t stream) {
+  const bool gidx = p.weight_g_idx != nullptr;
+  if (p.bits == 4) {
+    return gidx ? LaunchRowChunks<CtNkChunks<kScale, 4, true>, kOut>(p, p.N, p.K, stream)
+                : LaunchRowChunks<CtNkChunks<kScale, 4, false>, kOut>(p, p.N, p.K, stream);
+  }
+  return gidx ? LaunchRowChunks<CtNkChunks<kScale, 8, true>, kOut>(p, p.N, p.K, stream)
+              : LaunchRowChunks<CtNkChunks<kScale, 8, false>, kOut>(p, p.N, p.K, stream);
+}
+
+constexpr KernelVariant kCtVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord,
+                                         KernelVariant::kV4Vec16};
 
 LaunchConfig CtDefaultConfig(KernelVariant, const QuantShape&, DType) { return LaunchConfig{}; }
 
@@ -111,6 +194,9 @@ absl::Status CtLaunch(KernelVariant v, const LaunchConfig&, const QuantView& in,
   p.bits = shape.bits;
   p.flags = shape.format_flags;
   p.nk = shape.orientation == Orientation::kNK;
+  const int64_t chunk = out_dtype == DType::kF32 ? 4 : 8;
+  const bool chunks = p.nk && (p.bits == 4 || p.bits == 8) && ChunkAligned(out, p.K, out_dtype) &&
+                      (p.weight_g_idx != nullptr || p.group_size % chunk == 0);
   return DispatchDTypes<DType::kF16, DType::kBF16, DType::kF32>(
       shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
         constexpr DType kScale = decltype(scale_c)::value;
@@ -118,6 +204,9 @@ absl::Status CtLaunch(KernelVariant v, const LaunchConfig&, const QuantView& in,
         switch (v) {
           case KernelVariant::kV1PerElement:
             return LaunchGridStride(CtPerElementKernel<kScale, kOut>, p.K * p.N, kBlock, p, stream);
+          case KernelVariant::kV4Vec16:
+            if (chunks) return LaunchCtNkChunks<kScale, kOut>(p, stream);
+            [[fallthrough]];
           case KernelVariant::kV2PerWord:
             return LaunchGridStride(CtPerWordKernel<kScale, kOut>, p.N * p.row_words, kBlock, p,
                                     stream);

@@ -2,11 +2,12 @@
 // and its FormatKernels row entry (kernels/cuda/format_kernels.h). Two variants, either
 // orientation:
 //   v1_per_element: one thread per output element, in output order (coalesced stores);
-//   v4_vec16:       (N, K) with K and C multiples of 16 (so 16 consecutive elements of a row at a
-//                   multiple of 16 share one scale, whether the block column is whole or the
-//                   last, partial one) and a 16-byte aligned weight: one thread per 16 such
-//                   elements (one 16-byte load of E4M3 bytes, one scale, 16 stores); other shapes
-//                   and (K, N) run v1's loop.
+//   v4_vec16:       (N, K) with K and C multiples of 8 (so a chunk of 8 consecutive elements of a
+//                   row shares one scale, whether the block column is whole or the last, partial
+//                   one), an 8-byte aligned weight and a 16-byte aligned out: RowChunkKernel
+//                   (row_chunk_kernel.cuh), one thread per 16-byte chunk of a result row (one 8-
+//                   or 4-byte load of E4M3 bytes, one scale, one 16-byte store); other shapes and
+//                   (K, N) run v1's loop.
 // Both take no launch parameters (256-thread blocks, grid-stride loops, 64-bit indices). Every
 // path forms the same fp32 product, rounds it to the scale dtype and then to the output dtype
 // with cvt.rn (compressed_tensors_fp8_format.h).
@@ -20,7 +21,9 @@
 #include "kernels/cuda/compressed_tensors_fp8_decode.cuh"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
+#include "kernels/cuda/fp8_block_decode.cuh"  // E4m3x2ToFloat2
 #include "kernels/cuda/launch_helpers.cuh"
+#include "kernels/cuda/row_chunk_kernel.cuh"
 
 namespace dequantd::cuda {
 namespace {
@@ -28,7 +31,6 @@ namespace {
 namespace ctf = compressed_tensors_fp8;
 
 constexpr int kBlock = 256;
-constexpr int kVec = 16;  // E4M3 bytes per v4 thread (one 16-byte load)
 
 template <DType kScale, DType kOut>
 __global__ void CtFp8PerElementKernel(CtFp8Params p) {
@@ -41,26 +43,47 @@ __global__ void CtFp8PerElementKernel(CtFp8Params p) {
   }
 }
 
-// (N, K), K % 16 == 0, C % 16 == 0, weight 16-byte aligned: vector v covers elements
-// [16v, 16v + 16) of one row n, inside one scale block.
-template <DType kScale, DType kOut>
-__global__ void CtFp8NkVec16Kernel(CtFp8Params p) {
-  const int64_t vectors = p.K * p.N / kVec;
-  const auto* in = reinterpret_cast<const uint4*>(p.weight);
-  for (int64_t v = GlobalThreadIndex(); v < vectors; v += GridThreads()) {
-    const int64_t e = v * kVec;
-    const float s = CtFp8Scale<kScale>(p, e / p.K, e % p.K);
-    const uint4 bytes = __ldg(in + v);
-    const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      const auto b = static_cast<uint8_t>(words[j / 4] >> (8 * (j % 4)));
-      StoreElement<kOut>(p.out, e + j, CtFp8Element<kScale>(b, s));
+// (N, K) chunks for RowChunkKernel: result row n, columns [k0, k0 + kChunk) from one 8-byte
+// (fp16/bf16) or 4-byte (fp32) load of E4M3 bytes and one scale (C % 8 == 0: a chunk lies in one
+// scale column block, whole or the last, partial one). Needs K % 8 == 0 and an 8-byte aligned
+// weight. The scale index is ScaleIndex's, in 32-bit divisions (N, K < 2^31).
+template <DType kScale>
+struct CtFp8NkChunks {
+  using Params = CtFp8Params;
+  template <DType kOut>
+  static __device__ __forceinline__ uint4 Chunk(const Params& p, int64_t n, int64_t k0) {
+    constexpr int kValues = kChunk<kOut>;
+    const int64_t scale_row = static_cast<uint32_t>(n) / static_cast<uint32_t>(p.rows_per_scale);
+    const int64_t scale_col = static_cast<uint32_t>(k0) / static_cast<uint32_t>(p.cols_per_scale);
+    const float s = LoadScaleAsFloat<kScale>(p.weight_scale, scale_row * p.grid_cols + scale_col);
+    const uint8_t* src = p.weight + n * p.K + k0;
+    uint32_t words[kValues / 4];
+    if constexpr (kValues == 8) {
+      const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+      words[0] = w.x;
+      words[1] = w.y;
+    } else {
+      words[0] = __ldg(reinterpret_cast<const unsigned*>(src));
     }
+    float v[kValues];
+#pragma unroll
+    for (int i = 0; i < kValues / 2; ++i) {
+      const float2 w = E4m3x2ToFloat2(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2))));
+      // The fp32 product (fp8_block::Fp32Product), then round_sdt; rounding twice to one dtype
+      // (round_sdt, then PackChunk's round_out) is rounding once.
+      if constexpr (kOut == kScale) {
+        v[2 * i] = w.x * s;
+        v[2 * i + 1] = w.y * s;
+      } else {
+        v[2 * i] = RoundToScale<kScale>(w.x * s);
+        v[2 * i + 1] = RoundToScale<kScale>(w.y * s);
+      }
+    }
+    return PackChunk<kOut>(v);
   }
-}
+};
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool Aligned8(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
 
 constexpr KernelVariant kCtFp8Variants[] = {KernelVariant::kV1PerElement, KernelVariant::kV4Vec16};
 
@@ -99,7 +122,8 @@ absl::Status CtFp8Launch(KernelVariant v, const LaunchConfig&, const QuantView& 
   p.cols_per_scale = shape.group_size;
   p.grid_cols = ctf::GridDim(shape.K, shape.group_size);
   p.nk = shape.orientation == Orientation::kNK;
-  const bool vec16 = p.nk && p.K % kVec == 0 && p.cols_per_scale % kVec == 0 && Aligned16(p.weight);
+  const bool chunks = p.nk && p.K % 8 == 0 && p.cols_per_scale % 8 == 0 && Aligned8(p.weight) &&
+                      ChunkAligned(out, p.K, out_dtype);
   return DispatchDTypes<DType::kF32, DType::kBF16, DType::kF16>(
       shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
         constexpr DType kScale = decltype(scale_c)::value;
@@ -109,10 +133,7 @@ absl::Status CtFp8Launch(KernelVariant v, const LaunchConfig&, const QuantView& 
             return LaunchGridStride(CtFp8PerElementKernel<kScale, kOut>, p.K * p.N, kBlock, p,
                                     stream);
           case KernelVariant::kV4Vec16:
-            if (vec16) {
-              return LaunchGridStride(CtFp8NkVec16Kernel<kScale, kOut>, p.K * p.N / kVec, kBlock, p,
-                                      stream);
-            }
+            if (chunks) return LaunchRowChunks<CtFp8NkChunks<kScale>, kOut>(p, p.N, p.K, stream);
             return LaunchGridStride(CtFp8PerElementKernel<kScale, kOut>, p.K * p.N, kBlock, p,
                                     stream);
           default:

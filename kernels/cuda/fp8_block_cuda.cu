@@ -1,9 +1,10 @@
 // FP8 block-scaled's CUDA kernels (layer 2), their host launcher (layer 3) and its FormatKernels
 // row entry (kernels/cuda/format_kernels.h). Two variants, either orientation:
 //   v1_per_element: one thread per output element, in output order (coalesced stores);
-//   v4_vec16:       (N, K) with K % 16 == 0 and 16-byte aligned weight and out: one thread per 16
-//                   consecutive elements of a row (one 16-byte load of E4M3 bytes, one scale, 32 or
-//                   64 bytes of 16-byte stores); other (N, K) shapes run v1's loop; (K, N): a 32x32
+//   v4_vec16:       (N, K) with K % 8 == 0, an 8-byte aligned weight and a 16-byte aligned out:
+//                   RowChunkKernel (row_chunk_kernel.cuh), one thread per 16-byte chunk of a result
+//                   row (one 8- or 4-byte load of E4M3 bytes, one scale, one 16-byte store); other
+//                   (N, K) shapes run v1's loop; (K, N): a 32x32
 //                   shared-memory transpose tile per block (coalesced loads along k, stores
 //                   along n), the fp32 products kept in the tile and rounded at the store.
 // Both take no launch parameters (256-thread blocks, grid-stride loops, 64-bit indices). Every
@@ -20,6 +21,7 @@
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
 #include "kernels/cuda/fp8_block_decode.cuh"
+#include "kernels/cuda/row_chunk_kernel.cuh"
 #include "kernels/fp8_block_format.h"
 
 namespace dequantd::cuda {
@@ -27,11 +29,10 @@ namespace {
 
 constexpr int kBlockThreads = 256;
 constexpr int64_t kMaxBlocks = int64_t{1} << 24;
-constexpr int kVec = 16;      // E4M3 bytes per v4 thread (one 16-byte load)
 constexpr int kTileDim = 32;  // (K, N) transpose tile: 32 n x 32 k
 constexpr int kTileRows = 8;  // thread rows per tile block (32 x 8 = 256 threads)
-static_assert(fp8_block::kBlock % kVec == 0 && fp8_block::kBlock % kTileDim == 0,
-              "a v4 vector and a transpose tile each lie inside one scale block");
+static_assert(fp8_block::kBlock % 8 == 0 && fp8_block::kBlock % kTileDim == 0,
+              "a v4 chunk and a transpose tile each lie inside one scale block");
 
 __device__ __forceinline__ int64_t ThreadIndex() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -51,18 +52,35 @@ __global__ void Fp8PerElementKernel(Fp8BlockParams p) {
   }
 }
 
-// (N, K), K % 16 == 0, weight and out 16-byte aligned: vector v covers elements [16v, 16v + 16)
-// of one row n and one block.
-template <DType kScale, DType kOut>
-__global__ void Fp8NkVec16Kernel(Fp8BlockParams p) {
-  const int64_t vectors = p.K * p.N / kVec;
-  const auto* in = reinterpret_cast<const uint4*>(p.weight);
-  for (int64_t v = ThreadIndex(); v < vectors; v += Threads()) {
-    const int64_t e = v * kVec;
-    const float s = Fp8BlockScale<kScale>(p, e / p.K, e % p.K);
-    StoreVec16<kOut>(static_cast<char*>(p.out) + e * DTypeSize(kOut), __ldg(in + v), s);
+// (N, K) chunks for RowChunkKernel: result row n, columns [k0, k0 + kChunk) from one 8-byte
+// (fp16/bf16) or 4-byte (fp32) load of E4M3 bytes and the one scale of their block (128 is a
+// multiple of the chunk). Needs K % 8 == 0 and an 8-byte aligned weight.
+template <DType kScale>
+struct Fp8BlockNkChunks {
+  using Params = Fp8BlockParams;
+  template <DType kOut>
+  static __device__ __forceinline__ uint4 Chunk(const Params& p, int64_t n, int64_t k0) {
+    constexpr int kValues = kChunk<kOut>;
+    const float s = Fp8BlockScale<kScale>(p, n, k0);
+    const uint8_t* src = p.weight + n * p.K + k0;
+    uint32_t words[kValues / 4];
+    if constexpr (kValues == 8) {
+      const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+      words[0] = w.x;
+      words[1] = w.y;
+    } else {
+      words[0] = __ldg(reinterpret_cast<const unsigned*>(src));
+    }
+    float v[kValues];
+#pragma unroll
+    for (int i = 0; i < kValues / 2; ++i) {
+      const float2 w = E4m3x2ToFloat2(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2))));
+      v[2 * i] = w.x * s;  // fp8_block::Fp32Product: one fp32 multiply
+      v[2 * i + 1] = w.y * s;
+    }
+    return PackChunk<kOut>(v);
   }
-}
+};
 
 // (K, N): tile t covers weight rows [n0, n0 + 32) and columns [k0, k0 + 32) (one scale block).
 template <DType kScale, DType kOut>
@@ -135,7 +153,7 @@ absl::Status Launch(Kernel kernel, int64_t work_items, dim3 block, const Fp8Bloc
   return absl::OkStatus();
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool Aligned8(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
 
 constexpr KernelVariant kFp8BlockVariants[] = {KernelVariant::kV1PerElement,
                                                KernelVariant::kV4Vec16};
@@ -175,7 +193,8 @@ absl::Status Fp8BlockLaunch(KernelVariant v, const LaunchConfig&, const QuantVie
   p.N = shape.N;
   p.grid_cols = fp8_block::GridCols(shape.K);
   p.nk = shape.orientation == Orientation::kNK;
-  const bool vec16 = p.nk && p.K % kVec == 0 && Aligned16(p.weight) && Aligned16(out);
+  const bool chunks =
+      p.nk && p.K % 8 == 0 && Aligned8(p.weight) && ChunkAligned(out, p.K, out_dtype);
   return DispatchDTypes(shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
     constexpr DType kScale = decltype(scale_c)::value;
     constexpr DType kOut = decltype(out_c)::value;
@@ -184,7 +203,7 @@ absl::Status Fp8BlockLaunch(KernelVariant v, const LaunchConfig&, const QuantVie
       case KernelVariant::kV1PerElement:
         return Launch(Fp8PerElementKernel<kScale, kOut>, p.K * p.N, flat, p, stream);
       case KernelVariant::kV4Vec16:
-        if (vec16) return Launch(Fp8NkVec16Kernel<kScale, kOut>, p.K * p.N / kVec, flat, p, stream);
+        if (chunks) return LaunchRowChunks<Fp8BlockNkChunks<kScale>, kOut>(p, p.N, p.K, stream);
         if (p.nk) return Launch(Fp8PerElementKernel<kScale, kOut>, p.K * p.N, flat, p, stream);
         return Launch(
             Fp8KnTileKernel<kScale, kOut>,

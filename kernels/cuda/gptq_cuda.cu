@@ -1,14 +1,21 @@
 // GPTQ's CUDA kernels (layer 2), their host launcher (layer 3) and GPTQ's FormatKernels row
-// entry (kernels/cuda/format_kernels.h). Two variants, any bits (2, 3, 4, 8), either orientation:
-//   v1_per_element: one thread per output element, in output order (coalesced stores);
-//   v2_per_word:    one thread per run of 32 consecutive rows k of one column n (the 32 codes of
-//                   b words of qweight column n), its group's zero and scale reloaded only when
-//                   the group changes; (K, N): consecutive threads take consecutive n (coalesced
-//                   loads and stores); (N, K): consecutive threads take consecutive runs of one
-//                   column (each stores 32 consecutive elements of output row n).
-// Both take no launch parameters (256-thread blocks, grid-stride loops, 64-bit indices).
+// entry (kernels/cuda/format_kernels.h). Three variants, either orientation:
+//   v1_per_element: any bits (2, 3, 4, 8): one thread per output element, in output order
+//                   (coalesced stores);
+//   v2_per_word:    any bits: one thread per run of 32 consecutive rows k of one column n (the 32
+//                   codes of b words of qweight column n), its group's zero and scale reloaded
+//                   only when the group changes; (K, N): consecutive threads take consecutive n
+//                   (coalesced loads and stores); (N, K): consecutive threads take consecutive
+//                   runs of one column (each stores 32 consecutive elements of output row n);
+//   v4_vec16:       4 bits, whole 16-byte result chunks, groups of whole words without g_idx:
+//                   every store a 16-byte chunk, consecutive threads along a result row. (N, K):
+//                   a block per 32 columns (GptqNkSliceKernel, shared-memory tiles); (K, N): a
+//                   thread per 8 (fp32: 4) consecutive columns of one qweight row, 8 result rows
+//                   (GptqKnChunkKernel). Other layers run v1's loop.
+// None takes launch parameters (256-thread blocks, grid-stride loops, 64-bit indices).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -19,6 +26,7 @@
 #include "kernels/cuda/format_kernels.h"
 #include "kernels/cuda/gptq_decode.cuh"
 #include "kernels/cuda/launch_helpers.cuh"
+#include "kernels/cuda/row_chunk_kernel.cuh"
 #include "kernels/gptq_format.h"
 
 namespace dequantd::cuda {
@@ -62,7 +70,229 @@ __global__ void GptqPerRunKernel(GptqParams p) {
   }
 }
 
-constexpr KernelVariant kGptqVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord};
+// ---- v4 (4-bit): 16-byte stores of whole result chunks -----------------------------------------
+
+constexpr int kTileN = 32;  // (N, K) tile: 32 columns n ...
+constexpr int kTileWarps = kBlock / 32;
+// ... x 32 qweight rows (256 inputs k); 16 for fp32 results (shared memory under 48 KB).
+template <DType kOut>
+inline constexpr int kNkTileWords = kOut == DType::kF32 ? 16 : 32;
+
+// The zero (a 4-bit field) of column `i` of a zero word.
+__device__ __forceinline__ uint32_t ZeroField(uint32_t zero_word, int64_t i) {
+  return (zero_word >> (4 * (i % 8))) & 0xFu;
+}
+
+// float(q - z) * s for 4-bit fields q and z as ((2^23 + q) - (2^23 + z)) * s: both terms are
+// exact floats (their low mantissa bits hold q and z: no I2F), so the difference is q - z exactly
+// and this equals GptqElement's __int2float_rn(q - z) * s bit for bit.
+__device__ __forceinline__ float Dequant4(uint32_t q, uint32_t z, float s) {
+  return (__uint_as_float(0x4B000000u | q) - __uint_as_float(0x4B000000u | z)) * s;
+}
+
+// (N, K): qweight word (kw, n) holds 8 consecutive elements of result row n, but consecutive
+// words of that row lie N words apart. Block (x, y) takes the 32 columns [n0, n0 + 32), n0 = 32 x,
+// and the y-th segment of the qweight rows, in tiles of W rows (8W inputs k):
+//  - once per block, every group's 32 scales (16-byte loads) and zeros (v1 bias added) of these
+//    columns go to shared memory as floats, the zeros biased by 2^23 (groups x 256 bytes: with
+//    act-order any group can occur);
+//  - per tile, each thread loads its W / 8 words (warp w: rows kw0 + w + 8i, lanes along n:
+//    coalesced) and the group of one input k (g_idx, or k / group_size), the next tile's while
+//    this one is stored; decodes them from shared memory (same arithmetic as GptqElement) into
+//    16-byte chunks of its result row n, kept in a shared-memory tile; then warp w stores result
+//    rows n0 + w + 8i, lanes along the row (512 contiguous bytes per store instruction).
+// Shared memory (dynamic): GptqNkSharedBytes.
+template <DType kScale, DType kOut>
+__global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
+  constexpr int kWords = kNkTileWords<kOut>;
+  constexpr int kTileK = kWords * 8;                    // inputs k per tile: 256 or 128
+  constexpr int kWordsPerThread = kWords / kTileWarps;  // 4 or 2
+  constexpr int kPerWord = 8 / kChunk<kOut>;            // 16-byte chunks per word
+  constexpr int kRowChunks = kWords * kPerWord;         // 32
+  static_assert(kTileK <= kBlock && kRowChunks == 32);
+  extern __shared__ uint4 shared[];
+  // One padding chunk per row: the decode's writes (lanes along n) hit distinct banks.
+  auto* tile = reinterpret_cast<uint4(*)[kRowChunks + 1]>(shared);
+  auto* tile_groups = reinterpret_cast<int32_t*>(shared + kTileN * (kRowChunks + 1));
+  // Per group and column: the scale as a float and 2^23 + zero (Dequant4's biased zero).
+  auto* scales = reinterpret_cast<float(*)[kTileN]>(tile_groups + kTileK);
+  auto* zeros = scales + p.groups;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  const int64_t n = n0 + lane;
+  for (int64_t i = tid; i < p.groups * (kTileN / 8); i += kBlock) {
+    const int64_t g = i / (kTileN / 8);
+    const int v = static_cast<int>(i % (kTileN / 8));
+    if (n0 + 8 * v < p.N) {  // N % 8 == 0: whole 16-byte scale vectors and zero words
+      const uint4 bits = __ldg(
+          reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.scales) + g * p.N + n0) +
+          v);
+      const uint32_t halves[4] = {bits.x, bits.y, bits.z, bits.w};
+      const uint32_t zero_word = GptqZeroWord4(p, g, n0 / 8 + v);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        scales[g][8 * v + c] =
+            ScaleBitsToFloat<kScale>(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2))));
+        zeros[g][8 * v + c] = __uint_as_float(0x4B000000u | ZeroField(zero_word, c));
+      }
+    }
+  }
+  const int64_t words_k = p.K / 8;
+  const int64_t tiles_k = (words_k + kWords - 1) / kWords;
+  const int64_t per_segment = (tiles_k + gridDim.y - 1) / gridDim.y;
+  const int64_t t_end = std::min<int64_t>(tiles_k, (blockIdx.y + 1) * per_segment);
+  const auto* qweight = reinterpret_cast<const unsigned*>(p.qweight);
+  // This thread's loads for tile t: its words and (tid < kTileK) the group of input k0 + tid.
+  const auto load = [&](int64_t t, uint32_t(&q)[kWordsPerThread], int32_t& group) {
+    const int64_t kw0 = t * kWords;
+#pragma unroll
+    for (int i = 0; i < kWordsPerThread; ++i) {
+      const int64_t kw = kw0 + warp + kTileWarps * i;
+      q[i] = kw < words_k && n < p.N ? __ldg(qweight + kw * p.N + n) : 0u;
+    }
+    const int64_t k = kw0 * 8 + tid;
+    group = tid < kTileK && k < p.K ? static_cast<int32_t>(GptqGroup(p, k)) : 0;
+  };
+  uint32_t q[kWordsPerThread];
+  int32_t group = 0;
+  int64_t t = blockIdx.y * per_segment;
+  if (t < t_end) load(t, q, group);
+  for (; t < t_end; ++t) {
+    if (tid < kTileK) tile_groups[tid] = group;
+    __syncthreads();  // groups (and, the first time, scales and zeros) in place
+    uint32_t q_next[kWordsPerThread];
+    int32_t group_next = 0;
+    if (t + 1 < t_end) load(t + 1, q_next, group_next);
+    const int64_t kw0 = t * kWords;
+#pragma unroll
+    for (int i = 0; i < kWordsPerThread; ++i) {
+      const int wl = warp + kTileWarps * i;  // the word's row in the tile
+      if (kw0 + wl < words_k && n < p.N) {
+        const int4 g_lo = reinterpret_cast<const int4*>(tile_groups)[2 * wl];
+        const int4 g_hi = reinterpret_cast<const int4*>(tile_groups)[2 * wl + 1];
+        const int32_t groups[8] = {g_lo.x, g_lo.y, g_lo.z, g_lo.w, g_hi.x, g_hi.y, g_hi.z, g_hi.w};
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          // Dequant4: ((2^23 + q) - (2^23 + z)) * s, both terms exact.
+          const float q_biased = __uint_as_float(0x4B000000u | ((q[i] >> (4 * j)) & 0xFu));
+          v[j] = (q_biased - zeros[groups[j]][lane]) * scales[groups[j]][lane];
+        }
+#pragma unroll
+        for (int c = 0; c < kPerWord; ++c) {
+          float part[kChunk<kOut>];
+#pragma unroll
+          for (int j = 0; j < kChunk<kOut>; ++j) part[j] = v[c * kChunk<kOut> + j];
+          tile[lane][wl * kPerWord + c] = PackChunk<kOut>(part);
+        }
+      }
+    }
+    __syncthreads();  // the tile decoded; tile_groups free for the next tile
+    const int64_t row_chunks = std::min<int64_t>(kWords, words_k - kw0) * kPerWord;
+    for (int r = warp; r < kTileN && n0 + r < p.N; r += kTileWarps) {
+      uint4* dst = static_cast<uint4*>(p.out) + ((n0 + r) * p.K + kw0 * 8) / kChunk<kOut>;
+      if (lane < row_chunks) dst[lane] = tile[r][lane];
+    }
+    __syncthreads();  // the tile stored: free for the next decode
+#pragma unroll
+    for (int i = 0; i < kWordsPerThread; ++i) q[i] = q_next[i];
+    group = group_next;
+  }
+}
+
+// Dynamic shared memory of GptqNkSliceKernel<.., kOut> for a layer of `groups` groups.
+template <DType kOut>
+int64_t GptqNkSharedBytes(int64_t groups) {
+  constexpr int kWords = kNkTileWords<kOut>;
+  const int64_t tile = int64_t{kTileN} * (kWords * (8 / kChunk<kOut>)+1) * 16;
+  return tile + kWords * 8 * 4 + groups * kTileN * 8;
+}
+
+// The most dynamic shared memory a GptqNkSliceKernel block asks for (a layer with more groups
+// than fit runs v1): within every sm_90 GPU's 227 KB per block.
+constexpr int64_t kGptqNkMaxSharedBytes = int64_t{200} << 10;
+
+// (K, N): thread (kw, c) takes qweight words (kw, [8c, 8c + 8)) (fp32: [4c, 4c + 4)), one 32-byte
+// (16-byte) load, and stores their 8 result rows k = 8 kw + j as one 16-byte chunk each;
+// consecutive threads take consecutive c (512 contiguous bytes per store instruction). The 8
+// rows' groups are read first, then every zero word and scale vector at once (no load waits on
+// another but for the groups). Grid x the chunks of a row, grid y the qweight rows (a grid-stride
+// loop past 65535).
+template <DType kScale, DType kOut>
+__global__ void __launch_bounds__(kBlock) GptqKnChunkKernel(GptqParams p) {
+  constexpr int kValues = kChunk<kOut>;
+  using ScaleVec = std::conditional_t<kValues == 8, uint4, uint2>;  // kValues 16-bit scales
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
+  if (c * kValues >= p.N) return;
+  const int64_t n0 = c * kValues;
+  const int64_t words_k = p.K / 8;
+  for (int64_t kw = blockIdx.y; kw < words_k; kw += gridDim.y) {
+    uint32_t q[kValues];
+    const auto* src = reinterpret_cast<const uint4*>(p.qweight + kw * p.N + n0);
+#pragma unroll
+    for (int h = 0; h < kValues / 4; ++h) {
+      const uint4 w = __ldg(src + h);
+      q[4 * h] = w.x;
+      q[4 * h + 1] = w.y;
+      q[4 * h + 2] = w.z;
+      q[4 * h + 3] = w.w;
+    }
+    // Without g_idx the word's 8 rows share one group (group_size % 8 == 0, launcher).
+    const int64_t word_group = static_cast<uint32_t>(kw * 8) / static_cast<uint32_t>(p.group_size);
+    int64_t g[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g[j] = p.g_idx == nullptr ? word_group : GptqGroup(p, kw * 8 + j);
+    uint32_t zw[8];
+    ScaleVec sv[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      zw[j] = GptqZeroWord4(p, g[j], n0 / 8);
+      sv[j] = __ldg(reinterpret_cast<const ScaleVec*>(static_cast<const uint16_t*>(p.scales) +
+                                                      g[j] * p.N + n0));
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint16_t sb[kValues];
+      std::memcpy(sb, &sv[j], sizeof(sb));
+      float v[kValues];
+#pragma unroll
+      for (int i = 0; i < kValues; ++i) {
+        v[i] = Dequant4((q[i] >> (4 * j)) & 0xFu, ZeroField(zw[j], n0 + i),
+                        ScaleBitsToFloat<kScale>(sb[i]));
+      }
+      static_cast<uint4*>(p.out)[(kw * 8 + j) * p.N / kValues + c] = PackChunk<kOut>(v);
+    }
+  }
+}
+
+// Launches GptqNkSliceKernel: one block per 32 columns, the qweight rows split into as many
+// segments as give about kSliceBlocks blocks (each segment stages the scales and zeros once).
+template <DType kScale, DType kOut>
+absl::Status LaunchGptqNkSlices(const GptqParams& p, cudaStream_t stream) {
+  constexpr int64_t kSliceBlocks = 2048;
+  const int64_t bytes = GptqNkSharedBytes<kOut>(p.groups);
+  if (bytes > (int64_t{48} << 10)) {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(GptqNkSliceKernel<kScale, kOut>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(bytes)));
+  }
+  const int64_t slices = (p.N + kTileN - 1) / kTileN;
+  const int64_t tiles_k = (p.K / 8 + kNkTileWords<kOut> - 1) / kNkTileWords<kOut>;
+  const int64_t segments =
+      std::clamp<int64_t>(kSliceBlocks / slices, 1, std::min<int64_t>(tiles_k, 65535));
+  GptqNkSliceKernel<kScale, kOut>
+      <<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(segments)), kBlock,
+         static_cast<size_t>(bytes), stream>>>(p);
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+constexpr KernelVariant kGptqVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord,
+                                           KernelVariant::kV4Vec16};
 
 LaunchConfig GptqDefaultConfig(KernelVariant, const QuantShape&, DType) { return LaunchConfig{}; }
 
@@ -107,11 +337,32 @@ absl::Status GptqLaunch(KernelVariant v, const LaunchConfig&, const QuantView& i
   p.bits = shape.bits;
   p.flags = shape.format_flags;
   p.nk = shape.orientation == Orientation::kNK;
+  // v4 takes 4-bit layers whose groups (without g_idx) hold whole words, and whole 16-byte
+  // result chunks: along K for (N, K), along N for (K, N).
+  const bool v4 =
+      p.bits == 4 && p.K > 0 && p.K % 8 == 0 && p.N > 0 && (has_gidx || p.group_size % 8 == 0);
+  // Both read whole 16-byte vectors of a scale row (N % 8 == 0, 16-byte aligned scales).
+  const bool v4_loads = p.N % 8 == 0 && Aligned16(p.scales) && Aligned16(p.qweight);
+  const bool nk_tiles = v4 && v4_loads && p.nk && ChunkAligned(out, p.K, out_dtype);
+  const bool kn_chunks = v4 && v4_loads && !p.nk && ChunkAligned(out, p.N, out_dtype);
   return DispatchDTypes<DType::kF16, DType::kBF16>(
       shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
         constexpr DType kScale = decltype(scale_c)::value;
         constexpr DType kOut = decltype(out_c)::value;
         switch (v) {
+          case KernelVariant::kV4Vec16:
+            if (nk_tiles && GptqNkSharedBytes<kOut>(p.groups) <= kGptqNkMaxSharedBytes) {
+              return LaunchGptqNkSlices<kScale, kOut>(p, stream);
+            }
+            if (kn_chunks) {
+              const int64_t chunks = p.N / kChunk<kOut>;
+              const dim3 grid(static_cast<unsigned>((chunks + kBlock - 1) / kBlock),
+                              static_cast<unsigned>(std::min<int64_t>(p.K / 8, 65535)));
+              GptqKnChunkKernel<kScale, kOut><<<grid, kBlock, 0, stream>>>(p);
+              DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+              return absl::OkStatus();
+            }
+            [[fallthrough]];
           case KernelVariant::kV1PerElement:
             return LaunchGridStride(GptqPerElementKernel<kScale, kOut>, p.K * p.N, kBlock, p,
                                     stream);

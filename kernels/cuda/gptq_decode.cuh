@@ -47,4 +47,11 @@ __device__ __forceinline__ float GptqElement(const GptqParams& p, int64_t k, int
   return __int2float_rn(q - z) * LoadScaleAsFloat<kScale>(p.scales, g * p.N + n);
 }
 
+// The zero word of 4-bit columns [8c, 8c + 8) in group g, with the v1 bias added to every field
+// (gptq::ZeroAt's rule for whole words): field i is the zero of column 8c + i.
+__device__ __forceinline__ uint32_t GptqZeroWord4(const GptqParams& p, int64_t g, int64_t c) {
+  const auto word = static_cast<uint32_t>(__ldg(p.qzeros + g * p.zero_words + c));
+  return (p.flags & gptq::kZerosV1) != 0 ? word + gptq::V1WordBias(4) : word;
+}
+
 }  // namespace dequantd::cuda

@@ -1,13 +1,15 @@
 // MXFP4's CUDA kernels (layer 2), their host launcher (layer 3) and its FormatKernels row entry
 // (kernels/cuda/format_kernels.h). Two variants, either orientation, experts stacked:
 //   v1_per_element: one thread per output element, in output order (coalesced stores);
-//   v4_vec16:       16-byte aligned blocks (and, for (E, N, K), out): (E, N, K) runs one thread per
-//                   16-byte block (one load, one scale, 32 outputs in 16-byte stores); (E, K, N)
-//                   runs a shared-memory transpose: a 128-thread block takes 128 rows n of one
-//                   expert and two blocks (64 inputs k) of each, one thread per row n (two 16-byte
-//                   loads: a whole 32-byte sector), decodes them into a 64 x 128 tile of rounded
-//                   outputs and stores it row by row (each warp 32 consecutive n). Blocks not
-//                   16-byte aligned run v1's loop.
+//   v4_vec16:       16-byte aligned blocks and out, and whole 16-byte result chunks per row:
+//                   (E, N, K) runs RowChunkKernel (row_chunk_kernel.cuh) over the E*N rows, one
+//                   thread per 16-byte chunk (one 4- or 2-byte load of blocks, one scale, one
+//                   16-byte store); (E, K, N) (N % 8 == 0, fp32 N % 4 == 0) runs a shared-memory
+//                   transpose: a 128-thread block takes 128 rows n of one expert and two blocks
+//                   (64 inputs k) of each, one thread per row n (two 16-byte loads: a whole
+//                   32-byte sector), decodes them into a 64 x 128 tile of rounded outputs and
+//                   stores it in 16-byte chunks, consecutive threads along a result row. Other
+//                   shapes run v1's loop.
 // Both take no launch parameters (grid-stride loops, 64-bit indices). Every path computes
 // mxfp4::Element and rounds it once (mxfp4_decode.cuh).
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include "kernels/cuda/format_kernels.h"
 #include "kernels/cuda/launch_helpers.cuh"
 #include "kernels/cuda/mxfp4_decode.cuh"
+#include "kernels/cuda/row_chunk_kernel.cuh"
 #include "kernels/mxfp4_format.h"
 
 namespace dequantd::cuda {
@@ -57,41 +60,50 @@ __global__ void Mxfp4PerElementKernel(Mxfp4Params p) {
   }
 }
 
-// (E, N, K): thread b takes block b of the (E*N*K/32) blocks: outputs [32b, 32b + 32).
-template <DType kOut>
-__global__ void Mxfp4NkVec16Kernel(Mxfp4Params p) {
-  const int64_t blocks = p.experts * p.N * p.groups;
-  const auto* in = reinterpret_cast<const uint4*>(p.blocks);
-  for (int64_t b = GlobalThreadIndex(); b < blocks; b += GridThreads()) {
-    const uint4 v = __ldg(in + b);
-    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-    const uint8_t s = __ldg(p.scales + b);
-    constexpr int kPerVec = 16 / sizeof(OutBits<kOut>);  // outputs per 16-byte store
-    auto* dst = reinterpret_cast<uint4*>(static_cast<char*>(p.out) +
-                                         b * mxfp4::kBlockValues * sizeof(OutBits<kOut>));
-#pragma unroll
-    for (int q = 0; q < static_cast<int>(mxfp4::kBlockValues) / kPerVec; ++q) {
-      uint32_t packed[4];
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        if constexpr (kOut == DType::kF32) {
-          packed[w] = RoundOutBits<kOut>(BlockValue(words, q * kPerVec + w, s));
-        } else {
-          const int j = q * kPerVec + 2 * w;
-          packed[w] = RoundOutBits<kOut>(BlockValue(words, j, s)) |
-                      RoundOutBits<kOut>(BlockValue(words, j + 1, s)) << 16;
-        }
-      }
-      dst[q] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+// (E, N, K) chunks for RowChunkKernel over the E*N block rows: result row r (expert r / N, row
+// r % N), columns [k0, k0 + kChunk) from one 4-byte (fp16/bf16) or 2-byte (fp32) load of blocks
+// and the scale of their 32-value block. Needs 16-byte aligned blocks (then every chunk's bytes
+// are aligned: K / 2 is a multiple of 16).
+struct Mxfp4NkChunks {
+  using Params = Mxfp4Params;
+  template <DType kOut>
+  static __device__ __forceinline__ uint4 Chunk(const Params& p, int64_t row, int64_t k0) {
+    constexpr int kValues = kChunk<kOut>;
+    const uint8_t s = __ldg(p.scales + row * p.groups + k0 / mxfp4::kBlockValues);
+    const uint8_t* src = p.blocks + row * (p.K / 2) + k0 / 2;
+    uint32_t bytes;
+    if constexpr (kValues == 8) {
+      bytes = __ldg(reinterpret_cast<const unsigned*>(src));
+    } else {
+      bytes = __ldg(reinterpret_cast<const unsigned short*>(src));
     }
+    if (s != mxfp4::kScaleNan) {
+      const float scale = mxfp4::ScaleToFloat(s);
+      float v[kValues];
+#pragma unroll
+      for (int i = 0; i < kValues / 2; ++i) {
+        const float2 pair = ByteValues((bytes >> (8 * i)) & 0xFFu, scale);
+        v[2 * i] = pair.x;
+        v[2 * i + 1] = pair.y;
+      }
+      return PackChunk<kOut>(v);
+    }
+    // Scale 0xFF: NaNs (inf * 0), which take the host conversion's bits (RoundOutBits).
+    uint32_t bits[kValues];
+#pragma unroll
+    for (int j = 0; j < kValues; ++j) {
+      const auto byte = static_cast<uint8_t>(bytes >> (8 * (j / 2)));
+      bits[j] = RoundOutBits<kOut>(mxfp4::Element(mxfp4::NibbleOf(byte, j), s));
+    }
+    return PackBits<kOut>(bits);
   }
-}
+};
 
 // (E, K, N): tile t covers rows n [n0, n0 + 128) of expert e and blocks [g0, g0 + 2) (inputs k
 // [32 g0, 32 g0 + 64)).
 template <DType kOut>
 __global__ void Mxfp4KnTileKernel(Mxfp4Params p) {
-  __shared__ OutBits<kOut> tile[kTileK][kTileThreads];
+  __shared__ __align__(16) OutBits<kOut> tile[kTileK][kTileThreads];
   const int64_t tiles_n = (p.N + kTileThreads - 1) / kTileThreads;
   const int64_t tiles_g = (p.groups + kTileBlocks - 1) / kTileBlocks;
   const int64_t tiles = p.experts * tiles_g * tiles_n;
@@ -109,19 +121,46 @@ __global__ void Mxfp4KnTileKernel(Mxfp4Params p) {
         const uint4 v = __ldg(in + h);
         const uint32_t words[4] = {v.x, v.y, v.z, v.w};
         const uint8_t s = __ldg(p.scales + b0 + h);
+        OutBits<kOut>* col = &tile[h * mxfp4::kBlockValues][tx];
+        const float scale = mxfp4::ScaleToFloat(s);
 #pragma unroll
-        for (int j = 0; j < static_cast<int>(mxfp4::kBlockValues); ++j) {
-          tile[h * mxfp4::kBlockValues + j][tx] =
-              static_cast<OutBits<kOut>>(RoundOutBits<kOut>(BlockValue(words, j, s)));
+        for (int j = 0; j < static_cast<int>(mxfp4::kBlockValues); j += 2) {
+          uint32_t lo;
+          uint32_t hi;
+          if (s != mxfp4::kScaleNan) {
+            const float2 ab = ByteValues((words[j / 8] >> (8 * ((j / 2) % 4))) & 0xFFu, scale);
+            if constexpr (kOut == DType::kF32) {
+              lo = __float_as_uint(ab.x);
+              hi = __float_as_uint(ab.y);
+            } else {
+              const uint32_t pair = PackPair<kOut>(ab.x, ab.y);
+              lo = pair & 0xFFFFu;
+              hi = pair >> 16;
+            }
+          } else {  // NaNs (inf * 0) take the host conversion's bits (RoundOutBits)
+            lo = RoundOutBits<kOut>(BlockValue(words, j, s));
+            hi = RoundOutBits<kOut>(BlockValue(words, j + 1, s));
+          }
+          col[j * kTileThreads] = static_cast<OutBits<kOut>>(lo);
+          col[(j + 1) * kTileThreads] = static_cast<OutBits<kOut>>(hi);
         }
       }
     }
     __syncthreads();
-    if (n < p.N) {
-      auto* out = static_cast<OutBits<kOut>*>(p.out);
-      const int rows = blocks_here * static_cast<int>(mxfp4::kBlockValues);
-      const int64_t k0 = g0 * mxfp4::kBlockValues;
-      for (int j = 0; j < rows; ++j) out[(e * p.K + k0 + j) * p.N + n] = tile[j][tx];
+    // Each result row k of the tile is kTileThreads values of n: kRowChunks 16-byte chunks,
+    // consecutive threads storing consecutive chunks (a warp writes whole rows).
+    constexpr int kRowChunks = kTileThreads / kChunk<kOut>;
+    const int rows = blocks_here * static_cast<int>(mxfp4::kBlockValues);
+    const int64_t k0 = g0 * mxfp4::kBlockValues;
+    const int64_t row_chunks = (p.N - n0) / kChunk<kOut>;  // N % kChunk == 0 (launcher)
+    auto* out = static_cast<uint4*>(p.out);
+    for (int i = tx; i < rows * kRowChunks; i += kTileThreads) {
+      const int j = i / kRowChunks;
+      const int c = i % kRowChunks;
+      if (c < row_chunks) {
+        out[((e * p.K + k0 + j) * p.N + n0) / kChunk<kOut> + c] =
+            reinterpret_cast<const uint4*>(&tile[j][0])[c];
+      }
     }
     __syncthreads();
   }
@@ -159,11 +198,10 @@ absl::Status LaunchMxfp4(KernelVariant v, const Mxfp4Params& p, cudaStream_t str
     case KernelVariant::kV1PerElement:
       return LaunchGridStride(Mxfp4PerElementKernel<kOut>, outputs, kBlockThreads, p, stream);
     case KernelVariant::kV4Vec16:
-      if (vec && p.nk && Aligned16(p.out)) {
-        return LaunchGridStride(Mxfp4NkVec16Kernel<kOut>, p.experts * p.N * p.groups, kBlockThreads,
-                                p, stream);
+      if (vec && p.nk && ChunkAligned(p.out, p.K, kOut)) {
+        return LaunchRowChunks<Mxfp4NkChunks, kOut>(p, p.experts * p.N, p.K, stream);
       }
-      if (vec && !p.nk) {
+      if (vec && !p.nk && ChunkAligned(p.out, p.N, kOut)) {
         const int64_t tiles = p.experts * ((p.groups + kTileBlocks - 1) / kTileBlocks) *
                               ((p.N + kTileThreads - 1) / kTileThreads);
         return LaunchGridStride(Mxfp4KnTileKernel<kOut>, tiles * kTileThreads, kTileThreads, p,

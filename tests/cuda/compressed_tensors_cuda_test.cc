@@ -150,7 +150,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{128, 36, 128, 8, ct::kNoGidx},
                       Case{256, 64, 256, 4, ct::kSym | ct::kNoGidx | ct::kTensorScale},
                       Case{4096, 1024, 128, 4, ct::kSym | ct::kNoGidx},
-                      Case{1024, 4096, 128, 8, ct::kNoGidx}),
+                      Case{1024, 4096, 128, 8, ct::kNoGidx},
+                      // v4: a partial last tile of chunks (K = 264) and of rows (N = 36, 40);
+                      // groups of 12 (whole 4-value fp32 chunks, not 8-value ones); g_idx int8.
+                      Case{264, 40, 24, 4, ct::kNoGidx}, Case{264, 36, 12, 4, ct::kNoGidx},
+                      Case{264, 40, 24, 8, 0}),
     CaseName);
 
 // No device needed: the variants compressed-tensors implements and their (absent) parameters.
@@ -158,7 +162,8 @@ TEST(CompressedTensorsCudaConfigTest, VariantsAndLaunchConfigurations) {
   const QuantShape shape = ct::MakeShape(128, 64, 64, 4, ct::kNoGidx);
   const std::vector<KernelVariant> variants = VariantsOf(Format::kCompressedTensors);
   EXPECT_EQ(variants,
-            (std::vector<KernelVariant>{KernelVariant::kV1PerElement, KernelVariant::kV2PerWord}));
+            (std::vector<KernelVariant>{KernelVariant::kV1PerElement, KernelVariant::kV2PerWord,
+                                        KernelVariant::kV4Vec16}));
   for (KernelVariant v : variants) {
     EXPECT_TRUE(CanImplement(v, LaunchConfig{}, shape, DType::kF16).ok());
     EXPECT_FALSE(IsTunable(v, shape, DType::kF16));
@@ -168,8 +173,9 @@ TEST(CompressedTensorsCudaConfigTest, VariantsAndLaunchConfigurations) {
               std::string::npos)
         << s;
   }
-  EXPECT_EQ(CanImplement(KernelVariant::kV4Vec16, LaunchConfig{}, shape, DType::kF16).message(),
-            "kernel variant v4_vec16 is not implemented for format compressed_tensors");
+  EXPECT_EQ(
+      CanImplement(KernelVariant::kV3PerWordBlock, LaunchConfig{}, shape, DType::kF16).message(),
+      "kernel variant v3_per_word_block is not implemented for format compressed_tensors");
 }
 
 }  // namespace

@@ -138,7 +138,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{128, 64, 128, 8, gptq::kZerosV1}, Case{128, 96, 64, 8, gptq::kNoGidx},
                       Case{128, 64, 64, 2, 0}, Case{128, 64, 32, 3, gptq::kZerosV1},
                       Case{96, 32, 32, 3, gptq::kNoGidx}, Case{4096, 1024, 128, 4, gptq::kZerosV1},
-                      Case{1024, 4096, 128, 4, gptq::kNoGidx}),
+                      Case{1024, 4096, 128, 4, gptq::kNoGidx},
+                      // v4: partial tiles along both axes (33 words of K, 40 columns), with and
+                      // without g_idx; a group of 12 rows (not whole words: v4 runs v1's loop).
+                      Case{264, 40, 24, 4, gptq::kZerosV1}, Case{264, 40, 24, 4, gptq::kNoGidx},
+                      Case{96, 32, 12, 4, gptq::kNoGidx},
+                      // 512 groups: v4's (N, K) shared memory over 48 KB (the opt-in launch).
+                      Case{8192, 64, 16, 4, gptq::kZerosV1}),
     CaseName);
 
 // No device needed: the variants GPTQ implements and their (absent) launch parameters.
@@ -146,7 +152,8 @@ TEST(GptqCudaConfigTest, VariantsAndLaunchConfigurations) {
   const QuantShape shape = gptq::MakeShape(128, 64, 64, 4, 0);
   const std::vector<KernelVariant> variants = VariantsOf(Format::kGptq);
   EXPECT_EQ(variants,
-            (std::vector<KernelVariant>{KernelVariant::kV1PerElement, KernelVariant::kV2PerWord}));
+            (std::vector<KernelVariant>{KernelVariant::kV1PerElement, KernelVariant::kV2PerWord,
+                                        KernelVariant::kV4Vec16}));
   for (KernelVariant v : variants) {
     EXPECT_TRUE(CanImplement(v, LaunchConfig{}, shape, DType::kF16).ok());
     EXPECT_FALSE(IsTunable(v, shape, DType::kF16));
@@ -155,9 +162,10 @@ TEST(GptqCudaConfigTest, VariantsAndLaunchConfigurations) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("of gptq takes no launch parameters"), std::string::npos) << s;
   }
-  const absl::Status v4 = CanImplement(KernelVariant::kV4Vec16, LaunchConfig{}, shape, DType::kF16);
-  EXPECT_EQ(v4.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(v4.message(), "kernel variant v4_vec16 is not implemented for format gptq");
+  const absl::Status v3 =
+      CanImplement(KernelVariant::kV3PerWordBlock, LaunchConfig{}, shape, DType::kF16);
+  EXPECT_EQ(v3.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(v3.message(), "kernel variant v3_per_word_block is not implemented for format gptq");
 }
 
 }  // namespace
