@@ -136,15 +136,13 @@ int64_t PeakRss(pid_t pid) {
   return 0;
 }
 
-// The server's own "loaded ..." line from its log, or "".
-std::string LoadedLine(const std::string& log) {
+// The last line of the server's log holding `what` and `also`, from `what` on, or "".
+std::string LogLine(const std::string& log, const std::string& what, const std::string& also) {
   std::ifstream in(log);
   std::string line, found;
   while (std::getline(in, line)) {
-    const size_t at = line.find("loaded ");
-    if (at != std::string::npos && line.find("layers:") != std::string::npos) {
-      found = line.substr(at);
-    }
+    const size_t at = line.find(what);
+    if (at != std::string::npos && line.find(also) != std::string::npos) found = line.substr(at);
   }
   return found;
 }
@@ -152,7 +150,8 @@ std::string LoadedLine(const std::string& log) {
 struct Serving {
   double seconds = 0;
   int64_t peak_rss = 0;
-  std::string loaded;
+  std::string loaded;   // the server's "loaded N layers: ..." line (with the upload's profile)
+  std::string startup;  // its "startup phases (seconds since exec): ..." line
 };
 
 absl::StatusOr<Serving> TimeToServing(const std::string& model_dir, const std::string& log,
@@ -165,7 +164,8 @@ absl::StatusOr<Serving> TimeToServing(const std::string& model_dir, const std::s
   out.seconds = Seconds(start, Clock::now());
   out.peak_rss = PeakRss((*server)->pid());
   server->reset();
-  out.loaded = LoadedLine(log);
+  out.loaded = LogLine(log, "loaded ", "layers:");
+  out.startup = LogLine(log, "startup phases", "");
   return out;
 }
 
@@ -222,8 +222,8 @@ int Run() {
     std::fprintf(stderr, "dequantd without a model: %s\n", empty.status().ToString().c_str());
     return 1;
   }
-  std::printf("dequantd with no model: ready in %.2f s, peak RSS %.0f MB\n\n", empty->seconds,
-              empty->peak_rss / 1e6);
+  std::printf("dequantd with no model: ready in %.2f s, peak RSS %.0f MB\n    server: %s\n\n",
+              empty->seconds, empty->peak_rss / 1e6, empty->startup.c_str());
   std::printf("%-34s %9s %9s %10s %9s %7s %12s %14s\n", "case", "read s", "read GB/s", "serving s",
               "GB/s", "ratio", "peak RSS MB", "above empty MB");
   struct Case {
@@ -253,7 +253,8 @@ int Run() {
                 serving->seconds / read, serving->peak_rss / 1e6,
                 (serving->peak_rss - empty->peak_rss) / 1e6,
                 c.cold && !dropped ? "  (files stayed cached: tmpfs?)" : "");
-    std::printf("    server: %s\n", serving->loaded.c_str());
+    std::printf("    server: %s\n    server: %s\n", serving->loaded.c_str(),
+                serving->startup.c_str());
   }
   std::printf(
       "\nratio = time to serving / time to read the files with the same threads "

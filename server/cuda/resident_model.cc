@@ -1,19 +1,40 @@
 // ResidentModel (see resident_model.h).
 #include "server/cuda/resident_model.h"
 
+#include <chrono>
+#include <future>
+#include <utility>
+
 #include "kernels/cuda/cuda_status.h"
 #include "server/cuda/packed_upload.h"
 
 namespace dequantd::cuda {
 
 absl::Status ResidentModel::Upload(const Checkpoint& checkpoint, cudaStream_t stream,
-                                   const std::vector<bool>& keep, const ShardUploadOptions& load) {
+                                   const std::vector<bool>& keep, const ShardUploadOptions& load,
+                                   ShardUploadProfile* profile) {
+  using Clock = std::chrono::steady_clock;
   layers_.clear();
   positions_.Assign(checkpoint.layers());
   resident_layers_ = 0;
   bytes_ = 0;
   std::vector<int64_t> from_files;  // layers without a host copy: read from the shards
   std::vector<uint8_t*> from_files_bases;
+  // The pinned staging of the reads from the files is allocated on a thread of its own while the
+  // layers' device memory is allocated here: both are driver calls of tens of milliseconds.
+  std::future<absl::StatusOr<LoadStaging>> staging;
+  for (size_t i = 0; i < checkpoint.layers().size(); ++i) {
+    if ((keep.empty() || keep[i]) && checkpoint.layers()[i].view.tensors[0] == nullptr) {
+      int device = 0;
+      DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+      staging = std::async(std::launch::async, [device, &load]() -> absl::StatusOr<LoadStaging> {
+        DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+        return AllocateLoadStaging(load);
+      });
+      break;
+    }
+  }
+  const Clock::time_point alloc_start = Clock::now();
   for (size_t i = 0; i < checkpoint.layers().size(); ++i) {
     const QuantizedLayer& layer = checkpoint.layers()[i];
     if (!keep.empty() && !keep[i]) {
@@ -41,7 +62,17 @@ absl::Status ResidentModel::Upload(const Checkpoint& checkpoint, cudaStream_t st
     bytes_ += layout.total_bytes;
   }
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  if (absl::Status s = UploadFromShards(checkpoint, from_files, from_files_bases, load); !s.ok()) {
+  const Clock::time_point allocated = Clock::now();
+  if (!staging.valid()) return absl::OkStatus();  // every layer kept here had a host copy
+  absl::StatusOr<LoadStaging> staged = staging.get();
+  ShardUploadProfile times;
+  times.device_alloc_seconds = std::chrono::duration<double>(allocated - alloc_start).count();
+  times.pin_wait_seconds = std::chrono::duration<double>(Clock::now() - allocated).count();
+  absl::Status s = staged.ok() ? UploadFromShards(checkpoint, from_files, from_files_bases, *staged,
+                                                  load, &times)
+                               : staged.status();
+  if (profile != nullptr) *profile = times;
+  if (!s.ok()) {
     layers_.clear();  // nothing half-uploaded is served
     resident_layers_ = 0;
     bytes_ = 0;

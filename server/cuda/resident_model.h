@@ -25,10 +25,12 @@ class ResidentModel {
   // resident: every layer when `keep` is empty, else layer i when keep[i] (one flag per
   // checkpoint layer; the placement of several GPUs). A layer with a host copy is copied from it
   // through `stream`; the others straight from the checkpoint's files (shard_upload.h, with
-  // `load`). Errors: RESOURCE_EXHAUSTED (device memory, pinned staging), UploadFromShards',
-  // INTERNAL.
+  // `load`; their pinned staging is allocated beside the device memory). `profile` (may be null)
+  // gets where the time went (device_alloc_seconds includes the copies from host copies).
+  // Errors: RESOURCE_EXHAUSTED (device memory, pinned staging), UploadFromShards', INTERNAL.
   absl::Status Upload(const Checkpoint& checkpoint, cudaStream_t stream,
-                      const std::vector<bool>& keep = {}, const ShardUploadOptions& load = {});
+                      const std::vector<bool>& keep = {}, const ShardUploadOptions& load = {},
+                      ShardUploadProfile* profile = nullptr);
 
   // `layer`'s id when a layer of that name and shape is resident (LayerPositions::Find).
   std::optional<LayerId> Find(const QuantizedLayer& layer) const;
