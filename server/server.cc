@@ -682,7 +682,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     };
   }
 #endif
-  StartupTimeline::Phase backend_phase(&timeline, "backend (request slots, pinned buffers)");
+  StartupTimeline::Phase backend_phase(&timeline, "backend");
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(backend_options);
   if (!backend.ok()) return fail(backend.status());
   backend_phase.End();
