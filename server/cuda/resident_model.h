@@ -45,14 +45,21 @@ class ResidentModel {
   int64_t bytes() const { return bytes_; }  // device memory held, bytes
 
  private:
+  // Device memory is cut in blocks of up to 2 GiB, each one cudaMalloc holding consecutive
+  // layers (server/device_blocks.h), each layer 256-byte aligned.
+  static constexpr int64_t kDeviceBlockBytes = int64_t{2} << 30;
+  static constexpr int64_t kDeviceBlockAlign = 256;
+
+  void Clear();  // no layer held, no device memory
+
   struct Layer {
-    UniqueDeviceMemory
-        memory;  // the stored tensors in role order (PackedLayout); null: not held here
-    QuantView view;
+    bool held = false;  // its stored tensors are in blocks_ (in role order, PackedLayout)
+    QuantView view;     // device pointers into blocks_ when held
   };
-  std::vector<Layer> layers_;    // by id
-  LayerPositions positions_;     // ids of the uploaded checkpoint's layers
-  int64_t resident_layers_ = 0;  // layers held here
+  std::vector<UniqueDeviceMemory> blocks_;  // the layers' device memory
+  std::vector<Layer> layers_;               // by id
+  LayerPositions positions_;                // ids of the uploaded checkpoint's layers
+  int64_t resident_layers_ = 0;             // layers held here
   int64_t bytes_ = 0;
 };
 

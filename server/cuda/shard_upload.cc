@@ -63,12 +63,13 @@ absl::StatusOr<LoadStaging> AllocateLoadStaging(const ShardUploadOptions& option
 
 std::string ShardUploadProfile::Describe() const {
   return absl::StrFormat(
-      "upload %d threads x %d buffers x %d MiB (%d MiB pinned): cudaMalloc %.3f s, pin %.3f s "
-      "(waited %.3f s), reads %.3f s + drain %.3f s for %d chunks, %.2f GB; per thread (sum/max "
-      "s): pread %.3f/%.3f, copy wait %.3f/%.3f, copy issue %.3f",
-      threads, buffers, chunk_bytes >> 20, staging_bytes >> 20, device_alloc_seconds, pin_seconds,
-      pin_wait_seconds, read_seconds, drain_seconds, chunks, static_cast<double>(bytes) / 1e9,
-      pread_seconds, max_pread_seconds, copy_wait_seconds, max_copy_wait_seconds, issue_seconds);
+      "upload %d threads x %d buffers x %d MiB (%d MiB pinned): cudaMalloc %.3f s (%d blocks), "
+      "pin %.3f s (waited %.3f s), reads %.3f s + drain %.3f s for %d chunks, %.2f GB; per thread "
+      "(sum/max s): pread %.3f/%.3f, copy wait %.3f/%.3f, copy issue %.3f",
+      threads, buffers, chunk_bytes >> 20, staging_bytes >> 20, device_alloc_seconds, device_blocks,
+      pin_seconds, pin_wait_seconds, read_seconds, drain_seconds, chunks,
+      static_cast<double>(bytes) / 1e9, pread_seconds, max_pread_seconds, copy_wait_seconds,
+      max_copy_wait_seconds, issue_seconds);
 }
 
 absl::Status UploadFromShards(const Checkpoint& checkpoint, const std::vector<int64_t>& layers,

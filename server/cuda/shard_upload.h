@@ -47,6 +47,7 @@ struct ShardUploadProfile {
   int64_t staging_bytes = 0;  // pinned, held during the upload
   int64_t chunks = 0;
   int64_t bytes = 0;
+  int64_t device_blocks = 0;         // cudaMalloc calls for them (server/device_blocks.h)
   double device_alloc_seconds = 0;   // cudaMalloc of the layers (ResidentModel), before the reads
   double pin_seconds = 0;            // cudaHostAlloc of the staging (beside the cudaMallocs)
   double pin_wait_seconds = 0;       // after the cudaMallocs, waiting for the staging
