@@ -31,6 +31,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/e2e/dequantd_process.h"
+#include "bench/e2e/load_check.h"
 #include "bench/e2e/synthetic_model.h"
 #include "build_commit.h"
 
@@ -43,6 +44,9 @@ ABSL_FLAG(std::string, dequantd, DEQUANTD_PATH, "the dequantd binary");
 ABSL_FLAG(std::string, backend, "cuda", "the server's --backend");
 ABSL_FLAG(std::string, tune_cache, "", "the server's --tune-cache (default: DIR/../tune.json)");
 ABSL_FLAG(std::string, extra, "", "more dequantd flags, comma-separated");
+ABSL_FLAG(bool, check, true,
+          "after the rows, start dequantd once more and check one layer of every model block "
+          "bit-exact against the CPU reference (bench/e2e/load_check.h)");
 
 namespace dequantd::e2e {
 namespace {
@@ -181,14 +185,16 @@ int Run() {
     std::fprintf(stderr, "--model must be llama-70b or llama-8b\n");
     return 2;
   }
+  const auto make_model = [big] {
+    return big ? MakeLlamaModel(kLlama70B, 80, 1, 70) : MakeLlamaModel(kLlama8B, 32, 1, 8);
+  };
   const std::string marker = dir + "/.dequantd_load_bench";
   std::string have;
   std::ifstream(marker) >> have;
   if (have != shape) {
     const Clock::time_point start = Clock::now();
     std::filesystem::remove_all(dir);
-    const SyntheticModel model =
-        big ? MakeLlamaModel(kLlama70B, 80, 1, 70) : MakeLlamaModel(kLlama8B, 32, 1, 8);
+    const SyntheticModel model = make_model();
     std::vector<const SyntheticLayer*> data;
     for (size_t d : model.data_of) data.push_back(&model.distinct[d]);
     if (absl::Status s =
@@ -260,6 +266,25 @@ int Run() {
       "\nratio = time to serving / time to read the files with the same threads "
       "(target <= 1.25); above empty = peak RSS - that of dequantd with no model "
       "(target <= 2 GiB)\n");
+  if (absl::GetFlag(FLAGS_check)) {
+    const SyntheticModel model = make_model();
+    const std::vector<size_t> which = LayersToCheck(model);
+    absl::StatusOr<std::unique_ptr<DequantdProcess>> server = DequantdProcess::Start(
+        absl::GetFlag(FLAGS_dequantd), dir, absl::GetFlag(FLAGS_backend), "", log, extra);
+    absl::StatusOr<std::unique_ptr<DequantClient>> client =
+        server.ok() ? DequantClient::Connect((*server)->target()) : server.status();
+    const absl::Status checked =
+        client.ok() ? CheckServedLayers(**client, model, which) : client.status();
+    if (checked.ok()) {
+      std::printf(
+          "check: %zu of %zu layers (one per model block, every projection, the last) "
+          "served bit-exact against the CPU reference\n",
+          which.size(), model.names.size());
+    } else {
+      std::printf("check FAILED: %s\n", checked.ToString().c_str());
+      ++failures;
+    }
+  }
   return failures == 0 ? 0 : 1;
 }
 
