@@ -8,7 +8,8 @@
 # the page cache. Environment: LOAD_DIR (default /tmp/dequantd-l70b; must be on a disk for the
 # dropped rows), LOAD_MODEL (llama-70b | llama-8b), LOAD_THREADS (8), LOAD_EXTRA (dequantd flags,
 # comma-separated). Logs under $OUT (default ./out): load.txt (the table, and under each row the
-# server's "loaded" line with the upload's per-thread profile and its "startup phases" line),
+# server's "loaded" line with the upload's per-thread profile and its "startup phases" line;
+# last, the check of one layer per model block bit-exact against the CPU reference),
 # load_server.log (the last start's whole log), load_host.txt.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
