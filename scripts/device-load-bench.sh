@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Issue 22's load rows, run on the GPU machine from the repository root after `. .bundle/env.sh`
-# (a bundle holding dequantd and dequantd_load_bench; docs/performance.md "Loading"): writes a
+# (a bundle holding dequantd and dequantd_load_bench, made on the build machine with
+#   /work/shared/tools/device-bundle .bundle build/server/dequantd build/bench/e2e/dequantd_load_bench
+# and carried with the call; docs/performance.md "Models of any size"): writes a
 # Llama-3-70B-shaped checkpoint (35.6 GB, 8 shards) to LOAD_DIR unless it is there, then times
 # dequantd's start to serving beside the file read with the same threads, warm and dropped from
 # the page cache. Environment: LOAD_DIR (default /tmp/dequantd-l70b; must be on a disk for the
 # dropped rows), LOAD_MODEL (llama-70b | llama-8b), LOAD_THREADS (8), LOAD_EXTRA (dequantd flags,
-# comma-separated). Logs under $OUT (default ./out).
+# comma-separated). Logs under $OUT (default ./out): load.txt (the table, and under each row the
+# server's "loaded" line with the upload's per-thread profile and its "startup phases" line;
+# last, the check of one layer per model block bit-exact against the CPU reference),
+# load_server.log (the last start's whole log), load_host.txt.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"

@@ -146,6 +146,11 @@ class Backend {
   // INTERNAL (device failure).
   virtual absl::Status Prepare(const Checkpoint& checkpoint) = 0;
 
+  // Where the last Prepare's time went, for the "loaded N layers" log line (e.g. the CUDA
+  // upload's device allocation, pinned staging and per-thread read and copy waits); "" when there
+  // is nothing to say. Called after Prepare, from the thread that called it.
+  virtual std::string DescribeLoad() const { return ""; }
+
   // Whether `layer`'s packed weights are held in device memory.
   virtual bool IsResident(const QuantizedLayer& layer) const = 0;
 

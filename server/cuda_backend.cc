@@ -95,8 +95,8 @@ class DeviceWorker {
   // keeps them resident.
   absl::Status Upload(const Checkpoint& checkpoint, const std::vector<bool>& keep) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    if (absl::Status s =
-            model_.Upload(checkpoint, slots_->front().stream.get(), keep, options_.load);
+    if (absl::Status s = model_.Upload(checkpoint, slots_->front().stream.get(), keep,
+                                       options_.load, &upload_profile_);
         !s.ok()) {
       return s;
     }
@@ -107,6 +107,12 @@ class DeviceWorker {
   }
 
   bool IsResident(const QuantizedLayer& layer) const { return model_.Find(layer).has_value(); }
+
+  // Where the last Upload's time went ("" when nothing was read from the files).
+  std::string DescribeUpload() const {
+    if (upload_profile_.chunks == 0) return "";
+    return absl::StrCat(label_, " ", upload_profile_.Describe());
+  }
 
   absl::Status Dequantize(const DequantSource& source, DType out_dtype, int64_t chunk_bytes,
                           ChunkSink& sink) {
@@ -304,6 +310,7 @@ class DeviceWorker {
     DEQUANTD_CUDA_RETURN_IF_ERROR(
         cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_bytes));
 
+    StartupTimeline::Phase slots_phase(options_.timeline, absl::StrCat(label_, " request slots"));
     std::vector<std::unique_ptr<cuda::RequestSlot>> slots;
     for (int i = 0; i < options_.slots_per_device; ++i) {
       absl::StatusOr<std::unique_ptr<cuda::RequestSlot>> slot =
@@ -313,12 +320,15 @@ class DeviceWorker {
       slots.push_back(std::move(*slot));
     }
     slots_ = std::make_unique<LeasePool<cuda::RequestSlot>>(std::move(slots));
+    slots_phase.End();
     pipeline_ = std::make_unique<cuda::ResultPipeline>(
         cuda::PipelineOptions{.device = device_,
                               .slab_bytes = options_.result_slab_bytes,
                               .staging_wait_seconds = options_.staging_wait_seconds},
         *slots_, cache_, observer_, label_);
     if (observer_ != nullptr) {
+      StartupTimeline::Phase bandwidth_phase(options_.timeline,
+                                             absl::StrCat(label_, " copy bandwidth"));
       absl::StatusOr<double> copy_rate = cuda::MeasureCopyBandwidth(slots_->front().stream.get());
       if (!copy_rate.ok()) return copy_rate.status();
       if (*copy_rate > 0) observer_->SetDeviceCopyBandwidth(label_, *copy_rate);
@@ -334,7 +344,8 @@ class DeviceWorker {
   const std::string label_;                 // "cuda:<device>[.<k>]", the metrics' device label
   LaunchFailureCountdown launch_failures_;  // injected failures (none unless armed)
   DeviceDescription description_;
-  cuda::ResidentModel model_;  // written only in Upload (before requests)
+  cuda::ResidentModel model_;                // written only in Upload (before requests)
+  cuda::ShardUploadProfile upload_profile_;  // written only in Upload
   cuda::DeviceBufferCache cache_;
   // Plans of grouped launches straight into destination memory, the 8 most recently used (a
   // whole model's table is ~30 KB of device memory).
@@ -375,6 +386,16 @@ class CudaBackend final : public Backend {
         router_.MarkFailed(w, start_failures[static_cast<size_t>(w)]);
       }
     }
+  }
+
+  std::string DescribeLoad() const override {
+    std::string text;
+    for (const WorkerEntry& entry : entries_) {
+      if (entry.worker == nullptr) continue;
+      const std::string upload = entry.worker->DescribeUpload();
+      if (!upload.empty()) absl::StrAppend(&text, text.empty() ? "" : "; ", upload);
+    }
+    return text;
   }
 
   BackendInfo Info() const override {

@@ -20,6 +20,7 @@
 #include "server/cuda/shard_upload.h"
 #include "server/device_placement.h"
 #include "server/failure_injection.h"
+#include "server/startup_timeline.h"
 
 namespace dequantd {
 
@@ -103,6 +104,9 @@ struct CudaBackendOptions {
   // How Prepare reads the layers that have no host copy (the server opens the checkpoint without
   // copies): straight from the files through bounded pinned staging (server/cuda/shard_upload.h).
   cuda::ShardUploadOptions load;
+  // Where each worker's start records its phases (request slots, copy bandwidth); may be null.
+  // Used only while MakeCudaBackend runs (it need not outlive it).
+  StartupTimeline* timeline = nullptr;
 };
 
 // Number of CUDA devices; 0 when there is no driver or no device.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -36,9 +37,11 @@
 #include "server/region_service.h"
 #include "server/service.h"
 #include "server/stall_watchdog.h"
+#include "server/startup_timeline.h"
 #include "server/transport_limits.h"
 #include "spdlog/spdlog.h"
 #if DEQUANTD_HAVE_CUDA
+#include "server/cuda/device_context.h"
 #include "server/cuda_autotune.h"
 #endif
 
@@ -89,10 +92,13 @@ std::string DescribeDevices(const BackendInfo& info) {
 // The load (docs/architecture.md "Loading"): the backend uploads what its devices hold straight
 // from the files (Prepare), then the layers no device holds get host copies (all of them on the
 // CPU backend). Logs what was read, where, and how fast. CANCELLED when options.cancel_load.
-absl::Status LoadModel(Checkpoint& checkpoint, Backend& backend, const ServerOptions& options) {
+absl::Status LoadModel(Checkpoint& checkpoint, Backend& backend, const ServerOptions& options,
+                       StartupTimeline& timeline) {
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = backend.Prepare(checkpoint); !s.ok()) return s;
   const auto uploaded = std::chrono::steady_clock::now();
+  timeline.Add("model to the devices", start, uploaded);
+  const std::string upload_profile = backend.DescribeLoad();
   std::vector<bool> host(checkpoint.layers().size());
   int64_t device_bytes = 0;
   for (size_t i = 0; i < host.size(); ++i) {
@@ -108,17 +114,18 @@ absl::Status LoadModel(Checkpoint& checkpoint, Backend& backend, const ServerOpt
       checkpoint.ReadHostCopies(host, options.load_threads, options.cancel_load);
   if (!host_bytes.ok()) return host_bytes.status();
   const auto done = std::chrono::steady_clock::now();
+  timeline.Add("host copies", uploaded, done);
   const auto rate = [](int64_t bytes, std::chrono::steady_clock::duration d) {
     const double s = std::chrono::duration<double>(d).count();
     return s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0.0;
   };
   spdlog::info(
       "loaded {} layers: {} MB packed to the devices in {:.2f} s ({:.2f} GB/s), {} MB into host "
-      "copies in {:.2f} s ({:.2f} GB/s)",
+      "copies in {:.2f} s ({:.2f} GB/s){}{}",
       checkpoint.layers().size(), device_bytes >> 20,
       std::chrono::duration<double>(uploaded - start).count(), rate(device_bytes, uploaded - start),
       *host_bytes >> 20, std::chrono::duration<double>(done - uploaded).count(),
-      rate(*host_bytes, done - uploaded));
+      rate(*host_bytes, done - uploaded), upload_profile.empty() ? "" : "; ", upload_profile);
   const BackendInfo info = backend.Info();
   int64_t host_layers = 0;
   int64_t host_only_bytes = 0;
@@ -594,22 +601,42 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const ServerOptions& options) {
+  StartupTimeline timeline;
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   auto server = std::make_unique<RunningServer>();
 
+  // The checkpoint's headers are read and validated (indexed only: the backend reads what it
+  // holds straight from the files in Prepare, host copies are read only for the layers no device
+  // holds) on a thread of its own while CUDA starts below: neither needs the other until the
+  // load. Its error, when it has one, is the one returned, as when it ran first.
+  std::future<absl::StatusOr<std::unique_ptr<Checkpoint>>> opening;
   if (!options.model_dir.empty()) {
-    // Indexed only: the backend reads what it holds straight from the files (Prepare), and host
-    // copies are read below only for the layers no device holds.
-    absl::StatusOr<std::unique_ptr<Checkpoint>> checkpoint = Checkpoint::Open(
-        options.model_dir, CheckpointLoad{.host_copies = false, .threads = options.load_threads});
-    if (!checkpoint.ok()) return checkpoint.status();
-    server->checkpoint_ = std::move(*checkpoint);
+    opening = std::async(
+        std::launch::async, [&options, &timeline]() -> absl::StatusOr<std::unique_ptr<Checkpoint>> {
+          StartupTimeline::Phase phase(&timeline, "checkpoint headers");
+          return Checkpoint::Open(
+              options.model_dir,
+              CheckpointLoad{.host_copies = false, .threads = options.load_threads});
+        });
   }
+  // The checkpoint's result, once: null when there is no model.
+  absl::StatusOr<std::unique_ptr<Checkpoint>> opened = std::unique_ptr<Checkpoint>();
+  const auto wait_checkpoint = [&]() -> absl::Status {
+    if (opening.valid()) opened = opening.get();
+    return opened.status();
+  };
+  // An error of the steps beside the checkpoint's opening, unless that failed first.
+  const auto fail = [&](absl::Status s) -> absl::Status {
+    if (absl::Status c = wait_checkpoint(); !c.ok()) return c;
+    return s;
+  };
 
   // Metrics first: the backend reports its stages, kernels and memory into them.
+  StartupTimeline::Phase metrics_phase(&timeline, "metrics");
   absl::StatusOr<std::unique_ptr<Metrics>> metrics =
       Metrics::Create(options.metrics_listen, kDequantdVersion);
-  if (!metrics.ok()) return metrics.status();
+  if (!metrics.ok()) return fail(metrics.status());
+  metrics_phase.End();
   server->metrics_ = std::move(*metrics);
   server->metrics_port_ = server->metrics_->port();
 
@@ -617,11 +644,18 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   backend_options.observer = server->metrics_.get();
 #if DEQUANTD_HAVE_CUDA
   std::vector<TuneDevice> tune_devices;
-  if (WillUseCuda(options.backend)) {
+  StartupTimeline::Phase driver_phase(&timeline, "cuda driver");
+  const bool use_cuda = WillUseCuda(options.backend);
+  driver_phase.End();
+  if (use_cuda) {
+    StartupTimeline::Phase devices_phase(&timeline, "cuda devices");
     absl::StatusOr<std::vector<TuneDevice>> devices = ReadTuneDevices();
-    if (!devices.ok()) return devices.status();
+    if (!devices.ok()) return fail(devices.status());
+    devices_phase.End();
     tune_devices = *devices;
+    StartupTimeline::Phase tune_phase(&timeline, "tune cache");
     server->autotuner_ = StartAutotuner(options, server.get());
+    tune_phase.End();
     backend_options.cuda.launch_config =
         MakeAutotuneLaunchConfigProvider(*server->autotuner_, tune_devices);
     // --pretune also builds the whole model's grouped fp16 plan (DequantizeLayers) in Prepare.
@@ -632,8 +666,12 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
                                  .cancel = options.cancel_load};
     absl::StatusOr<std::vector<int>> ordinals =
         ParseDeviceList(options.devices, static_cast<int>(tune_devices.size()));
-    if (!ordinals.ok()) return ordinals.status();
+    if (!ordinals.ok()) return fail(ordinals.status());
     backend_options.cuda.devices = *ordinals;
+    backend_options.cuda.timeline = &timeline;
+    StartupTimeline::Phase contexts_phase(&timeline, "cuda contexts");
+    cuda::CreatePrimaryContexts(*ordinals);
+    contexts_phase.End();
     backend_options.cuda.placement = *ParsePlacementMode(options.placement);
     backend_options.cuda.device_memory_limit_bytes = options.device_memory_limit_bytes;
     backend_options.cuda.inject_failures =
@@ -644,33 +682,39 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     };
   }
 #endif
+  StartupTimeline::Phase backend_phase(&timeline, "backend");
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(backend_options);
-  if (!backend.ok()) return backend.status();
+  if (!backend.ok()) return fail(backend.status());
+  backend_phase.End();
   server->backend_ = std::move(*backend);
   server->backend_info_ = server->backend_->Info();
   if (server->backend_info_.name == "cpu" && options.devices != "all") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--devices=", options.devices, " names CUDA devices but the backend is cpu (no GPU)"));
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--devices=", options.devices, " names CUDA devices but the backend is cpu (no GPU)")));
   }
   if (server->backend_info_.name == "cpu" && options.placement != "auto") {
-    return absl::InvalidArgumentError(absl::StrCat("--placement=", options.placement,
-                                                   " places layers on GPUs but the backend is cpu "
-                                                   "(no GPU)"));
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--placement=", options.placement,
+                     " places layers on GPUs but the backend is cpu (no GPU)")));
   }
   if (server->backend_info_.name == "cpu" && options.device_memory_limit_bytes != 0) {
-    return absl::InvalidArgumentError(
+    return fail(absl::InvalidArgumentError(
         absl::StrCat("--device-memory-limit=", options.device_memory_limit_bytes,
-                     " limits GPU memory but the backend is cpu (no GPU)"));
+                     " limits GPU memory but the backend is cpu (no GPU)")));
   }
   server->metrics_->SetDevices(server->backend_info_);
+  if (absl::Status s = wait_checkpoint(); !s.ok()) return s;
+  server->checkpoint_ = std::move(*opened);
   if (server->checkpoint_ != nullptr) {
-    if (absl::Status s = LoadModel(*server->checkpoint_, *server->backend_, options); !s.ok()) {
+    if (absl::Status s = LoadModel(*server->checkpoint_, *server->backend_, options, timeline);
+        !s.ok()) {
       return s;
     }
   }
   server->metrics_->SetModelLayers(server->layer_count());
 
   if (options.pretune) {
+    StartupTimeline::Phase pretune_phase(&timeline, "pretune");
 #if DEQUANTD_HAVE_CUDA
     if (server->autotuner_ != nullptr) {
       PretuneModel(*server->autotuner_, backend_options.cuda.variant, tune_devices,
@@ -737,7 +781,9 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     return absl::UnavailableError(absl::StrCat("listen (--listen) \"", options.listen,
                                                "\": cannot serve gRPC there: ", in_use));
   }
+  StartupTimeline::Phase listener_phase(&timeline, "grpc listener");
   server->server_ = builder.BuildAndStart();
+  listener_phase.End();
   if (server->server_ == nullptr || server->port_ == 0) {
     server->server_.reset();
     // Every port fails together: name the one that cannot be bound.
@@ -757,6 +803,8 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
                      "\": cannot serve there: ", ListenFailure(options.security.health_listen)));
   }
   LogSecurity(options, *server->security_);
+  timeline.Add("ready", std::chrono::steady_clock::now(), std::chrono::steady_clock::now());
+  spdlog::info("startup phases (seconds since exec): {}", timeline.Describe());
   return server;
 }
 

@@ -31,6 +31,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/e2e/dequantd_process.h"
+#include "bench/e2e/load_check.h"
 #include "bench/e2e/synthetic_model.h"
 #include "build_commit.h"
 
@@ -43,6 +44,9 @@ ABSL_FLAG(std::string, dequantd, DEQUANTD_PATH, "the dequantd binary");
 ABSL_FLAG(std::string, backend, "cuda", "the server's --backend");
 ABSL_FLAG(std::string, tune_cache, "", "the server's --tune-cache (default: DIR/../tune.json)");
 ABSL_FLAG(std::string, extra, "", "more dequantd flags, comma-separated");
+ABSL_FLAG(bool, check, true,
+          "after the rows, start dequantd once more and check one layer of every model block "
+          "bit-exact against the CPU reference (bench/e2e/load_check.h)");
 
 namespace dequantd::e2e {
 namespace {
@@ -136,15 +140,13 @@ int64_t PeakRss(pid_t pid) {
   return 0;
 }
 
-// The server's own "loaded ..." line from its log, or "".
-std::string LoadedLine(const std::string& log) {
+// The last line of the server's log holding `what` and `also`, from `what` on, or "".
+std::string LogLine(const std::string& log, const std::string& what, const std::string& also) {
   std::ifstream in(log);
   std::string line, found;
   while (std::getline(in, line)) {
-    const size_t at = line.find("loaded ");
-    if (at != std::string::npos && line.find("layers:") != std::string::npos) {
-      found = line.substr(at);
-    }
+    const size_t at = line.find(what);
+    if (at != std::string::npos && line.find(also) != std::string::npos) found = line.substr(at);
   }
   return found;
 }
@@ -152,7 +154,8 @@ std::string LoadedLine(const std::string& log) {
 struct Serving {
   double seconds = 0;
   int64_t peak_rss = 0;
-  std::string loaded;
+  std::string loaded;   // the server's "loaded N layers: ..." line (with the upload's profile)
+  std::string startup;  // its "startup phases (seconds since exec): ..." line
 };
 
 absl::StatusOr<Serving> TimeToServing(const std::string& model_dir, const std::string& log,
@@ -165,7 +168,8 @@ absl::StatusOr<Serving> TimeToServing(const std::string& model_dir, const std::s
   out.seconds = Seconds(start, Clock::now());
   out.peak_rss = PeakRss((*server)->pid());
   server->reset();
-  out.loaded = LoadedLine(log);
+  out.loaded = LogLine(log, "loaded ", "layers:");
+  out.startup = LogLine(log, "startup phases", "");
   return out;
 }
 
@@ -181,14 +185,16 @@ int Run() {
     std::fprintf(stderr, "--model must be llama-70b or llama-8b\n");
     return 2;
   }
+  const auto make_model = [big] {
+    return big ? MakeLlamaModel(kLlama70B, 80, 1, 70) : MakeLlamaModel(kLlama8B, 32, 1, 8);
+  };
   const std::string marker = dir + "/.dequantd_load_bench";
   std::string have;
   std::ifstream(marker) >> have;
   if (have != shape) {
     const Clock::time_point start = Clock::now();
     std::filesystem::remove_all(dir);
-    const SyntheticModel model =
-        big ? MakeLlamaModel(kLlama70B, 80, 1, 70) : MakeLlamaModel(kLlama8B, 32, 1, 8);
+    const SyntheticModel model = make_model();
     std::vector<const SyntheticLayer*> data;
     for (size_t d : model.data_of) data.push_back(&model.distinct[d]);
     if (absl::Status s =
@@ -222,8 +228,8 @@ int Run() {
     std::fprintf(stderr, "dequantd without a model: %s\n", empty.status().ToString().c_str());
     return 1;
   }
-  std::printf("dequantd with no model: ready in %.2f s, peak RSS %.0f MB\n\n", empty->seconds,
-              empty->peak_rss / 1e6);
+  std::printf("dequantd with no model: ready in %.2f s, peak RSS %.0f MB\n    server: %s\n\n",
+              empty->seconds, empty->peak_rss / 1e6, empty->startup.c_str());
   std::printf("%-34s %9s %9s %10s %9s %7s %12s %14s\n", "case", "read s", "read GB/s", "serving s",
               "GB/s", "ratio", "peak RSS MB", "above empty MB");
   struct Case {
@@ -253,12 +259,32 @@ int Run() {
                 serving->seconds / read, serving->peak_rss / 1e6,
                 (serving->peak_rss - empty->peak_rss) / 1e6,
                 c.cold && !dropped ? "  (files stayed cached: tmpfs?)" : "");
-    std::printf("    server: %s\n", serving->loaded.c_str());
+    std::printf("    server: %s\n    server: %s\n", serving->loaded.c_str(),
+                serving->startup.c_str());
   }
   std::printf(
       "\nratio = time to serving / time to read the files with the same threads "
       "(target <= 1.25); above empty = peak RSS - that of dequantd with no model "
       "(target <= 2 GiB)\n");
+  if (absl::GetFlag(FLAGS_check)) {
+    const SyntheticModel model = make_model();
+    const std::vector<size_t> which = LayersToCheck(model);
+    absl::StatusOr<std::unique_ptr<DequantdProcess>> server = DequantdProcess::Start(
+        absl::GetFlag(FLAGS_dequantd), dir, absl::GetFlag(FLAGS_backend), "", log, extra);
+    absl::StatusOr<std::unique_ptr<DequantClient>> client =
+        server.ok() ? DequantClient::Connect((*server)->target()) : server.status();
+    const absl::Status checked =
+        client.ok() ? CheckServedLayers(**client, model, which) : client.status();
+    if (checked.ok()) {
+      std::printf(
+          "check: %zu of %zu layers (one per model block, every projection, the last) "
+          "served bit-exact against the CPU reference\n",
+          which.size(), model.names.size());
+    } else {
+      std::printf("check FAILED: %s\n", checked.ToString().c_str());
+      ++failures;
+    }
+  }
   return failures == 0 ? 0 : 1;
 }
 

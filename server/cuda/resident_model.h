@@ -25,10 +25,12 @@ class ResidentModel {
   // resident: every layer when `keep` is empty, else layer i when keep[i] (one flag per
   // checkpoint layer; the placement of several GPUs). A layer with a host copy is copied from it
   // through `stream`; the others straight from the checkpoint's files (shard_upload.h, with
-  // `load`). Errors: RESOURCE_EXHAUSTED (device memory, pinned staging), UploadFromShards',
-  // INTERNAL.
+  // `load`; their pinned staging is allocated beside the device memory). `profile` (may be null)
+  // gets where the time went (device_alloc_seconds includes the copies from host copies).
+  // Errors: RESOURCE_EXHAUSTED (device memory, pinned staging), UploadFromShards', INTERNAL.
   absl::Status Upload(const Checkpoint& checkpoint, cudaStream_t stream,
-                      const std::vector<bool>& keep = {}, const ShardUploadOptions& load = {});
+                      const std::vector<bool>& keep = {}, const ShardUploadOptions& load = {},
+                      ShardUploadProfile* profile = nullptr);
 
   // `layer`'s id when a layer of that name and shape is resident (LayerPositions::Find).
   std::optional<LayerId> Find(const QuantizedLayer& layer) const;
@@ -43,14 +45,21 @@ class ResidentModel {
   int64_t bytes() const { return bytes_; }  // device memory held, bytes
 
  private:
+  // Device memory is cut in blocks of up to 2 GiB, each one cudaMalloc holding consecutive
+  // layers (server/device_blocks.h), each layer 256-byte aligned.
+  static constexpr int64_t kDeviceBlockBytes = int64_t{2} << 30;
+  static constexpr int64_t kDeviceBlockAlign = 256;
+
+  void Clear();  // no layer held, no device memory
+
   struct Layer {
-    UniqueDeviceMemory
-        memory;  // the stored tensors in role order (PackedLayout); null: not held here
-    QuantView view;
+    bool held = false;  // its stored tensors are in blocks_ (in role order, PackedLayout)
+    QuantView view;     // device pointers into blocks_ when held
   };
-  std::vector<Layer> layers_;    // by id
-  LayerPositions positions_;     // ids of the uploaded checkpoint's layers
-  int64_t resident_layers_ = 0;  // layers held here
+  std::vector<UniqueDeviceMemory> blocks_;  // the layers' device memory
+  std::vector<Layer> layers_;               // by id
+  LayerPositions positions_;                // ids of the uploaded checkpoint's layers
+  int64_t resident_layers_ = 0;             // layers held here
   int64_t bytes_ = 0;
 };
 
