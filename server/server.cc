@@ -39,6 +39,7 @@
 #include "server/transport_limits.h"
 #include "spdlog/spdlog.h"
 #if DEQUANTD_HAVE_CUDA
+#include "server/cuda/staged_tensor_copier.h"
 #include "server/cuda_autotune.h"
 #endif
 
@@ -297,6 +298,18 @@ absl::Status CheckOptions(const ServerOptions& options) {
       budget > 0 && options.load_staging_bytes > budget) {
     return absl::ResourceExhaustedError(
         absl::StrCat("load_staging_bytes (--load-staging-bytes) = ", options.load_staging_bytes,
+                     " bytes of pinned staging is more than half of this host's available memory (",
+                     budget, " bytes): ask for less"));
+  }
+  if (options.read_staging_bytes != 0 && options.read_staging_bytes < kMinLoadStagingBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "read_staging_bytes (--read-staging-bytes) must be 0 or at least ", kMinLoadStagingBytes,
+        " (two 1 MiB buffers), got ", options.read_staging_bytes));
+  }
+  if (const int64_t budget = bench::HostMemoryBudget(0);
+      budget > 0 && options.read_staging_bytes > budget) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("read_staging_bytes (--read-staging-bytes) = ", options.read_staging_bytes,
                      " bytes of pinned staging is more than half of this host's available memory (",
                      budget, " bytes): ask for less"));
   }
@@ -574,8 +587,9 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
   BackendInfo backend_info_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<RegionService> regions_;
-  std::unique_ptr<StallWatchdog> stall_watchdog_;  // null with --stall-timeout 0
-  std::unique_ptr<MemoryTrimmer> memory_trimmer_;  // null with --malloc-trim-interval 0
+  std::unique_ptr<StoredTensorCopier> stored_copier_;  // null: none (CPU, --read-staging-bytes=0)
+  std::unique_ptr<StallWatchdog> stall_watchdog_;      // null with --stall-timeout 0
+  std::unique_ptr<MemoryTrimmer> memory_trimmer_;      // null with --malloc-trim-interval 0
   std::unique_ptr<DequantService> service_;
   // Shutdown destroys it once server_ has stopped, before metrics_ (which it reports to).
   std::unique_ptr<auth::ServerSecurity> security_;
@@ -691,6 +705,14 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   service_options.max_concurrent_streams = options.max_concurrent_streams;
   server->regions_ = MakeRegionService(options, server->backend_info_, server->metrics_.get());
   service_options.regions = server->regions_.get();
+#if DEQUANTD_HAVE_CUDA
+  if (server->backend_info_.name == "cuda" && options.read_staging_bytes > 0) {
+    server->stored_copier_ = cuda::MakeStagedTensorCopier(
+        options.load_threads > 0 ? options.load_threads : DefaultLoadThreads(),
+        options.read_staging_bytes);
+    service_options.stored_copier = server->stored_copier_.get();
+  }
+#endif
   if (options.stall_timeout_seconds > 0) {
     Metrics* metrics_for_stalls = server->metrics_.get();
     server->stall_watchdog_ = std::make_unique<StallWatchdog>(
