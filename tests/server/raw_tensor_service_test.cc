@@ -360,7 +360,8 @@ TEST_F(RawTensorServiceTest, ChunkedReadOnFourThreadsGivesEveryByteOnceAsStored)
   EXPECT_TRUE(out == Named(embed->name).bytes);
   std::sort(offsets.begin(), offsets.end());
   ASSERT_EQ(offsets.size(), static_cast<size_t>((embed->bytes + kChunk - 1) / kChunk));
-  for (size_t i = 0; i < offsets.size(); ++i) EXPECT_EQ(offsets[i], kChunk * static_cast<int64_t>(i));
+  for (size_t i = 0; i < offsets.size(); ++i)
+    EXPECT_EQ(offsets[i], kChunk * static_cast<int64_t>(i));
   EXPECT_LE(threads.size(), 4u);
   EXPECT_GE(*threads.begin(), 0);
   EXPECT_LT(*threads.rbegin(), 4);
