@@ -199,7 +199,8 @@ def _assign(model: torch.nn.Module, params: Dict[str, torch.Tensor],
             module = model.get_submodule(owner)
         except AttributeError:
             module = None
-        held = module._parameters.get(leaf) if module is not None else None  # pylint: disable=protected-access
+        # pylint: disable-next=protected-access
+        held = module._parameters.get(leaf) if module is not None else None
         if held is None:
             raise LoadError(f"the model's parameters and the filled tensors differ: no parameter "
                             f"for {name}")
