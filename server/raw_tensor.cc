@@ -89,6 +89,14 @@ absl::Status ReadRawTensor(
   return absl::OkStatus();
 }
 
+absl::Status CheckRawTensorFile(const RawTensor& tensor) {
+  int64_t file_size = 0;
+  absl::StatusOr<int> opened = OpenChecked(tensor, &file_size);
+  if (!opened.ok()) return opened.status();
+  ::close(*opened);
+  return absl::OkStatus();
+}
+
 absl::Status ReadRawTensorChunks(const RawTensor& tensor, int threads, int64_t chunk_bytes,
                                  const ShardReader::Destination& destination,
                                  const ShardReader::Consume& consume) {

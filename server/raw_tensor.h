@@ -42,6 +42,12 @@ absl::Status ReadRawTensor(
     const RawTensor& tensor, int64_t piece_bytes,
     const std::function<absl::Status(int64_t offset, absl::Span<const uint8_t> bytes)>& consume);
 
+// OK when `tensor`'s file is still the file indexed (device and inode) and holds the tensor's
+// bytes; what ReadRawTensor checks before its first read, for a caller that serves the bytes from
+// a copy it made earlier. Errors: the errno of open (NOT_FOUND when gone), DATA_LOSS (replaced;
+// truncated).
+absl::Status CheckRawTensorFile(const RawTensor& tensor);
+
 // Reads all of `tensor`'s bytes with `threads` threads (>= 1) of ShardReader (issue 23: a large
 // tensor at the page cache's rate, not one thread's): cut into chunks of at most `chunk_bytes`
 // (> 0), each pread to `destination(thread, chunk)` and handed to `consume(thread, chunk, data)`

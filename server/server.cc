@@ -301,6 +301,22 @@ absl::Status CheckOptions(const ServerOptions& options) {
                      " bytes of pinned staging is more than half of this host's available memory (",
                      budget, " bytes): ask for less"));
   }
+  if (options.resident_stored_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resident_stored_bytes (--resident-stored-bytes) must be 0 (none) or a number of bytes, "
+        "got ",
+        options.resident_stored_bytes));
+  }
+  if (options.resident_stored_bytes > 0 && options.read_staging_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "--resident-stored-bytes keeps tensors read through the staging, but "
+        "--read-staging-bytes=0 turns it off");
+  }
+  if (options.backend == "cpu" && options.resident_stored_bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--resident-stored-bytes=", options.resident_stored_bytes,
+                     " keeps tensors in GPU memory but --backend is cpu"));
+  }
   if (options.read_staging_bytes != 0 && options.read_staging_bytes < kMinLoadStagingBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "read_staging_bytes (--read-staging-bytes) must be 0 or at least ", kMinLoadStagingBytes,
@@ -671,6 +687,11 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
                                                    " places layers on GPUs but the backend is cpu "
                                                    "(no GPU)"));
   }
+  if (server->backend_info_.name == "cpu" && options.resident_stored_bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--resident-stored-bytes=", options.resident_stored_bytes,
+                     " keeps tensors in GPU memory but the backend is cpu (no GPU)"));
+  }
   if (server->backend_info_.name == "cpu" && options.device_memory_limit_bytes != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--device-memory-limit=", options.device_memory_limit_bytes,
@@ -709,7 +730,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   if (server->backend_info_.name == "cuda" && options.read_staging_bytes > 0) {
     server->stored_copier_ = cuda::MakeStagedTensorCopier(
         options.load_threads > 0 ? options.load_threads : DefaultLoadThreads(),
-        options.read_staging_bytes);
+        options.read_staging_bytes, options.resident_stored_bytes);
     service_options.stored_copier = server->stored_copier_.get();
   }
 #endif

@@ -2,7 +2,9 @@
 // issue 23), run on a GPU and skipped without one: the bytes land exactly as stored for sizes that
 // are not a multiple of the chunk; before_copy sees every chunk once, and its error stops the copy
 // and comes back unchanged, the staging then serving the next call; a truncated file is DATA_LOSS;
-// two calls at once (one staging per GPU) both land; the caller's current device is kept.
+// two calls at once (one staging per GPU) both land; the caller's current device is kept; with
+// --resident-stored-bytes a tensor that fits is kept and copied device to device (one report),
+// one that does not is staged, and a kept tensor's replaced file is still DATA_LOSS.
 #if DEQUANTD_HAVE_CUDA
 
 #include <sys/stat.h>
@@ -166,6 +168,47 @@ TEST_F(StagedTensorCopierTest, TwoCallsAtOnceBothLandAndTheCallersDeviceIsKept) 
   int current = -1;
   ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
   EXPECT_EQ(current, 0);
+}
+
+TEST_F(StagedTensorCopierTest, AKeptTensorIsCopiedDeviceToDeviceAndItsFileStillChecked) {
+  std::unique_ptr<StoredTensorCopier> copier =
+      cuda::MakeStagedTensorCopier(4, kStagingBytes, /*resident_bytes=*/int64_t{10} << 20);
+  const int64_t kept_bytes = (int64_t{9} << 20) + 16, staged_bytes = int64_t{4} << 20;
+  const RawTensor kept = Write("kept", kept_bytes, 21);
+  const RawTensor staged = Write("staged", staged_bytes, 22);
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE(call);
+    DeviceBuffer dk(kept_bytes), ds(staged_bytes);
+    std::vector<std::pair<int64_t, int64_t>> reports_kept, reports_staged;
+    absl::Status s = copier->CopyToDevice(kept, 0, dk.get(), [&](int64_t offset, int64_t n) {
+      reports_kept.emplace_back(offset, n);
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(s.ok()) << s;
+    s = copier->CopyToDevice(staged, 0, ds.get(), [&](int64_t offset, int64_t n) {
+      reports_staged.emplace_back(offset, n);
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(Fetch(dk.get(), kept_bytes) == stored_["kept"]);
+    EXPECT_TRUE(Fetch(ds.get(), staged_bytes) == stored_["staged"]);
+    // Kept: one report of the whole tensor; staged (9 + 4 MiB > 10 MiB): one per 1 MiB chunk.
+    EXPECT_EQ(reports_kept, (std::vector<std::pair<int64_t, int64_t>>{{0, kept_bytes}}));
+    EXPECT_EQ(reports_staged.size(), 4u);
+  }
+  // The kept copy is not served once its file was replaced (a new inode, the same bytes).
+  ASSERT_EQ(::unlink(kept.file.c_str()), 0);
+  {
+    std::ofstream out(kept.file, std::ios::binary);
+    out << std::string(kHeaderBytes, '\0');
+    out.write(reinterpret_cast<const char*>(stored_["kept"].data()),
+              static_cast<std::streamsize>(kept_bytes));
+  }
+  DeviceBuffer dk(kept_bytes);
+  const absl::Status replaced =
+      copier->CopyToDevice(kept, 0, dk.get(), [](int64_t, int64_t) { return absl::OkStatus(); });
+  EXPECT_EQ(replaced.code(), absl::StatusCode::kDataLoss) << replaced;
+  EXPECT_THAT(replaced.message(), HasSubstr("replaced"));
 }
 
 }  // namespace
