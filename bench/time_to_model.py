@@ -97,7 +97,8 @@ def main():
     # Imports and the meta model once, untimed: every row below then starts with transformers
     # loaded (the first `import transformers` and model-class import take seconds).
     import transformers  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    dtorch._meta_model(dtorch.server_config(client), torch.bfloat16)  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    dtorch._model_on_meta(dtorch.server_config(client), torch.bfloat16)
 
     # (a) the loader, twice.
     for attempt in ("first", "second"):

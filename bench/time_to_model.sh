@@ -6,6 +6,9 @@
 # safetensors load_file, ceilings) and stops the server. Logs and time_to_model.json under $OUT.
 #
 #   bench/time_to_model.sh [PRESET] [BLOCKS]     (default llama-8b, the preset's 32 blocks)
+#
+# DEQUANTD_FLAGS: more dequantd flags, e.g. DEQUANTD_FLAGS=--read-staging-bytes=0 for ReadTensor's
+# one-thread path (issue 23), to compare with the default staged one.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 WORK=${WORK:-$(mktemp -d /tmp/time-to-model.XXXXXX)}
@@ -19,7 +22,7 @@ python3 "$HERE/awq_model.py" "$WORK/awq" --preset "$PRESET" ${2:+--blocks "$2"} 
 echo "checkpoint written in $(( $(date +%s) - t0 )) s: $(du -sh "$WORK/awq" | cut -f1)"
 port=50661
 dequantd --backend=cuda --model="$WORK/awq" --listen=127.0.0.1:$port --metrics-listen= \
-  --shared-memory=cuda >"$OUT/server.log" 2>&1 &
+  --shared-memory=cuda ${DEQUANTD_FLAGS:-} >"$OUT/server.log" 2>&1 &
 server=$!
 for _ in $(seq 1 600); do
   grep -q "listening on" "$OUT/server.log" 2>/dev/null && break

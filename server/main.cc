@@ -70,6 +70,14 @@ ABSL_FLAG(int64_t, load_staging_bytes, int64_t{256} << 20,
           "CUDA backend: pinned host memory that stages the upload from the files to the GPUs, "
           "bytes (2 MiB.. half of the available memory; held during the load only): the packed "
           "model is never copied into host memory");
+ABSL_FLAG(int64_t, read_staging_bytes, int64_t{64} << 20,
+          "CUDA backend: pinned host memory per GPU that stages ReadTensor into a device region, "
+          "bytes (kept from the first such call; read by --load-threads threads; 0 = one thread "
+          "reads and copies each 16 MiB piece; else 2 MiB.. half of the available memory)");
+ABSL_FLAG(int64_t, resident_stored_bytes, 0,
+          "CUDA backend: device memory per GPU that keeps stored tensors (embeddings, lm_head) "
+          "once read into a device region, so later reads copy them device to device, bytes "
+          "(0 = none; needs --read-staging-bytes > 0; not counted in --device-memory-limit)");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
           "largest inline request accepted (qweight + qzeros + scales), bytes");
 ABSL_FLAG(int64_t, max_output_bytes, int64_t{16} << 30,
@@ -290,6 +298,8 @@ int main(int argc, char** argv) {
   options.device_memory_limit_bytes = absl::GetFlag(FLAGS_device_memory_limit);
   options.load_threads = absl::GetFlag(FLAGS_load_threads);
   options.load_staging_bytes = absl::GetFlag(FLAGS_load_staging_bytes);
+  options.read_staging_bytes = absl::GetFlag(FLAGS_read_staging_bytes);
+  options.resident_stored_bytes = absl::GetFlag(FLAGS_resident_stored_bytes);
   // Tests only (server/failure_injection.h): make chosen GPUs fail at start or at a launch.
   if (const char* inject = std::getenv(std::string(dequantd::kInjectDeviceFailureEnv).c_str());
       inject != nullptr) {

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "server/shard_reader.h"
 
 namespace dequantd {
 
@@ -40,5 +41,23 @@ struct RawTensor {
 absl::Status ReadRawTensor(
     const RawTensor& tensor, int64_t piece_bytes,
     const std::function<absl::Status(int64_t offset, absl::Span<const uint8_t> bytes)>& consume);
+
+// OK when `tensor`'s file is still the file indexed (device and inode) and holds the tensor's
+// bytes; what ReadRawTensor checks before its first read, for a caller that serves the bytes from
+// a copy it made earlier. Errors: the errno of open (NOT_FOUND when gone), DATA_LOSS (replaced;
+// truncated).
+absl::Status CheckRawTensorFile(const RawTensor& tensor);
+
+// Reads all of `tensor`'s bytes with `threads` threads (>= 1) of ShardReader (issue 23: a large
+// tensor at the page cache's rate, not one thread's): cut into chunks of at most `chunk_bytes`
+// (> 0), each pread to `destination(thread, chunk)` and handed to `consume(thread, chunk, data)`
+// on the same thread (chunk.tensor_offset: its offset from the tensor's first byte; chunks in
+// no particular order across threads, so both callbacks must be safe to call from `threads`
+// threads at once). The first error stops the others. Errors: those of ReadRawTensor (NOT_FOUND,
+// DATA_LOSS naming file and tensor: replaced or shorter than indexed, before or during the read),
+// DATA_LOSS when the file changed size during the read, the errno of pread, the callbacks'.
+absl::Status ReadRawTensorChunks(const RawTensor& tensor, int threads, int64_t chunk_bytes,
+                                 const ShardReader::Destination& destination,
+                                 const ShardReader::Consume& consume);
 
 }  // namespace dequantd

@@ -6,14 +6,16 @@
 #include "server/raw_tensor.h"
 #include "server/region_service.h"
 #include "server/request.h"
+#include "server/stored_tensor_copier.h"
 
 namespace dequantd {
 namespace {
 
 namespace v1 = ::dequant::v1;
 
-// The pieces an output_region call reads and copies in: large, so that a GPU region gets few
-// (synchronous) host-to-device copies; one buffer of this size per call.
+// The pieces of the one-thread output_region path (a host region; a small tensor; no copier):
+// large, so that a GPU region gets few (synchronous) host-to-device copies; one buffer of this
+// size per call.
 constexpr int64_t kRegionPieceBytes = int64_t{16} << 20;
 
 void FillInfo(const RawTensor& tensor, v1::RawTensorInfo& info) {
@@ -32,8 +34,8 @@ void AddRawTensorInfos(const Checkpoint& checkpoint, v1::ListTensorsResponse& re
 }
 
 absl::Status ServeReadTensor(const Checkpoint* checkpoint, int64_t default_chunk_bytes,
-                             RegionService* regions, const v1::ReadTensorRequest& request,
-                             grpc::ServerContext* context,
+                             RegionService* regions, StoredTensorCopier* copier,
+                             const v1::ReadTensorRequest& request, grpc::ServerContext* context,
                              grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
   if (checkpoint == nullptr) {
     return absl::FailedPreconditionError(
@@ -64,15 +66,29 @@ absl::Status ServeReadTensor(const Checkpoint* checkpoint, int64_t default_chunk
     if (!sink.ok()) return sink.status();
     if (absl::Status s = (*sink)->Begin("stored"); !s.ok()) return s;
     if (absl::Status s = (*sink)->BeginLayer(0); !s.ok()) return s;
-    // The sink checks bounds, cancellation and an Unregister at every piece, and copies each
-    // into the region (Region::CopyIn: a device region's copy has ended when it returns).
-    if (absl::Status s = ReadRawTensor(*tensor, kRegionPieceBytes,
-                                       [&](int64_t offset, absl::Span<const uint8_t> bytes) {
-                                         return (*sink)->Write(offset, bytes);
-                                       });
-        !s.ok()) {
-      return s;
+    regions::RegionSink& region_sink = **sink;
+    const ResultDestination* destination = region_sink.destination();
+    absl::Status copied;
+    if (copier != nullptr && destination != nullptr &&
+        destination->memory == ResultDestination::Memory::kDevice &&
+        tensor->bytes >= copier->min_bytes()) {
+      // Parallel reads into pinned staging, copied to the device asynchronously; the sink's
+      // Write is then a progress report (the bytes' place in the region: no copy), where it
+      // checks bounds, cancellation and an Unregister before each piece's copy.
+      copied = copier->CopyToDevice(
+          *tensor, destination->device, destination->data, [&](int64_t offset, int64_t bytes) {
+            return region_sink.Write(offset, absl::MakeConstSpan(destination->data + offset,
+                                                                 static_cast<size_t>(bytes)));
+          });
+    } else {
+      // The sink checks bounds, cancellation and an Unregister at every piece, and copies each
+      // into the region (Region::CopyIn: a device region's copy has ended when it returns).
+      copied = ReadRawTensor(*tensor, kRegionPieceBytes,
+                             [&](int64_t offset, absl::Span<const uint8_t> bytes) {
+                               return region_sink.Write(offset, bytes);
+                             });
     }
+    if (!copied.ok()) return copied;
     message.set_region(request.output_region().name());
     message.set_region_offset(request.output_region().offset());
     // Sent with the status (as a Dequantize output_region reply): every byte is in the region.

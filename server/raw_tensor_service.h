@@ -13,7 +13,8 @@
 
 namespace dequantd {
 
-class RegionService;  // server/region_service.h
+class RegionService;       // server/region_service.h
+class StoredTensorCopier;  // server/stored_tensor_copier.h
 
 // Appends one RawTensorInfo per raw tensor of `checkpoint` (in name order) to `response`.
 void AddRawTensorInfos(const Checkpoint& checkpoint, dequant::v1::ListTensorsResponse& response);
@@ -27,9 +28,12 @@ void AddRawTensorInfos(const Checkpoint& checkpoint, dequant::v1::ListTensorsRes
 // raw_tensor.h), CANCELLED (the client went away). With request.output_region the bytes go into
 // that region of `regions` (null: FAILED_PRECONDITION) and the stream is one message, the header
 // with region and region_offset, sent with the status; the region's errors are those of
-// RegionService::MakeSink and RegionSink::Write. Thread-safe.
+// RegionService::MakeSink and RegionSink::Write. Into a device region, a tensor of at least
+// copier->min_bytes() goes through `copier` (may be null: every tensor then takes the one-thread
+// path: 16 MiB pieces, each read and copied in before the next), with its errors too.
+// Thread-safe.
 absl::Status ServeReadTensor(const Checkpoint* checkpoint, int64_t default_chunk_bytes,
-                             RegionService* regions,
+                             RegionService* regions, StoredTensorCopier* copier,
                              const dequant::v1::ReadTensorRequest& request,
                              grpc::ServerContext* context,
                              grpc::ServerWriter<dequant::v1::ReadTensorResponse>* writer);

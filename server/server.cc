@@ -42,6 +42,7 @@
 #include "spdlog/spdlog.h"
 #if DEQUANTD_HAVE_CUDA
 #include "server/cuda/device_context.h"
+#include "server/cuda/staged_tensor_copier.h"
 #include "server/cuda_autotune.h"
 #endif
 
@@ -304,6 +305,34 @@ absl::Status CheckOptions(const ServerOptions& options) {
       budget > 0 && options.load_staging_bytes > budget) {
     return absl::ResourceExhaustedError(
         absl::StrCat("load_staging_bytes (--load-staging-bytes) = ", options.load_staging_bytes,
+                     " bytes of pinned staging is more than half of this host's available memory (",
+                     budget, " bytes): ask for less"));
+  }
+  if (options.resident_stored_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resident_stored_bytes (--resident-stored-bytes) must be 0 (none) or a number of bytes, "
+        "got ",
+        options.resident_stored_bytes));
+  }
+  if (options.resident_stored_bytes > 0 && options.read_staging_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "--resident-stored-bytes keeps tensors read through the staging, but "
+        "--read-staging-bytes=0 turns it off");
+  }
+  if (options.backend == "cpu" && options.resident_stored_bytes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--resident-stored-bytes=", options.resident_stored_bytes,
+                     " keeps tensors in GPU memory but --backend is cpu"));
+  }
+  if (options.read_staging_bytes != 0 && options.read_staging_bytes < kMinLoadStagingBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "read_staging_bytes (--read-staging-bytes) must be 0 or at least ", kMinLoadStagingBytes,
+        " (two 1 MiB buffers), got ", options.read_staging_bytes));
+  }
+  if (const int64_t budget = bench::HostMemoryBudget(0);
+      budget > 0 && options.read_staging_bytes > budget) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("read_staging_bytes (--read-staging-bytes) = ", options.read_staging_bytes,
                      " bytes of pinned staging is more than half of this host's available memory (",
                      budget, " bytes): ask for less"));
   }
@@ -581,8 +610,9 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
   BackendInfo backend_info_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<RegionService> regions_;
-  std::unique_ptr<StallWatchdog> stall_watchdog_;  // null with --stall-timeout 0
-  std::unique_ptr<MemoryTrimmer> memory_trimmer_;  // null with --malloc-trim-interval 0
+  std::unique_ptr<StoredTensorCopier> stored_copier_;  // null: none (CPU, --read-staging-bytes=0)
+  std::unique_ptr<StallWatchdog> stall_watchdog_;      // null with --stall-timeout 0
+  std::unique_ptr<MemoryTrimmer> memory_trimmer_;      // null with --malloc-trim-interval 0
   std::unique_ptr<DequantService> service_;
   // Shutdown destroys it once server_ has stopped, before metrics_ (which it reports to).
   std::unique_ptr<auth::ServerSecurity> security_;
@@ -697,6 +727,11 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
         absl::StrCat("--placement=", options.placement,
                      " places layers on GPUs but the backend is cpu (no GPU)")));
   }
+  if (server->backend_info_.name == "cpu" && options.resident_stored_bytes != 0) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--resident-stored-bytes=", options.resident_stored_bytes,
+                     " keeps tensors in GPU memory but the backend is cpu (no GPU)")));
+  }
   if (server->backend_info_.name == "cpu" && options.device_memory_limit_bytes != 0) {
     return fail(absl::InvalidArgumentError(
         absl::StrCat("--device-memory-limit=", options.device_memory_limit_bytes,
@@ -735,6 +770,14 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   service_options.max_concurrent_streams = options.max_concurrent_streams;
   server->regions_ = MakeRegionService(options, server->backend_info_, server->metrics_.get());
   service_options.regions = server->regions_.get();
+#if DEQUANTD_HAVE_CUDA
+  if (server->backend_info_.name == "cuda" && options.read_staging_bytes > 0) {
+    server->stored_copier_ = cuda::MakeStagedTensorCopier(
+        options.load_threads > 0 ? options.load_threads : DefaultLoadThreads(),
+        options.read_staging_bytes, options.resident_stored_bytes);
+    service_options.stored_copier = server->stored_copier_.get();
+  }
+#endif
   if (options.stall_timeout_seconds > 0) {
     Metrics* metrics_for_stalls = server->metrics_.get();
     server->stall_watchdog_ = std::make_unique<StallWatchdog>(

@@ -57,6 +57,16 @@ struct ServerOptions {
   // (kMinLoadStagingBytes.. half of the host's available memory).
   int load_threads = 0;
   int64_t load_staging_bytes = int64_t{256} << 20;
+  // ReadTensor into a device region (issue 23; docs/architecture.md "ReadTensor into a device
+  // region"): pinned staging per GPU, kept from the first such call, read by load_threads
+  // threads; 0 = none (one thread reads and copies each 16 MiB piece in, as before), else
+  // kMinLoadStagingBytes.. half of the host's available memory. CUDA backend only.
+  int64_t read_staging_bytes = int64_t{64} << 20;
+  // Stored tensors read into a device region also kept in that GPU's memory, up to this many
+  // bytes per GPU (first come; later calls copy them device to device); 0 = none (the default:
+  // see docs/architecture.md for why). >= 0; non-zero needs read_staging_bytes > 0 and the CUDA
+  // backend (else INVALID_ARGUMENT). Not counted in --device-memory-limit.
+  int64_t resident_stored_bytes = 0;
   // Set (by main's signal watcher) when a shutdown signal arrives during the load: Start stops
   // reading and returns CANCELLED. May be null.
   const std::atomic<bool>* cancel_load = nullptr;

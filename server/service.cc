@@ -504,8 +504,8 @@ grpc::Status DequantService::ReadTensor(grpc::ServerContext* context,
                                         const v1::ReadTensorRequest* request,
                                         grpc::ServerWriter<v1::ReadTensorResponse>* writer) {
   return Handle("ReadTensor", [&] {
-    return ServeReadTensor(checkpoint_, options_.default_chunk_bytes, options_.regions, *request,
-                           context, writer);
+    return ServeReadTensor(checkpoint_, options_.default_chunk_bytes, options_.regions,
+                           options_.stored_copier, *request, context, writer);
   });
 }
 

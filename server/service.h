@@ -21,6 +21,7 @@
 #include "server/metrics.h"
 #include "server/region_service.h"
 #include "server/stall_watchdog.h"
+#include "server/stored_tensor_copier.h"
 
 namespace dequantd {
 
@@ -42,6 +43,9 @@ struct ServiceOptions {
   int max_concurrent_streams = 0;
   RegionService* regions = nullptr;  // shared-memory regions (issue 9); null: the region RPCs
                                      // and output_region are FAILED_PRECONDITION (not owned)
+  // ReadTensor into a device region at the page cache's rate (issue 23); null: one thread reads
+  // and copies each piece in (not owned).
+  StoredTensorCopier* stored_copier = nullptr;
   StallWatchdog* stall_watchdog = nullptr;  // cancels result writes stalled past --stall-timeout;
                                             // null: none (not owned)
 };

@@ -2,8 +2,9 @@
 // byte ranges of the layers' stored tensors, cut into chunks and read with pread by several
 // threads in parallel, each chunk handed to the caller where it was read (its own memory, or a
 // per-thread staging buffer it then copies to a device). Used for the host copies of the layers
-// no device holds (Checkpoint::ReadHostCopies) and for the CUDA backend's upload straight from
-// the files through bounded pinned staging (server/cuda/resident_model.cc).
+// no device holds (Checkpoint::ReadHostCopies), for the CUDA backend's upload straight from
+// the files through bounded pinned staging (server/cuda/resident_model.cc), and for ReadTensor
+// of a large stored tensor into a device region (ReadRawTensorChunks, issue 23).
 //
 // Integrity: each shard is opened by path and must still be the file Open parsed (same device
 // and inode: ABORTED "replaced" otherwise); a read that ends early is DATA_LOSS naming the file

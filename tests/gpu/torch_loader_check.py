@@ -6,7 +6,10 @@ against dequantd servers it starts itself (CUDA backend, --shared-memory=all). O
 when a check failed.
 
   PYTHONPATH=client/python/src python3 tests/gpu/torch_loader_check.py [--dequantd BIN]
-      [--model DIR] [--device cuda:0]
+      [--model DIR] [--device cuda:0] [--server-flag=--read-staging-bytes=0 ...]
+
+--server-flag: one more dequantd flag for every server it starts (repeatable), e.g.
+--server-flag=--read-staging-bytes=0 to check ReadTensor's one-thread path (issue 23).
 
 --model: an AWQ checkpoint (default: models/smollm2-135m-awq when present, else a synthetic one
 of its shapes written by bench/awq_model.py into a temporary directory). Needs torch,
@@ -42,7 +45,9 @@ PROMPT = [[1, 504, 3458, 282, 4477, 314, 253, 2012, 30, 198, 42, 9000]]
 
 
 class Server:
-    """A dequantd on 127.0.0.1:`port` (CUDA backend, every shared-memory kind)."""
+    """A dequantd on 127.0.0.1:`port` (CUDA backend, every shared-memory kind, and FLAGS)."""
+
+    FLAGS = []  # --server-flag values
 
     def __init__(self, binary, model, port, log_dir):
         self.binary, self.model, self.port = binary, model, port
@@ -53,7 +58,7 @@ class Server:
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [self.binary, f"--model={self.model}", f"--listen=127.0.0.1:{self.port}",
-                 "--metrics-listen=", "--backend=cuda", "--shared-memory=all"],
+                 "--metrics-listen=", "--backend=cuda", "--shared-memory=all", *Server.FLAGS],
                 stdout=log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -140,7 +145,9 @@ def main():
     parser.add_argument("--dequantd", default="dequantd")
     parser.add_argument("--model", default=None)
     parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--server-flag", action="append", default=[])
     args = parser.parse_args()
+    Server.FLAGS = list(args.server_flag)
     work = tempfile.mkdtemp(prefix="dequantd-torch-check.")
     model_dir = args.model
     if model_dir is None:

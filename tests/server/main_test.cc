@@ -205,6 +205,30 @@ TEST(DequantdMainTest, LoadOptionErrorsNameTheFlag) {
               HasSubstr("RESOURCE_EXHAUSTED: load_staging_bytes (--load-staging-bytes) = "
                         "1099511627776 bytes of pinned staging is more than half of this host's "
                         "available memory"));
+  // Issue 23: ReadTensor's staging, 0 (off) or at least two 1 MiB buffers.
+  run = RunDequantd(common + "--read-staging-bytes=1048576");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: read_staging_bytes (--read-staging-bytes) "
+                                    "must be 0 or at least 2097152 (two 1 MiB buffers), got "
+                                    "1048576"));
+  run = RunDequantd(common + "--resident-stored-bytes=-1");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: resident_stored_bytes "
+                                    "(--resident-stored-bytes) must be 0 (none)"));
+  run = RunDequantd(common + "--resident-stored-bytes=1 --read-staging-bytes=0");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: --resident-stored-bytes keeps tensors read "
+                                    "through the staging, but --read-staging-bytes=0"));
+  run = RunDequantd(common + "--resident-stored-bytes=1");  // common has --backend=cpu
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: --resident-stored-bytes=1 keeps tensors in "
+                                    "GPU memory but --backend is cpu"));
+  run = RunDequantd(common + "--read-staging-bytes=1099511627776");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("RESOURCE_EXHAUSTED: read_staging_bytes (--read-staging-bytes) = "
+                        "1099511627776 bytes of pinned staging is more than half of this host's "
+                        "available memory"));
 }
 
 TEST(DequantdMainTest, DeviceOptionErrorsNameTheFlagOrVariable) {

@@ -7,11 +7,14 @@
 #include <unistd.h>
 #include <filesystem>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -325,6 +328,87 @@ TEST_F(RawTensorServiceTest, ShardedCheckpointIndexesEachTensorInItsShard) {
                     [](int64_t, absl::Span<const uint8_t>) { return absl::CancelledError("stop"); })
           .code(),
       absl::StatusCode::kCancelled);
+}
+
+// Issue 23: the parallel read of ReadTensor into a device region (ReadRawTensorChunks, the part
+// that needs no GPU): every chunk read once, by at most `threads` threads, each into the place
+// the destination gave; the bytes exactly as stored; the consumer's error comes back unchanged.
+TEST_F(RawTensorServiceTest, ChunkedReadOnFourThreadsGivesEveryByteOnceAsStored) {
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const RawTensor* embed = (*ckpt)->FindRawTensor("model.embed_tokens.weight");  // 80000 bytes
+  ASSERT_NE(embed, nullptr);
+  constexpr int64_t kChunk = 4096;
+  std::vector<uint8_t> out(static_cast<size_t>(embed->bytes), 0);
+  std::mutex mu;
+  std::vector<int64_t> offsets;
+  std::set<int> threads;
+  const absl::Status s = ReadRawTensorChunks(
+      *embed, /*threads=*/4, kChunk,
+      [&](int, const ReadChunk& c) -> absl::StatusOr<uint8_t*> {
+        return out.data() + c.tensor_offset;
+      },
+      [&](int thread, const ReadChunk& c, uint8_t* data) {
+        std::lock_guard<std::mutex> lock(mu);
+        EXPECT_EQ(data, out.data() + c.tensor_offset);
+        EXPECT_LE(c.bytes, kChunk);
+        offsets.push_back(c.tensor_offset);
+        threads.insert(thread);
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(out == Named(embed->name).bytes);
+  std::sort(offsets.begin(), offsets.end());
+  ASSERT_EQ(offsets.size(), static_cast<size_t>((embed->bytes + kChunk - 1) / kChunk));
+  for (size_t i = 0; i < offsets.size(); ++i)
+    EXPECT_EQ(offsets[i], kChunk * static_cast<int64_t>(i));
+  EXPECT_LE(threads.size(), 4u);
+  EXPECT_GE(*threads.begin(), 0);
+  EXPECT_LT(*threads.rbegin(), 4);
+
+  const absl::Status stopped = ReadRawTensorChunks(
+      *embed, 4, kChunk,
+      [&](int, const ReadChunk& c) -> absl::StatusOr<uint8_t*> {
+        return out.data() + c.tensor_offset;
+      },
+      [](int, const ReadChunk&, uint8_t*) { return absl::CancelledError("stop"); });
+  EXPECT_EQ(stopped.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(stopped.message(), "stop");
+}
+
+// The chunked read keeps ReadRawTensor's codes: a truncated or replaced file is DATA_LOSS naming
+// what happened (ShardReader's ABORTED for a replaced file is not what ReadTensor says), a file
+// gone is NOT_FOUND.
+TEST_F(RawTensorServiceTest, ChunkedReadOfATruncatedReplacedOrMissingFileHasReadTensorsCodes) {
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const RawTensor embed = *(*ckpt)->FindRawTensor("model.embed_tokens.weight");
+  std::vector<uint8_t> out(static_cast<size_t>(embed.bytes));
+  auto read = [&] {
+    return ReadRawTensorChunks(
+        embed, 3, 4096,
+        [&](int, const ReadChunk& c) -> absl::StatusOr<uint8_t*> {
+          return out.data() + c.tensor_offset;
+        },
+        [](int, const ReadChunk&, uint8_t*) { return absl::OkStatus(); });
+  };
+  const std::string path = dir_ + "/model.safetensors";
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream copy;
+  copy << in.rdbuf();
+  ASSERT_EQ(::truncate(path.c_str(), embed.file_offset + embed.bytes - 1), 0);
+  absl::Status s = read();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("truncated"));
+
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  s = read();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+
+  std::ofstream(path, std::ios::binary) << copy.str();  // the same bytes in a new inode
+  s = read();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("replaced"));
 }
 
 // Issue 23: ReadTensor into a registered region. The stored bytes land at the region offset (the

@@ -10,9 +10,11 @@ filled: each quantized linear's weight by dequantd (on CUDA the kernel writes th
 through CUDA IPC; a CPU model gets the streamed result written into its memory), every other
 tensor (embeddings, norms, biases, an untied lm_head) by ReadTensor (on CUDA into GPU memory
 through a region, without the bytes crossing gRPC), cast to `dtype` on the device as
-transformers casts a checkpoint's tensors. The model is then built around those tensors (they
-become its parameters, no copy: _from_state_dict), weights are tied and the non-persistent
-buffers computed as from_pretrained computes them; the model is put in eval mode and returned.
+transformers casts a checkpoint's tensors. The model itself is built once, first, from its
+config with every parameter on the meta device and its non-persistent buffers computed on the
+CPU as from_pretrained computes them (_model_on_meta); the filled tensors then become its
+parameters (assigned, no copy: _assign), weights are tied, the buffers moved to `device`, and the
+model is put in eval mode and returned.
 If anything fails (the server gone mid-load, a tensor missing), the error is raised and no model
 is returned: nothing half-filled escapes.
 
@@ -50,7 +52,8 @@ _FLOATING = ("F16", "BF16", "F32", "F64")
 class LoadReport:
     """What load_model did: seconds per phase (`build`: meta model; `allocate`: parameter
     memory; `dequantize`: every quantized layer, registration included; `read`: every other
-    tensor; `assemble`: transformers' from_pretrained over those tensors), the bytes written per
+    tensor; `assemble`: those tensors made the parameters of the model built in `build`, tied,
+    its buffers moved to the device), the bytes written per
     kind, the number of calls, whether the layers went through a (K, N) staging buffer and a
     transpose on the device (`transposed`), and how many of the model's parameters are the
     tensors dequantd filled, not copies (`in_place`: every parameter when transformers kept
@@ -100,16 +103,41 @@ def server_config(client: Client, model: Optional[str] = None) -> Any:
     return transformers.AutoConfig.for_model(model_type, **raw)
 
 
-def _meta_model(config: Any, dtype: torch.dtype) -> torch.nn.Module:
-    """The model on the meta device (no memory): its parameter names, shapes and tying."""
+def _model_on_meta(config: Any, dtype: torch.dtype) -> torch.nn.Module:
+    """The model built from its config with every parameter on the meta device (no memory)
+    and its buffers (rotary inv_freq) computed on the CPU as from_pretrained computes them: its
+    parameter names, shapes and tying, and the model the filled tensors are assigned into.
+
+    Accelerate's init_empty_weights(include_buffers=False) pattern: nn.Module.register_parameter
+    is wrapped while the model is built, so this must not run beside another thread building
+    modules. Each meta parameter is marked `_is_hf_initialized`, so transformers' weight
+    initialization (normal_, ones_, ... on every parameter: most of from_config's time) skips
+    them: their values are never read, every one is replaced by a filled tensor. The buffers
+    are not marked and are initialized as before."""
     import transformers  # pylint: disable=import-outside-toplevel
 
-    with torch.device("meta"):
-        try:
-            return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-        except TypeError:  # transformers 4.x names it torch_dtype
-            return transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    register = torch.nn.Module.register_parameter
 
+    def register_on_meta(module: torch.nn.Module, name: str, param: Any) -> None:
+        register(module, name, param)
+        if param is not None:
+            held = module._parameters[name]  # pylint: disable=protected-access
+            meta = torch.nn.Parameter(held.to("meta"), requires_grad=held.requires_grad)
+            meta._is_hf_initialized = True  # pylint: disable=protected-access
+            module._parameters[name] = meta  # pylint: disable=protected-access
+
+    torch.nn.Module.register_parameter = register_on_meta
+    try:
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        except TypeError:  # transformers 4.x names it torch_dtype
+            model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    finally:
+        torch.nn.Module.register_parameter = register
+    # Built this way transformers leaves a tied lm_head untied (a meta-device build ties it):
+    # tie it, so that named_parameters lists a tied weight once, as the tensors to fill.
+    model.tie_weights()
+    return model
 
 
 def _fill_stored_on_device(client: Client, params: Dict[str, torch.Tensor], stored: List[str],
@@ -155,44 +183,33 @@ def _fill_stored_streamed(client: Client, params: Dict[str, torch.Tensor], store
                 future.cancel()
             raise
 
-def _from_state_dict(config: Any, state_dict: Dict[str, torch.Tensor], dtype: torch.dtype,
-                     device: torch.device) -> torch.nn.Module:
-    """The model built around `state_dict`'s tensors, which become its parameters (no copy).
-
-    from_pretrained(None, state_dict=) is not used: on a CUDA state dict transformers 5 copies
-    every tensor (measured on the H200: none of the 272 parameters kept). Instead the model is
-    built from its config with every parameter registered on the meta device (accelerate's
-    init_empty_weights(include_buffers=False) pattern: nn.Module.register_parameter is wrapped
-    while the model is built, so this must not run beside another thread building modules);
-    its buffers (rotary inv_freq) are computed on the CPU as from_pretrained computes them. Then
-    load_state_dict(assign=True) makes the tensors the parameters, tie_weights ties a tied
-    lm_head to the embeddings, and model.to(device) moves the buffers (parameters already there
-    stay). LoadError when a parameter has no tensor or a tensor no parameter."""
-    import transformers  # pylint: disable=import-outside-toplevel
-
-    register = torch.nn.Module.register_parameter
-
-    def register_on_meta(module: torch.nn.Module, name: str, param: Any) -> None:
-        register(module, name, param)
-        if param is not None:
-            held = module._parameters[name]  # pylint: disable=protected-access
-            module._parameters[name] = torch.nn.Parameter(  # pylint: disable=protected-access
-                held.to("meta"), requires_grad=held.requires_grad)
-
-    torch.nn.Module.register_parameter = register_on_meta
-    try:
+def _assign(model: torch.nn.Module, params: Dict[str, torch.Tensor],
+            device: torch.device) -> torch.nn.Module:
+    """Makes `params`' tensors the parameters of `model` (from _model_on_meta; names from its
+    named_parameters, shapes checked against them by _load): each becomes an nn.Parameter of the
+    meta parameter's requires_grad, set on its module, as load_state_dict(assign=True) sets it,
+    without a pass over every module and key. from_pretrained(None, state_dict=) is not used: on
+    a CUDA state dict transformers 5 copies every tensor (measured on the H200: none of the 272
+    parameters kept). Then tie_weights ties a tied lm_head to the embeddings and model.to(device)
+    moves the buffers (parameters already there stay). LoadError when a parameter has no
+    tensor or a tensor no parameter."""
+    for name, tensor in params.items():
+        owner, _, leaf = name.rpartition(".")
         try:
-            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-        except TypeError:  # transformers 4.x names it torch_dtype
-            model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
-    finally:
-        torch.nn.Module.register_parameter = register
-    result = model.load_state_dict(state_dict, strict=False, assign=True)
+            module = model.get_submodule(owner)
+        except AttributeError:
+            module = None
+        # pylint: disable-next=protected-access
+        held = module._parameters.get(leaf) if module is not None else None
+        if held is None:
+            raise LoadError(f"the model's parameters and the filled tensors differ: no parameter "
+                            f"for {name}")
+        setattr(module, leaf, torch.nn.Parameter(tensor, requires_grad=held.requires_grad))
     model.tie_weights()
     empty = [name for name, p in model.named_parameters() if p.is_meta]
-    if empty or result.unexpected_keys:
+    if empty:
         raise LoadError(f"the model's parameters and the filled tensors differ: no tensor for "
-                        f"{empty[:5]}, no parameter for {list(result.unexpected_keys)[:5]}")
+                        f"{empty[:5]}")
     return model.to(device)
 
 
@@ -259,7 +276,7 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
           dtype: torch.dtype, report: LoadReport) -> torch.nn.Module:
     t0 = time.perf_counter()
     config = server_config(client, model_source)
-    meta = _meta_model(config, dtype)
+    meta = _model_on_meta(config, dtype)
     listing = client.list()
     layers = {layer.name: layer for layer in listing.layers}
     others = {t.name: t for t in listing.other_tensors}
@@ -284,7 +301,6 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
         else:
             raise LoadError(f"{name}: the model has this parameter and the server's model has no "
                             "tensor for it (neither a quantized layer nor a stored tensor)")
-    del meta
 
     t0 = time.perf_counter()
     element = torch.empty((), dtype=dtype).element_size()
@@ -360,8 +376,8 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
 
     t0 = time.perf_counter()
     pointers = {name: t.data_ptr() for name, t in params.items()}
-    model = _from_state_dict(config, params, dtype, device)
-    del params
+    model = _assign(meta, params, device)
+    del params, meta
     report.in_place = sum(1 for name, p in model.named_parameters()
                           if pointers.get(name) == p.data_ptr())
     report.assemble_seconds = time.perf_counter() - t0
