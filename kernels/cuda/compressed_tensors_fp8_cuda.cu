@@ -56,28 +56,13 @@ struct CtFp8NkChunks {
     const int64_t scale_row = static_cast<uint32_t>(n) / static_cast<uint32_t>(p.rows_per_scale);
     const int64_t scale_col = static_cast<uint32_t>(k0) / static_cast<uint32_t>(p.cols_per_scale);
     const float s = LoadScaleAsFloat<kScale>(p.weight_scale, scale_row * p.grid_cols + scale_col);
-    const uint8_t* src = p.weight + n * p.K + k0;
-    uint32_t words[kValues / 4];
-    if constexpr (kValues == 8) {
-      const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
-      words[0] = w.x;
-      words[1] = w.y;
-    } else {
-      words[0] = __ldg(reinterpret_cast<const unsigned*>(src));
-    }
     float v[kValues];
+    E4m3Products(p.weight + n * p.K + k0, s, v);
+    // round_sdt of each product; rounding twice to one dtype (round_sdt, then PackChunk's
+    // round_out) is rounding once.
+    if constexpr (kOut != kScale) {
 #pragma unroll
-    for (int i = 0; i < kValues / 2; ++i) {
-      const float2 w = E4m3x2ToFloat2(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2))));
-      // The fp32 product (fp8_block::Fp32Product), then round_sdt; rounding twice to one dtype
-      // (round_sdt, then PackChunk's round_out) is rounding once.
-      if constexpr (kOut == kScale) {
-        v[2 * i] = w.x * s;
-        v[2 * i + 1] = w.y * s;
-      } else {
-        v[2 * i] = RoundToScale<kScale>(w.x * s);
-        v[2 * i + 1] = RoundToScale<kScale>(w.y * s);
-      }
+      for (int j = 0; j < kValues; ++j) v[j] = RoundToScale<kScale>(v[j]);
     }
     return PackChunk<kOut>(v);
   }

@@ -62,22 +62,8 @@ struct Fp8BlockNkChunks {
   static __device__ __forceinline__ uint4 Chunk(const Params& p, int64_t n, int64_t k0) {
     constexpr int kValues = kChunk<kOut>;
     const float s = Fp8BlockScale<kScale>(p, n, k0);
-    const uint8_t* src = p.weight + n * p.K + k0;
-    uint32_t words[kValues / 4];
-    if constexpr (kValues == 8) {
-      const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
-      words[0] = w.x;
-      words[1] = w.y;
-    } else {
-      words[0] = __ldg(reinterpret_cast<const unsigned*>(src));
-    }
     float v[kValues];
-#pragma unroll
-    for (int i = 0; i < kValues / 2; ++i) {
-      const float2 w = E4m3x2ToFloat2(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2))));
-      v[2 * i] = w.x * s;  // fp8_block::Fp32Product: one fp32 multiply
-      v[2 * i + 1] = w.y * s;
-    }
+    E4m3Products(p.weight + n * p.K + k0, s, v);
     return PackChunk<kOut>(v);
   }
 };

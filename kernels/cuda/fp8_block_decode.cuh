@@ -55,4 +55,25 @@ __device__ __forceinline__ float2 E4m3x2ToFloat2(uint16_t two) {
   return __half22float2(__half2(raw));
 }
 
+// The fp32 products (fp8_block::Fp32Product: one multiply each) of kValues (8 or 4) consecutive
+// E4M3 bytes at `src` (kValues-byte aligned) with scale s, from one 8- or 4-byte load.
+template <int kValues>
+__device__ __forceinline__ void E4m3Products(const uint8_t* src, float s, float (&v)[kValues]) {
+  static_assert(kValues == 8 || kValues == 4);
+  uint32_t words[kValues / 4];
+  if constexpr (kValues == 8) {
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+    words[0] = w.x;
+    words[1] = w.y;
+  } else {
+    words[0] = __ldg(reinterpret_cast<const unsigned*>(src));
+  }
+#pragma unroll
+  for (int i = 0; i < kValues / 2; ++i) {
+    const float2 w = E4m3x2ToFloat2(static_cast<uint16_t>(words[i / 2] >> (16 * (i % 2))));
+    v[2 * i] = w.x * s;
+    v[2 * i + 1] = w.y * s;
+  }
+}
+
 }  // namespace dequantd::cuda
