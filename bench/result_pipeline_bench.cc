@@ -1,4 +1,4 @@
-// result_pipeline_bench: the CUDA backend's result pipeline (server/cuda/result_pipeline.h)
+// result_pipeline_bench: the CUDA backend's result pipeline (server/backend/cuda/result_pipeline.h)
 // measured in-process, without gRPC: a Llama-3-8B-shaped synthetic AWQ model (32 blocks x 7
 // projections = 224 layers, 13.96 GB of fp16 output) plus one 8192 x 28672 layer, generated with
 // random packed data into --dir, made resident, then dequantized to fp16 into
@@ -26,9 +26,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/safetensors.h"
-#include "server/backend.h"
-#include "server/backend_observer.h"
-#include "server/checkpoint.h"
+#include "server/backend/backend.h"
+#include "server/backend/backend_observer.h"
+#include "server/model/checkpoint.h"
 
 namespace dequantd {
 namespace {

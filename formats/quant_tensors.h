@@ -1,7 +1,7 @@
 // Checks the safetensors tensors of one quantized layer against each other and derives the
 // layer's shape, for any format: the format's row (kernels/format_registry.h) says which roles a
 // layer has and how their dtypes and dims make a shape; this file names the file, tensor and
-// layer in the message. The checkpoint store (server/checkpoint.cc) and dequantctl's --packed
+// layer in the message. The checkpoint store (server/model/checkpoint.cc) and dequantctl's --packed
 // input (client/packed_input.cc) both call it. The limits on the shape (ValidateShape) are the
 // caller's next step. Uses kernels/ types and the registry (no I/O).
 #pragma once

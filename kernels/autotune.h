@@ -2,7 +2,7 @@
 // (device, kernel variant, shape, dtypes, objective) is measured once (a tune function, e.g.
 // kernels/cuda/autotune_cuda.h), then served from memory, and persisted through a TuneStore
 // (formats/tune_store.h: a versioned JSON file shared between processes) so a restart does not
-// tune again. Events go to an AutotuneObserver (server/metrics.h implements it).
+// tune again. Events go to an AutotuneObserver (server/metrics/metrics.h implements it).
 // CPU-only: no CUDA headers, so everything here is tested on machines without a GPU.
 #pragma once
 
@@ -124,8 +124,8 @@ struct AutotuneTuning {
   absl::Status save_status;  // the store's Merge after a successful tuning (OK if none)
 };
 
-// Where the autotuner reports what it does (server/metrics.h implements it with Prometheus; the
-// server adds its log lines). Called on the thread of the GetOrTune call that caused the event;
+// Where the autotuner reports what it does (server/metrics/metrics.h implements it with Prometheus;
+// the server adds its log lines). Called on the thread of the GetOrTune call that caused the event;
 // implementations must be thread-safe and quick.
 class AutotuneObserver {
  public:

@@ -30,7 +30,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "server/failure_injection.h"
+#include "server/backend/failure_injection.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
   options.load_staging_bytes = absl::GetFlag(FLAGS_load_staging_bytes);
   options.read_staging_bytes = absl::GetFlag(FLAGS_read_staging_bytes);
   options.resident_stored_bytes = absl::GetFlag(FLAGS_resident_stored_bytes);
-  // Tests only (server/failure_injection.h): make chosen GPUs fail at start or at a launch.
+  // Tests only (server/backend/failure_injection.h): make chosen GPUs fail at start or at a launch.
   if (const char* inject = std::getenv(std::string(dequantd::kInjectDeviceFailureEnv).c_str());
       inject != nullptr) {
     options.inject_device_failures = inject;

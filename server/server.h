@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/auth/security_options.h"
-#include "server/transport_limits.h"
+#include "server/rpc/transport_limits.h"
 
 namespace dequantd {
 
@@ -70,7 +70,8 @@ struct ServerOptions {
   // Set (by main's signal watcher) when a shutdown signal arrives during the load: Start stops
   // reading and returns CANCELLED. May be null.
   const std::atomic<bool>* cancel_load = nullptr;
-  // Failure injection for tests (DEQUANTD_INJECT_DEVICE_FAILURE, server/failure_injection.h).
+  // Failure injection for tests (DEQUANTD_INJECT_DEVICE_FAILURE,
+  // server/backend/failure_injection.h).
   std::string inject_device_failures;
   int64_t max_request_bytes = int64_t{256} << 20;  // inline packed bytes accepted per request;
                                                    // 1..kMaxRequestBytesLimit

@@ -5,8 +5,8 @@
 #include <string>
 #include <utility>
 
-#include "server/grpc_result_sink.h"
-#include "server/transport_limits.h"
+#include "server/rpc/grpc_result_sink.h"
+#include "server/rpc/transport_limits.h"
 
 namespace dequantd::e2e {
 namespace {

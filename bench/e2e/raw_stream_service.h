@@ -46,7 +46,7 @@ class RawStreamService final : public dequant::v1::DequantService::Service {
 };
 
 // A gRPC server on `address` ("127.0.0.1:0" or "unix:PATH") with the same channel settings as
-// dequantd (SO_REUSEPORT off, dequantd's default transport limits: server/transport_limits.h).
+// dequantd (SO_REUSEPORT off, dequantd's default transport limits: server/rpc/transport_limits.h).
 // `port` receives the bound port.
 std::unique_ptr<grpc::Server> StartRawServer(RawStreamService* service, const std::string& address,
                                              int* port);

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "server/backend.h"
+#include "server/backend/backend.h"
 #include "server/regions/registry.h"
 
 namespace dequantd::regions {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/dequant.h"
-#include "server/checkpoint.h"
+#include "server/model/checkpoint.h"
 #include "tests/fuzz/fuzz_files.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

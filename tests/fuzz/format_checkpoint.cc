@@ -8,7 +8,7 @@
 
 #include "kernels/dequant.h"
 #include "kernels/format_registry.h"
-#include "server/checkpoint.h"
+#include "server/model/checkpoint.h"
 #include "tests/fuzz/fuzz_files.h"
 
 namespace dequantd::fuzz {

@@ -12,7 +12,7 @@
 #include "kernels/dequant.h"
 #include "kernels/format_registry.h"
 #include "kernels/fp8_block_format.h"
-#include "server/checkpoint.h"
+#include "server/model/checkpoint.h"
 #include "tests/fuzz/fuzz_files.h"
 
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/dequant.h"
-#include "server/request.h"
+#include "server/rpc/request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dequantd;

@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
-#include "server/metrics_http.h"
+#include "server/metrics/metrics_http.h"
 #include "tests/hardening/process_stats.h"
 
 namespace dequantd::testing {

@@ -30,7 +30,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/test_support.h"
 #if DEQUANTD_HAVE_CUDA
-#include "server/cuda_backend.h"
+#include "server/backend/cuda/cuda_backend.h"
 #endif
 
 extern char** environ;

@@ -17,7 +17,7 @@
 #include "client/shm_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/request.h"
+#include "server/rpc/request.h"
 #include "tests/integration/test_support.h"
 
 namespace dequantd::testing {

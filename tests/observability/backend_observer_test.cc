@@ -1,7 +1,7 @@
-// What the backends report to their BackendObserver (server/backend_observer.h): the copy rate
-// and memory at start, the stages of a Dequantize call, and one kernel run with its exact bytes.
-// The CUDA cases skip without a GPU.
-#include "server/backend_observer.h"
+// What the backends report to their BackendObserver (server/backend/backend_observer.h): the copy
+// rate and memory at start, the stages of a Dequantize call, and one kernel run with its exact
+// bytes. The CUDA cases skip without a GPU.
+#include "server/backend/backend_observer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "server/backend.h"
+#include "server/backend/backend.h"
 #include "tests/server/test_layer.h"
 #if DEQUANTD_HAVE_CUDA
-#include "server/cuda_backend.h"
+#include "server/backend/cuda/cuda_backend.h"
 #endif
 
 namespace dequantd {

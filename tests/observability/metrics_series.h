@@ -1,5 +1,5 @@
-// Reading one series back from a Metrics registry (server/metrics.h) in tests: what /metrics
-// would serialize for it. Shared by tests/observability and tests/server.
+// Reading one series back from a Metrics registry (server/metrics/metrics.h) in tests: what
+// /metrics would serialize for it. Shared by tests/observability and tests/server.
 #pragma once
 
 #include <map>
@@ -8,7 +8,7 @@
 
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 
 namespace dequantd::testing {
 

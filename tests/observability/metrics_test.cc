@@ -1,7 +1,7 @@
-// Metrics (server/metrics.h): each family's name, labels and values after the calls that feed
-// it, read back from the registry (what /metrics serializes); and /metrics as served over HTTP
-// (server/metrics_http.h), fetched with civetweb's client.
-#include "server/metrics.h"
+// Metrics (server/metrics/metrics.h): each family's name, labels and values after the calls that
+// feed it, read back from the registry (what /metrics serializes); and /metrics as served over HTTP
+// (server/metrics/metrics_http.h), fetched with civetweb's client.
+#include "server/metrics/metrics.h"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -20,7 +20,7 @@
 
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
-#include "server/metrics_http.h"
+#include "server/metrics/metrics_http.h"
 #include "tests/observability/metrics_series.h"
 
 namespace dequantd {

@@ -7,8 +7,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/backend.h"
-#include "server/checkpoint.h"
+#include "server/backend/backend.h"
+#include "server/model/checkpoint.h"
 #include "tests/server/test_layer.h"
 
 namespace dequantd {

@@ -1,7 +1,7 @@
 // The Benchmark RPC's core without gRPC: proto -> bench request (defaults per backend, every
 // limit with its field named, tensors), bench result -> proto (field by field, the note), and
 // the runner's one-at-a-time rule with a fake benchmark.
-#include "server/benchmark_service.h"
+#include "server/rpc/benchmark_service.h"
 
 #include <future>
 #include <string>

@@ -1,9 +1,9 @@
-// Tests for BlockPool (server/block_pool.h) with an injected malloc allocator: blocks are distinct
-// and of the asked size; a block goes back to the pool only when its last handle goes; a waiter
-// is woken by a release on another thread; a pool whose blocks are all held fails Acquire with
-// DEADLINE_EXCEEDED naming it; blocks outlive the pool and are freed by their last release;
+// Tests for BlockPool (server/backend/block_pool.h) with an injected malloc allocator: blocks are
+// distinct and of the asked size; a block goes back to the pool only when its last handle goes; a
+// waiter is woken by a release on another thread; a pool whose blocks are all held fails Acquire
+// with DEADLINE_EXCEEDED naming it; blocks outlive the pool and are freed by their last release;
 // creation errors free what was allocated; concurrent users never share a block.
-#include "server/block_pool.h"
+#include "server/backend/block_pool.h"
 
 #include <atomic>
 #include <chrono>

@@ -1,7 +1,7 @@
-// Tests for server/checkpoint: tiny AWQ checkpoint directories written with
+// Tests for server/model/checkpoint: tiny AWQ checkpoint directories written with
 // safetensors::WriteFile into a temporary directory, opened and checked field by field, and each
 // kind of bad checkpoint refused with its exact status code and a message naming the tensor.
-#include "server/checkpoint.h"
+#include "server/model/checkpoint.h"
 #include "kernels/awq_format.h"
 
 #include <stdlib.h>

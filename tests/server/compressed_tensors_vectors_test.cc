@@ -22,10 +22,10 @@
 #include "kernels/compressed_tensors_format.h"
 #include "kernels/cpu_dequant_internal.h"
 #include "kernels/dequant.h"
-#include "server/backend.h"
-#include "server/checkpoint.h"
+#include "server/backend/backend.h"
+#include "server/model/checkpoint.h"
 #if DEQUANTD_HAVE_CUDA
-#include "server/cuda_backend.h"
+#include "server/backend/cuda/cuda_backend.h"
 #endif
 #include "tests/server/cpu_test_server.h"
 #include "tests/server/format_vectors.h"

@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/backend.h"
-#include "server/chunk_writer.h"
+#include "server/backend/backend.h"
+#include "server/backend/chunk_writer.h"
 #include "tests/server/holding_sink.h"
 #include "tests/server/test_layer.h"
 

@@ -1,8 +1,9 @@
-// Tests for the CUDA backend (server/cuda_backend.cc), run on a GPU and skipped without one:
-// every streamed result equals DequantizeReference byte for byte, for inline inputs and for
-// layers made resident by Prepare; chunking (including chunks larger than a staging buffer);
-// the LaunchConfigProvider seam; a sink error releasing the slot; concurrent requests; several
-// workers on one GPU (routing, spreading, split placement, failure); a model larger than its
+// Tests for the CUDA backend (server/backend/cuda/cuda_backend.cc), run on a GPU and skipped
+// without one: every streamed result equals DequantizeReference byte for byte, for inline inputs
+// and for layers made resident by Prepare; chunking (including chunks larger than a staging
+// buffer); the LaunchConfigProvider seam; a sink error releasing the slot; concurrent requests;
+// several workers on one GPU (routing, spreading, split placement, failure); a model larger than
+// its
 // --device-memory-limit (layers served from host copies, staged per call).
 #if DEQUANTD_HAVE_CUDA
 
@@ -23,10 +24,10 @@
 #include "formats/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/backend.h"
-#include "server/checkpoint.h"
-#include "server/cuda/packed_upload.h"
-#include "server/cuda_backend.h"
+#include "server/backend/backend.h"
+#include "server/backend/cuda/cuda_backend.h"
+#include "server/backend/cuda/packed_upload.h"
+#include "server/model/checkpoint.h"
 #include "tests/server/holding_sink.h"
 #include "tests/server/test_layer.h"
 

@@ -1,6 +1,6 @@
-// PlanDeviceBlocks (server/device_blocks.h): layers packed in order into few device blocks, each
-// aligned, none overlapping, no block over its bound unless it holds one layer.
-#include "server/device_blocks.h"
+// PlanDeviceBlocks (server/model/device_blocks.h): layers packed in order into few device blocks,
+// each aligned, none overlapping, no block over its bound unless it holds one layer.
+#include "server/model/device_blocks.h"
 
 #include <cstdint>
 #include <vector>

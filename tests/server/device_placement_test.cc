@@ -1,14 +1,14 @@
 // Tests for --devices, --placement and DEQUANTD_INJECT_DEVICE_FAILURE parsing
-// (server/device_placement.h, server/failure_injection.h): known answers worked by hand, exact
-// status codes and the field named in each message. No GPU.
-#include "server/device_placement.h"
+// (server/backend/device_placement.h, server/backend/failure_injection.h): known answers worked by
+// hand, exact status codes and the field named in each message. No GPU.
+#include "server/backend/device_placement.h"
 
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/failure_injection.h"
+#include "server/backend/failure_injection.h"
 
 namespace dequantd {
 namespace {

@@ -1,7 +1,7 @@
-// Tests for the CUDA backend's routing (server/device_router.h) with fake workers: least loaded
-// first, round robin on ties, failed workers out of rotation (listener once, UNAVAILABLE naming
-// why), and DequantizeLayers parts (known answers worked by hand). No GPU.
-#include "server/device_router.h"
+// Tests for the CUDA backend's routing (server/backend/device_router.h) with fake workers: least
+// loaded first, round robin on ties, failed workers out of rotation (listener once, UNAVAILABLE
+// naming why), and DequantizeLayers parts (known answers worked by hand). No GPU.
+#include "server/backend/device_router.h"
 
 #include <atomic>
 #include <cstdlib>

@@ -20,7 +20,7 @@
 #include "dequant/v1/dequant.grpc.pb.h"
 #include "formats/safetensors.h"
 #include "gtest/gtest.h"
-#include "server/backend.h"
+#include "server/backend/backend.h"
 
 namespace dequantd::testing {
 

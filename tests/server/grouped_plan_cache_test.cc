@@ -1,11 +1,11 @@
-// GroupedPlanCache (server/cuda/grouped_plan_cache.h), on a GPU (skipped without one): the same
-// items and dtype give the kept plan; another output address, dtype or options a new one; the
+// GroupedPlanCache (server/backend/cuda/grouped_plan_cache.h), on a GPU (skipped without one): the
+// same items and dtype give the kept plan; another output address, dtype or options a new one; the
 // least recently used plan gives way at capacity. Plans are built from fake, aligned pointers and
 // never launched here (the backend test RepeatedLayersIntoDeviceMemoryAreBitExactEveryTime
 // launches kept plans and checks every byte).
 #if DEQUANTD_HAVE_CUDA
 
-#include "server/cuda/grouped_plan_cache.h"
+#include "server/backend/cuda/grouped_plan_cache.h"
 #include "kernels/awq_format.h"
 
 #include <cuda_runtime_api.h>
@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "server/cuda_backend.h"
+#include "server/backend/cuda/cuda_backend.h"
 
 namespace dequantd::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// Tests for the gRPC result sink's messages (server/grpc_result_sink.h): a chunk sent with a
+// Tests for the gRPC result sink's messages (server/rpc/grpc_result_sink.h): a chunk sent with a
 // keepalive (ChunkSink::WriteShared) parses back to the same DequantizeResponse as the copied
 // form, references the caller's bytes instead of copying them, and holds the keepalive exactly
 // until the last ByteBuffer or slice referencing it is gone; GrpcResultSink sends it that way
@@ -13,8 +13,8 @@
 
 #include "dequant/v1/dequant.pb.h"
 #include "gtest/gtest.h"
-#include "server/grpc_result_sink.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
+#include "server/rpc/grpc_result_sink.h"
 
 namespace dequantd {
 namespace {

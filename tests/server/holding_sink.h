@@ -1,6 +1,6 @@
-// A ChunkSink for tests that holds what it is lent as the gRPC stream does (server/backend.h,
-// ChunkSink::WriteShared): it keeps each chunk's keepalive and reads the bytes only when it lets
-// the chunk go.
+// A ChunkSink for tests that holds what it is lent as the gRPC stream does
+// (server/backend/backend.h, ChunkSink::WriteShared): it keeps each chunk's keepalive and reads the
+// bytes only when it lets the chunk go.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "server/backend.h"
+#include "server/backend/backend.h"
 
 namespace dequantd::testing {
 

@@ -1,6 +1,6 @@
-// Tests for LeasePool (server/lease_pool.h): leases are exclusive, returned on destruction (also
-// when moved), and callers beyond the pool's size wait rather than share an item.
-#include "server/lease_pool.h"
+// Tests for LeasePool (server/backend/lease_pool.h): leases are exclusive, returned on destruction
+// (also when moved), and callers beyond the pool's size wait rather than share an item.
+#include "server/backend/lease_pool.h"
 
 #include <atomic>
 #include <memory>

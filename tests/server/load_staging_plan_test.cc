@@ -1,6 +1,7 @@
-// PlanLoadStaging (server/load_staging_plan.h): the pinned staging of the CUDA load never exceeds
+// PlanLoadStaging (server/model/load_staging_plan.h): the pinned staging of the CUDA load never
+// exceeds
 // --load-staging-bytes, whatever the threads asked for.
-#include "server/load_staging_plan.h"
+#include "server/model/load_staging_plan.h"
 
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // LogRateLimiter: the per-key, per-minute budget that bounds libprotobuf's and gRPC's log lines.
-#include "server/log_rate_limit.h"
+#include "server/rpc/log_rate_limit.h"
 
 #include <chrono>
 

@@ -23,11 +23,11 @@
 #include "kernels/cpu_dequant_internal.h"
 #include "kernels/dequant.h"
 #include "kernels/mxfp4_format.h"
-#include "server/backend.h"
-#include "server/checkpoint.h"
-#include "server/request.h"
+#include "server/backend/backend.h"
+#include "server/model/checkpoint.h"
+#include "server/rpc/request.h"
 #if DEQUANTD_HAVE_CUDA
-#include "server/cuda_backend.h"
+#include "server/backend/cuda/cuda_backend.h"
 #endif
 #include "tests/server/cpu_test_server.h"
 #include "tests/server/format_vectors.h"

@@ -1,8 +1,8 @@
-// Tests for RunOrderedParts (server/ordered_layers.h): parts run at once on their own threads,
-// yet the sink sees one Begin, BeginLayer with call-wide indices and every Write in request
-// order, all on the calling thread; destinations are shifted per part; the first error in part
-// order is returned and later parts are cancelled. No GPU.
-#include "server/ordered_layers.h"
+// Tests for RunOrderedParts (server/backend/ordered_layers.h): parts run at once on their own
+// threads, yet the sink sees one Begin, BeginLayer with call-wide indices and every Write in
+// request order, all on the calling thread; destinations are shifted per part; the first error in
+// part order is returned and later parts are cancelled. No GPU.
+#include "server/backend/ordered_layers.h"
 
 #include <atomic>
 #include <chrono>

@@ -1,6 +1,6 @@
-// Pretune and DistinctLayerShapes (server/pretune.h) without a GPU: a fake TuneTarget, the
+// Pretune and DistinctLayerShapes (server/backend/pretune.h) without a GPU: a fake TuneTarget, the
 // real autotuner (kernels/autotune.h).
-#include "server/pretune.h"
+#include "server/backend/pretune.h"
 
 #include <optional>
 #include <string>

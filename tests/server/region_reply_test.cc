@@ -14,10 +14,10 @@
 #include "dequant/v1/dequant.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/grpc_result_sink.h"
-#include "server/metrics.h"
-#include "server/region_service.h"
-#include "server/service.h"
+#include "server/metrics/metrics.h"
+#include "server/rpc/grpc_result_sink.h"
+#include "server/rpc/region_service.h"
+#include "server/rpc/service.h"
 #include "tests/regions/shm_file.h"
 
 namespace dequantd {

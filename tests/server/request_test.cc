@@ -1,6 +1,6 @@
-// Tests for server/request: an inline InlinePackedTensor becomes the right QuantView, and
+// Tests for server/rpc/request: an inline InlinePackedTensor becomes the right QuantView, and
 // each bad field is refused with its exact status code and a message naming the field.
-#include "server/request.h"
+#include "server/rpc/request.h"
 
 #include <cstdint>
 #include <cstring>

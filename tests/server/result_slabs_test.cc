@@ -1,6 +1,6 @@
-// Tests for the result pipeline's arithmetic (server/result_slabs.h): range resolution with the
-// field named on errors, slab cutting (bound, duplicates, oversized results) and piece sizes.
-#include "server/result_slabs.h"
+// Tests for the result pipeline's arithmetic (server/backend/result_slabs.h): range resolution with
+// the field named on errors, slab cutting (bound, duplicates, oversized results) and piece sizes.
+#include "server/backend/result_slabs.h"
 
 #include <limits>
 #include <vector>

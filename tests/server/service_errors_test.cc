@@ -1,5 +1,5 @@
 // Error answers of the running server seen by a gRPC client: DequantizeLayers without a model,
-// and names too long to quote in full (server/quoted_name.h).
+// and names too long to quote in full (server/rpc/quoted_name.h).
 #include <memory>
 #include <string>
 
@@ -8,7 +8,7 @@
 #include "dequant/v1/dequant.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/quoted_name.h"
+#include "server/rpc/quoted_name.h"
 #include "server/server.h"
 #include "tests/server/cpu_test_server.h"
 

@@ -13,9 +13,9 @@
 #include "dequant/v1/dequant.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
-#include "server/backend.h"
-#include "server/metrics.h"
-#include "server/service.h"
+#include "server/backend/backend.h"
+#include "server/metrics/metrics.h"
+#include "server/rpc/service.h"
 #include "tests/observability/metrics_series.h"
 
 namespace dequantd {

@@ -28,7 +28,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/dequant.h"
-#include "server/checkpoint.h"
+#include "server/model/checkpoint.h"
 #include "server/server.h"
 #include "tests/server/cpu_test_server.h"
 #include "tests/server/test_layer.h"

@@ -1,8 +1,9 @@
-// Tests for ReadTensor's staged copy into device memory (server/cuda/staged_tensor_copier.h,
-// issue 23), run on a GPU and skipped without one: the bytes land exactly as stored for sizes that
-// are not a multiple of the chunk; before_copy sees every chunk once, and its error stops the copy
-// and comes back unchanged, the staging then serving the next call; a truncated file is DATA_LOSS;
-// two calls at once (one staging per GPU) both land; the caller's current device is kept; with
+// Tests for ReadTensor's staged copy into device memory
+// (server/backend/cuda/staged_tensor_copier.h, issue 23), run on a GPU and skipped without one: the
+// bytes land exactly as stored for sizes that are not a multiple of the chunk; before_copy sees
+// every chunk once, and its error stops the copy and comes back unchanged, the staging then serving
+// the next call; a truncated file is DATA_LOSS; two calls at once (one staging per GPU) both land;
+// the caller's current device is kept; with
 // --resident-stored-bytes a tensor that fits is kept and copied device to device (one report),
 // one that does not is staged, and a kept tensor's replaced file is still DATA_LOSS.
 #if DEQUANTD_HAVE_CUDA
@@ -26,9 +27,9 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/cuda/staged_tensor_copier.h"
-#include "server/cuda_backend.h"
-#include "server/raw_tensor.h"
+#include "server/backend/cuda/cuda_backend.h"
+#include "server/backend/cuda/staged_tensor_copier.h"
+#include "server/model/raw_tensor.h"
 
 namespace dequantd {
 namespace {

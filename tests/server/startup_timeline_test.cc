@@ -1,6 +1,6 @@
-// StartupTimeline (server/startup_timeline.h): phases are listed in the order they began, each
-// with its span; nothing here depends on how long anything took.
-#include "server/startup_timeline.h"
+// StartupTimeline (server/model/startup_timeline.h): phases are listed in the order they began,
+// each with its span; nothing here depends on how long anything took.
+#include "server/model/startup_timeline.h"
 
 #include <chrono>
 #include <string>

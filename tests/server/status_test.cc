@@ -1,5 +1,5 @@
-// Tests for server/status: every canonical code maps to the same gRPC code, messages are kept.
-#include "server/status.h"
+// Tests for server/rpc/status: every canonical code maps to the same gRPC code, messages are kept.
+#include "server/rpc/status.h"
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
