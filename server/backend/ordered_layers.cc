@@ -1,7 +1,9 @@
 // Parts of one DequantizeLayers call in parallel, delivered in order (see ordered_layers.h).
 #include "server/backend/ordered_layers.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +37,30 @@ class Courier {
   void Finish(size_t k, absl::Status status) {
     std::lock_guard<std::mutex> lock(mu_);
     slots_[k].finished = std::move(status);
+    slots_[k].took = true;  // holds nothing now: no later part waits for it
+    cv_.notify_all();
+  }
+
+  // From part k's thread (PartTurn::Wait): until every part before k took or finished;
+  // CANCELLED when the call was aborted or one of them failed.
+  absl::Status WaitForTurn(size_t k) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto before = slots_.begin() + static_cast<std::ptrdiff_t>(k);
+    cv_.wait(lock, [&] {
+      return aborted_ || std::all_of(slots_.begin(), before, [](const Slot& s) { return s.took; });
+    });
+    if (aborted_ || std::any_of(slots_.begin(), before, [](const Slot& s) {
+          return s.finished.has_value() && !s.finished->ok();
+        })) {
+      return Aborted();
+    }
+    return absl::OkStatus();
+  }
+
+  // From part k's thread (PartTurn::Took).
+  void Took(size_t k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_[k].took = true;
     cv_.notify_all();
   }
 
@@ -73,6 +99,7 @@ class Courier {
     const std::function<absl::Status()>* op = nullptr;  // posted, not yet answered
     std::optional<absl::Status> result;
     std::optional<absl::Status> finished;
+    bool took = false;  // took its slot (PartTurn::Took) or finished
   };
   std::mutex mu_;
   std::condition_variable cv_;
@@ -121,19 +148,33 @@ class PartSink final : public LayersSink {
   bool has_destination_ = false;
 };
 
+// Part k's turn, through the courier.
+class CourierTurn final : public PartTurn {
+ public:
+  CourierTurn(Courier& courier, size_t k) : courier_(courier), k_(k) {}
+  absl::Status Wait() override { return courier_.WaitForTurn(k_); }
+  void Took() override { courier_.Took(k_); }
+
+ private:
+  Courier& courier_;
+  const size_t k_;
+};
+
 }  // namespace
 
 absl::Status RunOrderedParts(
     LayersSink& sink, absl::Span<const OrderedPart> parts,
-    const std::function<absl::Status(size_t part, LayersSink& sink)>& run) {
+    const std::function<absl::Status(size_t part, LayersSink& sink, PartTurn& turn)>& run) {
   Courier courier(parts.size());
   std::vector<std::unique_ptr<PartSink>> sinks;
+  std::vector<std::unique_ptr<CourierTurn>> turns;
   for (size_t k = 0; k < parts.size(); ++k) {
     sinks.push_back(std::make_unique<PartSink>(sink, courier, k, parts[k]));
+    turns.push_back(std::make_unique<CourierTurn>(courier, k));
   }
   std::vector<std::thread> threads;
   for (size_t k = 0; k < parts.size(); ++k) {
-    threads.emplace_back([&, k] { courier.Finish(k, run(k, *sinks[k])); });
+    threads.emplace_back([&, k] { courier.Finish(k, run(k, *sinks[k], *turns[k])); });
   }
   absl::Status first_error;
   for (size_t k = 0; k < parts.size(); ++k) {

@@ -21,16 +21,36 @@ struct OrderedPart {
   int64_t bytes_before = 0;
 };
 
-// Runs run(k, sink_k) for every part k at once, each on a thread of its own, and serves their
-// sink calls on the calling thread, part after part: the first part's Begin (later parts' Begin
-// calls are answered OK and not forwarded: the call has one kernel line), BeginLayer with
+// Part k's place in its call's order of taking what a part holds while it waits for the parts
+// before it (the CUDA backend's request slot). A part that waits in its sink calls while holding
+// something the parts before it may need can deadlock: part 1 of call X holds the last slot of
+// GPU b waiting for X's part 0, which waits for a slot of GPU a, all held by later parts of other
+// calls waiting for their part 0 on GPU b (or, on one GPU, by X's own part 2). Taking slots in
+// part order prevents that: a part holding a slot then has every part before it holding one or
+// finished, so the call's first unfinished part always runs. Thread-safe per part.
+class PartTurn {
+ public:
+  virtual ~PartTurn() = default;
+  // Returns once every part before this one has called Took() or finished; CANCELLED when an
+  // earlier part failed (the call is over: take nothing).
+  virtual absl::Status Wait() = 0;
+  // This part holds its slot: the parts after it may take theirs. Idempotent.
+  virtual void Took() = 0;
+};
+
+// Runs run(k, sink_k, turn_k) for every part k at once, each on a thread of its own, and serves
+// their sink calls on the calling thread, part after part: the first part's Begin (later parts'
+// Begin calls are answered OK and not forwarded: the call has one kernel line), BeginLayer with
 // call-wide entry indices, Write in order. A part waits in each sink call until the parts before
 // it have finished; its destination() is the call's, shifted by its bytes_before (so a part places
-// its bytes itself, in parallel). Returns the first error in part order: a part's own, or the
-// sink's (the part then stops, and the parts after it get CANCELLED at their next sink call). At
-// most one thread per part; every thread is joined before returning. `parts` non-empty.
-absl::Status RunOrderedParts(LayersSink& sink, absl::Span<const OrderedPart> parts,
-                             const std::function<absl::Status(size_t part, LayersSink& sink)>& run);
+// its bytes itself, in parallel). Whatever a part holds across its sink calls it takes between
+// turn_k.Wait() and turn_k.Took() (PartTurn). Returns the first error in part order: a part's own,
+// or the sink's (the part then stops, and the parts after it get CANCELLED at their next sink
+// call or turn). At most one thread per part; every thread is joined before returning. `parts`
+// non-empty.
+absl::Status RunOrderedParts(
+    LayersSink& sink, absl::Span<const OrderedPart> parts,
+    const std::function<absl::Status(size_t part, LayersSink& sink, PartTurn& turn)>& run);
 
 // Forwards every call to `inner` and remembers whether any reached it: a call that failed before
 // its sink saw anything may be retried on another GPU.

@@ -174,9 +174,11 @@ class DeviceWorker {
   }
 
   // `layers` (non-empty, duplicates allowed), resident here or staged from their host copies,
-  // grouped launches slab by slab.
+  // grouped launches slab by slab. `turn`: non-null when this is one part of a call cut over
+  // several workers (the slot is taken in part order, ResultPipeline::Run).
   absl::Status DequantizeLayers(absl::Span<const QuantizedLayer* const> layers, DType out_dtype,
-                                Orientation orientation, int64_t chunk_bytes, LayersSink& sink) {
+                                Orientation orientation, int64_t chunk_bytes, LayersSink& sink,
+                                PartTurn* turn) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
     cuda::ResultJob job;
     job.out_dtype = out_dtype;
@@ -248,7 +250,7 @@ class DeviceWorker {
       if (absl::Status s = (*plan)->Launch(slab.stream); !s.ok()) return s;
       return kernel;
     };
-    return pipeline_->Run(job, launch, chunk_bytes, sink, &sink);
+    return pipeline_->Run(job, launch, chunk_bytes, sink, &sink, turn);
   }
 
  private:
@@ -560,15 +562,18 @@ class CudaBackend final : public Backend {
       }
       return both;
     };
-    auto run_part = [&](const LayerPart& part, int preferred, LayersSink& part_sink) {
+    auto run_part = [&](const LayerPart& part, int preferred, LayersSink& part_sink,
+                        PartTurn* turn) {
       return Serve(common(part), preferred, part_sink, &part_sink,
                    [&](DeviceWorker& worker, LayersSink& tracked) {
                      return worker.DequantizeLayers(
                          layers.subspan(part.begin, part.end - part.begin), out_dtype, orientation,
-                         chunk_bytes, tracked);
+                         chunk_bytes, tracked, turn);
                    });
     };
-    if (parts->size() == 1) return run_part(parts->front(), /*preferred=*/-1, sink);
+    if (parts->size() == 1) {
+      return run_part(parts->front(), /*preferred=*/-1, sink, /*turn=*/nullptr);
+    }
     std::vector<OrderedPart> ordered;
     for (const LayerPart& part : *parts) {
       int64_t before = 0;
@@ -576,8 +581,10 @@ class CudaBackend final : public Backend {
       ordered.push_back(
           OrderedPart{.first_entry = static_cast<int64_t>(part.begin), .bytes_before = before});
     }
-    return RunOrderedParts(sink, ordered, [&](size_t k, LayersSink& part_sink) {
-      return run_part((*parts)[k], (*parts)[k].worker, part_sink);
+    // Each part takes its worker's request slot in part order (PartTurn): a part holds its slot
+    // while its sink calls wait for the parts before it.
+    return RunOrderedParts(sink, ordered, [&](size_t k, LayersSink& part_sink, PartTurn& turn) {
+      return run_part((*parts)[k], (*parts)[k].worker, part_sink, &turn);
     });
   }
 

@@ -198,7 +198,7 @@ class PipelineCall {
 }  // namespace
 
 absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int64_t chunk_bytes,
-                                 ChunkSink& sink, LayersSink* layers) {
+                                 ChunkSink& sink, LayersSink* layers, PartTurn* turn) {
   const ResultDestination* destination = sink.destination();
   if (destination != nullptr && destination->memory == ResultDestination::Memory::kDevice &&
       destination->device != options_.device) {
@@ -234,7 +234,14 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
 
   StageTimes times;
   const Clock::time_point queue_start = Clock::now();
+  // A part of a call cut over several workers takes its slot only once the parts before it hold
+  // theirs (PartTurn: else later parts waiting in their sink calls can hold every slot that the
+  // call's first part, or another call's, needs).
+  if (turn != nullptr) {
+    if (absl::Status s = turn->Wait(); !s.ok()) return s;
+  }
   LeasePool<RequestSlot>::Lease slot = slots_.Acquire();
+  if (turn != nullptr) turn->Took();
   times.queue = SecondsSince(queue_start);
   cudaStream_t stream = slot->stream.get();
 

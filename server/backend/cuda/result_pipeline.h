@@ -31,6 +31,7 @@
 #include "server/backend/cuda/device_buffer_cache.h"
 #include "server/backend/cuda/request_slot.h"
 #include "server/backend/lease_pool.h"
+#include "server/backend/ordered_layers.h"
 
 namespace dequantd::cuda {
 
@@ -98,9 +99,12 @@ class ResultPipeline {
   // Errors: FAILED_PRECONDITION for a kDevice destination on another device (naming it),
   // INVALID_ARGUMENT for a bad range or a destination too small, the launcher's, the sink's,
   // DEADLINE_EXCEEDED when no staging block came back from the sink within
-  // options.staging_wait_seconds, RESOURCE_EXHAUSTED / INTERNAL from CUDA.
+  // options.staging_wait_seconds, RESOURCE_EXHAUSTED / INTERNAL from CUDA. `turn` (non-null for
+  // one part of a DequantizeLayers call cut over several workers, RunOrderedParts): the slot is
+  // taken in the call's part order (turn->Wait() before, turn->Took() after), since the part then
+  // holds it while its sink calls wait for the parts before it; CANCELLED from turn->Wait().
   absl::Status Run(ResultJob& job, const SlabLauncher& launch, int64_t chunk_bytes, ChunkSink& sink,
-                   LayersSink* layers);
+                   LayersSink* layers, PartTurn* turn = nullptr);
 
  private:
   const PipelineOptions options_;
