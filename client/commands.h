@@ -18,12 +18,21 @@
 
 namespace dequantd {
 
-// `list`: a table of the loaded model's quantized layers (name, K, N, group_size, scale dtype,
-// packed MiB).
+// `list`: a table of the loaded model's quantized layers (name, format, E when some layer stacks
+// more than one expert, K, N, group_size, scale dtype, packed MiB, resident).
 absl::Status RunList(DequantClient& client, std::ostream& out);
 
-// `info`: version, backend, model and devices.
+// `info`: version, backend, model, its layers' formats (ListTensors), and devices.
 absl::Status RunInfo(DequantClient& client, std::ostream& out);
+
+// A layer's format as ListTensors reports it; empty (a server before issue 21, which served AWQ
+// only) reads as "awq_gemm".
+std::string LayerFormatName(const v1::QuantizedTensorInfo& layer);
+// The layers' formats in the order first listed, with their layer counts and, where > 1, their
+// stacked experts: "awq_gemm (30 layers)", "mxfp4 (48 layers, 32 experts each)"; layers of one
+// format with different expert counts are listed once per count. "none (no quantized layers)"
+// for an empty list (no model loaded).
+std::string LayerFormatSummary(const v1::ListTensorsResponse& list);
 
 // `regions`: the server's shared-memory regions (SharedMemoryStatus) as a table (name, kind,
 // key, device, offset, bytes, pinned, calls in flight, idle seconds, owner), then one line with

@@ -110,10 +110,11 @@ TEST_F(DequantctlTest, ListPrintsTheLayerRow) {
   const std::vector<std::string> lines = Lines(run.out);
   ASSERT_EQ(lines.size(), 3u) << run.out;  // heading, one layer, summary
   EXPECT_THAT(lines[0], StartsWith("name"));
-  // name, K, N, group_size, scale dtype, MiB (24576 + 384 + 1536 bytes = 0.03 MiB), resident.
+  // name, format, K, N, group_size, scale dtype, MiB (24576 + 384 + 1536 bytes = 0.03 MiB),
+  // resident.
   std::vector<std::string> cells = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
-  EXPECT_THAT(cells, ::testing::ElementsAre("model.layers.0.self_attn.v_proj", "256", "192", "64",
-                                            "fp16", "0.03", "host"));
+  EXPECT_THAT(cells, ::testing::ElementsAre("model.layers.0.self_attn.v_proj", "awq_gemm", "256",
+                                            "192", "64", "fp16", "0.03", "host"));
   EXPECT_THAT(lines[2], StartsWith("1 tensor, 0.03 MiB packed, model '"));
 }
 
@@ -121,6 +122,7 @@ TEST_F(DequantctlTest, InfoPrintsBackend) {
   const CommandResult run = Ctl({"info"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("backend:      cpu\n"));
+  EXPECT_THAT(run.out, HasSubstr("\nformats:      awq_gemm (1 layer)\n"));
 }
 
 TEST_F(DequantctlTest, DequantizeToNpyWritesExactBytesForEachDType) {
@@ -648,8 +650,11 @@ TEST(DequantctlMxfp4Test, ListLayersAndDequantizeStackedExperts) {
 
   CommandResult run = ctl({"list"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_THAT(run.out, HasSubstr("E   K   N  group_size  scale dtype")) << run.out;
-  EXPECT_THAT(run.out, HasSubstr(down + "     2  32  64          32  uint8")) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("format  E   K   N  group_size  scale dtype")) << run.out;
+  EXPECT_THAT(run.out, HasSubstr(down + "     mxfp4   2  32  64          32  uint8")) << run.out;
+  run = ctl({"info"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("\nformats:      mxfp4 (2 layers, 2 experts each)\n")) << run.out;
 
   for (const char* streams : {"1", "2"}) {
     SCOPED_TRACE(streams);
