@@ -43,9 +43,15 @@ absl::Status RunRegions(DequantClient& client, std::ostream& out);
 
 // `dequantize`.
 struct DequantizeOptions {
-  std::string tensor;          // --tensor: a layer of the loaded model
-  std::string packed;          // --packed: a safetensors file with inline input
-  std::string prefix;          // --prefix: tensor name prefix in --packed, e.g. "layer."
+  std::string tensor;  // --tensor: a layer of the loaded model
+  std::string packed;  // --packed: a safetensors file with inline input
+  std::string prefix;  // --prefix: tensor name prefix in --packed, e.g. "layer."
+  // --format: a FormatName ("gptq") for --packed when no config is found; empty = the config's,
+  // else awq_gemm (FindPackedDeclaration, client/packed_input.h).
+  std::string format;
+  // --config: the checkpoint's config.json for --packed; empty = <packed>.config.json or
+  // config.json beside it, when there.
+  std::string config;
   int64_t group_size = 0;      // --group-size: for --packed; 0 = derived from the shapes
   std::string out;             // --out: .npy, .safetensors or raw; empty = not written
   std::string dtype = "fp16";  // --dtype: fp16, bf16 or fp32
@@ -67,12 +73,15 @@ struct DequantizeOptions {
 // Makes a client on its own connection number `connection` (>= 1) to the same server, for the
 // parallel streams of --streams. Null: one stream only, on the client given.
 using ClientFactory = std::function<absl::StatusOr<std::unique_ptr<DequantClient>>(int connection)>;
-// Usage checks: exactly one of tensor / packed, prefix only with packed, dtype, layout.
+// Usage checks: exactly one of tensor / packed, prefix, format and config only with packed,
+// dtype, layout.
 absl::Status CheckDequantizeOptions(const DequantizeOptions& options);
 // Dequantizes, streams the result into the output file (and the comparison), then prints one
 // summary line (tensor, shape, dtype, bytes, wall time, MB/s) and, with --compare, one error line.
-// A .safetensors --out holds one tensor named `tensor`, or `prefix` without its trailing '.'
-// ("weight" when the prefix is empty). --compare's reference is opened before the call; with
+// A .safetensors --out holds one tensor named `tensor`, or `prefix` without its format's trailing
+// separator ('.'; mxfp4 '_'; "weight" when the prefix is empty). --packed is read as
+// FindPackedDeclaration and LoadInlinePacked say (client/packed_input.h), whose errors it returns.
+// --compare's reference is opened before the call; with
 // --packed, (K, N) is known, so a reference that does not fit it (Begin's INVALID_ARGUMENT,
 // compare.h) is refused before the call too; with --tensor, when the header arrives.
 // Without --compare and with --out a .npy or raw file (regular, or not there yet) or no --out,
