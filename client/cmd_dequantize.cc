@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -20,9 +21,11 @@
 namespace dequantd {
 namespace {
 
-// The layer name without a trailing '.' ("model.layers.0.mlp.up_proj." -> "...up_proj").
-std::string LayerOfPrefix(std::string prefix) {
-  if (absl::EndsWith(prefix, ".")) prefix.pop_back();
+// The layer name without its format's trailing separator ("model.layers.0.mlp.up_proj." ->
+// "...up_proj"; mxfp4: "...experts.down_proj_" -> "...experts.down_proj").
+std::string LayerOfPrefix(std::string prefix, std::string_view separator) {
+  if (absl::EndsWith(prefix, absl::string_view(separator.data(), separator.size())))
+    prefix.resize(prefix.size() - separator.size());
   return prefix;
 }
 
@@ -68,6 +71,12 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options) {
   }
   if (!options.prefix.empty() && options.packed.empty()) {
     return absl::InvalidArgumentError("--prefix applies to --packed only");
+  }
+  if (!options.format.empty() && options.packed.empty()) {
+    return absl::InvalidArgumentError("--format applies to --packed only");
+  }
+  if (!options.config.empty() && options.packed.empty()) {
+    return absl::InvalidArgumentError("--config applies to --packed only");
   }
   if (options.group_size != 0 && options.packed.empty()) {
     return absl::InvalidArgumentError("--group-size applies to --packed only");
@@ -126,18 +135,24 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
   request.set_output_dtype(*ParseOutputDType(options.dtype));
   request.set_orientation(*ParseOrientation(options.orientation));
   request.set_chunk_bytes(options.chunk_bytes);
-  std::string label;  // what the summary calls the tensor
+  std::string label;                 // what the summary calls the tensor
+  std::string_view separator = ".";  // --packed: its format's, between the layer and a role
   std::vector<std::string> reference_names;
   if (!options.tensor.empty()) {
     request.set_tensor(options.tensor);
     label = options.tensor;
     reference_names = {options.tensor + ".weight", options.tensor};
   } else {
+    absl::StatusOr<PackedDeclaration> declared =
+        FindPackedDeclaration(options.packed, options.config, options.format);
+    if (!declared.ok()) return declared.status();
     absl::StatusOr<v1::InlinePackedTensor> packed =
-        LoadInlinePacked(options.packed, options.prefix, options.group_size);
+        LoadInlinePacked(options.packed, options.prefix, options.group_size, declared->format,
+                         declared->config.has_value() ? &*declared->config : nullptr);
     if (!packed.ok()) return packed.status();
     *request.mutable_packed() = *std::move(packed);
-    const std::string layer = LayerOfPrefix(options.prefix);
+    separator = FormatRowOf(declared->format).role_separator;
+    const std::string layer = LayerOfPrefix(options.prefix, separator);
     label = absl::StrCat(options.packed, ":", options.prefix, "*");
     reference_names = {layer + ".weight", layer, "weight"};
   }
@@ -175,7 +190,8 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
   std::unique_ptr<OutputFile> file;
   if (!options.out.empty()) {
     // The tensor's name in a .safetensors file: the layer, or "weight" for an empty --prefix.
-    std::string name = options.tensor.empty() ? LayerOfPrefix(options.prefix) : options.tensor;
+    std::string name =
+        options.tensor.empty() ? LayerOfPrefix(options.prefix, separator) : options.tensor;
     file = OutputFile::ForPath(options.out, name.empty() ? "weight" : name, std::max(streams, 1));
   }
   // The progress line, for a large result: made before a ranged fetch (the size is known), else

@@ -7,10 +7,14 @@ namespace dequantd {
 absl::Status RunInfo(DequantClient& client, std::ostream& out) {
   absl::StatusOr<v1::GetServerInfoResponse> info = client.GetServerInfo();
   if (!info.ok()) return info.status();
+  // The layers' formats are ListTensors' (GetServerInfo carries none); same reader role.
+  absl::StatusOr<v1::ListTensorsResponse> list = client.ListTensors();
+  if (!list.ok()) return list.status();
   out << "version:      " << info->version() << '\n'
       << "backend:      " << info->backend() << '\n'
       << "model:        " << info->model() << '\n'
       << "tensors:      " << info->tensor_count() << '\n'
+      << "formats:      " << LayerFormatSummary(*list) << '\n'
       << "cpu threads:  " << info->cpu_threads() << '\n'
       << "devices:      " << info->devices_size() << '\n';
   for (const v1::DeviceInfo& d : info->devices()) {

@@ -18,12 +18,21 @@
 
 namespace dequantd {
 
-// `list`: a table of the loaded model's quantized layers (name, K, N, group_size, scale dtype,
-// packed MiB).
+// `list`: a table of the loaded model's quantized layers (name, format, E when some layer stacks
+// more than one expert, K, N, group_size, scale dtype, packed MiB, resident).
 absl::Status RunList(DequantClient& client, std::ostream& out);
 
-// `info`: version, backend, model and devices.
+// `info`: version, backend, model, its layers' formats (ListTensors), and devices.
 absl::Status RunInfo(DequantClient& client, std::ostream& out);
+
+// A layer's format as ListTensors reports it; empty (a server before issue 21, which served AWQ
+// only) reads as "awq_gemm".
+std::string LayerFormatName(const v1::QuantizedTensorInfo& layer);
+// The layers' formats in the order first listed, with their layer counts and, where > 1, their
+// stacked experts: "awq_gemm (30 layers)", "mxfp4 (48 layers, 32 experts each)"; layers of one
+// format with different expert counts are listed once per count. "none (no quantized layers)"
+// for an empty list (no model loaded).
+std::string LayerFormatSummary(const v1::ListTensorsResponse& list);
 
 // `regions`: the server's shared-memory regions (SharedMemoryStatus) as a table (name, kind,
 // key, device, offset, bytes, pinned, calls in flight, idle seconds, owner), then one line with
@@ -34,9 +43,15 @@ absl::Status RunRegions(DequantClient& client, std::ostream& out);
 
 // `dequantize`.
 struct DequantizeOptions {
-  std::string tensor;          // --tensor: a layer of the loaded model
-  std::string packed;          // --packed: a safetensors file with inline input
-  std::string prefix;          // --prefix: tensor name prefix in --packed, e.g. "layer."
+  std::string tensor;  // --tensor: a layer of the loaded model
+  std::string packed;  // --packed: a safetensors file with inline input
+  std::string prefix;  // --prefix: tensor name prefix in --packed, e.g. "layer."
+  // --format: a FormatName ("gptq") for --packed when no config is found; empty = the config's,
+  // else awq_gemm (FindPackedDeclaration, client/packed_input.h).
+  std::string format;
+  // --config: the checkpoint's config.json for --packed; empty = <packed>.config.json or
+  // config.json beside it, when there.
+  std::string config;
   int64_t group_size = 0;      // --group-size: for --packed; 0 = derived from the shapes
   std::string out;             // --out: .npy, .safetensors or raw; empty = not written
   std::string dtype = "fp16";  // --dtype: fp16, bf16 or fp32
@@ -58,12 +73,15 @@ struct DequantizeOptions {
 // Makes a client on its own connection number `connection` (>= 1) to the same server, for the
 // parallel streams of --streams. Null: one stream only, on the client given.
 using ClientFactory = std::function<absl::StatusOr<std::unique_ptr<DequantClient>>(int connection)>;
-// Usage checks: exactly one of tensor / packed, prefix only with packed, dtype, layout.
+// Usage checks: exactly one of tensor / packed, prefix, format and config only with packed,
+// dtype, layout.
 absl::Status CheckDequantizeOptions(const DequantizeOptions& options);
 // Dequantizes, streams the result into the output file (and the comparison), then prints one
 // summary line (tensor, shape, dtype, bytes, wall time, MB/s) and, with --compare, one error line.
-// A .safetensors --out holds one tensor named `tensor`, or `prefix` without its trailing '.'
-// ("weight" when the prefix is empty). --compare's reference is opened before the call; with
+// A .safetensors --out holds one tensor named `tensor`, or `prefix` without its format's trailing
+// separator ('.'; mxfp4 '_'; "weight" when the prefix is empty). --packed is read as
+// FindPackedDeclaration and LoadInlinePacked say (client/packed_input.h), whose errors it returns.
+// --compare's reference is opened before the call; with
 // --packed, (K, N) is known, so a reference that does not fit it (Begin's INVALID_ARGUMENT,
 // compare.h) is refused before the call too; with --tensor, when the header arrives.
 // Without --compare and with --out a .npy or raw file (regular, or not there yet) or no --out,

@@ -51,8 +51,16 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(std::string, token_file, "",
           "file whose first line is the bearer token to send; default: $DEQUANTD_TOKEN if set");
 ABSL_FLAG(std::string, tensor, "", "dequantize: a layer of the loaded model (see `list`)");
-ABSL_FLAG(std::string, packed, "", "dequantize: safetensors file with PREFIXqweight/qzeros/scales");
+ABSL_FLAG(std::string, packed, "",
+          "dequantize: safetensors file with PREFIX<role> for every role of its format");
 ABSL_FLAG(std::string, prefix, "", "dequantize --packed: tensor name prefix, e.g. 'layer.'");
+ABSL_FLAG(std::string, format, "",
+          "dequantize --packed: the format (awq_gemm, gptq, compressed_tensors, fp8_block, "
+          "compressed_tensors_fp8, mxfp4) when no config is found; default: the config's, else "
+          "awq_gemm");
+ABSL_FLAG(std::string, config, "",
+          "dequantize --packed: the checkpoint's config.json (its quantization_config); default: "
+          "FILE's <name>.config.json or config.json beside it, if there");
 ABSL_FLAG(int64_t, group_size, 0,
           "dequantize --packed: group size (0 = from the shapes); benchmark: G (0 = 128)");
 ABSL_FLAG(std::string, out, "",
@@ -102,7 +110,7 @@ usage:
   dequantctl [--server HOST:PORT] regions     the server's shared-memory regions (admin role)
   dequantctl [--server HOST:PORT] dequantize --tensor LAYER [--out FILE] [--dtype fp16|bf16|fp32]
   dequantctl [--server HOST:PORT] dequantize --packed FILE.safetensors --prefix PREFIX
-             [--group-size G] [--out FILE] [--dtype ...]
+             [--config CONFIG.json] [--format F] [--group-size G] [--out FILE] [--dtype ...]
       [--orientation kn|nk]
       [--compare REF.safetensors[:TENSOR]|REF.npy [--compare-layout auto|kn|nk]]
       [--chunk-bytes B] [--streams S] [--shm NAME]
@@ -111,13 +119,19 @@ usage:
         range stream is resumed from its last byte (4 times at most)
       --shm NAME: the result comes through a shared-memory region NAME (same host; the server
         runs with --shared-memory=host|all) instead of the stream (--streams does not apply)
+      --packed: PREFIX<role> for every role of the format (awq_gemm: qweight, qzeros, scales;
+        mxfp4: PREFIX ends in '_': blocks, scales), sent inline; the format and its
+        quantization_config come from --config, else FILE's <name>.config.json or config.json
+        beside it, as the server reads a checkpoint's (--format names it when there is none;
+        gptq needs the config); a layer the request cannot carry is refused, naming why
       --orientation: the result's layout, kn = (K, N) or nk = (N, K) (nn.Linear.weight),
         written by the server's kernel; default: the format's own (awq_gemm kn; gptq and
         compressed_tensors nk)
       --compare-layout: the reference's: kn = (K, N), nk = (N, K) (nn.Linear.weight); auto
         tells them apart by shape and refuses a square reference (K == N)
       FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes; the
-        .safetensors tensor is named LAYER, or PREFIX without its trailing '.' ("weight" if empty)
+        .safetensors tensor is named LAYER, or PREFIX without its trailing separator ('.';
+        mxfp4 '_'; "weight" if empty)
   dequantctl [--server HOST:PORT] dequantize-layers [--tensors L,...] [--dtype fp16|bf16|fp32]
              [--out-dir DIR | --out FILE.safetensors] [--chunk-bytes B] [--streams S]
              [--orientation kn|nk]
@@ -287,6 +301,8 @@ int main(int argc, char** argv) {
     dequantize.tensor = absl::GetFlag(FLAGS_tensor);
     dequantize.packed = absl::GetFlag(FLAGS_packed);
     dequantize.prefix = absl::GetFlag(FLAGS_prefix);
+    dequantize.format = absl::GetFlag(FLAGS_format);
+    dequantize.config = absl::GetFlag(FLAGS_config);
     dequantize.group_size = absl::GetFlag(FLAGS_group_size);
     dequantize.out = absl::GetFlag(FLAGS_out);
     if (!absl::GetFlag(FLAGS_dtype).empty()) dequantize.dtype = absl::GetFlag(FLAGS_dtype);

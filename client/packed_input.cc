@@ -1,21 +1,29 @@
 // Inline packed input from a safetensors file (see packed_input.h).
 #include "client/packed_input.h"
 
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "formats/quant_config.h"
 #include "formats/quant_tensors.h"
 #include "formats/safetensors.h"
 #include "kernels/awq_format.h"
+#include "kernels/gptq_format.h"
 
 namespace dequantd {
 namespace {
 
 namespace v1 = ::dequant::v1;
+namespace fs = std::filesystem;
+
+absl::string_view View(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // The header entry of tensor `name` in `file`, or NOT_FOUND.
 absl::StatusOr<formats::QuantTensorRef> Find(const safetensors::MappedFile& file,
@@ -35,28 +43,120 @@ absl::Status CopyBytes(const safetensors::MappedFile& file, const std::string& n
   return absl::OkStatus();
 }
 
+bool IsRegularFile(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// "'awq_gemm', 'gptq', ...": every FormatName, for messages.
+std::string KnownFormats() {
+  std::string out;
+  for (const FormatRow& row : FormatRows())
+    absl::StrAppend(&out, out.empty() ? "" : ", ", "'", View(row.name), "'");
+  return out;
+}
+
 }  // namespace
+
+absl::StatusOr<PackedDeclaration> FindPackedDeclaration(const std::string& packed_path,
+                                                        const std::string& config_path,
+                                                        const std::string& format_name) {
+  PackedDeclaration out;
+  std::optional<Format> named;
+  if (!format_name.empty()) {
+    Format f = Format::kAwqGemm;
+    if (!ParseFormat(format_name, &f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--format '", format_name, "' is not known; known: ", KnownFormats()));
+    }
+    named = f;
+  }
+  fs::path config = config_path;
+  if (config.empty()) {
+    const fs::path packed(packed_path);
+    std::string stem = packed.filename().string();
+    if (absl::EndsWith(stem, ".safetensors")) stem.resize(stem.size() - 12);
+    for (const fs::path& candidate :
+         {packed.parent_path() / (stem + ".config.json"), packed.parent_path() / "config.json"}) {
+      if (IsRegularFile(candidate)) {
+        config = candidate;
+        break;
+      }
+    }
+  } else if (!IsRegularFile(config)) {
+    return absl::NotFoundError(absl::StrCat("--config ", config.string(), ": not found"));
+  }
+  if (config.empty()) {
+    out.format = named.value_or(Format::kAwqGemm);
+    return out;
+  }
+  absl::StatusOr<QuantizationConfig> parsed = formats::ParseQuantizationConfig(config);
+  if (!parsed.ok()) return parsed.status();
+  if (named.has_value() && *named != parsed->format) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--format ", View(FormatName(*named)), " disagrees with ", config.string(),
+        ", whose quantization_config declares format ", View(FormatName(parsed->format)),
+        " (quant_method '", parsed->quant_method, "'); leave out --format or give --config"));
+  }
+  out.format = parsed->format;
+  out.config = *std::move(parsed);
+  out.config_path = config.string();
+  return out;
+}
 
 absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
                                                         const std::string& prefix,
-                                                        int64_t group_size, Format format) {
+                                                        int64_t group_size, Format format,
+                                                        const QuantizationConfig* config) {
+  const FormatRow& row = FormatRowOf(format);
+  if (format == Format::kGptq && config == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": format gptq needs the checkpoint's quantization_config (--config, or a "
+                     "config.json beside the file): its checkpoint_format (zeros stored minus one "
+                     "or not) and bits are not in the tensors"));
+  }
   absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> file =
       safetensors::MappedFile::Open(path);
   if (!file.ok()) return file.status();
-  const FormatRow& row = FormatRowOf(format);
   std::vector<std::string> names;
   std::vector<formats::QuantTensorRef> refs;
   for (int r = 0; r < row.role_count; ++r) {
     names.push_back(prefix + std::string(row.roles[static_cast<size_t>(r)]));
     absl::StatusOr<formats::QuantTensorRef> ref = Find(**file, names.back());
+    if (!ref.ok() && (row.optional_roles >> r & 1u) != 0) {
+      refs.push_back({.file = (*file)->path(), .entry = nullptr});  // an absent optional role
+      continue;
+    }
     if (!ref.ok()) return ref.status();
     refs.push_back(*ref);
   }
-  const absl::string_view layer = absl::StripSuffix(
-      prefix, absl::string_view(row.role_separator.data(), row.role_separator.size()));
+  const absl::string_view layer = absl::StripSuffix(prefix, View(row.role_separator));
   absl::StatusOr<QuantShape> shape =
-      formats::QuantShapeFromTensors(format, layer, refs, {.packed_u32 = true});
+      formats::QuantShapeFromTensors(format, layer, refs, {.packed_u32 = true, .config = config});
   if (!shape.ok()) return shape.status();
+  // The shape the server makes of the request (server/request.cc): these fields, the flags of
+  // the optional roles left out and GPTQ's checkpoint_format. A layer whose stored tensors need
+  // more (compressed-tensors' strategy tensor: one int scale) would be read with other tensor
+  // sizes: it cannot be sent inline, and is refused here naming the role.
+  QuantShape sent = *shape;
+  sent.format_flags = 0;
+  for (int r = 0; r < row.role_count; ++r)
+    if (RoleAbsent(*shape, r)) sent.format_flags |= row.absent_role_flags[static_cast<size_t>(r)];
+  if (format == Format::kGptq) sent.format_flags |= shape->format_flags & gptq::kZerosV1;
+  for (int r = 0; r < row.role_count; ++r) {
+    const TensorSpec stored = TensorSpecOf(*shape, r);
+    const TensorSpec read = TensorSpecOf(sent, r);
+    if (stored.dtype == read.dtype && stored.rows == read.rows && stored.cols == read.cols)
+      continue;
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": layer '", layer, "' (format ", View(row.name), ") cannot be sent inline: its ",
+        View(stored.role), " holds (", stored.rows, ", ", stored.cols, ") ",
+        View(DTypeName(stored.dtype)), ", and an inline request of its shape carries (", read.rows,
+        ", ", read.cols, ") ", View(DTypeName(read.dtype)),
+        " (the request cannot say how its scales are shared); serve its checkpoint and use "
+        "--tensor"));
+  }
 
   v1::InlinePackedTensor out;
   out.set_scale_dtype(shape->scale_dtype == DType::kBF16  ? v1::DTYPE_BF16
@@ -75,7 +175,13 @@ absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
     return out;
   }
   out.set_format(std::string(row.name));
+  if (shape->bits != 4) out.set_bits(shape->bits);
+  if (shape->scale_block_rows > 1) out.set_scale_block_rows(shape->scale_block_rows);
+  if (format == Format::kGptq) {
+    out.set_checkpoint_format((shape->format_flags & gptq::kZerosV1) != 0 ? "gptq" : "gptq_v2");
+  }
   for (int r = 0; r < row.role_count; ++r) {
+    if (RoleAbsent(*shape, r)) continue;  // an optional role the layer does not store: left out
     v1::RoleBytes* t = out.add_tensors();
     t->set_role(std::string(row.roles[static_cast<size_t>(r)]));
     if (absl::Status s = CopyBytes(**file, names[static_cast<size_t>(r)], t->mutable_data());

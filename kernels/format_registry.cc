@@ -55,6 +55,7 @@ constexpr FormatRow kRows[] = {
      .roles = {gptq::kRoleNames[0], gptq::kRoleNames[1], gptq::kRoleNames[2], gptq::kRoleNames[3]},
      .anchor_role = gptq::kQweight,
      .optional_roles = 1u << gptq::kGidx,
+     .absent_role_flags = {0, 0, 0, gptq::kNoGidx},
      .default_orientation = Orientation::kNK,
      .from_config = &gptq::FromConfig,
      .shape_from_stored = &gptq::ShapeFromStored,
@@ -74,6 +75,7 @@ constexpr FormatRow kRows[] = {
      .anchor_role = compressed_tensors::kWeightPacked,
      .optional_roles =
          1u << compressed_tensors::kWeightZeroPoint | 1u << compressed_tensors::kWeightGidx,
+     .absent_role_flags = {0, 0, compressed_tensors::kSym, compressed_tensors::kNoGidx, 0},
      .default_orientation = Orientation::kNK,
      .from_config = &compressed_tensors::FromConfig,
      .shape_from_stored = &compressed_tensors::ShapeFromStored,
@@ -90,6 +92,7 @@ constexpr FormatRow kRows[] = {
      .roles = {fp8_block::kRoleNames[0], fp8_block::kRoleNames[1]},
      .anchor_role = fp8_block::kWeightScaleInv,  // unquantized `.weight` tensors have none
      .optional_roles = 0,
+     .plain_name_roles = 1u << fp8_block::kWeight,  // unquantized layers' `.weight`
      .default_orientation = Orientation::kNK,
      .from_config = &fp8_block::FromConfig,
      .shape_from_stored = &fp8_block::ShapeFromStored,
@@ -106,6 +109,7 @@ constexpr FormatRow kRows[] = {
      .roles = {compressed_tensors_fp8::kRoleNames[0], compressed_tensors_fp8::kRoleNames[1]},
      .anchor_role = compressed_tensors_fp8::kWeightScale,  // unquantized `.weight`s have none
      .optional_roles = 0,
+     .plain_name_roles = 1u << compressed_tensors_fp8::kWeight,  // unquantized layers' `.weight`
      .default_orientation = Orientation::kNK,
      // Shared with kCompressedTensors: `format: float-quantized` names this row.
      .from_config = &compressed_tensors::FromConfig,
@@ -143,6 +147,17 @@ constexpr bool RowsInFormatOrder() {
 }
 
 static_assert(RowsInFormatOrder(), "kRows[i] must be the row of Format(i)");
+
+// An optional role has the flag that says it is absent, a required one none.
+constexpr bool AbsentFlagsOnOptionalRoles() {
+  for (const FormatRow& row : kRows)
+    for (size_t r = 0; r < static_cast<size_t>(kMaxTensorRoles); ++r)
+      if (((row.optional_roles >> r & 1u) != 0) != (row.absent_role_flags[r] != 0)) return false;
+  return true;
+}
+
+static_assert(AbsentFlagsOnOptionalRoles(),
+              "absent_role_flags[r] must be set exactly for the optional roles");
 
 }  // namespace
 

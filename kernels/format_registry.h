@@ -112,6 +112,17 @@ struct FormatRow {
   // reaches shape_from_stored as StoredTensor::present == false; its TensorSpec then has 0 rows
   // and 0 columns, and its QuantView pointer is null.
   uint32_t optional_roles;
+  // Bit r set: role r's checkpoint name is also what an unquantized tensor is called (the FP8
+  // formats' `<prefix>.weight`), so a tensor of that name without the anchor is a plain tensor.
+  // Every other role marks its tensor as part of a layer: the checkpoint store refuses a tensor
+  // named `<prefix><sep><role>` whose layer lacks the anchor (FAILED_PRECONDITION), the same rule
+  // as for a layer that lacks any other required role.
+  uint32_t plain_name_roles = 0;
+  // For each optional role r: the QuantShape::format_flags bit that says a layer stores no r
+  // (GPTQ g_idx: kNoGidx; compressed-tensors weight_zero_point: kSym, weight_g_idx: kNoGidx);
+  // 0 for required roles. What an inline request that leaves r out means (server/request.cc);
+  // shape_from_stored sets the same bits for a checkpoint's absent role.
+  std::array<uint32_t, kMaxTensorRoles> absent_role_flags = {};
   // The result's layout when a request names none: the one the format's reference produces.
   Orientation default_orientation;
 

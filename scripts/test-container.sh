@@ -141,7 +141,7 @@ step "running $name: gRPC on $grpc, metrics on $metrics"
   { "${podman[@]}" logs "$name" | tail -n 20; fail "gRPC health is not SERVING"; }
 
 listed=$("${dequantctl[@]}" --server "$grpc" --deadline 30 list |
-         awk 'NR > 1 && $2 ~ /^[0-9]+$/ {print $1}' | sort)
+         awk 'NR > 1 && $3 ~ /^[0-9]+$/ {print $1}' | sort)  # name, format, K, ...
 [[ $listed == "$(python3 tests/container/model_facts.py layers "$model")" ]] ||
   fail "dequantctl list does not list exactly the model's $(echo "$listed" | wc -l) layers"
 step "dequantctl list: the model's $(echo "$listed" | wc -l) layers"

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -24,10 +23,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "formats/quant_config.h"
 #include "formats/quant_tensors.h"
-#include "formats/strict_json.h"
 #include "kernels/format_registry.h"
 #include "nlohmann/json.hpp"
 
@@ -46,150 +44,17 @@ bool IsRegularFile(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
-// Reads and parses a JSON file. Errors: NOT_FOUND, INVALID_ARGUMENT (not JSON, a key twice in
-// one object, not an object).
-absl::StatusOr<json> ReadJsonObject(const fs::path& path) {
-  if (!IsRegularFile(path)) return absl::NotFoundError(absl::StrCat(path.string(), ": not found"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::PermissionDeniedError(absl::StrCat(path.string(), ": cannot be read"));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<json> parsed = formats::ParseJsonNoDuplicateKeys(text.str());
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", parsed.status().message()));
-  }
-  json j = *std::move(parsed);
-  if (!j.is_object())
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
-  return j;
-}
-
-// The value at `key` in `obj`: a member, or for a key holding '/' a path of object members
-// ("config_groups/group_0/weights"); nullptr when absent or below a non-object, and for a path
-// also when null (compressed-tensors writes null for every unset scheme field; a top-level null
-// stays a value, which the typed getters refuse by name).
-const json* FindKey(const json& obj, absl::string_view key) {
-  const json* at = &obj;
-  for (absl::string_view part : absl::StrSplit(key, '/')) {
-    if (!at->is_object()) return nullptr;
-    const auto it = at->find(std::string(part));
-    if (it == at->end()) return nullptr;
-    at = &*it;
-  }
-  return at->is_null() && absl::StrContains(key, '/') ? nullptr : at;
-}
-
-// The first of `keys` present in `obj` (FindKey), or nullptr; `*found` is set to its key.
-const json* FindAny(const json& obj, std::initializer_list<const char*> keys,
-                    const char** found = nullptr) {
-  for (const char* k : keys) {
-    if (const json* value = FindKey(obj, k); value != nullptr) {
-      if (found != nullptr) *found = k;
-      return value;
-    }
-  }
-  return nullptr;
-}
-
-// The exact integer under the first of `keys` in `qc` (nullopt if none is present), or
-// INVALID_ARGUMENT naming the key as written: "quantization_config field 'w_bit' must be an
-// integer, got 4.0". Never narrowed: 4294967300 stays 4294967300.
-absl::StatusOr<std::optional<int64_t>> ReadConfigInteger(const fs::path& config_path,
-                                                         const json& qc,
-                                                         std::initializer_list<const char*> keys) {
-  const char* key = nullptr;
-  const json* value = FindAny(qc, keys, &key);
-  if (value == nullptr) return std::nullopt;
-  absl::StatusOr<int64_t> exact = formats::ExactInteger(*value, key, INT64_MIN, INT64_MAX);
-  if (!exact.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(config_path.string(), ": quantization_config ", exact.status().message()));
-  }
-  return *exact;
-}
-
-// QuantConfigReader over the quantization_config object of `config_path`.
-class JsonQuantConfig final : public QuantConfigReader {
- public:
-  JsonQuantConfig(const fs::path& path, const json& qc) : path_(path), qc_(qc) {}
-
-  absl::StatusOr<std::vector<std::string>> Members(const char* key) const override {
-    const json* value = FindKey(qc_, key);
-    if (value == nullptr) return std::vector<std::string>{};
-    if (!value->is_object()) return FieldError(key, "is not an object");
-    std::vector<std::string> names;
-    for (auto it = value->begin(); it != value->end(); ++it) names.push_back(it.key());
-    return names;
-  }
-  absl::StatusOr<std::optional<int64_t>> Integer(
-      std::initializer_list<const char*> keys) const override {
-    return ReadConfigInteger(path_, qc_, keys);
-  }
-  absl::StatusOr<std::optional<bool>> Boolean(
-      std::initializer_list<const char*> keys) const override {
-    const char* key = nullptr;
-    const json* value = FindAny(qc_, keys, &key);
-    if (value == nullptr) return std::nullopt;
-    if (!value->is_boolean()) return FieldError(key, "is not a boolean");
-    return value->get<bool>();
-  }
-  absl::StatusOr<std::optional<std::string>> String(
-      std::initializer_list<const char*> keys) const override {
-    const char* key = nullptr;
-    const json* value = FindAny(qc_, keys, &key);
-    if (value == nullptr) return std::nullopt;
-    if (!value->is_string()) return FieldError(key, "is not a string");
-    return value->get<std::string>();
-  }
-  absl::StatusOr<std::optional<std::vector<int64_t>>> IntegerList(
-      std::initializer_list<const char*> keys) const override {
-    const char* key = nullptr;
-    const json* value = FindAny(qc_, keys, &key);
-    if (value == nullptr) return std::nullopt;
-    if (!value->is_array()) return FieldError(key, "is not a list of integers");
-    std::vector<int64_t> out;
-    for (const json& item : *value) {
-      absl::StatusOr<int64_t> exact = formats::ExactInteger(item, key, INT64_MIN, INT64_MAX);
-      if (!exact.ok()) return FieldError(key, "is not a list of integers");
-      out.push_back(*exact);
-    }
-    return out;
-  }
-  absl::Status FieldError(std::string_view field, std::string_view what) const override {
-    return absl::InvalidArgumentError(absl::StrCat(path_.string(), ": quantization_config field '",
-                                                   absl::string_view(field.data(), field.size()),
-                                                   "' ",
-                                                   absl::string_view(what.data(), what.size())));
-  }
-
- private:
-  const fs::path& path_;
-  const json& qc_;
-};
-
-// config.json's quantization_config, checked by the row of the format its quant_method names.
-absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const fs::path& config_path) {
-  absl::StatusOr<json> config = ReadJsonObject(config_path);
-  if (!config.ok()) return config.status();
-  const auto qc_it = config->find("quantization_config");
-  if (qc_it == config->end() || !qc_it->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        config_path.string(), ": no 'quantization_config' object: not a quantized checkpoint"));
-  }
-  const JsonQuantConfig reader(config_path, *qc_it);
-  const json* method = FindAny(*qc_it, {"quant_method"});
-  if (method == nullptr || !method->is_string()) {
-    return reader.FieldError("quant_method", "is missing");
-  }
-  const std::string quant_method = method->get<std::string>();
-  const FormatRow* row = FindFormatByQuantMethod(quant_method);
-  if (row == nullptr) {
-    return reader.FieldError("quant_method", absl::StrCat("is '", quant_method, "', only ",
-                                                          ServedQuantMethods(), " are served"));
-  }
-  absl::StatusOr<QuantizationConfig> out = row->from_config(reader);
-  if (out.ok()) out->quant_method = quant_method;
-  return out;
+// FAILED_PRECONDITION for layer `prefix` (of `row`'s format) lacking required role `missing`,
+// found through `present`, a tensor of the layer in `file` (its anchor, or a tensor named like
+// another role when the anchor is the one missing): "<file>: tensor '<present>' (layer
+// '<prefix>', format <f>): the layer has no <role> tensor: '<prefix><sep><role>' is missing".
+absl::Status MissingRole(const FormatRow& row, const std::string& prefix,
+                         const std::string& present, const std::string& file, int missing) {
+  const std::string role(row.roles[static_cast<size_t>(missing)]);
+  return absl::FailedPreconditionError(
+      absl::StrCat(file, ": tensor '", present, "' (layer '", prefix, "', format ",
+                   std::string(row.name), "): the layer has no ", role, " tensor: '", prefix,
+                   std::string(row.role_separator), role, "' is missing"));
 }
 
 // The shard file names of `dir`, and (from the index, if any) which shard each tensor is in.
@@ -202,7 +67,7 @@ absl::StatusOr<ShardList> ListShards(const fs::path& dir) {
   ShardList out;
   const fs::path index = dir / kIndexFile;
   if (IsRegularFile(index)) {
-    absl::StatusOr<json> j = ReadJsonObject(index);
+    absl::StatusOr<json> j = formats::ReadJsonObject(index);
     if (!j.ok()) return j.status();
     const auto map_it = j->find("weight_map");
     if (map_it == j->end() || !map_it->is_object()) {
@@ -311,7 +176,7 @@ absl::StatusOr<std::vector<RawTensor>> IndexRawTensors(
   return out;  // std::map iterates in name order
 }
 
-// Issue 10: the text of config.json. Errors: as ReadJsonObject's.
+// Issue 10: the text of config.json. Errors: as formats::ReadJsonObject's.
 absl::StatusOr<std::string> ReadConfigText(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::PermissionDeniedError(absl::StrCat(path.string(), ": cannot be read"));
@@ -426,7 +291,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   ckpt->dir_ = dir;
   const fs::path root(dir);
 
-  absl::StatusOr<QuantizationConfig> config = ParseQuantizationConfig(root / kConfigFile);
+  absl::StatusOr<QuantizationConfig> config = formats::ParseQuantizationConfig(root / kConfigFile);
   if (!config.ok()) return config.status();
   ckpt->config_ = *std::move(config);
 
@@ -489,11 +354,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
         stored.push_back({.file = anchor_ref.path(), .entry = nullptr});  // an absent optional role
         continue;
       }
-      if (it == tensors.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "layer '", prefix, "': tensor '", name, "' is missing (",
-            std::string(row.roles[row.anchor_role]), " is in '", anchor_ref.path(), "')"));
-      }
+      if (it == tensors.end()) return MissingRole(row, prefix, tensor, anchor_ref.path(), r);
       refs[static_cast<size_t>(r)] = it->second;
       stored.push_back({.file = it->second.path(), .entry = it->second.entry});
       stored_names.insert(name);
@@ -516,6 +377,20 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
           .shard = refs[r].shard->index, .offset = refs[r].file_offset(), .bytes = refs[r].bytes()};
     }
     ckpt->layers_.push_back(std::move(layer));
+  }
+  // The same rule the other way round: a tensor named like a role of the format is part of a
+  // layer, so one left over (not a role of a layer found above: its layer has no anchor) is
+  // refused rather than served as a plain tensor. Roles that unquantized tensors are also called
+  // (FormatRow::plain_name_roles: the FP8 formats' `.weight`) are left to be plain tensors.
+  for (const auto& [tensor, ref] : tensors) {
+    if (stored_names.count(tensor) != 0) continue;
+    for (int r = 0; r < row.role_count; ++r) {
+      if (r == row.anchor_role || (row.plain_name_roles >> r & 1u) != 0) continue;
+      const std::string suffix = absl::StrCat(separator, std::string(row.roles[r]));
+      if (tensor.size() <= suffix.size() || !absl::EndsWith(tensor, suffix)) continue;
+      return MissingRole(row, tensor.substr(0, tensor.size() - suffix.size()), tensor, ref.path(),
+                         row.anchor_role);
+    }
   }
   if (ckpt->layers_.empty()) {
     return absl::InvalidArgumentError(

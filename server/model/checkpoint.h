@@ -9,7 +9,13 @@
 // listed tensor must be in its file) if that exists, else model.safetensors, else every
 // *.safetensors file in the directory. A tensor name may appear in one shard only.
 // A quantized layer is a prefix P with a tensor P.<anchor role> (AWQ: P.qweight); its other
-// roles' tensors P.<role> may be in any shard (AWQ:
+// roles' tensors P.<role> may be in any shard. A tensor named P.<role> for any role of the format
+// belongs to layer P, which must then have every required role (one rule for every format, driven
+// by its row: roles, anchor_role, optional_roles, role_separator; only roles that unquantized
+// tensors are also called, FormatRow::plain_name_roles, the FP8 formats' `.weight`, are exempt):
+// a layer lacking one, its anchor included (MXFP4's P_scales without P_blocks, AWQ's P.qzeros
+// without P.qweight), is FAILED_PRECONDITION naming the file, a tensor present and the role
+// missing. (AWQ:
 //   P.qweight: (K, N/8) I32;  P.qzeros: (K/G, N/8) I32;  P.scales: (K/G, N) F16 or BF16).
 // Those dtypes and shapes are checked by formats::QuantShapeFromTensors (formats/quant_tensors.h,
 // shared with dequantctl) through the format's row. AWQ's G is derived per layer from the shapes,
@@ -82,8 +88,10 @@ class Checkpoint {
   // the end, a layer whose tensors disagree on shape or dtype): the checkpoint is refused and
   // the server does not start; the error names the file, tensor and field.
   // Errors: NOT_FOUND (dir, config.json or a shard missing, no *.safetensors), INVALID_ARGUMENT
-  // (dir not a directory; not AWQ gemm 4-bit with zero points, a layer tensor missing, wrong dtype
-  // or shape, G not dividing K, no quantized layer at all, a corrupt header), DATA_LOSS
+  // (dir not a directory; a quantization_config its format refuses, wrong dtype or shape, G not
+  // dividing K, no quantized layer at all, a corrupt header), FAILED_PRECONDITION (a layer lacking
+  // a required role: "<file>: tensor '<P>.scales' (layer '<P>', format awq_gemm): the layer has
+  // no qweight tensor: '<P>.qweight' is missing"), DATA_LOSS
   // (truncated file, also while being read), ABORTED (a shard replaced while being opened),
   // RESOURCE_EXHAUSTED (no memory for a layer's copy).
   // Thread-safety: the returned object is immutable and safe to read from any thread.

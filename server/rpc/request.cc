@@ -202,7 +202,8 @@ absl::StatusOr<InlineTensor> InlineTensor::FromProto(const v1::InlinePackedTenso
       parts[static_cast<size_t>(role)] = t.data();
     }
     for (int r = 0; r < row.role_count; ++r) {
-      if (!seen[static_cast<size_t>(r)]) {
+      // An optional role left out: its part stays empty, which FromParts reads as not stored.
+      if (!seen[static_cast<size_t>(r)] && (row.optional_roles >> r & 1u) == 0) {
         const std::string_view role = row.roles[static_cast<size_t>(r)];
         return absl::InvalidArgumentError(absl::StrCat(
             "packed.tensors: role '", absl::string_view(role.data(), role.size()), "' is missing"));
@@ -279,6 +280,18 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
   shape.group_size = packed.group_size() == -1 ? packed.in_features() : packed.group_size();
   shape.experts = packed.experts() == 0 ? 1 : packed.experts();
   if (packed.bits() != 0) shape.bits = packed.bits();
+  // An optional role given no bytes is not stored: the row's flag says so (GPTQ g_idx kNoGidx,
+  // compressed-tensors weight_zero_point kSym), as a checkpoint layer without it.
+  for (int r = 0; r < row.role_count; ++r) {
+    if ((row.optional_roles >> r & 1u) != 0 && parts[static_cast<size_t>(r)].empty())
+      shape.format_flags |= row.absent_role_flags[static_cast<size_t>(r)];
+  }
+  if (packed.scale_block_rows() != 0 && format != Format::kCompressedTensorsFp8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed.scale_block_rows is for format compressed_tensors_fp8 only, got ",
+                     packed.scale_block_rows(), " with format ", AbslView(FormatName(format))));
+  }
+  shape.scale_block_rows = packed.scale_block_rows();
   // GPTQ's zero convention is not in the bytes (v1 and v2 layers have the same sizes): the
   // request must say it, or a v1 layer would be read as v2 and be wrong by one zero step.
   if (format == Format::kGptq) {
@@ -325,8 +338,10 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
     total_words += words[static_cast<size_t>(r)];
   }
   if (aligned) {
-    for (int r = 0; r < row.role_count; ++r)
-      tensor.view_.tensors[static_cast<size_t>(r)] = parts[static_cast<size_t>(r)].data();
+    for (int r = 0; r < row.role_count; ++r) {
+      const std::string_view bytes = parts[static_cast<size_t>(r)];
+      tensor.view_.tensors[static_cast<size_t>(r)] = bytes.empty() ? nullptr : bytes.data();
+    }
     if (absl::Status s = CheckStored(row, tensor.view_); !s.ok()) return s;
     return tensor;
   }
@@ -335,6 +350,7 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
   int32_t* at = tensor.storage_.data();
   for (int r = 0; r < row.role_count; ++r) {
     const std::string_view bytes = parts[static_cast<size_t>(r)];
+    if (bytes.empty()) continue;  // an absent optional role: its pointer stays null
     std::memcpy(at, bytes.data(), bytes.size());
     tensor.view_.tensors[static_cast<size_t>(r)] = at;
     at += words[static_cast<size_t>(r)];

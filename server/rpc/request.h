@@ -72,13 +72,16 @@ absl::StatusOr<RegionReplyKind> RegionReplyFromProto(dequant::v1::RegionReply re
 class InlineTensor {
  public:
   // Checks, in order: "packed.format" names a format (empty = awq_gemm); the tensors come either
-  // by role in "packed.tensors" (each role of the format once; no other role) or, for AWQ, in
+  // by role in "packed.tensors" (each role of the format once, an optional role at most once;
+  // no other role) or, for AWQ, in
   // packed.qweight/qzeros/scales, not both; total bytes of the tensors <= `max_request_bytes`
   // (RESOURCE_EXHAUSTED naming "max_request_bytes"); scale_dtype UNSPECIFIED (-> fp16), FP16 or
   // BF16 ("packed.scale_dtype"); the shape (K = in_features, N = out_features, G = group_size
   // with -1 meaning K) through ValidateShape ("packed: " + its message naming K, N or
   // group_size); the byte length of each role ("packed.qweight has 100 bytes, expected 128")
-  // against the shape exactly. All errors INVALID_ARGUMENT otherwise.
+  // against the shape exactly (an optional role given no bytes is not stored:
+  // FormatRow::absent_role_flags; "packed.scale_block_rows" only for compressed_tensors_fp8). All
+  // errors INVALID_ARGUMENT otherwise.
   static absl::StatusOr<InlineTensor> FromProto(const dequant::v1::InlinePackedTensor& packed,
                                                 int64_t max_request_bytes);
   // FromProto after the tensors were found: `parts` holds each role's bytes in role order (the

@@ -357,16 +357,19 @@ TEST_F(FakeServerTest, ListRendersTable) {
   t->set_scale_dtype(v1::DTYPE_FP16);
   t->set_packed_bytes(3 << 19);  // 1.5 MiB
   t->set_resident_on_device(true);
+  t->set_format("gptq");
   service_.list.set_model("/models/m");
   std::ostringstream out;
   ASSERT_TRUE(RunList(*client_, out).ok());
-  EXPECT_EQ(out.str(),
-            "name                          K     N  group_size  scale dtype   MiB  resident\n"
-            "model.layers.0.mlp.up_proj  576  1536          64  fp16         1.50  gpu\n"
-            "1 tensor, 1.50 MiB packed, model '/models/m'\n");
+  EXPECT_EQ(
+      out.str(),
+      "name                        format    K     N  group_size  scale dtype   MiB  resident\n"
+      "model.layers.0.mlp.up_proj  gptq    576  1536          64  fp16         1.50  gpu\n"
+      "1 tensor, 1.50 MiB packed, model '/models/m'\n");
 }
 
-// A model with stacked experts (mxfp4) gets an "E" column; 0 (an older server) reads as 1.
+// A model with stacked experts (mxfp4) gets an "E" column; 0 (an older server) reads as 1, and
+// an empty format (a server before issue 21: AWQ only) as awq_gemm.
 TEST_F(FakeServerTest, ListRendersExpertsColumnForStackedLayers) {
   v1::QuantizedTensorInfo* t = service_.list.add_tensors();
   t->set_name("experts.down_proj");
@@ -376,6 +379,7 @@ TEST_F(FakeServerTest, ListRendersExpertsColumnForStackedLayers) {
   t->set_scale_dtype(v1::DTYPE_UINT8);
   t->set_packed_bytes(1 << 20);
   t->set_experts(32);
+  t->set_format("mxfp4");
   v1::QuantizedTensorInfo* dense = service_.list.add_tensors();
   dense->set_name("q_proj");
   dense->set_in_features(64);
@@ -387,9 +391,9 @@ TEST_F(FakeServerTest, ListRendersExpertsColumnForStackedLayers) {
   std::ostringstream out;
   ASSERT_TRUE(RunList(*client_, out).ok());
   EXPECT_EQ(out.str(),
-            "name                E     K     N  group_size  scale dtype   MiB  resident\n"
-            "experts.down_proj  32  2880  2880          32  uint8        1.00  host\n"
-            "q_proj              1    64    64          64  fp16         1.00  host\n"
+            "name               format     E     K     N  group_size  scale dtype   MiB  resident\n"
+            "experts.down_proj  mxfp4     32  2880  2880          32  uint8        1.00  host\n"
+            "q_proj             awq_gemm   1    64    64          64  fp16         1.00  host\n"
             "2 tensors, 2.00 MiB packed, model '/models/gpt-oss'\n");
 }
 
@@ -399,6 +403,30 @@ TEST_F(FakeServerTest, InfoListsDevices) {
   EXPECT_THAT(out.str(), HasSubstr("backend:      cuda\n"));
   EXPECT_THAT(out.str(),
               HasSubstr("[0] NVIDIA H200, compute capability 9.0, 141.0 GiB, driver 13.0"));
+}
+
+// info's formats line: ListTensors' layers grouped by format and expert count, in list order.
+TEST_F(FakeServerTest, InfoSummarizesTheLayersFormats) {
+  const auto add = [this](const char* name, const char* format, int64_t experts) {
+    v1::QuantizedTensorInfo* t = service_.list.add_tensors();
+    t->set_name(name);
+    t->set_format(format);
+    t->set_experts(experts);
+  };
+  add("a.experts.down_proj", "mxfp4", 32);
+  add("a.experts.gate_up_proj", "mxfp4", 32);
+  add("b.experts.down_proj", "mxfp4", 4);
+  add("lm_head", "", 0);  // an older server: AWQ, one matrix
+  std::ostringstream out;
+  ASSERT_TRUE(RunInfo(*client_, out).ok());
+  EXPECT_THAT(out.str(), HasSubstr("\nformats:      mxfp4 (2 layers, 32 experts each), mxfp4 (1 "
+                                   "layer, 4 experts each), awq_gemm (1 layer)\ncpu threads:"));
+}
+
+TEST_F(FakeServerTest, InfoWithoutLayersSaysSo) {
+  std::ostringstream out;
+  ASSERT_TRUE(RunInfo(*client_, out).ok());
+  EXPECT_THAT(out.str(), HasSubstr("\nformats:      none (no quantized layers)\n"));
 }
 
 TEST_F(FakeServerTest, RegionsRendersTable) {

@@ -191,6 +191,102 @@ TEST(PackedInputFp8Test, CompressedTensorsFp8ByRoleWithFp32Scales) {
   EXPECT_EQ(t->tensors(1).data().size(), 8u);
 }
 
+// A compressed-tensors int layer, symmetric and without weight_g_idx (K = 32, N = 4, 4 bits):
+// the two optional roles are left out of the request, which says the same (the server's flags).
+// With one scale for the whole layer (strategy tensor) the request cannot say how the scale is
+// shared: UNIMPLEMENTED naming the role and both sizes.
+TEST(PackedInputCompressedTensorsTest, OptionalRolesAreLeftOutAndATensorScaleIsRefused) {
+  const std::vector<int32_t> packed(4 * 4, 0x12345678);
+  const std::vector<uint16_t> scale_channel(4, 0x3C00);  // (N, 1) fp16 1.0
+  const std::vector<uint16_t> scale_one(1, 0x3C00);      // (1) fp16
+  const std::vector<int64_t> dense = {4, 32};
+  const auto write = [&](const std::string& path, std::vector<int64_t> scale_shape,
+                         const std::vector<uint16_t>& scale) {
+    ASSERT_TRUE(
+        safetensors::WriteFile(path, {{"m.l.weight_packed", "I32", {4, 4}, Bytes(packed)},
+                                      {"m.l.weight_scale", "F16", scale_shape, Bytes(scale)},
+                                      {"m.l.weight_shape", "I64", {2}, Bytes(dense)}})
+            .ok());
+  };
+  const std::string channel = TempPath("ct_channel.safetensors");
+  write(channel, {4, 1}, scale_channel);
+  absl::StatusOr<v1::InlinePackedTensor> t =
+      LoadInlinePacked(channel, "m.l.", 0, Format::kCompressedTensors);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->format(), "compressed_tensors");
+  EXPECT_EQ(t->in_features(), 32);
+  EXPECT_EQ(t->out_features(), 4);
+  EXPECT_EQ(t->group_size(), 32);  // channel: G = K
+  ASSERT_EQ(t->tensors_size(), 3);
+  EXPECT_EQ(t->tensors(0).role(), "weight_packed");
+  EXPECT_EQ(t->tensors(1).role(), "weight_scale");
+  EXPECT_EQ(t->tensors(2).role(), "weight_shape");
+
+  const std::string one = TempPath("ct_tensor.safetensors");
+  write(one, {1}, scale_one);
+  const absl::Status s = LoadInlinePacked(one, "m.l.", 0, Format::kCompressedTensors).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(), one +
+                             ": layer 'm.l' (format compressed_tensors) cannot be sent inline: its "
+                             "weight_scale holds (1, 1) fp16, and an inline request of its shape "
+                             "carries (4, 1) fp16 (the request cannot say how its scales are "
+                             "shared); serve its checkpoint and use --tensor");
+}
+
+// compressed_tensors_fp8 strategy tensor (one scale, read off its dims without a config): R = N
+// rows per scale goes in scale_block_rows, G = K.
+TEST(PackedInputFp8Test, TensorStrategySendsScaleBlockRows) {
+  const std::string path = TempPath("ct_fp8_tensor.safetensors");
+  const std::vector<uint8_t> weight(4 * 8, 0x38);
+  const std::vector<float> scale = {0.5f};
+  ASSERT_TRUE(safetensors::WriteFile(path, {{"m.l.weight", "F8_E4M3", {4, 8}, weight},
+                                            {"m.l.weight_scale", "F32", {1}, Bytes(scale)}})
+                  .ok());
+  absl::StatusOr<v1::InlinePackedTensor> t =
+      LoadInlinePacked(path, "m.l.", 0, Format::kCompressedTensorsFp8);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->scale_block_rows(), 4);
+  EXPECT_EQ(t->group_size(), 8);
+  EXPECT_EQ(t->tensors(1).data().size(), 4u);
+}
+
+// The declaration of --packed: <name>.config.json beside the file first, then config.json, and
+// --format only when neither is there (or when it agrees).
+TEST(PackedDeclarationTest, ConfigBesideTheFileThenFormatThenAwq) {
+  const fs::path dir = fs::path(TempPath("declaration"));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string packed = (dir / "layer.safetensors").string();
+  absl::StatusOr<PackedDeclaration> d = FindPackedDeclaration(packed, "", "");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->format, Format::kAwqGemm);
+  EXPECT_FALSE(d->config.has_value());
+  d = FindPackedDeclaration(packed, "", "MXFP4");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->format, Format::kMxfp4);
+  std::ofstream(dir / "config.json") << R"({"quantization_config":{"quant_method":"mxfp4"}})";
+  d = FindPackedDeclaration(packed, "", "");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->format, Format::kMxfp4);
+  EXPECT_EQ(d->config_path, (dir / "config.json").string());
+  std::ofstream(dir / "layer.config.json")
+      << R"({"quantization_config":{"quant_method":"awq","bits":4,"group_size":128}})";
+  d = FindPackedDeclaration(packed, "", "");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->format, Format::kAwqGemm);
+  EXPECT_EQ(d->config_path, (dir / "layer.config.json").string());
+  ASSERT_TRUE(d->config.has_value());
+  EXPECT_EQ(d->config->group_size, 128);
+  // The server's own message for a config it refuses.
+  std::ofstream(dir / "layer.config.json") << R"({"quantization_config":{"quant_method":"hqq"}})";
+  const absl::Status s = FindPackedDeclaration(packed, "", "").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), (dir / "layer.config.json").string() +
+                             ": quantization_config field 'quant_method' is 'hqq', only 'awq', "
+                             "'gptq', 'compressed-tensors', 'fp8', 'mxfp4' are served");
+  fs::remove_all(dir);
+}
+
 TEST_F(PackedInputTest, Errors) {
   const std::string path = TempPath("packed_bad.safetensors");
   Write(path, "F32", 4);

@@ -5,12 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -110,10 +112,11 @@ TEST_F(DequantctlTest, ListPrintsTheLayerRow) {
   const std::vector<std::string> lines = Lines(run.out);
   ASSERT_EQ(lines.size(), 3u) << run.out;  // heading, one layer, summary
   EXPECT_THAT(lines[0], StartsWith("name"));
-  // name, K, N, group_size, scale dtype, MiB (24576 + 384 + 1536 bytes = 0.03 MiB), resident.
+  // name, format, K, N, group_size, scale dtype, MiB (24576 + 384 + 1536 bytes = 0.03 MiB),
+  // resident.
   std::vector<std::string> cells = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
-  EXPECT_THAT(cells, ::testing::ElementsAre("model.layers.0.self_attn.v_proj", "256", "192", "64",
-                                            "fp16", "0.03", "host"));
+  EXPECT_THAT(cells, ::testing::ElementsAre("model.layers.0.self_attn.v_proj", "awq_gemm", "256",
+                                            "192", "64", "fp16", "0.03", "host"));
   EXPECT_THAT(lines[2], StartsWith("1 tensor, 0.03 MiB packed, model '"));
 }
 
@@ -121,6 +124,7 @@ TEST_F(DequantctlTest, InfoPrintsBackend) {
   const CommandResult run = Ctl({"info"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("backend:      cpu\n"));
+  EXPECT_THAT(run.out, HasSubstr("\nformats:      awq_gemm (1 layer)\n"));
 }
 
 TEST_F(DequantctlTest, DequantizeToNpyWritesExactBytesForEachDType) {
@@ -617,10 +621,120 @@ TEST_F(DequantctlTest, DequantizeLayersFailingCallCreatesNoOutDir) {
 }
 
 // Every ABSL_FLAG of client/main.cc (read from the source) appears in `dequantctl --help`.
+// dequantize --packed with every reference vector case of tests/data/formats (GPTQ,
+// compressed-tensors int and fp8, FP8 block, MXFP4), end to end on the CPU backend: the format and
+// its quantization_config come from the case's <name>.config.json beside the file (as the server
+// reads a checkpoint's), the layer goes inline, and the raw result in the format's own
+// orientation is byte for byte the library's expected tensor, for each output dtype. Layers
+// without an optional role (symmetric or g_idx-free compressed-tensors, GPTQ without g_idx) and
+// compressed_tensors_fp8's one-scale strategy tensor are sent too.
+TEST_F(DequantctlTest, PackedEveryFormatVectorCaseIsBitExact) {
+  const fs::path root = fs::path(DEQUANTD_SOURCE_DIR) / "tests/data/formats";
+  std::vector<fs::path> cases;
+  for (const auto& dir : fs::directory_iterator(root)) {
+    if (!dir.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(dir.path()))
+      if (f.path().extension() == ".safetensors") cases.push_back(f.path());
+  }
+  std::sort(cases.begin(), cases.end());
+  ASSERT_EQ(cases.size(), 27u);  // fp8_block 4, gptq 12, compressed_tensors 9, mxfp4 2
+  int checked = 0;
+  for (const fs::path& file : cases) {
+    const bool mxfp4 = file.parent_path().filename() == "mxfp4";
+    // (prefix, expected tensor's stem): MXFP4 has two projections of stacked experts.
+    std::vector<std::pair<std::string, std::string>> layers;
+    if (mxfp4) {
+      layers = {{"model.layers.0.mlp.experts.gate_up_proj_", "expected.gate_up_proj."},
+                {"model.layers.0.mlp.experts.down_proj_", "expected.down_proj."}};
+    } else {
+      layers = {{"model.layers.0.mlp.down_proj.", "expected."}};
+    }
+    absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> vectors =
+        safetensors::MappedFile::Open(file.string());
+    ASSERT_TRUE(vectors.ok()) << vectors.status();
+    // gptq_4bit_g64_asym_v1_zero0: GPTQModel's two dequantizers disagree; dequantd follows its
+    // loader's (TorchLinear's) rule, whose fp16 result alone is stored (gptq_vectors_test.cc).
+    const bool torchlinear = (*vectors)->header().tensors.count("expected_torchlinear.fp16") != 0;
+    for (const auto& [prefix, stem] : layers) {
+      for (const char* dtype : {"fp16", "bf16", "fp32"}) {
+        if (torchlinear && std::string(dtype) != "fp16") continue;
+        SCOPED_TRACE(absl::StrCat(file.filename().string(), " ", prefix, " ", dtype));
+        const std::string out = Path("vector.bin");
+        const CommandResult run = Ctl({"dequantize", "--packed", file.string(), "--prefix", prefix,
+                                       "--dtype", dtype, "--out", out});
+        ASSERT_EQ(run.exit_code, 0) << run.err;
+        const absl::Span<const uint8_t> want =
+            *(*vectors)->TensorBytes(torchlinear ? "expected_torchlinear.fp16" : stem + dtype);
+        EXPECT_TRUE(FileBytes(out) == std::vector<uint8_t>(want.begin(), want.end()));
+        ++checked;
+      }
+    }
+  }
+  // Three dtypes a layer (MXFP4's two cases have two layers each), the zero0 case fp16 only.
+  EXPECT_EQ(checked, 3 * (static_cast<int>(cases.size()) + 2) - 2);
+}
+
+// The --packed declaration: --format names a format when no config is there (GPTQ needs its
+// config: its zero convention is not in the bytes), and must agree with a config that is.
+TEST_F(DequantctlTest, PackedFormatAndConfigFlags) {
+  const fs::path vectors = fs::path(DEQUANTD_SOURCE_DIR) / "tests/data/formats";
+  const std::string fp8 = Path("alone_fp8.safetensors");  // no config beside it
+  fs::copy_file(vectors / "fp8_block/fp8_block_scalef32_136x144.safetensors", fp8,
+                fs::copy_options::overwrite_existing);
+  const std::string prefix = "model.layers.0.mlp.down_proj.";
+  CommandResult run =
+      Ctl({"dequantize", "--packed", fp8, "--prefix", prefix, "--format", "fp8_block"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("shape (136, 144) fp16")) << run.out;
+  // Without a config or --format, the file is read as AWQ (as before other formats existed).
+  run = Ctl({"dequantize", "--packed", fp8, "--prefix", prefix});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err, "dequantctl: NOT_FOUND: " + fp8 + ": no tensor '" + prefix + "qweight'\n");
+  run = Ctl({"dequantize", "--packed", fp8, "--prefix", prefix, "--format", "fp9"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err,
+            "dequantctl: INVALID_ARGUMENT: --format 'fp9' is not known; known: 'awq_gemm', "
+            "'gptq', 'compressed_tensors', 'fp8_block', 'compressed_tensors_fp8', 'mxfp4'\n");
+
+  const std::string gptq = Path("alone_gptq.safetensors");
+  fs::copy_file(vectors / "gptq/gptq_4bit_g32_asym_v1.safetensors", gptq,
+                fs::copy_options::overwrite_existing);
+  run = Ctl({"dequantize", "--packed", gptq, "--prefix", prefix, "--format", "gptq"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err, "dequantctl: INVALID_ARGUMENT: " + gptq +
+                         ": format gptq needs the checkpoint's quantization_config (--config, or "
+                         "a config.json beside the file): its checkpoint_format (zeros stored "
+                         "minus one or not) and bits are not in the tensors\n");
+  const std::string config = (vectors / "gptq/gptq_4bit_g32_asym_v1.config.json").string();
+  const std::string out = Path("alone_gptq.bin");
+  run = Ctl({"dequantize", "--packed", gptq, "--prefix", prefix, "--config", config, "--out", out});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  absl::StatusOr<std::unique_ptr<safetensors::MappedFile>> expected =
+      safetensors::MappedFile::Open(gptq);
+  ASSERT_TRUE(expected.ok());
+  const absl::Span<const uint8_t> want = *(*expected)->TensorBytes("expected.fp16");
+  EXPECT_TRUE(FileBytes(out) == std::vector<uint8_t>(want.begin(), want.end()));
+  run = Ctl({"dequantize", "--packed", gptq, "--prefix", prefix, "--config", config, "--format",
+             "awq_gemm"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err, "dequantctl: INVALID_ARGUMENT: --format awq_gemm disagrees with " + config +
+                         ", whose quantization_config declares format gptq (quant_method "
+                         "'gptq'); leave out --format or give --config\n");
+  run = Ctl({"dequantize", "--packed", gptq, "--prefix", prefix, "--config", Path("none.json")});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err, "dequantctl: NOT_FOUND: --config " + Path("none.json") + ": not found\n");
+  run = Ctl({"dequantize", "--tensor", "x", "--format", "gptq"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "dequantctl: INVALID_ARGUMENT: --format applies to --packed only (see dequantctl "
+            "--help)\n");
+}
+
 // An MXFP4 (gpt-oss) checkpoint, transformers' vector case, served on the CPU backend:
-// `dequantctl list` shows the experts column; `dequantize-layers --out` (one stream and two)
-// writes each projection as one (E, K, N) tensor bit-exact to transformers' [E, in, out] result;
-// `dequantize --out x.npy` writes the (E, K, N) array.
+// `dequantctl list` shows the format and experts columns, `info` the formats line;
+// `dequantize-layers --out` (one stream and two) writes each projection as one (E, K, N) tensor
+// bit-exact to transformers' [E, in, out] result; `dequantize --out x.npy` writes the (E, K, N)
+// array.
 TEST(DequantctlMxfp4Test, ListLayersAndDequantizeStackedExperts) {
   const std::string dir = MakeTempDir("dequantctl_mxfp4");
   const fs::path vectors = fs::path(DEQUANTD_SOURCE_DIR) / "tests/data/formats/mxfp4";
@@ -648,8 +762,11 @@ TEST(DequantctlMxfp4Test, ListLayersAndDequantizeStackedExperts) {
 
   CommandResult run = ctl({"list"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_THAT(run.out, HasSubstr("E   K   N  group_size  scale dtype")) << run.out;
-  EXPECT_THAT(run.out, HasSubstr(down + "     2  32  64          32  uint8")) << run.out;
+  EXPECT_THAT(run.out, HasSubstr("format  E   K   N  group_size  scale dtype")) << run.out;
+  EXPECT_THAT(run.out, HasSubstr(down + "     mxfp4   2  32  64          32  uint8")) << run.out;
+  run = ctl({"info"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("\nformats:      mxfp4 (2 layers, 2 experts each)\n")) << run.out;
 
   for (const char* streams : {"1", "2"}) {
     SCOPED_TRACE(streams);

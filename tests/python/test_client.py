@@ -6,6 +6,7 @@ expected files), bf16, torch, error mapping."""
 import json
 import os
 import subprocess
+import sys
 
 import grpc
 import ml_dtypes
@@ -234,3 +235,43 @@ def test_byte_range_streams_equal_one_stream(client, dtype, streams):
     many = client.dequantize(LAYER_Q, dtype=dtype, streams=streams)
     assert many.shape == one.shape and many.dtype == one.dtype
     assert one.tobytes() == many.tobytes()
+
+
+def _without_ml_dtypes(monkeypatch):
+    """Makes `import ml_dtypes` fail in this process, as when the package is not installed."""
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)
+
+
+def test_bf16_without_ml_dtypes_names_the_package_or_gives_the_bits(client, monkeypatch):
+    """numpy has no bfloat16. Without ml-dtypes, a bf16 numpy result is an ImportError naming
+    the package and how to install it; bf16_bits=True gives the same bits as np.uint16."""
+    want = client.dequantize(LAYER_Q, dtype="bf16").view(np.uint16)
+    _without_ml_dtypes(monkeypatch)
+    with pytest.raises(ImportError) as e:
+        client.dequantize(LAYER_Q, dtype="bf16")
+    assert str(e.value) == (
+        "BF16 numpy arrays need the ml-dtypes package (numpy has no bfloat16): pip install "
+        "ml-dtypes (or 'dequantd[ml-dtypes]'); or pass as_torch=True, or bf16_bits=True for the "
+        "raw bits as uint16")
+    for streams in (None, 2):
+        bits = client.dequantize(LAYER_Q, dtype="bf16", bf16_bits=True, streams=streams)
+        assert bits.dtype == np.dtype("<u2") and bits.shape == (576, 576)
+        assert np.array_equal(bits, want)
+    # Other dtypes are untouched by bf16_bits.
+    assert client.dequantize(LAYER_Q, dtype="fp16", bf16_bits=True).dtype == np.float16
+
+
+def test_cli_dequantize_bf16_writes_uint16_bits_without_ml_dtypes(client, server, tmp_path):
+    """python -m dequantd dequantize --dtype bf16 writes the bits as uint16 (its --help says so)
+    and needs no ml-dtypes: run in a process where importing ml_dtypes fails."""
+    out = tmp_path / "bf16.npy"
+    code = ("import sys; sys.modules['ml_dtypes'] = None; from dequantd.cli import main; "
+            f"sys.exit(main(['dequantize', '--server', {server!r}, '--tensor', {LAYER_Q!r}, "
+            f"'--dtype', 'bf16', '--out', {str(out)!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"{LAYER_Q}: (576, 576) bf16 -> {out} (bf16 as uint16 bits: numpy has "
+                        "no bfloat16; read with np.load(...).view(ml_dtypes.bfloat16))\n")
+    got = np.load(out)
+    assert got.dtype == np.uint16
+    assert np.array_equal(got, client.dequantize(LAYER_Q, dtype="bf16").view(np.uint16))

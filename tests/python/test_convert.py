@@ -176,3 +176,49 @@ def test_mxfp4_converts_to_transformers_expert_layout(tmp_path):
     assert not any(n.endswith(("_blocks", "_scales")) for n in tensors)
     with open(out / "config.json") as f:
         assert "quantization_config" not in json.load(f)
+
+
+def test_mxfp4_one_expert_keeps_the_expert_layout(tmp_path):
+    """A gpt-oss model of one expert (E = 1) converts as any E does: each MoE projection as
+    "<prefix>" [1, in, out] (transformers' GptOssExperts parameter, no ".weight" suffix), equal to
+    the first expert of transformers' own result."""
+    from dequantd.safetensors_writer import ShardWriter
+
+    with open(MXFP4_CASE + ".safetensors", "rb") as f:
+        source = dict(safetensors.deserialize(f.read()))
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(MXFP4_CASE + ".config.json", model / "config.json")
+    first = {}  # every model tensor cut to its first expert
+    for name, t in source.items():
+        if name.startswith("expected."):
+            continue
+        shape = tuple(t["shape"])
+        data = bytes(t["data"])
+        first[name] = (t["dtype"], (1,) + shape[1:], data[: len(data) // shape[0]])
+    writer = ShardWriter(str(model / "model.safetensors"),
+                         [(n, d, s) for n, (d, s, _) in sorted(first.items())])
+    for n, (_, _, data) in sorted(first.items()):
+        writer.add(n, memoryview(data))
+    writer.finish()
+    proc, target = start_server(str(tmp_path), model_dir=str(model))
+    try:
+        layers = {l.name: l for l in dequantd.Client(target).list().layers}
+        out = tmp_path / "out"
+        dequantd.convert(target, str(out), dtype="bf16")
+    finally:
+        stop_server(proc)
+    prefix = "model.layers.0.mlp.experts."
+    assert {l.experts for l in layers.values()} == {1}
+    with open(out / "model.safetensors.index.json") as f:
+        index = json.load(f)
+    tensors = {}
+    for shard in set(index["weight_map"].values()):
+        with open(out / shard, "rb") as f:
+            tensors.update(dict(safetensors.deserialize(f.read())))
+    assert not any(n.endswith(".weight") for n in tensors)
+    for proj, shape in (("gate_up_proj", [1, 64, 64]), ("down_proj", [1, 32, 64])):
+        t = tensors[prefix + proj]
+        assert (t["dtype"], list(t["shape"])) == ("BF16", shape), proj
+        expected = bytes(source[f"expected.{proj}.bf16"]["data"])
+        assert bytes(t["data"]) == expected[: len(expected) // 2], proj

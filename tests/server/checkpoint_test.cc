@@ -476,11 +476,15 @@ TEST_F(CheckpointTest, MissingVersionAndZeroPointDefaultToGemmAndTrue) {
   EXPECT_TRUE((*ckpt)->config().zero_point);
 }
 
-TEST_F(CheckpointTest, MissingQzerosIsInvalidArgumentNamingTheTensor) {
+TEST_F(CheckpointTest, MissingQzerosIsFailedPreconditionNamingTheTensorAndRole) {
   std::vector<OwnedTensor> layer = Layer("model.layers.0.mlp.up_proj", 128, 16, 1);
   ASSERT_TRUE(Write(dir_ + "/model.safetensors", {layer[0], layer[2]}).ok());
-  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(OpenMessage(), HasSubstr("'model.layers.0.mlp.up_proj.qzeros' is missing"));
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(OpenMessage(), dir_ +
+                               "/model.safetensors: tensor 'model.layers.0.mlp.up_proj.qweight' "
+                               "(layer 'model.layers.0.mlp.up_proj', format awq_gemm): the layer "
+                               "has no qzeros tensor: 'model.layers.0.mlp.up_proj.qzeros' is "
+                               "missing");
 }
 
 TEST_F(CheckpointTest, WrongScalesColumnsIsInvalidArgument) {

@@ -265,10 +265,11 @@ TEST(CompressedTensorsFp8CheckpointTest, MixedFormatsAreInvalidArgument) {
 TEST(CompressedTensorsFp8CheckpointTest, PackQuantizedLayerUnderAFloatConfigNamesTheTensor) {
   const absl::Status s =
       OpenWith(CaseConfig("ct_fp8_channel_bf16"), CaseFile("ct_int8_channel_sym_bf16"));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(),
-              HasSubstr("layer 'model.layers.0.mlp.down_proj': tensor "
-                        "'model.layers.0.mlp.down_proj.weight' is missing (weight_scale is in"));
+              HasSubstr(": tensor 'model.layers.0.mlp.down_proj.weight_scale' (layer "
+                        "'model.layers.0.mlp.down_proj', format compressed_tensors_fp8): the layer "
+                        "has no weight tensor: 'model.layers.0.mlp.down_proj.weight' is missing"));
 }
 
 // The tensor-strategy file under a channel declaration: weight_scale (1) is named with the shape

@@ -336,11 +336,13 @@ TEST(CompressedTensorsCheckpointTest, MissingGidxWithActorderGroupIsInvalidArgum
                                      "missing; actorder is 'group'"));
 }
 
-TEST(CompressedTensorsCheckpointTest, MissingWeightShapeIsInvalidArgument) {
+TEST(CompressedTensorsCheckpointTest, MissingWeightShapeIsFailedPrecondition) {
   const absl::Status s = OpenEdited("ct_int4_g64_asym_bf16", "weight_shape", true, {});
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("layer 'model.layers.0.mlp.down_proj': tensor "
-                                     "'model.layers.0.mlp.down_proj.weight_shape' is missing"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(),
+              HasSubstr("(layer 'model.layers.0.mlp.down_proj', format compressed_tensors): the "
+                        "layer has no weight_shape tensor: "
+                        "'model.layers.0.mlp.down_proj.weight_shape' is missing"));
 }
 
 // ---- Served end to end -------------------------------------------------------------------------

@@ -361,16 +361,16 @@ TEST(Fp8BlockCheckpointTest, ThreeDimScaleIsInvalidArgument) {
                         "has 3 dims, want 2"));
 }
 
-TEST(Fp8BlockCheckpointTest, ScaleWithoutWeightIsInvalidArgument) {
+TEST(Fp8BlockCheckpointTest, ScaleWithoutWeightIsFailedPrecondition) {
   const absl::Status s = OpenStatus(
       EditedCheckpoint(kF32Case, CaseConfig(kF32Case), [](std::vector<EditableTensor>& t) {
         std::erase_if(t, [](const EditableTensor& e) { return e.name == kWeight; });
       }));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr("layer 'model.layers.0.mlp.down_proj': tensor "
-                "'model.layers.0.mlp.down_proj.weight' is missing (weight_scale_inv is in"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(),
+              HasSubstr(": tensor 'model.layers.0.mlp.down_proj.weight_scale_inv' (layer "
+                        "'model.layers.0.mlp.down_proj', format fp8_block): the layer has no "
+                        "weight tensor: 'model.layers.0.mlp.down_proj.weight' is missing"));
 }
 
 absl::Status OpenWithConfig(const std::string& config) {

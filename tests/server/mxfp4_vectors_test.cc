@@ -238,16 +238,17 @@ TEST(Mxfp4CheckpointTest, BlocksNotOfBytesAreInvalidArgument) {
                         "U8"));
 }
 
-TEST(Mxfp4CheckpointTest, BlocksWithoutScalesAreInvalidArgument) {
+TEST(Mxfp4CheckpointTest, BlocksWithoutScalesAreFailedPrecondition) {
   const absl::Status s = OpenStatus(EditedCheckpoint([](std::vector<EditableTensor>& t) {
     std::erase_if(
         t, [](const EditableTensor& e) { return e.name == std::string(kGateUp) + "_scales"; });
   }));
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(),
-              HasSubstr("layer 'model.layers.0.mlp.experts.gate_up_proj': tensor "
-                        "'model.layers.0.mlp.experts.gate_up_proj_scales' is missing (blocks is "
-                        "in"));
+              HasSubstr(": tensor 'model.layers.0.mlp.experts.gate_up_proj_blocks' (layer "
+                        "'model.layers.0.mlp.experts.gate_up_proj', format mxfp4): the layer has "
+                        "no scales tensor: 'model.layers.0.mlp.experts.gate_up_proj_scales' is "
+                        "missing"));
 }
 
 TEST(Mxfp4CheckpointTest, BlocksOfHalfBlocksAreInvalidArgument) {

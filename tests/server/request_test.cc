@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/compressed_tensors_format.h"
 #include "kernels/gptq_format.h"
 #include "tests/server/test_layer.h"
 
@@ -166,9 +167,74 @@ TEST(InlineTensorTest, GptqByRoleHasItsShapeAndItsGidxChecked) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(refused.status().message(),
             "packed: g_idx[5] is 7, want [0, 2) (groups = K / group_size = 64 / 32)");
+  // g_idx is optional: left out (or given no bytes) the layer stores none (kNoGidx), as a
+  // checkpoint layer without it; a required role left out is named.
   packed.mutable_tensors()->RemoveLast();
+  absl::StatusOr<InlineTensor> no_gidx = InlineTensor::FromProto(packed, int64_t{1} << 20);
+  ASSERT_TRUE(no_gidx.ok()) << no_gidx.status();
+  EXPECT_EQ(no_gidx->view().shape.format_flags, gptq::kNoGidx);
+  EXPECT_EQ(no_gidx->view().tensors[gptq::kGidx], nullptr);
+  add("g_idx", 0);
+  absl::StatusOr<InlineTensor> empty_gidx = InlineTensor::FromProto(packed, int64_t{1} << 20);
+  ASSERT_TRUE(empty_gidx.ok()) << empty_gidx.status();
+  EXPECT_EQ(empty_gidx->view().shape.format_flags, gptq::kNoGidx);
+  packed.mutable_tensors()->DeleteSubrange(1, 1);  // qzeros
   EXPECT_EQ(InlineTensor::FromProto(packed, int64_t{1} << 20).status().message(),
-            "packed.tensors: role 'g_idx' is missing");
+            "packed.tensors: role 'qzeros' is missing");
+}
+
+// compressed_tensors without weight_zero_point and weight_g_idx (symmetric, groups k / G): the
+// request leaves them out and the shape says so (kSym | kNoGidx), as at checkpoint load; a scale
+// grid of several rows per scale is compressed_tensors_fp8's alone.
+TEST(InlineTensorTest, CompressedTensorsWithoutOptionalRolesIsSymmetricWithoutGidx) {
+  v1::InlinePackedTensor packed;
+  packed.set_format("compressed_tensors");
+  packed.set_in_features(64);
+  packed.set_out_features(8);
+  packed.set_group_size(32);
+  packed.set_scale_dtype(v1::DTYPE_FP16);
+  const auto add = [&](const char* role, size_t bytes) {
+    v1::RoleBytes* t = packed.add_tensors();
+    t->set_role(role);
+    t->mutable_data()->assign(bytes, '\0');
+    return t;
+  };
+  add("weight_packed", 8 * 8 * 4);
+  add("weight_scale", 8 * 2 * 2);
+  v1::RoleBytes* dense = add("weight_shape", 16);
+  const int64_t nk[2] = {8, 64};
+  std::memcpy(dense->mutable_data()->data(), nk, 16);
+  absl::StatusOr<InlineTensor> ok = InlineTensor::FromProto(packed, int64_t{1} << 20);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->view().shape.format_flags, compressed_tensors::kSym | compressed_tensors::kNoGidx);
+  EXPECT_EQ(ok->view().tensors[compressed_tensors::kWeightZeroPoint], nullptr);
+  packed.set_scale_block_rows(8);
+  EXPECT_EQ(InlineTensor::FromProto(packed, int64_t{1} << 20).status().message(),
+            "packed.scale_block_rows is for format compressed_tensors_fp8 only, got 8 with format "
+            "compressed_tensors");
+}
+
+// compressed_tensors_fp8, strategy tensor: one scale for the whole (N, K) weight, R = N, C = K.
+TEST(InlineTensorTest, CompressedTensorsFp8TensorStrategyTakesScaleBlockRows) {
+  v1::InlinePackedTensor packed;
+  packed.set_format("compressed_tensors_fp8");
+  packed.set_in_features(16);
+  packed.set_out_features(4);
+  packed.set_group_size(16);
+  packed.set_scale_dtype(v1::DTYPE_FP32);
+  packed.set_scale_block_rows(4);
+  v1::RoleBytes* weight = packed.add_tensors();
+  weight->set_role("weight");
+  weight->mutable_data()->assign(4 * 16, '\0');
+  v1::RoleBytes* scale = packed.add_tensors();
+  scale->set_role("weight_scale");
+  scale->mutable_data()->assign(4, '\0');
+  absl::StatusOr<InlineTensor> ok = InlineTensor::FromProto(packed, int64_t{1} << 20);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->view().shape.scale_block_rows, 4);
+  packed.set_scale_block_rows(0);  // one scale row per weight row: (4, 1) scales
+  EXPECT_EQ(std::string(InlineTensor::FromProto(packed, int64_t{1} << 20).status().message()),
+            "packed.weight_scale has 4 bytes, expected 16 (4 * 1 * 4 (fp32))");
 }
 
 // An inline compressed_tensors layer: int4, group strategy, asymmetric, with weight_g_idx and

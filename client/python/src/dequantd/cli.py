@@ -51,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     p = command("dequantize", "one layer to a .npy file ((K, N) row-major)")
     p.add_argument("--tensor", required=True, help="layer name from `list`")
     p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
-    p.add_argument("--out", required=True, help=".npy file to write (bf16 as uint16 bits)")
+    p.add_argument("--out", required=True,
+                   help=".npy file to write (bf16 as its uint16 bits: numpy has no bfloat16; "
+                        "ml-dtypes is not needed)")
     p = command("convert", "the whole model to a plain fp16/bf16 Hugging Face checkpoint")
     p.add_argument("--out", required=True, help="checkpoint directory to write")
     p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
@@ -82,9 +84,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 for t in listing.other_tensors:
                     print(f"{t.name}\t{t.shape}\t{t.dtype}\tstored")
             elif args.command == "dequantize":
-                w = client.dequantize(args.tensor, dtype=args.dtype, progress=True)
-                np.save(args.out, w.view(np.uint16) if args.dtype == "bf16" else w)
-                print(f"{args.tensor}: {w.shape} {args.dtype} -> {args.out}")
+                # bf16: the raw bits (np.uint16), so that ml-dtypes is not needed.
+                w = client.dequantize(args.tensor, dtype=args.dtype, progress=True,
+                                      bf16_bits=True)
+                np.save(args.out, w)
+                note = (" (bf16 as uint16 bits: numpy has no bfloat16; read with "
+                        "np.load(...).view(ml_dtypes.bfloat16))" if args.dtype == "bf16" else "")
+                print(f"{args.tensor}: {w.shape} {args.dtype} -> {args.out}{note}")
             else:
                 result = convert(client, args.out, dtype=args.dtype,
                                  max_shard_size=args.max_shard_size,

@@ -262,9 +262,9 @@ class _Assembler:
                                 f"{self.name}: received {self.received} of {self.total} bytes")
         return self
 
-    def result(self, as_torch: bool) -> ArrayLike:
+    def result(self, as_torch: bool, bf16_bits: bool = False) -> ArrayLike:
         self.check()
-        return dtypes.from_bytes(self.buffer, self.code, self.shape, as_torch)
+        return dtypes.from_bytes(self.buffer, self.code, self.shape, as_torch, bf16_bits)
 
 
 def _to_numpy(array: ArrayLike) -> np.ndarray:
@@ -403,7 +403,7 @@ class Client:
                    qzeros: Optional[ArrayLike] = None, scales: Optional[ArrayLike] = None,
                    group_size: int = -1, dtype: str = "fp16", as_torch: bool = False,
                    streams: Optional[int] = None, progress: bool = False,
-                   orientation: Optional[str] = None) -> ArrayLike:
+                   orientation: Optional[str] = None, bf16_bits: bool = False) -> ArrayLike:
         """Dequantizes one layer: of the loaded model by name, or sent inline as packed arrays.
 
         Args:
@@ -424,13 +424,17 @@ class Client:
             orientation: the result's layout, written by the server's kernel: "kn" (K, N),
                 "nk" (N, K) = nn.Linear.weight, or None = the layer's format's own (awq_gemm
                 "kn", gptq "nk"; list().layers[i].orientation).
+            bf16_bits: with dtype "bf16" and a numpy result: its raw bits as np.uint16 (no
+                ml_dtypes needed; .view(ml_dtypes.bfloat16) reads them). Other dtypes: no effect.
 
         Returns:
             row-major array of `dtype` in `orientation`: (K, N) = (in_features, out_features)
-            or (N, K): numpy float16, ml_dtypes.bfloat16 or float32; or a torch tensor of the
-            same dtype.
+            or (N, K): numpy float16, ml_dtypes.bfloat16 (np.uint16 bits with bf16_bits) or
+            float32; or a torch tensor of the same dtype.
 
         Raises:
+            ImportError: a bf16 numpy result without the ml-dtypes package (the message says
+                how to install it), unless bf16_bits or as_torch; raised after the call.
             ValueError / TypeError: bad arguments (checked here before any call).
             DequantdError: NOT_FOUND (unknown layer), INVALID_ARGUMENT (a packed field, named),
                 RESOURCE_EXHAUSTED (result or request over the server's limits), ...
@@ -464,7 +468,8 @@ class Client:
             raise ValueError(f"streams must be in 1..{MAX_STREAMS} (or None), got {streams}")
         n_streams = 1 if streams is None or not supports_byte_ranges() else int(streams)
         if n_streams > 1:
-            return self._dequantize_ranges(request, n_streams, as_torch, progress, desc)
+            return self._dequantize_ranges(request, n_streams, as_torch, progress, desc,
+                                           bf16_bits)
         bar = _Progress(progress, None, desc)
         try:
             result = None
@@ -484,10 +489,10 @@ class Client:
             bar.close()
         if result is None:
             raise DequantdError(grpc.StatusCode.DATA_LOSS, f"{desc}: the stream had no header")
-        return result.result(as_torch)
+        return result.result(as_torch, bf16_bits)
 
     def _dequantize_ranges(self, request: Any, n_streams: int, as_torch: bool, progress: bool,
-                           desc: str) -> ArrayLike:
+                           desc: str, bf16_bits: bool = False) -> ArrayLike:
         """Byte-range streams (DequantizeRequest.offset/length):
         the first range's header gives the size; the others fill their part of one buffer.
         Response offsets are taken as offsets in the whole result."""
@@ -524,7 +529,7 @@ class Client:
                     f.result()
         finally:
             bar.close()
-        return result.result(as_torch)
+        return result.result(as_torch, bf16_bits)
 
     def dequantize_layers(self, names: Optional[Iterable[str]] = None, *, dtype: str = "fp16",
                           as_torch: bool = False, progress: bool = False,

@@ -7,10 +7,13 @@ Layout written to OUT:
                                      server as ORIENTATION_NK: its kernel writes the (N, K)
                                      result, no transpose here), and every other tensor of the
                                      checkpoint (embeddings, norms, biases, lm_head) with its
-                                     stored dtype, shape and bytes unchanged; a layer of E > 1
-                                     stacked experts (mxfp4: gpt-oss's MoE projections) as "L"
-                                     (E, in_features, out_features), transformers' bf16 layout
-                                     (requested as ORIENTATION_KN). Tensors sorted by
+                                     stored dtype, shape and bytes unchanged; a layer of a
+                                     format of stacked experts (mxfp4: gpt-oss's MoE
+                                     projections L_blocks / L_scales) as "L" (E, in_features,
+                                     out_features) for any E, 1 included: transformers'
+                                     GptOssExperts parameters (mlp.experts.gate_up_proj, no
+                                     ".weight"), its bf16 layout (requested as
+                                     ORIENTATION_KN). Tensors sorted by
                                      name, packed greedily into shards of at most max_shard_size
                                      bytes of tensor data (a larger single tensor gets a shard
                                      of its own).
@@ -83,11 +86,21 @@ class ConvertResult:
     shards_kept: int
 
 
+# Formats whose layers stack MoE experts (FormatRow::stacked_experts): a layer is one 3-D
+# parameter named as its prefix, whatever its E (transformers' GptOssExperts.gate_up_proj is
+# [E, in, out] for a model of one expert too).
+STACKED_EXPERT_FORMATS = frozenset({"mxfp4"})
+
+
+def _stacks_experts(layer: Any) -> bool:
+    return layer.format in STACKED_EXPERT_FORMATS or layer.experts > 1
+
+
 def _plan(listing: Any, dtype: str, max_bytes: int) -> List[List[_Entry]]:
     code = {"fp16": "F16", "bf16": "BF16"}[dtype]
     entries: Dict[str, _Entry] = {}
     for layer in listing.layers:
-        if layer.experts > 1:  # gpt-oss's experts.gate_up_proj / down_proj: [E, in, out]
+        if _stacks_experts(layer):  # gpt-oss's experts.gate_up_proj / down_proj: [E, in, out]
             name = layer.name
             shape: Tuple[int, ...] = (layer.experts, layer.in_features, layer.out_features)
         else:
@@ -171,7 +184,10 @@ def _layer_bytes(assembler: Any, entry: _Entry) -> memoryview:
     if assembler.orientation != _orientation(entry):
         raise ValueError(f"{entry.source}: the server did not serve the result in the orientation "
                          "asked for; it predates result orientations")
-    if tuple(assembler.shape) != entry.shape or assembler.code != entry.dtype:
+    shape = tuple(assembler.shape)
+    if len(entry.shape) == 3 and entry.shape[0] == 1 and len(shape) == 2:
+        shape = (1,) + shape  # one expert: the server's header is (K, N), the bytes the same
+    if shape != entry.shape or assembler.code != entry.dtype:
         raise ValueError(f"{entry.source}: served {assembler.code} {assembler.shape}, "
                          f"planned {entry.dtype} {entry.shape}")
     return memoryview(assembler.buffer).cast("B")

@@ -1,7 +1,9 @@
 """Element types: the names the API takes, their wire enums, numpy and torch dtypes.
 
 numpy has no bfloat16: bf16 results are ``ml_dtypes.bfloat16`` arrays (install the ``ml-dtypes``
-extra), or torch tensors with ``as_torch=True`` (no ml-dtypes needed then).
+extra), or torch tensors with ``as_torch=True``, or their raw bits as ``np.uint16`` arrays with
+``bf16_bits=True`` (no ml-dtypes needed for either). Without ml-dtypes a bf16 numpy result raises
+ImportError naming the package and how to install it.
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ def numpy_dtype(code: str) -> np.dtype:
             import ml_dtypes  # pylint: disable=import-outside-toplevel
         except ImportError as e:
             raise ImportError(
-                f"{code} arrays need ml_dtypes (pip install 'dequantd[ml-dtypes]'), or pass "
-                "as_torch=True") from e
+                f"{code} numpy arrays need the ml-dtypes package (numpy has no "
+                f"{_SAFETENSORS_ML_DTYPES[code]}): pip install ml-dtypes (or "
+                "'dequantd[ml-dtypes]'); or pass as_torch=True"
+                + (", or bf16_bits=True for the raw bits as uint16" if code == "BF16" else "")
+            ) from e
         return np.dtype(getattr(ml_dtypes, _SAFETENSORS_ML_DTYPES[code]))
     raise ValueError(f"unknown safetensors dtype {code!r}")
 
@@ -81,10 +86,14 @@ def element_bytes(code: str) -> int:
         raise ValueError(f"unknown safetensors dtype {code!r}") from None
 
 
-def from_bytes(buffer: Any, code: str, shape: tuple, as_torch: bool) -> Any:
+def from_bytes(buffer: Any, code: str, shape: tuple, as_torch: bool,
+               bf16_bits: bool = False) -> Any:
     """A numpy array (or torch tensor) of `shape` and dtype `code` over `buffer` (a writable
-    bytearray/uint8 array of exactly the right size; not copied)."""
+    bytearray/uint8 array of exactly the right size; not copied). `bf16_bits`: a BF16 numpy
+    result as its raw bits, np.uint16 little-endian (no ml_dtypes needed)."""
     raw = np.frombuffer(buffer, dtype=np.uint8) if not isinstance(buffer, np.ndarray) else buffer
+    if bf16_bits and code == "BF16" and not as_torch:
+        return raw.view(np.dtype("<u2")).reshape(shape)
     if as_torch:
         import torch  # pylint: disable=import-outside-toplevel
 
