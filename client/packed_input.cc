@@ -135,7 +135,7 @@ absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
   absl::StatusOr<QuantShape> shape =
       formats::QuantShapeFromTensors(format, layer, refs, {.packed_u32 = true, .config = config});
   if (!shape.ok()) return shape.status();
-  // The shape the server makes of the request (server/request.cc): these fields, the flags of
+  // The shape the server makes of the request (server/rpc/request.cc): these fields, the flags of
   // the optional roles left out and GPTQ's checkpoint_format. A layer whose stored tensors need
   // more (compressed-tensors' strategy tensor: one int scale) would be read with other tensor
   // sizes: it cannot be sent inline, and is refused here naming the role.

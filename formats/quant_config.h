@@ -1,7 +1,7 @@
 // A checkpoint's config.json and its quantization_config, read as the checkpoint store reads them
-// (server/checkpoint.cc) and as dequantctl's --packed input does (client/packed_input.cc): one
-// reading of a checkpoint's declaration for both. JSON through formats/strict_json.h (a key twice
-// in one object is refused); the format's row (kernels/format_registry.h) checks the
+// (server/model/checkpoint.cc) and as dequantctl's --packed input does (client/packed_input.cc):
+// one reading of a checkpoint's declaration for both. JSON through formats/strict_json.h (a key
+// twice in one object is refused); the format's row (kernels/format_registry.h) checks the
 // quantization_config's fields. No network.
 #pragma once
 

@@ -120,7 +120,7 @@ struct FormatRow {
   uint32_t plain_name_roles = 0;
   // For each optional role r: the QuantShape::format_flags bit that says a layer stores no r
   // (GPTQ g_idx: kNoGidx; compressed-tensors weight_zero_point: kSym, weight_g_idx: kNoGidx);
-  // 0 for required roles. What an inline request that leaves r out means (server/request.cc);
+  // 0 for required roles. What an inline request that leaves r out means (server/rpc/request.cc);
   // shape_from_stored sets the same bits for a checkpoint's absent role.
   std::array<uint32_t, kMaxTensorRoles> absent_role_flags = {};
   // The result's layout when a request names none: the one the format's reference produces.

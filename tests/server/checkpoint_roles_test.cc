@@ -18,7 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/format_registry.h"
-#include "server/checkpoint.h"
+#include "server/model/checkpoint.h"
 #include "tests/server/format_vectors.h"
 
 namespace dequantd {
