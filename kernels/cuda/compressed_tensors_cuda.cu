@@ -8,8 +8,9 @@
 //                   consecutive rows n of one word column (coalesced stores);
 //   v4_vec16:       (N, K) with a 16-byte aligned out, K a multiple of the chunk and (without
 //                   g_idx) group_size too: RowChunkKernel (row_chunk_kernel.cuh), one thread per
-//                   16-byte chunk of a result row (int4: one word, one zero and scale); other
-//                   shapes and (K, N) run v2's loop.
+//                   16-byte chunk of a result row (int4: one word, one zero and scale; without
+//                   g_idx and with fp16/bf16 scales decoded in packed 16-bit pairs,
+//                   CtNkInt4PairChunks); other shapes and (K, N) run v2's loop.
 // None takes launch parameters (v1/v2: 256-thread blocks, grid-stride loops, 64-bit indices).
 #include <cstdint>
 #include <string>
@@ -21,8 +22,10 @@
 #include "kernels/cuda/compressed_tensors_decode.cuh"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
+#include "kernels/cuda/half2_pairs.cuh"
 #include "kernels/cuda/launch_helpers.cuh"
 #include "kernels/cuda/row_chunk_kernel.cuh"
+#include "kernels/nibble_pairs.h"
 
 namespace dequantd::cuda {
 namespace {
@@ -135,10 +138,60 @@ struct CtNkChunks {
   }
 };
 
-// Launches the CtNkChunks instance of the layer's bits and g_idx.
+// (N, K) int4 chunks without g_idx for fp16 / bf16 scales, in packed 16-bit arithmetic (AWQ's
+// v4 technique): the codes of the chunk's word placed two at a time in 16-bit floats
+// (kernels/nibble_pairs.h: fp16 one prmt + one lop3 per pair, the second code of the pair in the
+// kF16Hi form; bf16 one more shift per word), f - z by one exact packed subtraction of the zero
+// pair, round_sdt((f - z) * s) by one packed multiply by the scale pair (the exact fp32 product
+// correctly rounded, kernels/cuda/half2_pairs.cuh), then round_out by PairsToChunk (nothing when
+// the output dtype is the scale dtype). Same results as CtNkChunks, bit for bit.
+template <DType kScale>
+struct CtNkInt4PairChunks {
+  static_assert(kScale == DType::kF16 || kScale == DType::kBF16);
+  using Params = CompressedTensorsParams;
+  template <DType kOut>
+  static __device__ __forceinline__ uint4 Chunk(const Params& p, int64_t n, int64_t k0) {
+    namespace np = nibble_pairs;
+    constexpr int kPairs = kChunk<kOut> / 2;
+    const auto* row = reinterpret_cast<const unsigned*>(p.weight_packed + n * p.row_words);
+    // One word per chunk (fp32: half a word, k0 % 8 in {0, 4}), its codes in order from bit 0.
+    const uint32_t word = __ldg(row + k0 / 8) >> (4 * (k0 % 8));
+    const uint32_t g = p.group_div.Div(static_cast<uint32_t>(k0));
+    const uint32_t z = ct::ZeroAt(p.weight_zero_point, n, g, p.groups, 4);
+    const uint32_t s = __ldg(static_cast<const unsigned short*>(p.weight_scale) +
+                             ct::ScaleIndex(n, g, p.groups, p.flags));
+    const uint32_t scale_pair = s | s << 16;
+    uint32_t product[kPairs];
+    if constexpr (kScale == DType::kF16) {
+      const uint32_t zero_pair = np::ZeroPair(z, z, np::kF16Lo, np::kF16Hi);
+#pragma unroll
+      for (int i = 0; i < kPairs; ++i) {
+        const uint32_t d = SubPairs<kScale>(np::SeqPairF16LoHi(word, i), zero_pair);
+        product[i] = MulPairs<kScale>(d, scale_pair);
+      }
+    } else {
+      const uint32_t zero_pair = np::ZeroPair(z, z, np::kBf16Lo, np::kBf16Lo);
+      const uint32_t word_shr4 = word >> 4;
+#pragma unroll
+      for (int i = 0; i < kPairs; ++i) {
+        const uint32_t d = SubPairs<kScale>(np::SeqPairBf16(word, word_shr4, i), zero_pair);
+        product[i] = MulPairs<kScale>(d, scale_pair);
+      }
+    }
+    return PairsToChunk<kScale, kOut>(product);
+  }
+};
+
+// Launches the CtNkChunks instance of the layer's bits and g_idx (int4 without g_idx and with
+// 16-bit scales: CtNkInt4PairChunks).
 template <DType kScale, DType kOut>
 absl::Status LaunchCtNkChunks(const CompressedTensorsParams& p, cudaStream_t stream) {
   const bool gidx = p.weight_g_idx != nullptr;
+  if constexpr (kScale != DType::kF32 && kUnverifiedKernels) {
+    if (p.bits == 4 && !gidx && p.K < (int64_t{1} << 31) && p.group_size < (int64_t{1} << 31)) {
+      return LaunchRowChunks<CtNkInt4PairChunks<kScale>, kOut>(p, p.N, p.K, stream);
+    }
+  }
   if (p.bits == 4) {
     return gidx ? LaunchRowChunks<CtNkChunks<kScale, 4, true>, kOut>(p, p.N, p.K, stream)
                 : LaunchRowChunks<CtNkChunks<kScale, 4, false>, kOut>(p, p.N, p.K, stream);
@@ -191,6 +244,9 @@ absl::Status CtLaunch(KernelVariant v, const LaunchConfig&, const QuantView& in,
   p.group_size = shape.group_size;
   p.groups = shape.groups();
   p.row_words = ct::PackedRowWords(shape.K, shape.bits);
+  if (shape.group_size > 0 && shape.group_size < (int64_t{1} << 31)) {
+    p.group_div = FastDivmod::Make(static_cast<uint32_t>(shape.group_size));
+  }
   p.bits = shape.bits;
   p.flags = shape.format_flags;
   p.nk = shape.orientation == Orientation::kNK;

@@ -13,6 +13,7 @@
 
 #include "kernels/compressed_tensors_format.h"
 #include "kernels/cuda/awq_decode.cuh"  // LoadScaleAsFloat, StoreElement (format-neutral)
+#include "kernels/cuda/fast_divmod.h"
 
 namespace dequantd::cuda {
 
@@ -28,6 +29,7 @@ struct CompressedTensorsParams {
   int64_t group_size = 0;
   int64_t groups = 0;     // K / G
   int64_t row_words = 0;  // K * b / 32
+  FastDivmod group_div;   // division by group_size (inputs k < 2^31)
   int bits = 4;
   uint32_t flags = 0;  // QuantShape::format_flags (compressed_tensors::kSym, ...)
   bool nk = false;     // the result is (N, K)

@@ -11,7 +11,7 @@
 //                   every store a 16-byte chunk, consecutive threads along a result row. (N, K):
 //                   a block per 32 columns (GptqNkSliceKernel, shared-memory tiles); (K, N): a
 //                   thread per 8 (fp32: 4) consecutive columns of one qweight row, 8 result rows
-//                   (GptqKnChunkKernel). Other layers run v1's loop.
+//                   (GptqKnChunkKernel, packed 16-bit pair decode). Other layers run v1's loop.
 // None takes launch parameters (256-thread blocks, grid-stride loops, 64-bit indices).
 #include <algorithm>
 #include <cstdint>
@@ -25,9 +25,11 @@
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
 #include "kernels/cuda/gptq_decode.cuh"
+#include "kernels/cuda/half2_pairs.cuh"
 #include "kernels/cuda/launch_helpers.cuh"
 #include "kernels/cuda/row_chunk_kernel.cuh"
 #include "kernels/gptq_format.h"
+#include "kernels/nibble_pairs.h"
 
 namespace dequantd::cuda {
 namespace {
@@ -83,13 +85,6 @@ __device__ __forceinline__ uint32_t ZeroField(uint32_t zero_word, int64_t i) {
   return (zero_word >> (4 * (i % 8))) & 0xFu;
 }
 
-// float(q - z) * s for 4-bit fields q and z as ((2^23 + q) - (2^23 + z)) * s: both terms are
-// exact floats (their low mantissa bits hold q and z: no I2F), so the difference is q - z exactly
-// and this equals GptqElement's __int2float_rn(q - z) * s bit for bit.
-__device__ __forceinline__ float Dequant4(uint32_t q, uint32_t z, float s) {
-  return (__uint_as_float(0x4B000000u | q) - __uint_as_float(0x4B000000u | z)) * s;
-}
-
 // (N, K): qweight word (kw, n) holds 8 consecutive elements of result row n, but consecutive
 // words of that row lie N words apart. Block (x, y) takes the 32 columns [n0, n0 + 32), n0 = 32 x,
 // and the y-th segment of the qweight rows, in tiles of W rows (8W inputs k):
@@ -114,7 +109,7 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
   // One padding chunk per row: the decode's writes (lanes along n) hit distinct banks.
   auto* tile = reinterpret_cast<uint4(*)[kRowChunks + 1]>(shared);
   auto* tile_groups = reinterpret_cast<int32_t*>(shared + kTileN * (kRowChunks + 1));
-  // Per group and column: the scale as a float and 2^23 + zero (Dequant4's biased zero).
+  // Per group and column: the scale as a float and 2^23 + zero (the zero biased as the codes are).
   auto* scales = reinterpret_cast<float(*)[kTileN]>(tile_groups + kTileK);
   auto* zeros = scales + p.groups;
   const int tid = static_cast<int>(threadIdx.x);
@@ -176,7 +171,8 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
         float v[8];
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          // Dequant4: ((2^23 + q) - (2^23 + z)) * s, both terms exact.
+          // ((2^23 + q) - (2^23 + z)) * s: both terms exact floats (their low mantissa bits hold
+          // q and z: no I2F), so this is GptqElement's __int2float_rn(q - z) * s bit for bit.
           const float q_biased = __uint_as_float(0x4B000000u | ((q[i] >> (4 * j)) & 0xFu));
           v[j] = (q_biased - zeros[groups[j]][lane]) * scales[groups[j]][lane];
         }
@@ -214,6 +210,185 @@ int64_t GptqNkSharedBytes(int64_t groups) {
 // than fit runs v1): within every sm_90 GPU's 227 KB per block.
 constexpr int64_t kGptqNkMaxSharedBytes = int64_t{200} << 10;
 
+// (K, N) rows of one qweight row in packed 16-bit arithmetic (kernels/nibble_pairs.h,
+// kernels/cuda/half2_pairs.cuh). Result row j of a qweight word row holds field j of the thread's
+// kValues words, one per column, so column pair i of row j is (field j of q[2i], field j of
+// q[2i + 1]): CrossBytes takes byte j / 2 of both words once for rows 2b and 2b + 1, and one lop3
+// places the two fields in kDiff's form for row j. The zero word's fields (2i, 2i + 1) are made in
+// the same form (SeqPair*), and one packed subtraction gives q - z exactly. Then:
+//   * kScale == kOut: one packed multiply by the scale pair (two consecutive stored scales) is
+//     round_out(float(q - z) * float(s)), the definition, since the fp32 product is exact;
+//   * otherwise (fp16 -> bf16, bf16 -> fp16, fp32 output): the exact q - z (fp16) and the scales
+//     are widened to floats, multiplied in fp32 (exact) and rounded once by PackPair (fp32: stored
+//     as they are), as GptqElement does.
+template <DType kScale, DType kOut>
+struct KnPairDecode {
+  static constexpr bool kNative = kScale == kOut;
+  static constexpr DType kDiff = kNative ? kScale : DType::kF16;  // dtype of the q - z pairs
+  static constexpr int kPairs = kChunk<kOut> / 2;
+  using ScaleVec = std::conditional_t<kPairs == 4, uint4, uint2>;  // 2 kPairs 16-bit scales
+
+  // The zero pairs of zero word `zw` (columns in fields [0, 2 kPairs)) in the form of the rows of
+  // parity `odd`.
+  static __device__ __forceinline__ void ZeroPairs(uint32_t zw, bool odd,
+                                                   uint32_t (&zero)[kPairs]) {
+    namespace np = nibble_pairs;
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) {
+      if constexpr (kDiff == DType::kF16) {
+        zero[i] = odd ? np::SeqPairF16Hi(zw << 4, zw, i) : np::SeqPairF16Lo(zw, zw >> 4, i);
+      } else {
+        zero[i] = np::SeqPairBf16(zw, zw >> 4, i);
+      }
+    }
+  }
+
+  // Result row j (parity `odd`) of the thread's columns: `cross` = CrossBytes of the word pairs
+  // for byte j / 2, `zero` = ZeroPairs of the row's group for this parity, `scales` its scales.
+  static __device__ __forceinline__ uint4 Row(const uint32_t (&cross)[kPairs], bool odd,
+                                              const uint32_t (&zero)[kPairs], ScaleVec scales) {
+    namespace np = nibble_pairs;
+    uint32_t s[kPairs];
+    static_assert(sizeof s == sizeof scales);
+    memcpy(s, &scales, sizeof s);
+    uint32_t d[kPairs];
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) {
+      const uint32_t q =
+          kDiff == DType::kF16 ? np::CrossPairF16(cross[i], odd) : np::CrossPairBf16(cross[i], odd);
+      d[i] = SubPairs<kDiff>(q, zero[i]);
+    }
+    if constexpr (kNative) {
+      return make_uint4(MulPairs<kScale>(d[0], s[0]), MulPairs<kScale>(d[1], s[1]),
+                        MulPairs<kScale>(d[2], s[2]), MulPairs<kScale>(d[3], s[3]));
+    } else {
+      float v[2 * kPairs];
+#pragma unroll
+      for (int i = 0; i < kPairs; ++i) {
+        const float2 dd = WidenPair<kDiff>(d[i]);
+        const float2 ss = WidenPair<kScale>(s[i]);
+        v[2 * i] = __fmul_rn(dd.x, ss.x);
+        v[2 * i + 1] = __fmul_rn(dd.y, ss.y);
+      }
+      return PackChunk<kOut>(v);
+    }
+  }
+};
+
+// (K, N): thread (kw, c) takes qweight words (kw, [8c, 8c + 8)) (fp32: [4c, 4c + 4)), one 32-byte
+// (16-byte) load, and stores their 8 result rows k = 8 kw + j as one 16-byte chunk each;
+// consecutive threads take consecutive c (512 contiguous bytes per store instruction). Without
+// g_idx (kGidx false) the word's 8 rows share one group (group_size % 8 == 0, launcher): one zero
+// word and scale vector, their zero pairs made once. With g_idx the 8 rows' groups are read first,
+// then every zero word and scale vector at once (no load waits on another but for the groups).
+// Decode: KnPairDecode. Grid x the chunks of a row, grid y the qweight rows (a grid-stride loop
+// past 65535).
+template <DType kScale, DType kOut, bool kGidx>
+__global__ void __launch_bounds__(kBlock) GptqKnChunkKernel(GptqParams p) {
+  using Decode = KnPairDecode<kScale, kOut>;
+  constexpr int kValues = kChunk<kOut>;
+  constexpr int kPairs = Decode::kPairs;
+  using ScaleVec = typename Decode::ScaleVec;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
+  if (c * kValues >= p.N) return;
+  const int64_t n0 = c * kValues;
+  const int zero_shift = 4 * static_cast<int>(n0 % 8);  // fp32: columns n0.. from field 0 or 4
+  const int64_t words_k = p.K / 8;
+  const int64_t row_chunks = p.N / kValues;
+  // A group's row of qzeros / scales starts g * stride bytes after row 0: 32-bit strides
+  // (launcher: N < 2^31), so each address is one wide multiply-add of the group.
+  const auto zero_stride = static_cast<uint32_t>(p.zero_words * 4);
+  const auto scale_stride = static_cast<uint32_t>(p.N * 2);
+  const uint32_t v1_bias = (p.flags & gptq::kZerosV1) != 0 ? gptq::V1WordBias(4) : 0u;
+  const auto* zero_col = reinterpret_cast<const char*>(p.qzeros + n0 / 8);
+  const auto* scale_col =
+      reinterpret_cast<const char*>(static_cast<const uint16_t*>(p.scales) + n0);
+  // The zero word (v1 bias added, as GptqZeroWord4; columns n0.. from field 0) and the scales of
+  // these columns in group g.
+  const auto load_group = [&](uint32_t g, uint32_t& zw, ScaleVec& sv) {
+    const uint64_t zero_offset = static_cast<uint64_t>(g) * zero_stride;
+    const uint64_t scale_offset = static_cast<uint64_t>(g) * scale_stride;
+    zw = (__ldg(reinterpret_cast<const unsigned*>(zero_col + zero_offset)) + v1_bias) >> zero_shift;
+    sv = __ldg(reinterpret_cast<const ScaleVec*>(scale_col + scale_offset));
+  };
+  for (int64_t kw = blockIdx.y; kw < words_k; kw += gridDim.y) {
+    uint32_t q[kValues];
+    const auto* src = reinterpret_cast<const uint4*>(p.qweight + kw * p.N + n0);
+#pragma unroll
+    for (int h = 0; h < kValues / 4; ++h) {
+      const uint4 w = __ldg(src + h);
+      q[4 * h] = w.x;
+      q[4 * h + 1] = w.y;
+      q[4 * h + 2] = w.z;
+      q[4 * h + 3] = w.w;
+    }
+    constexpr int kGroups = kGidx ? 8 : 1;  // zero words and scale vectors per word row
+    uint32_t zw[kGroups];
+    ScaleVec sv[kGroups];
+    if constexpr (kGidx) {
+      // The 8 rows' groups (two 16-byte loads when g_idx is 16-byte aligned: rows 8 kw.. start
+      // 32 bytes apart), clamped as GptqGroup does.
+      int32_t g[8];
+      const int32_t* row_groups = p.g_idx + kw * 8;
+      if (reinterpret_cast<uintptr_t>(p.g_idx) % 16 == 0) {
+        const int4 lo = __ldg(reinterpret_cast<const int4*>(row_groups));
+        const int4 hi = __ldg(reinterpret_cast<const int4*>(row_groups) + 1);
+        const int32_t loaded[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) g[j] = loaded[j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) g[j] = __ldg(row_groups + j);
+      }
+      const auto last = static_cast<int32_t>(p.groups - 1);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) load_group(min(max(g[j], 0), last), zw[j], sv[j]);
+    } else {
+      load_group(
+          static_cast<int32_t>(static_cast<uint32_t>(kw * 8) / static_cast<uint32_t>(p.group_size)),
+          zw[0], sv[0]);
+    }
+    uint32_t zero[2][kPairs];  // without g_idx: the group's zero pairs, even and odd rows
+    if constexpr (!kGidx) {
+      Decode::ZeroPairs(zw[0], false, zero[0]);
+      Decode::ZeroPairs(zw[0], true, zero[1]);
+    }
+    uint4* out = static_cast<uint4*>(p.out) + kw * 8 * row_chunks + c;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      uint32_t cross[kPairs];
+#pragma unroll
+      for (int i = 0; i < kPairs; ++i) {
+        cross[i] = nibble_pairs::CrossBytes(q[2 * i], q[2 * i + 1], b);
+      }
+#pragma unroll
+      for (int odd = 0; odd < 2; ++odd) {
+        const int j = 2 * b + odd;
+        uint4 chunk;
+        if constexpr (kGidx) {
+          uint32_t row_zero[kPairs];
+          Decode::ZeroPairs(zw[j], odd != 0, row_zero);
+          chunk = Decode::Row(cross, odd != 0, row_zero, sv[j]);
+        } else {
+          chunk = Decode::Row(cross, odd != 0, zero[odd], sv[0]);
+        }
+        out[j * row_chunks] = chunk;
+      }
+    }
+  }
+}
+
+#if !DEQUANTD_UNVERIFIED_KERNELS
+// The (K, N) chunk kernel measured on the H200 (84.5 / 88.7 % of a device copy, bf16) and run
+// by default until GptqKnChunkKernel (above, the nibble-pair decode) has passed cuda_test on a
+// GPU: build with -DDEQUANTD_UNVERIFIED_KERNELS=ON to run that one instead (kernels/cuda/NOTES.md).
+// float(q - z) * s for 4-bit fields q and z as ((2^23 + q) - (2^23 + z)) * s: both terms are
+// exact floats (their low mantissa bits hold q and z: no I2F), so the difference is q - z exactly
+// and this equals GptqElement's __int2float_rn(q - z) * s bit for bit.
+__device__ __forceinline__ float Dequant4(uint32_t q, uint32_t z, float s) {
+  return (__uint_as_float(0x4B000000u | q) - __uint_as_float(0x4B000000u | z)) * s;
+}
+
 // (K, N): thread (kw, c) takes qweight words (kw, [8c, 8c + 8)) (fp32: [4c, 4c + 4)), one 32-byte
 // (16-byte) load, and stores their 8 result rows k = 8 kw + j as one 16-byte chunk each;
 // consecutive threads take consecutive c (512 contiguous bytes per store instruction). The 8
@@ -221,7 +396,7 @@ constexpr int64_t kGptqNkMaxSharedBytes = int64_t{200} << 10;
 // another but for the groups). Grid x the chunks of a row, grid y the qweight rows (a grid-stride
 // loop past 65535).
 template <DType kScale, DType kOut>
-__global__ void __launch_bounds__(kBlock) GptqKnChunkKernel(GptqParams p) {
+__global__ void __launch_bounds__(kBlock) GptqKnF32ChunkKernel(GptqParams p) {
   constexpr int kValues = kChunk<kOut>;
   using ScaleVec = std::conditional_t<kValues == 8, uint4, uint2>;  // kValues 16-bit scales
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
@@ -265,6 +440,26 @@ __global__ void __launch_bounds__(kBlock) GptqKnChunkKernel(GptqParams p) {
       static_cast<uint4*>(p.out)[(kw * 8 + j) * p.N / kValues + c] = PackChunk<kOut>(v);
     }
   }
+}
+#endif  // !DEQUANTD_UNVERIFIED_KERNELS
+
+// Launches GptqKnChunkKernel for the layer's g_idx.
+template <DType kScale, DType kOut>
+absl::Status LaunchGptqKnChunks(const GptqParams& p, cudaStream_t stream) {
+  const int64_t chunks = p.N / kChunk<kOut>;
+  const dim3 grid(static_cast<unsigned>((chunks + kBlock - 1) / kBlock),
+                  static_cast<unsigned>(std::min<int64_t>(p.K / 8, 65535)));
+#if DEQUANTD_UNVERIFIED_KERNELS
+  if (p.g_idx != nullptr) {
+    GptqKnChunkKernel<kScale, kOut, true><<<grid, kBlock, 0, stream>>>(p);
+  } else {
+    GptqKnChunkKernel<kScale, kOut, false><<<grid, kBlock, 0, stream>>>(p);
+  }
+#else
+  GptqKnF32ChunkKernel<kScale, kOut><<<grid, kBlock, 0, stream>>>(p);
+#endif
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
 }
 
 // Launches GptqNkSliceKernel: one block per 32 columns, the qweight rows split into as many
@@ -344,7 +539,8 @@ absl::Status GptqLaunch(KernelVariant v, const LaunchConfig&, const QuantView& i
   // Both read whole 16-byte vectors of a scale row (N % 8 == 0, 16-byte aligned scales).
   const bool v4_loads = p.N % 8 == 0 && Aligned16(p.scales) && Aligned16(p.qweight);
   const bool nk_tiles = v4 && v4_loads && p.nk && ChunkAligned(out, p.K, out_dtype);
-  const bool kn_chunks = v4 && v4_loads && !p.nk && ChunkAligned(out, p.N, out_dtype);
+  const bool kn_chunks =
+      v4 && v4_loads && !p.nk && ChunkAligned(out, p.N, out_dtype) && p.N < (int64_t{1} << 31);
   return DispatchDTypes<DType::kF16, DType::kBF16>(
       shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
         constexpr DType kScale = decltype(scale_c)::value;
@@ -354,14 +550,7 @@ absl::Status GptqLaunch(KernelVariant v, const LaunchConfig&, const QuantView& i
             if (nk_tiles && GptqNkSharedBytes<kOut>(p.groups) <= kGptqNkMaxSharedBytes) {
               return LaunchGptqNkSlices<kScale, kOut>(p, stream);
             }
-            if (kn_chunks) {
-              const int64_t chunks = p.N / kChunk<kOut>;
-              const dim3 grid(static_cast<unsigned>((chunks + kBlock - 1) / kBlock),
-                              static_cast<unsigned>(std::min<int64_t>(p.K / 8, 65535)));
-              GptqKnChunkKernel<kScale, kOut><<<grid, kBlock, 0, stream>>>(p);
-              DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-              return absl::OkStatus();
-            }
+            if (kn_chunks) return LaunchGptqKnChunks<kScale, kOut>(p, stream);
             [[fallthrough]];
           case KernelVariant::kV1PerElement:
             return LaunchGridStride(GptqPerElementKernel<kScale, kOut>, p.K * p.N, kBlock, p,

@@ -147,6 +147,49 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{8192, 64, 16, 4, gptq::kZerosV1}),
     CaseName);
 
+// v4's (K, N) kernel reads a word row's 8 groups as two 16-byte loads when g_idx is 16-byte
+// aligned, one by one otherwise: g_idx placed 4 bytes into its buffer takes the second path.
+TEST(GptqCudaV4Test, KnWithGidxNotSixteenByteAlignedBitExactToTheReference) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  for (DType scale : {DType::kF16, DType::kBF16}) {
+    const HostGptq host =
+        RandomGptq(gptq::MakeShape(256, 64, 32, 4, gptq::kZerosV1, scale, Orientation::kKN), 77);
+    DeviceBuffer qweight(host.qweight.size() * 4), qzeros(host.qzeros.size() * 4),
+        scales(host.scales.size() * 2), g_idx(host.g_idx.size() * 4 + 16);
+    ASSERT_TRUE(qweight.ok() && qzeros.ok() && scales.ok() && g_idx.ok());
+    auto* g_idx_at4 = static_cast<uint8_t*>(g_idx.get()) + 4;
+    ASSERT_EQ(
+        cudaMemcpy(qweight.get(), host.qweight.data(), qweight.bytes(), cudaMemcpyHostToDevice),
+        cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(qzeros.get(), host.qzeros.data(), qzeros.bytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(scales.get(), host.scales.data(), scales.bytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(
+        cudaMemcpy(g_idx_at4, host.g_idx.data(), host.g_idx.size() * 4, cudaMemcpyHostToDevice),
+        cudaSuccess);
+    const QuantView device =
+        gptq::MakeView(host.shape, qweight.get(), qzeros.get(), scales.get(), g_idx_at4);
+    for (DType out : {DType::kF16, DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(std::string(DTypeName(scale)) + "->" + std::string(DTypeName(out)));
+      std::vector<uint8_t> want(static_cast<size_t>(host.shape.output_bytes(out)));
+      ASSERT_TRUE(
+          DequantizeReference(host.view(), out, 0, host.shape.result_rows(), want.data()).ok());
+      DeviceBuffer result(want.size());
+      ASSERT_TRUE(result.ok());
+      ASSERT_EQ(cudaMemset(result.get(), 0xFF, result.bytes()), cudaSuccess);
+      const absl::Status st = LaunchDequantize(KernelVariant::kV4Vec16, LaunchConfig{}, device, out,
+                                               result.get(), nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<uint8_t> got(want.size());
+      ASSERT_EQ(cudaMemcpy(got.data(), result.get(), got.size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_TRUE(got == want);
+    }
+  }
+}
+
 // No device needed: the variants GPTQ implements and their (absent) launch parameters.
 TEST(GptqCudaConfigTest, VariantsAndLaunchConfigurations) {
   const QuantShape shape = gptq::MakeShape(128, 64, 64, 4, 0);

@@ -24,11 +24,14 @@ namespace {
 
 struct Case {
   int64_t E, K, N;
+  // Scales in [103, 142] (2^-24 .. 2^15, where the (E, K, N) kernel's fp16 multiply applies; real
+  // checkpoints' are near 127), one in 16 anywhere; otherwise every byte value alike.
+  bool near_one_scales = false;
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   return "E" + std::to_string(info.param.E) + "_K" + std::to_string(info.param.K) + "_N" +
-         std::to_string(info.param.N);
+         std::to_string(info.param.N) + (info.param.near_one_scales ? "_nearOneScales" : "");
 }
 
 class Mxfp4CudaTest : public ::testing::TestWithParam<Case> {};
@@ -41,7 +44,10 @@ TEST_P(Mxfp4CudaTest, EveryVariantBothOrientationsBitExactToTheReference) {
   std::vector<uint8_t> blocks(static_cast<size_t>(TensorSpecOf(shape, mxfp4::kBlocks).bytes()));
   std::vector<uint8_t> scales(static_cast<size_t>(TensorSpecOf(shape, mxfp4::kScales).bytes()));
   for (uint8_t& b : blocks) b = static_cast<uint8_t>(rng());
-  for (uint8_t& s : scales) s = static_cast<uint8_t>(rng());
+  for (uint8_t& s : scales) {
+    const uint32_t r = rng();
+    s = static_cast<uint8_t>(c.near_one_scales && r % 16 != 0 ? 103 + (r >> 4) % 40 : r);
+  }
   // 16 bytes of slack: the second launch reads the blocks one byte in (misaligned).
   DeviceBuffer d_blocks(blocks.size() + 16), d_scales(scales.size());
   ASSERT_TRUE(d_blocks.ok() && d_scales.ok());
@@ -86,7 +92,11 @@ TEST_P(Mxfp4CudaTest, EveryVariantBothOrientationsBitExactToTheReference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, Mxfp4CudaTest,
                          ::testing::Values(Case{2, 64, 64}, Case{2, 32, 64}, Case{1, 32, 1},
                                            Case{3, 96, 70}, Case{5, 160, 300}, Case{2, 2880, 640},
-                                           Case{1, 4096, 1024}),
+                                           Case{1, 4096, 1024},
+                                           // (E, K, N) v4: an odd number of blocks per row
+                                           // (the last pair has one), one column group.
+                                           Case{3, 96, 64}, Case{3, 96, 64, true},
+                                           Case{1, 32, 8, true}, Case{2, 2880, 640, true}),
                          CaseName);
 
 // No device needed: the variants mxfp4 implements and their (absent) launch parameters.
