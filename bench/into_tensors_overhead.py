@@ -31,7 +31,12 @@ Then per-phase inclusive microseconds per call (the loader scenario's timed call
 wrappers on the phase functions: a little above the clean median) and, with --cprofile, the top
 functions by own time in that call.
 
-  python3 bench/into_tensors_overhead.py [--calls 50] [--cprofile] [--json OUT.json]
+With --server HOST:PORT it also times, against that running dequantd, the three RPCs the check
+made on every call before this was cut (ListTensors, GetServerInfo, SharedMemoryStatus): the
+round trip and the server's work that the fakes leave out.
+
+  python3 bench/into_tensors_overhead.py [--calls 50] [--cprofile] [--server HOST:PORT]
+      [--json OUT.json]
 
 Needs torch (CPU is enough) and the dequantd package (PYTHONPATH=client/python/src).
 """
@@ -252,14 +257,17 @@ def make_views(shapes, driver):
 # Phase functions timed by wrappers (those that exist in this version of the package).
 PHASES = [
     (dt, "check_targets"),
+    (dt, "_check_targets"),
     (client_module.Client, "list"),
     (client_module.Client, "info"),
     (client_module.Client, "shared_memory_status"),
     (dt, "_check_cuda_targets"),
+    (dt, "_check_server_facts"),
     (dt, "_check_no_overlap"),
     (dt, "run"),
     (dt, "_runs"),
     (dt, "_run_regions"),
+    (dt.RegionCache, "region_for_run"),
     (dt.RegionCache, "region_for"),
     (client_module.Client, "_region_layers_summary"),
     (dt, "check_summary"),
@@ -303,8 +311,12 @@ def main():
                         help="the server reports device UUIDs (a proto with DeviceInfo.uuid): "
                              "the client then compares them with _cuda.device_uuid")
     parser.add_argument("--cprofile", action="store_true", help="print cProfile's top functions")
+    parser.add_argument("--server", default=None,
+                        help="a running dequantd: time its ListTensors, GetServerInfo and "
+                             "SharedMemoryStatus round trips too")
     parser.add_argument("--json", default=None, help="write the numbers here")
     args = parser.parse_args()
+    rpcs = time_rpcs(args.server, args.calls) if args.server else {}
 
     shapes = layer_shapes(args.scale)
     driver = FakeDriver()
@@ -390,10 +402,33 @@ def main():
         out = io.StringIO()
         pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(25)
         print(out.getvalue())
+    if rpcs:
+        print(f"real RPCs against {args.server} (median us per call, including parsing):")
+        for name, us in rpcs.items():
+            print(f"  {name:24s} {us:8.0f} us")
+        results["rpcs_us"] = rpcs
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"commit": commit, "layers": len(shapes), "calls": args.calls,
                        "listing_passed": takes_listing, "results": results}, f, indent=1)
+
+
+def time_rpcs(target, calls):
+    """Median microseconds of list(), info() and shared_memory_status() against `target`
+    (before any faking: a plain client)."""
+    out = {}
+    with dequantd.Client(target) as real:
+        layers = len(real.list().layers)
+        for label, fn in ((f"list ({layers} layers)", real.list), ("info", real.info),
+                          ("shared_memory_status", real.shared_memory_status)):
+            fn()
+            times = []
+            for _ in range(calls):
+                t0 = time.perf_counter_ns()
+                fn()
+                times.append((time.perf_counter_ns() - t0) / 1000)
+            out[label] = statistics.median(times)
+    return out
 
 
 if __name__ == "__main__":
