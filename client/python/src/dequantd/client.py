@@ -6,12 +6,14 @@ import concurrent.futures
 import dataclasses
 import json
 import threading
+import time
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
 
+from . import _cuda
 from . import dtypes
 from . import tensors as tensors_module
 from ._proto import dequant_pb2 as pb
@@ -38,6 +40,15 @@ DEFAULT_CHANNEL_OPTIONS: Tuple[Tuple[str, Any], ...] = (
 )
 
 ArrayLike = Any  # numpy.ndarray or torch.Tensor
+
+# How long the server facts that the CUDA tensor checks use (GetServerInfo's backend and devices,
+# SharedMemoryStatus's mode) are reused by later dequantize_into_tensors / read_tensors_into
+# calls of the same client, in seconds: at most this old, or fresh from the client's last info()
+# / shared_memory_status() call (load_model's own info() refreshes them). They change only when
+# the server restarts with other flags; any server error during such a call, and UNAVAILABLE
+# from any call, forgets them, and a call whose check used reused facts checks again with fresh
+# ones before raising the server's error (tensors.dequantize_into).
+SERVER_FACTS_SECONDS = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,9 +201,13 @@ def _summary_of_headers(headers: List[RegionHeader], region: str, offset: int,
                          first.backend, first.kernel)
 
 
+_SCALE_NAMES = {pb.DTYPE_FP16: "fp16", pb.DTYPE_BF16: "bf16", pb.DTYPE_FP32: "fp32",
+                pb.DTYPE_UINT8: "uint8"}
+
+
 def _scale_name(wire: int) -> str:
-    return {pb.DTYPE_FP16: "fp16", pb.DTYPE_BF16: "bf16", pb.DTYPE_FP32: "fp32",
-            pb.DTYPE_UINT8: "uint8"}.get(wire, pb.DType.Name(wire))
+    name = _SCALE_NAMES.get(wire)
+    return name if name is not None else pb.DType.Name(wire)
 
 
 def supports_byte_ranges() -> bool:
@@ -339,6 +354,11 @@ class Client:
         self._lock = threading.Lock()
         self._cuda_regions: Optional["tensors_module.RegionCache"] = None
         self._orientation: Optional[Tuple[bool, str]] = None
+        # The server facts of the CUDA checks, (time.monotonic(), value), SERVER_FACTS_SECONDS;
+        # this process's CUDA device UUIDs by ordinal (fixed while it lives).
+        self._info_cache: Optional[Tuple[float, ServerInfo]] = None
+        self._mode_cache: Optional[Tuple[float, str]] = None
+        self._device_uuids: Dict[int, str] = {}
 
     def close(self) -> None:
         """Unregisters the CUDA regions dequantize_into_tensor(s) registered (best effort: a
@@ -360,16 +380,48 @@ class Client:
         try:
             return method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise DequantdError.from_rpc_error(e) from None
+            raise self._error(e) from None
 
     def _stream(self, method: Callable, request: Any) -> Iterator[Any]:
         call = method(request, timeout=self._stream_timeout, metadata=self._metadata)
         try:
             yield from call
         except grpc.RpcError as e:
-            raise DequantdError.from_rpc_error(e) from None
+            raise self._error(e) from None
         finally:
             call.cancel()  # no-op when finished; stops the server when the caller stops early
+
+    def _error(self, e: grpc.RpcError) -> DequantdError:
+        error = DequantdError.from_rpc_error(e)
+        if error.code == grpc.StatusCode.UNAVAILABLE:
+            self._forget_server_facts()  # the server went away: it may come back changed
+        return error
+
+    def _cached_info(self) -> Tuple[ServerInfo, bool]:
+        """info(), reused when at most SERVER_FACTS_SECONDS old: (info, whether reused)."""
+        cached = self._info_cache
+        if cached is not None and time.monotonic() - cached[0] <= SERVER_FACTS_SECONDS:
+            return cached[1], True
+        return self.info(), False
+
+    def _cached_mode(self) -> Tuple[str, bool]:
+        """shared_memory_status().mode, reused as _cached_info: (mode, whether reused)."""
+        cached = self._mode_cache
+        if cached is not None and time.monotonic() - cached[0] <= SERVER_FACTS_SECONDS:
+            return cached[1], True
+        return self.shared_memory_status().mode, False
+
+    def _forget_server_facts(self) -> None:
+        self._info_cache = None
+        self._mode_cache = None
+
+    def _device_uuid(self, device: int) -> str:
+        """_cuda.device_uuid(device), asked once per device (a process's ordinals name the same
+        GPUs while it lives)."""
+        uuid = self._device_uuids.get(device)
+        if uuid is None:
+            uuid = self._device_uuids[device] = _cuda.device_uuid(device)
+        return uuid
 
     def info(self, *, timeout: Optional[float] = ...) -> ServerInfo:  # type: ignore[assignment]
         """GetServerInfo. Raises DequantdError (e.g. UNAVAILABLE when nothing listens)."""
@@ -381,9 +433,11 @@ class Client:
                     "uuid": getattr(d, "uuid", "")}
                    for d in r.devices]
         config = json.loads(r.model_config_json) if r.model_config_json else {}
-        return ServerInfo(version=r.version, backend=r.backend, devices=devices, model=r.model,
+        info = ServerInfo(version=r.version, backend=r.backend, devices=devices, model=r.model,
                           tensor_count=r.tensor_count, cpu_threads=r.cpu_threads,
                           model_config=config)
+        self._info_cache = (time.monotonic(), info)
+        return info
 
     def list(self, *, timeout: Optional[float] = ...) -> ModelTensors:  # type: ignore[assignment]
         """ListTensors: the quantized layers and the other tensors of the loaded model (empty
@@ -663,7 +717,8 @@ class Client:
         h = messages[0].header
         return TensorInfo(h.name, h.dtype, tuple(h.shape), h.bytes)
 
-    def read_tensors_into(self, tensors: Dict[str, Any], *, streams: int = 8) -> Dict[str, Any]:
+    def read_tensors_into(self, tensors: Dict[str, Any], *, streams: int = 8,
+                          listing: Optional[ModelTensors] = None) -> Dict[str, Any]:
         """Fills CUDA torch tensors the caller owns with stored tensors ({name: tensor}, names
         from list().other_tensors) and returns the mapping: each tensor must be contiguous, of
         the stored shape and of the stored dtype's torch dtype (cast afterwards on the device if
@@ -671,7 +726,9 @@ class Client:
         any byte is written. The memory is registered as for dequantize_into_tensors (once per
         allocation, cached) and the server copies each tensor into it (ReadTensor into a region,
         `streams` calls at once); a server that predates that gets the bytes streamed and copied
-        in here, the same result more slowly.
+        in here, the same result more slowly. `listing`: this client's list() result when the
+        caller already has it (the names, dtypes and shapes are checked against it, no
+        ListTensors call); None asks the server.
 
         Raises:
             TypeError: a value not a torch.Tensor. ValueError: an unknown name, a shape, dtype,
@@ -681,8 +738,7 @@ class Client:
         """
         if not tensors:
             return tensors
-        targets = tensors_module.check_stored_targets(self, tensors)
-        tensors_module.run_stored(self, targets, streams)
+        tensors_module.read_into(self, tensors, streams, listing)
         return tensors
 
     # --- shared-memory regions (same host only; the server runs with --shared-memory) -----
@@ -740,6 +796,7 @@ class Client:
         admin role)."""
         r = self._unary(self._stub.SharedMemoryStatus, pb.SharedMemoryStatusRequest(),
                         self._timeout if timeout is ... else timeout)
+        self._mode_cache = (time.monotonic(), r.mode)
         return SharedMemoryStatus(
             regions=[RegionInfo(i.name, i.kind, i.key, i.device_id, i.offset, i.byte_size,
                                 i.pinned, i.owner, i.calls_in_flight, i.idle_seconds)
@@ -903,13 +960,16 @@ class Client:
         self.dequantize_into_tensors({layer: tensor}, orientation=orientation)
         return tensor
 
-    def dequantize_into_tensors(self, tensors: Dict[str, Any], *,
-                                orientation: str = "KN") -> Dict[str, Any]:
+    def dequantize_into_tensors(self, tensors: Dict[str, Any], *, orientation: str = "KN",
+                                listing: Optional[ModelTensors] = None) -> Dict[str, Any]:
         """Dequantizes many layers into torch tensors in place ({layer name: tensor}, each as
         for dequantize_into_tensor) and returns the mapping. Every tensor is checked against
         ListTensors and the server before any byte is written. CUDA tensors that lie back to
         back in one allocation in memory order (e.g. views of one flat buffer) are written by one
         DequantizeLayers call (one grouped launch); CPU tensors by one streamed call per dtype.
+        `listing`: this client's list() result when the caller already has it (load_model
+        does): the layers' shapes are checked against it, no ListTensors call; None asks the
+        server. The server facts of the CUDA checks are reused for SERVER_FACTS_SECONDS.
 
         Lifetimes: the call holds the tensors until the reply (freeing them meanwhile is safe).
         A CUDA allocation is exported (cuIpcGetMemHandle on its base, found with
@@ -933,8 +993,7 @@ class Client:
         """
         if not tensors:
             return tensors
-        targets = tensors_module.check_targets(self, tensors, orientation)
-        tensors_module.run(self, targets, orientation)
+        tensors_module.dequantize_into(self, tensors, orientation, listing)
         return tensors
 
     def cuda_regions(self) -> List[str]:

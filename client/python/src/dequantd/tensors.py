@@ -14,19 +14,27 @@ Lifetimes (docs/python-client.md, "Torch tensors"):
   (a weakref finalizer on each storage), when a call finds that a new allocation took its
   address (buffer-id check), and on Client.close().
 - A server restart loses every region: a call that gets NOT_FOUND for its region registers
-  the allocation again and is retried once.
+  the allocation again and is retried once (after checking the tensors again against a fresh
+  listing when the caller passed its own).
+
+Costs per call (bench/into_tensors_overhead.py): the driver is asked once per allocation, not
+per tensor; the device UUID once per device per client; GetServerInfo / SharedMemoryStatus are
+reused for dequantd.client.SERVER_FACTS_SECONDS (and forgotten on a server error or a refusal);
+ListTensors is skipped when the caller passes the listing it has (load_model does).
 - A client process that exits without close() leaves its regions registered on the server until
   the server's --shared-memory-idle-release or an Unregister (dequantd cannot see a client die).
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import dataclasses
 import itertools
 import os
 import threading
 import weakref
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
@@ -96,8 +104,9 @@ def probe_orientation(client: Any) -> Tuple[bool, str]:
 
 @dataclasses.dataclass
 class _Target:
-    """One (layer, tensor) pair, checked. `nbytes` of the result; for CUDA tensors `allocation`
-    and `offset` (bytes from the allocation's base)."""
+    """One (layer, tensor) pair, checked. `nbytes` of the result; `cuda` whether the tensor is
+    on a CUDA device; for CUDA tensors `allocation` and `offset` (bytes from the allocation's
+    base)."""
     name: str
     tensor: Any
     dtype: str
@@ -105,13 +114,73 @@ class _Target:
     shape: Tuple[int, int]
     allocation: Optional[_cuda.Allocation] = None
     offset: int = 0
+    cuda: bool = False
 
 
-def check_targets(client: Any, tensors: Mapping[str, Any], orientation: str) -> List[_Target]:
-    """Checks every (layer, tensor) of `tensors` against ListTensors and the server before any
-    byte is written. Raises TypeError (not a tensor, a dtype dequantd does not write) or
-    ValueError (unknown layer, shape, orientation, contiguity, device, alignment, overlap),
-    each naming the layer and the mismatch."""
+def dequantize_into(client: Any, tensors: Mapping[str, Any], orientation: str,
+                    listing: Any = None) -> None:
+    """Client.dequantize_into_tensors: check_targets, then run. A server error during the run
+    forgets the client's cached server facts (Client._cached_info / _cached_mode); when the
+    check used cached ones, they are fetched again and checked first, so that a server restarted
+    with other flags since they were fetched gets the check's ValueError, as a check with fresh
+    facts would have raised before any call. With the caller's `listing`, a retry after a
+    server restart first checks the CUDA tensors again against a fresh listing."""
+    targets, reused = _check_targets(client, tensors, orientation, listing)
+
+    def recheck() -> None:
+        # A restarted server may serve another model than the caller's listing described:
+        # before a retry the CUDA tensors are checked again, against a fresh listing and facts.
+        client._forget_server_facts()  # pylint: disable=protected-access
+        _check_targets(client, {t.name: t.tensor for t in targets if t.cuda}, orientation, None)
+
+    try:
+        run(client, targets, orientation, None if listing is None else recheck)
+    except DequantdError:
+        _after_server_error(client, [t for t in targets if t.allocation is not None], reused)
+        raise
+
+
+def read_into(client: Any, tensors: Mapping[str, Any], streams: int,
+              listing: Any = None) -> None:
+    """Client.read_tensors_into: check_stored_targets, then run_stored (server errors as for
+    dequantize_into)."""
+    targets, reused = _check_stored_targets(client, tensors, listing)
+
+    def recheck() -> None:
+        client._forget_server_facts()  # pylint: disable=protected-access
+        _check_stored_targets(client, tensors, None)
+
+    try:
+        run_stored(client, targets, streams, None if listing is None else recheck)
+    except DequantdError:
+        _after_server_error(client, targets, reused)
+        raise
+
+
+def _after_server_error(client: Any, cuda: Sequence[_Target], reused: bool) -> None:
+    client._forget_server_facts()  # pylint: disable=protected-access
+    if reused and cuda:
+        try:
+            _check_server_facts(client, cuda, {})  # fresh facts: the check's ValueError, if any
+        except DequantdError:
+            pass  # the server's first error is the one raised
+        except ValueError as e:
+            raise e from None  # as the check raises it, not as a consequence of the error
+
+
+def check_targets(client: Any, tensors: Mapping[str, Any], orientation: str,
+                  listing: Any = None) -> List[_Target]:
+    """Checks every (layer, tensor) of `tensors` against ListTensors (`listing`, a
+    Client.list() result the caller already has, or asked now) and the server before any byte
+    is written. Raises TypeError (not a tensor, a dtype dequantd does not write) or ValueError
+    (unknown layer, shape, orientation, contiguity, device, alignment, overlap), each naming the
+    layer and the mismatch."""
+    return _check_targets(client, tensors, orientation, listing)[0]
+
+
+def _check_targets(client: Any, tensors: Mapping[str, Any], orientation: str,
+                   listing: Any) -> Tuple[List[_Target], bool]:
+    """check_targets, and whether the CUDA checks used server facts cached by an earlier call."""
     import torch  # pylint: disable=import-outside-toplevel
 
     if orientation not in ORIENTATIONS:
@@ -121,9 +190,11 @@ def check_targets(client: Any, tensors: Mapping[str, Any], orientation: str) -> 
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a mapping of layer name -> torch.Tensor, not "
                         f"{type(tensors).__name__}")
-    listing = client.list()
+    if listing is None:
+        listing = client.list()
     layers = {layer.name: layer for layer in listing.layers}
     targets = []
+    codes: Dict[Any, Optional[str]] = {}  # torch dtype -> dequantd's name, this call
     for name, tensor in tensors.items():
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
@@ -132,7 +203,10 @@ def check_targets(client: Any, tensors: Mapping[str, Any], orientation: str) -> 
             raise ValueError(f"{name}: not a quantized layer of the server's model "
                              f"{listing.model!r} (Client.list().layers names its "
                              f"{len(layers)} layers)")
-        dtype = _TORCH_DTYPES.get(str(tensor.dtype).replace("torch.", ""))
+        dtype = codes.get(tensor.dtype, "")
+        if dtype == "":
+            dtype = codes[tensor.dtype] = _TORCH_DTYPES.get(
+                str(tensor.dtype).replace("torch.", ""))
         if dtype is None:
             raise TypeError(f"{name}: dtype {tensor.dtype} is not one dequantd writes; use "
                             "torch.float16, torch.bfloat16 or torch.float32")
@@ -151,27 +225,35 @@ def check_targets(client: Any, tensors: Mapping[str, Any], orientation: str) -> 
         if not tensor.is_contiguous():
             raise ValueError(f"{name}: tensor is not contiguous (strides {tuple(tensor.stride())}); "
                              "dequantd writes row-major bytes: pass a contiguous tensor")
-        if tensor.device.type not in ("cuda", "cpu"):
+        device_type = tensor.device.type
+        if device_type not in ("cuda", "cpu"):
             raise ValueError(f"{name}: tensor on {tensor.device}; dequantd writes CUDA tensors "
                              "(through CUDA IPC) and CPU tensors (streamed)")
-        targets.append(_Target(name, tensor, dtype, k * n * _ELEMENT_BYTES[dtype], want))
+        targets.append(_Target(name, tensor, dtype, k * n * _ELEMENT_BYTES[dtype], want,
+                               cuda=device_type == "cuda"))
 
     if orientation == "NK":
         supported, reason = client._orientation_support()  # pylint: disable=protected-access
         if not supported:
             raise ValueError(f"orientation 'NK': {reason}; with this server pass (K, N) tensors "
                              "(orientation='KN') and use .T for nn.Linear")
-    cuda = [t for t in targets if t.tensor.device.type == "cuda"]
-    if cuda:
-        _check_cuda_targets(client, cuda)
+    cuda = [t for t in targets if t.cuda]
+    reused = _check_cuda_targets(client, cuda) if cuda else False
     _check_no_overlap(targets)
-    return targets
+    return targets, reused
 
 
-def check_stored_targets(client: Any, tensors: Mapping[str, Any]) -> List[_Target]:
+def check_stored_targets(client: Any, tensors: Mapping[str, Any],
+                         listing: Any = None) -> List[_Target]:
     """Checks every (stored tensor, CUDA tensor) of `tensors` against ListTensors' other_tensors
-    and the server before any byte is written (read_tensors_into). `dtype` of a target is the
-    stored safetensors code. Raises TypeError or ValueError naming the tensor."""
+    (`listing`, a Client.list() result the caller already has, or asked now) and the server
+    before any byte is written (read_tensors_into). `dtype` of a target is the stored
+    safetensors code. Raises TypeError or ValueError naming the tensor."""
+    return _check_stored_targets(client, tensors, listing)[0]
+
+
+def _check_stored_targets(client: Any, tensors: Mapping[str, Any],
+                          listing: Any) -> Tuple[List[_Target], bool]:
     import torch  # pylint: disable=import-outside-toplevel
 
     from . import dtypes  # pylint: disable=import-outside-toplevel
@@ -179,7 +261,9 @@ def check_stored_targets(client: Any, tensors: Mapping[str, Any]) -> List[_Targe
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors must be a mapping of tensor name -> torch.Tensor, not "
                         f"{type(tensors).__name__}")
-    stored = {t.name: t for t in client.list().other_tensors}
+    if listing is None:
+        listing = client.list()
+    stored = {t.name: t for t in listing.other_tensors}
     targets = []
     for name, tensor in tensors.items():
         if not isinstance(tensor, torch.Tensor):
@@ -202,23 +286,41 @@ def check_stored_targets(client: Any, tensors: Mapping[str, Any]) -> List[_Targe
         if tensor.device.type != "cuda":
             raise ValueError(f"{name}: tensor on {tensor.device}; read_tensors_into fills CUDA "
                              "tensors (read_tensor streams to the host)")
-        targets.append(_Target(name, tensor, info.dtype, info.bytes, tuple(info.shape)))
-    _check_cuda_targets(client, targets)
+        targets.append(_Target(name, tensor, info.dtype, info.bytes, tuple(info.shape),
+                               cuda=True))
+    reused = _check_cuda_targets(client, targets)
     _check_no_overlap(targets)
-    return targets
+    return targets, reused
 
 
-def run_stored(client: Any, targets: List[_Target], streams: int) -> None:
+def run_stored(client: Any, targets: List[_Target], streams: int,
+               before_retry: Optional[Callable[[], Any]] = None) -> None:
     """One ReadTensor into a region per target, `streams` at once (largest first). A server
     that predates ReadTensor into a region (UNIMPLEMENTED from read_tensor_into) gets every
     remaining target streamed and copied in; one that lost our region (a restart) gets it
-    registered again and the target retried once."""
+    registered again and the target retried once, after `before_retry()` (run once per call;
+    what it raises, every retry raises)."""
     import concurrent.futures  # pylint: disable=import-outside-toplevel
 
     import torch  # pylint: disable=import-outside-toplevel
 
     cache = client._regions_cache()  # pylint: disable=protected-access
     streamed = threading.Event()
+    rechecked: List[Optional[BaseException]] = []
+    recheck_lock = threading.Lock()
+
+    def recheck() -> None:
+        if before_retry is None:
+            return
+        with recheck_lock:
+            if not rechecked:
+                try:
+                    before_retry()
+                    rechecked.append(None)
+                except BaseException as e:  # pylint: disable=broad-except
+                    rechecked.append(e)
+        if rechecked[0] is not None:
+            raise rechecked[0]
 
     def streamed_copy(t: _Target) -> None:
         t.tensor.copy_(client.read_tensor(t.name, as_torch=True).view(t.tensor.shape))
@@ -243,6 +345,7 @@ def run_stored(client: Any, targets: List[_Target], streams: int) -> None:
                     raise
                 held = {r.name for r in client.shared_memory_status().regions}
                 cache.forget([n for n in mine if n not in held])
+                recheck()
 
     ordered = sorted(targets, key=lambda t: -t.nbytes)
     with concurrent.futures.ThreadPoolExecutor(max(1, streams)) as pool:
@@ -258,43 +361,122 @@ def run_stored(client: Any, targets: List[_Target], streams: int) -> None:
         torch.cuda.synchronize(device)  # the streamed fallback's copies
 
 
-def _check_cuda_targets(client: Any, targets: Sequence[_Target]) -> None:
-    info = client.info()
+def _check_server_facts(client: Any, targets: Sequence[_Target],
+                        ok: Dict[int, bool]) -> Tuple[Dict[int, Any], bool]:
+    """The server half of the CUDA checks: backend cuda, --shared-memory cuda or all (raised
+    naming targets[0]), and, for each target whose allocation is known, its GPU among the
+    server's (raised naming the first target on another GPU). Facts from Client._cached_info /
+    _cached_mode (reused for a few seconds: dequantd.client.SERVER_FACTS_SECONDS); a refusal
+    forgets them, so the next call asks again. `ok` keeps the per-device verdict within one
+    check. Returns the server's devices by index and whether any fact was reused from an
+    earlier call."""
+    info, info_reused = client._cached_info()  # pylint: disable=protected-access
     if info.backend != "cuda":
+        client._forget_server_facts()  # pylint: disable=protected-access  (a refusal: ask again)
         raise ValueError(f"{targets[0].name}: tensor on {targets[0].tensor.device} but the "
                          f"server's backend is {info.backend!r}: CUDA tensors need a server run "
                          "with --backend=cuda and --shared-memory=cuda (or all); pass CPU "
                          "tensors to stream")
-    mode = client.shared_memory_status().mode
+    mode, mode_reused = client._cached_mode()  # pylint: disable=protected-access
     if mode not in ("cuda", "all"):
+        client._forget_server_facts()  # pylint: disable=protected-access
         raise ValueError(f"{targets[0].name}: the server runs with --shared-memory={mode}; CUDA "
                          "tensors need --shared-memory=cuda or all")
     by_index = {d["index"]: d for d in info.devices}
     for t in targets:
-        index = t.tensor.device.index if t.tensor.device.index is not None else 0
-        try:
-            import torch  # pylint: disable=import-outside-toplevel
+        if t.allocation is not None:
+            _check_device(client, t, t.allocation, by_index, ok)
+    return by_index, info_reused or mode_reused
 
-            with torch.cuda.device(t.tensor.device):  # its context current on this thread
-                allocation = _cuda.allocation_of(t.tensor.data_ptr())
-        except (_cuda.CudaError, ValueError) as e:
-            raise ValueError(f"{t.name}: the tensor's memory is no exportable device "
-                             f"allocation: {e}") from None
+
+def _check_device(client: Any, t: _Target, allocation: _cuda.Allocation,
+                  by_index: Dict[int, Any], ok: Dict[int, bool]) -> None:
+    """ValueError unless `allocation`'s GPU is one the server computes on (by index, and by
+    UUID where the server reports one); the verdict is kept in `ok` per device."""
+    good = ok.get(allocation.device)
+    if good is None:
         device = by_index.get(allocation.device)
         uuid = device.get("uuid") if device else None
-        if device is None or (uuid and uuid != _cuda.device_uuid(allocation.device)):
-            raise ValueError(f"{t.name}: tensor on cuda:{index}, a GPU the server does not "
-                             f"compute on (its devices: {sorted(by_index)}; client and server "
-                             "must see the same CUDA_VISIBLE_DEVICES)")
-        if not allocation.ipc_capable:
-            raise ValueError(f"{t.name}: the tensor's allocation cannot be exported with CUDA "
-                             "IPC (torch's expandable segments? unset "
-                             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)")
-        t.allocation = allocation
-        t.offset = t.tensor.data_ptr() - allocation.base
-        if t.offset % ALIGNMENT:
-            raise ValueError(f"{t.name}: the tensor starts {t.offset} bytes into its allocation, "
-                             f"not a multiple of {ALIGNMENT} (the server's region offsets are)")
+        good = ok[allocation.device] = not (
+            device is None or (uuid and uuid != client._device_uuid(allocation.device)))  # pylint: disable=protected-access
+    if not good:
+        client._forget_server_facts()  # pylint: disable=protected-access
+        index = t.tensor.device.index if t.tensor.device.index is not None else 0
+        raise ValueError(f"{t.name}: tensor on cuda:{index}, a GPU the server does not "
+                         f"compute on (its devices: {sorted(by_index)}; client and server "
+                         "must see the same CUDA_VISIBLE_DEVICES)")
+
+
+class _Allocations:
+    """The allocations found during one check, by address: a pointer inside one already found
+    is in that allocation (live allocations do not overlap, and the call holds its tensors), so
+    the driver is asked once per allocation, not once per tensor."""
+
+    def __init__(self) -> None:
+        self._bases: List[int] = []
+        self._found: List[_cuda.Allocation] = []
+
+    def get(self, ptr: int) -> Optional[_cuda.Allocation]:
+        i = bisect.bisect_right(self._bases, ptr) - 1
+        if i >= 0:
+            allocation = self._found[i]
+            if ptr < allocation.base + allocation.size:
+                return allocation
+        return None
+
+    def add(self, allocation: _cuda.Allocation) -> None:
+        i = bisect.bisect_right(self._bases, allocation.base)
+        self._bases.insert(i, allocation.base)
+        self._found.insert(i, allocation)
+
+
+def _check_cuda_targets(client: Any, targets: Sequence[_Target]) -> bool:
+    """The CUDA checks of every target, in order (the first failure raises, naming its target):
+    the server's backend and --shared-memory, then per tensor its allocation (exportable device
+    memory), its GPU among the server's, CUDA IPC, a 16-byte aligned start. Sets each target's
+    allocation and offset. The driver is asked once per allocation (_Allocations), with the
+    tensor's device current (torch.cuda.device, entered when the device changes, not per
+    tensor), the device's UUID once per device per client (Client._device_uuid). Returns
+    whether server facts were reused from an earlier call."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    by_index, reused = _check_server_facts(client, targets, {})
+    found = _Allocations()
+    ok: Dict[int, bool] = {}
+    with contextlib.ExitStack() as current:
+        current_device = None
+        for t in targets:
+            ptr = t.tensor.data_ptr()
+            allocation = found.get(ptr)
+            if allocation is None:
+                try:
+                    if current_device is None or t.tensor.device != current_device:
+                        current.pop_all().close()
+                        # Its context current on this thread for the driver's calls.
+                        current.enter_context(torch.cuda.device(t.tensor.device))
+                        current_device = t.tensor.device
+                    allocation = _cuda.allocation_of(ptr)
+                except (_cuda.CudaError, ValueError) as e:
+                    raise ValueError(f"{t.name}: the tensor's memory is no exportable device "
+                                     f"allocation: {e}") from None
+                found.add(allocation)
+            _check_device(client, t, allocation, by_index, ok)
+            _check_export(t, allocation, ptr)
+    return reused
+
+
+def _check_export(t: _Target, allocation: _cuda.Allocation, ptr: int) -> None:
+    """CUDA IPC can export `allocation`, and `t` starts 16-byte aligned in it: sets t's
+    allocation and offset."""
+    if not allocation.ipc_capable:
+        raise ValueError(f"{t.name}: the tensor's allocation cannot be exported with CUDA "
+                         "IPC (torch's expandable segments? unset "
+                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)")
+    t.allocation = allocation
+    t.offset = ptr - allocation.base
+    if t.offset % ALIGNMENT:
+        raise ValueError(f"{t.name}: the tensor starts {t.offset} bytes into its allocation, "
+                         f"not a multiple of {ALIGNMENT} (the server's region offsets are)")
 
 
 def _check_no_overlap(targets: Sequence[_Target]) -> None:
@@ -341,15 +523,41 @@ class RegionCache:
             if region is None:
                 region = self._register(allocation)
                 self._regions[key] = region
-            # The storage's Python object outlives this call only where torch preserves it
-            # (torch >= 2.1: one object per storage); else the tensor is watched instead.
-            storage = target.tensor.untyped_storage()
-            owner = storage if target.tensor.untyped_storage() is storage else target.tensor
-            if id(owner) not in region.storages:
-                region.storages[id(owner)] = weakref.finalize(
-                    owner, self._storage_freed, key, id(owner), region.name)
-                region.storages[id(owner)].atexit = False
+            self._track(region, key, target.tensor, target.tensor.untyped_storage())
             return region.name
+
+    def region_for_run(self, targets: Sequence[_Target]) -> str:
+        """region_for of every target of a run (targets of one allocation, _runs): the region of
+        the first, every storage tracked, each distinct storage once (the loader's 225 views
+        of one buffer: one)."""
+        first = targets[0].allocation
+        with self._lock:
+            name = self.region_for(targets[0])
+            key = (first.device, first.base)
+            region = self._regions[key]
+            held = [targets[0].tensor.untyped_storage()]  # alive: their ids stay distinct
+            seen = {id(held[0])}
+            for t in targets[1:]:
+                if t.allocation is not first and t.allocation != first:
+                    self.region_for(t)  # not one allocation after all: the general path
+                    continue
+                storage = t.tensor.untyped_storage()
+                if id(storage) not in seen:
+                    seen.add(id(storage))
+                    held.append(storage)
+                    self._track(region, key, t.tensor, storage)
+            return name
+
+    def _track(self, region: _Region, key: Tuple[int, int], tensor: Any, storage: Any) -> None:
+        """A finalizer on `tensor`'s storage (`storage`, its untyped_storage()) that releases
+        `region` with the last storage that used it."""
+        # The storage's Python object outlives this call only where torch preserves it
+        # (torch >= 2.1: one object per storage); else the tensor is watched instead.
+        owner = storage if tensor.untyped_storage() is storage else tensor
+        if id(owner) not in region.storages:
+            region.storages[id(owner)] = weakref.finalize(
+                owner, self._storage_freed, key, id(owner), region.name)
+            region.storages[id(owner)].atexit = False
 
     def release_tensor(self, tensor: Any) -> None:
         """Unregisters the region holding `tensor`'s allocation now, if one is registered (the
@@ -411,9 +619,12 @@ def _torch_bytes(tensor: Any) -> np.ndarray:
     return tensor.detach().reshape(-1).view(torch.uint8).numpy()
 
 
-def run(client: Any, targets: List[_Target], orientation: str) -> None:
+def run(client: Any, targets: List[_Target], orientation: str,
+        before_retry: Optional[Callable[[], Any]] = None) -> None:
     """Writes every target: CUDA ones through regions (consecutive tensors of one allocation in
-    one DequantizeLayers call), CPU ones through one streamed DequantizeLayers per dtype."""
+    one DequantizeLayers call), CPU ones through one streamed DequantizeLayers per dtype. After
+    a server restart (NOT_FOUND for one of our regions) the regions are registered again and
+    the region calls retried once, after `before_retry()`."""
     wire = orientation_wire(orientation)  # None: a proto before orientations (KN only)
     cpu = [t for t in targets if t.allocation is None]
     for dtype in sorted({t.dtype for t in cpu}):
@@ -445,6 +656,8 @@ def run(client: Any, targets: List[_Target], orientation: str) -> None:
         # The server lost our region (a restart): register again and retry once.
         held = {r.name for r in client.shared_memory_status().regions}
         client._regions_cache().forget([n for n in mine if n not in held])  # pylint: disable=protected-access
+        if before_retry is not None:
+            before_retry()
         _run_regions(client, cuda, wire)
 
 
@@ -454,15 +667,18 @@ def _runs(targets: List[_Target]) -> List[List[_Target]]:
     order."""
     ordered = sorted(targets, key=lambda t: (t.allocation.device, t.allocation.base, t.offset))
     runs: List[List[_Target]] = []
+    run_bytes = 0  # of runs[-1]
     for t in ordered:
         last = runs[-1][-1] if runs else None
         if (last is not None and last.allocation.base == t.allocation.base
                 and last.allocation.device == t.allocation.device and last.dtype == t.dtype
                 and last.offset + last.nbytes == t.offset
-                and sum(x.nbytes for x in runs[-1]) + t.nbytes <= MAX_CALL_BYTES):
+                and run_bytes + t.nbytes <= MAX_CALL_BYTES):
             runs[-1].append(t)
+            run_bytes += t.nbytes
         else:
             runs.append([t])
+            run_bytes = t.nbytes
     return runs
 
 
@@ -474,9 +690,7 @@ def _run_regions(client: Any, targets: List[_Target], wire: Optional[int]) -> No
     confirm the count, the bytes, the region, the offset, the dtype and the orientation."""
     cache = client._regions_cache()  # pylint: disable=protected-access
     for run_ in _runs(targets):
-        region = cache.region_for(run_[0])
-        for t in run_[1:]:
-            cache.region_for(t)  # tracks every storage of the run
+        region = cache.region_for_run(run_)  # tracks every storage of the run
         first = run_[0]
         if len(run_) == 1:
             header = client._region_call_into(region, first.name, first.offset, first.dtype, wire)  # pylint: disable=protected-access

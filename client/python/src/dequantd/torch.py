@@ -141,7 +141,8 @@ def _model_on_meta(config: Any, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def _fill_stored_on_device(client: Client, params: Dict[str, torch.Tensor], stored: List[str],
-                           others: Dict[str, Any], device: torch.device) -> None:
+                           others: Dict[str, Any], device: torch.device,
+                           listing: Any = None) -> None:
     """Stored tensors straight into GPU memory (ReadTensor into a region): one staging buffer
     holds every tensor as stored (16-byte aligned places), registered once; then each is cast
     into its parameter on the device (round to nearest even, as transformers casts a
@@ -157,7 +158,7 @@ def _fill_stored_on_device(client: Client, params: Dict[str, torch.Tensor], stor
              .view(dtypes.torch_dtype(others[name].dtype)).view(tuple(others[name].shape))
              for name, begin in places}
     try:
-        client.read_tensors_into(views, streams=READ_STREAMS)
+        client.read_tensors_into(views, streams=READ_STREAMS, listing=listing)
         for name in stored:
             params[name].copy_(views[name])
         torch.cuda.synchronize(device)
@@ -330,7 +331,7 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     t0 = time.perf_counter()
     if nk:
         client.dequantize_into_tensors({layer.name: params[name] for name, layer in quantized},
-                                       orientation="NK")
+                                       orientation="NK", listing=listing)
         report.dequantize_calls = 1
     else:
         report.transposed = True
@@ -347,7 +348,7 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
                 views[layer.name] = staging[offset:offset + count].view(layer.in_features,
                                                                         layer.out_features)
                 offset += count
-            client.dequantize_into_tensors(views, orientation="KN")
+            client.dequantize_into_tensors(views, orientation="KN", listing=listing)
             report.dequantize_calls += 1
             for name, layer in batch:
                 params[name].copy_(views[layer.name].t())  # on `device`; exact
@@ -360,7 +361,7 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
 
     t0 = time.perf_counter()
     if device.type == "cuda":
-        _fill_stored_on_device(client, params, stored, others, device)
+        _fill_stored_on_device(client, params, stored, others, device, listing)
     else:
         _fill_stored_streamed(client, params, stored, others)
     report.other_bytes = sum(params[n].numel() * params[n].element_size() for n in stored)
