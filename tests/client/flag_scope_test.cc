@@ -17,6 +17,8 @@ TEST(FlagScopeTest, OwnAndGlobalFlagsApply) {
                   .ok());
   EXPECT_TRUE(CheckFlagsApply("dequantize", {"packed", "prefix", "group_size"}).ok());
   EXPECT_TRUE(CheckFlagsApply("dequantize-layers", {"tensors", "out_dir", "out", "dtype"}).ok());
+  EXPECT_TRUE(CheckFlagsApply("dequantize", {"tensor", "orientation"}).ok());
+  EXPECT_TRUE(CheckFlagsApply("dequantize-layers", {"orientation"}).ok());
   EXPECT_TRUE(CheckFlagsApply("benchmark", {"shapes", "tensors", "group_size", "dtype", "variants",
                                             "trials", "runs", "hardware_counters"})
                   .ok());
@@ -35,6 +37,8 @@ TEST(FlagScopeTest, OtherFlagsAreRefusedNamingWhereTheyBelong) {
   EXPECT_EQ(CheckFlagsApply("list", {"dtype"}).message(),
             "--dtype does not apply to 'list' (it is for dequantize, dequantize-layers and "
             "benchmark)");
+  EXPECT_EQ(CheckFlagsApply("list", {"orientation"}).message(),
+            "--orientation does not apply to 'list' (it is for dequantize and dequantize-layers)");
   EXPECT_EQ(CheckFlagsApply("info", {"hardware_counters"}).message(),
             "--hardware-counters does not apply to 'info' (it is for benchmark)");
   EXPECT_EQ(CheckFlagsApply("dequantize-layers", {"tensor"}).message(),

@@ -275,3 +275,16 @@ def test_cli_dequantize_bf16_writes_uint16_bits_without_ml_dtypes(client, server
     got = np.load(out)
     assert got.dtype == np.uint16
     assert np.array_equal(got, client.dequantize(LAYER_Q, dtype="bf16").view(np.uint16))
+
+
+def test_cli_list_prints_each_layers_format_shape_group_and_scale_dtype(client, server):
+    """python -m dequantd list: a line per quantized layer (name, format, (K, N), G, scale
+    dtype, and E= for stacked experts only), then the stored tensors."""
+    r = subprocess.run([sys.executable, "-m", "dequantd", "list", "--server", server],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    listing = client.list()
+    assert len(lines) == len(listing.layers) + len(listing.other_tensors)
+    assert f"{LAYER_Q}\tawq_gemm\t(576, 576)\tG=64\tfp16" in lines
+    assert f"{LAYER_DOWN}\tawq_gemm\t(1536, 576)\tG=128\tfp16" in lines

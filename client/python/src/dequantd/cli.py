@@ -79,8 +79,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             elif args.command == "list":
                 listing = client.list()
                 for layer in listing.layers:
-                    print(f"{layer.name}\t({layer.in_features}, {layer.out_features})\t"
-                          f"G={layer.group_size}\t{layer.scale_dtype}")
+                    experts = f"\tE={layer.experts}" if layer.experts > 1 else ""
+                    print(f"{layer.name}\t{layer.format}\t({layer.in_features}, "
+                          f"{layer.out_features})\tG={layer.group_size}\t{layer.scale_dtype}"
+                          f"{experts}")
                 for t in listing.other_tensors:
                     print(f"{t.name}\t{t.shape}\t{t.dtype}\tstored")
             elif args.command == "dequantize":
