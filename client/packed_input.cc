@@ -78,10 +78,13 @@ absl::StatusOr<PackedDeclaration> FindPackedDeclaration(const std::string& packe
     if (absl::EndsWith(stem, ".safetensors")) stem.resize(stem.size() - 12);
     for (const fs::path& candidate :
          {packed.parent_path() / (stem + ".config.json"), packed.parent_path() / "config.json"}) {
-      if (IsRegularFile(candidate)) {
-        config = candidate;
-        break;
-      }
+      if (!IsRegularFile(candidate)) continue;
+      // A config found beside the file declares the format only when it has a
+      // quantization_config (an unquantized model's config.json is no declaration).
+      absl::StatusOr<nlohmann::json> object = formats::ReadJsonObject(candidate);
+      if (object.ok() && !object->contains("quantization_config")) continue;
+      config = candidate;
+      break;
     }
   } else if (!IsRegularFile(config)) {
     return absl::NotFoundError(absl::StrCat("--config ", config.string(), ": not found"));

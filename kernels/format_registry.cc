@@ -39,6 +39,9 @@ constexpr FormatRow kRows[] = {
      .roles = {awq::kRoleNames[0], awq::kRoleNames[1], awq::kRoleNames[2]},
      .anchor_role = awq::kQweight,
      .optional_roles = 0,
+     // AutoAWQ's ScaledActivation saves `<act>.scales` (Falcon `mlp.act.scales`, MPT
+     // `ffn.act.scales`, BLOOM `gelu_impl.scales`): a plain tensor of that name.
+     .plain_name_roles = 1u << awq::kScales,
      .default_orientation = Orientation::kKN,
      .from_config = &awq::FromConfig,
      .shape_from_stored = &awq::ShapeFromStored,
@@ -55,6 +58,7 @@ constexpr FormatRow kRows[] = {
      .roles = {gptq::kRoleNames[0], gptq::kRoleNames[1], gptq::kRoleNames[2], gptq::kRoleNames[3]},
      .anchor_role = gptq::kQweight,
      .optional_roles = 1u << gptq::kGidx,
+     .plain_name_roles = 1u << gptq::kScales,  // as AWQ's: a module's own `.scales` parameter
      .absent_role_flags = {0, 0, 0, gptq::kNoGidx},
      .default_orientation = Orientation::kNK,
      .from_config = &gptq::FromConfig,

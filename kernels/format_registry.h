@@ -113,7 +113,8 @@ struct FormatRow {
   // and 0 columns, and its QuantView pointer is null.
   uint32_t optional_roles;
   // Bit r set: role r's checkpoint name is also what an unquantized tensor is called (the FP8
-  // formats' `<prefix>.weight`), so a tensor of that name without the anchor is a plain tensor.
+  // formats' `<prefix>.weight`; AWQ's and GPTQ's `.scales`, which AutoAWQ's ScaledActivation saves
+  // for Falcon, MPT and BLOOM), so a tensor of that name without the anchor is a plain tensor.
   // Every other role marks its tensor as part of a layer: the checkpoint store refuses a tensor
   // named `<prefix><sep><role>` whose layer lacks the anchor (FAILED_PRECONDITION), the same rule
   // as for a layer that lacks any other required role.

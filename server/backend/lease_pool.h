@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,15 @@ class LeasePool {
   Lease Acquire() {
     std::unique_lock<std::mutex> lock(mu_);
     free_cv_.wait(lock, [this] { return !free_.empty(); });
+    T* item = free_.back();
+    free_.pop_back();
+    return Lease(this, item);
+  }
+
+  // Lends a free item at once, or nullopt when every item is lent.
+  std::optional<Lease> TryAcquire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) return std::nullopt;
     T* item = free_.back();
     free_.pop_back();
     return Lease(this, item);

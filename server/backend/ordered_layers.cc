@@ -57,6 +57,12 @@ class Courier {
     return absl::OkStatus();
   }
 
+  // From part k's thread (PartTurn::took).
+  bool TookTurn(size_t k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return slots_[k].took;
+  }
+
   // From part k's thread (PartTurn::Took).
   void Took(size_t k) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -154,6 +160,7 @@ class CourierTurn final : public PartTurn {
   CourierTurn(Courier& courier, size_t k) : courier_(courier), k_(k) {}
   absl::Status Wait() override { return courier_.WaitForTurn(k_); }
   void Took() override { courier_.Took(k_); }
+  bool took() const override { return courier_.TookTurn(k_); }
 
  private:
   Courier& courier_;

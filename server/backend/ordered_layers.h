@@ -6,11 +6,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "server/backend/backend.h"
+#include "server/backend/lease_pool.h"
 
 namespace dequantd {
 
@@ -36,7 +41,34 @@ class PartTurn {
   virtual absl::Status Wait() = 0;
   // This part holds its slot: the parts after it may take theirs. Idempotent.
   virtual void Took() = 0;
+  // Whether Took() was called: true when the part runs again on another GPU after its own failed
+  // (CudaBackend's retry), while later parts of its call may hold slots waiting for it.
+  virtual bool took() const = 0;
 };
+
+// A lease of `pool` taken in `turn`'s order (turn null: at once, waiting for a free one): waits
+// for the turn, then for a free item, then says Took(). A part that took its turn before (a retry
+// on another GPU) must not wait: the parts after it may hold every item of `pool` while they wait
+// for it, so it takes a free item or gets UNAVAILABLE naming `what`. CANCELLED from Wait().
+template <class T>
+absl::StatusOr<typename LeasePool<T>::Lease> TakeInTurn(LeasePool<T>& pool, PartTurn* turn,
+                                                        absl::string_view what) {
+  if (turn == nullptr) return pool.Acquire();
+  if (turn->took()) {
+    std::optional<typename LeasePool<T>::Lease> free = pool.TryAcquire();
+    if (!free.has_value()) {
+      return absl::UnavailableError(absl::StrCat(
+          "no ", what,
+          " is free to run this part of the call again after its GPU failed (the "
+          "call's later parts hold them while they wait for it); the next call avoids that GPU"));
+    }
+    return std::move(*free);
+  }
+  if (absl::Status s = turn->Wait(); !s.ok()) return s;
+  typename LeasePool<T>::Lease lease = pool.Acquire();
+  turn->Took();
+  return lease;
+}
 
 // Runs run(k, sink_k, turn_k) for every part k at once, each on a thread of its own, and serves
 // their sink calls on the calling thread, part after part: the first part's Begin (later parts'

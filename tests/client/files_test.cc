@@ -284,6 +284,21 @@ TEST(PackedDeclarationTest, ConfigBesideTheFileThenFormatThenAwq) {
   EXPECT_EQ(s.message(), (dir / "layer.config.json").string() +
                              ": quantization_config field 'quant_method' is 'hqq', only 'awq', "
                              "'gptq', 'compressed-tensors', 'fp8', 'mxfp4' are served");
+  // A config found beside the file without a quantization_config (an unquantized model's) is
+  // no declaration: the next candidate, then --format, then AWQ.
+  std::ofstream(dir / "layer.config.json") << R"({"architectures":["LlamaForCausalLM"]})";
+  d = FindPackedDeclaration(packed, "", "");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->format, Format::kMxfp4);
+  EXPECT_EQ(d->config_path, (dir / "config.json").string());
+  std::ofstream(dir / "config.json") << R"({"model_type":"llama"})";
+  d = FindPackedDeclaration(packed, "", "");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->format, Format::kAwqGemm);
+  EXPECT_FALSE(d->config.has_value());
+  d = FindPackedDeclaration(packed, "", "gptq");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->format, Format::kGptq);
   fs::remove_all(dir);
 }
 

@@ -144,11 +144,38 @@ TEST(CheckpointRolesTest, TensorOfARoleWhoseLayerHasNoAnchorIsFailedPrecondition
       }
       fs::remove_all(dir);
     }
-    // Every format has a role that marks a layer besides its anchor, except the FP8 formats,
-    // whose only other role is the plain `.weight`.
+    // Every role but the anchor and the plain names marks a layer: the FP8 formats have none
+    // (their only other role is the plain `.weight`); AWQ and GPTQ keep `.scales` plain.
+    int plain = 0;
+    for (int r = 0; r < row.role_count; ++r) plain += (row.plain_name_roles >> r & 1u) != 0;
     const bool fp8 = row.format == Format::kFp8Block || row.format == Format::kCompressedTensorsFp8;
-    EXPECT_EQ(orphans_checked, fp8 ? 0 : row.role_count - 1) << row.name;
+    const bool scales_plain = row.format == Format::kAwqGemm || row.format == Format::kGptq;
+    EXPECT_EQ(plain, fp8 || scales_plain ? 1 : 0) << row.name;
+    EXPECT_EQ(orphans_checked, row.role_count - 1 - plain) << row.name;
   }
+}
+
+// AutoAWQ's ScaledActivation (Falcon, MPT, BLOOM) saves `<act>.scales` (1-D fp16) beside the
+// quantized layers: a plain tensor, served as stored, and the checkpoint loads.
+TEST(CheckpointRolesTest, AwqActivationScalesArePlainTensors) {
+  const FormatRow& row = FormatRowOf(Format::kAwqGemm);
+  const FormatCase c = CaseOf(row);
+  const fs::path dir = MakeConfigDir(c.config);
+  ASSERT_FALSE(dir.empty());
+  std::vector<safetensors::TensorToWrite> out;
+  for (const auto& [role, t] : c.by_role) {
+    out.push_back({absl::StrCat(c.layer, ".", role), t.dtype, t.shape, t.bytes});
+  }
+  const std::vector<uint8_t> act(2 * 64, 0x3C);  // 64 fp16 values of 1.0039...
+  out.push_back({"transformer.h.0.mlp.act.scales", "F16", {64}, act});
+  ASSERT_TRUE(safetensors::WriteFile((dir / "model.safetensors").string(), out).ok());
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->layers().size(), 1u);
+  const RawTensor* raw = (*ckpt)->FindRawTensor("transformer.h.0.mlp.act.scales");
+  ASSERT_NE(raw, nullptr);
+  EXPECT_EQ(raw->shape, std::vector<int64_t>{64});
+  fs::remove_all(dir);
 }
 
 // MXFP4 (the case of the issue): <prefix>_scales without <prefix>_blocks beside a complete

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -40,6 +41,21 @@ TEST(LeasePoolTest, LeasesAreDistinctAndReturned) {
     EXPECT_EQ(pool.free_count(), 0u);
   }
   EXPECT_EQ(pool.free_count(), 3u);
+}
+
+TEST(LeasePoolTest, TryAcquireLendsAFreeItemOrNothing) {
+  std::vector<std::unique_ptr<int>> items;
+  items.push_back(std::make_unique<int>(7));
+  LeasePool<int> pool(std::move(items));
+  {
+    std::optional<LeasePool<int>::Lease> lease = pool.TryAcquire();
+    ASSERT_TRUE(lease.has_value());
+    EXPECT_EQ(**lease, 7);
+    EXPECT_EQ(pool.free_count(), 0u);
+    EXPECT_FALSE(pool.TryAcquire().has_value());
+  }
+  EXPECT_EQ(pool.free_count(), 1u);
+  EXPECT_TRUE(pool.TryAcquire().has_value());
 }
 
 TEST(LeasePoolTest, MoreCallersThanItemsNeverShareOne) {

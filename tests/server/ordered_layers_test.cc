@@ -188,9 +188,9 @@ absl::Status FakeCall(FakeGpus& gpus, const std::vector<int>& gpus_of_part,
   }
   return RunOrderedParts(sink, parts, [&](size_t k, LayersSink& part_sink, PartTurn& turn) {
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms[k]));
-    if (absl::Status s = turn.Wait(); !s.ok()) return s;
-    LeasePool<int>::Lease slot = gpus.pools[static_cast<size_t>(gpus_of_part[k])]->Acquire();
-    turn.Took();
+    absl::StatusOr<LeasePool<int>::Lease> slot =
+        TakeInTurn(*gpus.pools[static_cast<size_t>(gpus_of_part[k])], &turn, "slot");
+    if (!slot.ok()) return slot.status();
     return FakePart(k, 1, part_sink, parts.size());
   });
 }
@@ -246,6 +246,60 @@ TEST(RunOrderedPartsTest, ManyConcurrentCallsOverTwoGpusOfThreeSlotsFinish) {
     for (std::thread& th : threads) th.join();
   })) << "deadlock";
   EXPECT_EQ(failures->load(), 0);
+}
+
+// Part 0's GPU fails after it took its slot, and the backend runs it again on the other GPU,
+// whose only slot part 1 holds while it waits for part 0: the retry takes a free slot or none
+// (UNAVAILABLE), never waits, so the call ends instead of hanging.
+TEST(RunOrderedPartsTest, APartRunAgainAfterItsGpuFailedDoesNotWaitForASlot) {
+  auto gpus = std::make_shared<FakeGpus>(2, 1);
+  auto status = std::make_shared<absl::Status>();
+  auto retry = std::make_shared<absl::Status>();
+  ASSERT_TRUE(FinishesWithin(std::chrono::seconds(20), [gpus, status, retry] {
+    RecordingSink sink;
+    const std::vector<OrderedPart> parts = {{0, 0}, {1, 2}};
+    *status = RunOrderedParts(sink, parts, [&](size_t k, LayersSink& part_sink, PartTurn& turn) {
+      if (k == 1) {
+        absl::StatusOr<LeasePool<int>::Lease> slot = TakeInTurn(*gpus->pools[1], &turn, "slot");
+        if (!slot.ok()) return slot.status();
+        return FakePart(k, 1, part_sink, parts.size());
+      }
+      {
+        absl::StatusOr<LeasePool<int>::Lease> first = TakeInTurn(*gpus->pools[0], &turn, "slot");
+        if (!first.ok()) return first.status();
+      }  // GPU 0 failed: its slot is given back
+      EXPECT_TRUE(turn.took());
+      while (gpus->pools[1]->free_count() != 0) {  // until part 1 holds GPU 1's slot
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      absl::StatusOr<LeasePool<int>::Lease> again =
+          TakeInTurn(*gpus->pools[1], &turn, "slot of gpu 1");
+      *retry = again.status();
+      if (!again.ok()) return again.status();
+      return FakePart(k, 1, part_sink, parts.size());
+    });
+  })) << "deadlock: the retried part waits for the slot its own later part holds";
+  EXPECT_EQ(retry->code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(retry->message()), ::testing::HasSubstr("no slot of gpu 1 is free"));
+  EXPECT_EQ(status->code(), absl::StatusCode::kUnavailable);
+  // With a slot free on the other GPU the retry runs.
+  auto free_gpus = std::make_shared<FakeGpus>(2, 2);
+  auto ok = std::make_shared<absl::Status>();
+  ASSERT_TRUE(FinishesWithin(std::chrono::seconds(20), [free_gpus, ok] {
+    RecordingSink sink;
+    const std::vector<OrderedPart> parts = {{0, 0}, {1, 2}};
+    *ok = RunOrderedParts(sink, parts, [&](size_t k, LayersSink& part_sink, PartTurn& turn) {
+      if (k == 0) {
+        absl::StatusOr<LeasePool<int>::Lease> first =
+            TakeInTurn(*free_gpus->pools[0], &turn, "slot");
+        if (!first.ok()) return first.status();
+      }
+      absl::StatusOr<LeasePool<int>::Lease> slot = TakeInTurn(*free_gpus->pools[1], &turn, "slot");
+      if (!slot.ok()) return slot.status();
+      return FakePart(k, 1, part_sink, parts.size());
+    });
+  }));
+  EXPECT_TRUE(ok->ok()) << *ok;
 }
 
 // A part waiting for its turn when an earlier part fails takes nothing: CANCELLED.

@@ -236,12 +236,12 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
   const Clock::time_point queue_start = Clock::now();
   // A part of a call cut over several workers takes its slot only once the parts before it hold
   // theirs (PartTurn: else later parts waiting in their sink calls can hold every slot that the
-  // call's first part, or another call's, needs).
-  if (turn != nullptr) {
-    if (absl::Status s = turn->Wait(); !s.ok()) return s;
-  }
-  LeasePool<RequestSlot>::Lease slot = slots_.Acquire();
-  if (turn != nullptr) turn->Took();
+  // call's first part, or another call's, needs); run again after its GPU failed, it takes a free
+  // slot or none.
+  absl::StatusOr<LeasePool<RequestSlot>::Lease> taken =
+      TakeInTurn(slots_, turn, absl::StrCat("request slot of cuda:", options_.device));
+  if (!taken.ok()) return taken.status();
+  LeasePool<RequestSlot>::Lease slot = *std::move(taken);
   times.queue = SecondsSince(queue_start);
   cudaStream_t stream = slot->stream.get();
 

@@ -777,6 +777,9 @@ class Client:
                                                        device_id=device_id, offset=offset,
                                                        byte_size=byte_size),
                     self._timeout if timeout is ... else timeout)
+        # A new region may be the first call to a server that restarted within
+        # SERVER_FACTS_SECONDS (other GPUs, other modes): the next checks ask again.
+        self._forget_server_facts()
 
     def unregister_cuda_shared_memory(
             self, name: str = "", *,
