@@ -113,6 +113,14 @@ TEST(InlineTensorTest, TensorsByRoleErrorsNameTheRoleOrFormat) {
             "'compressed_tensors', 'fp8_block', 'compressed_tensors_fp8', 'mxfp4'");
 }
 
+// Appends role `role` of `bytes` zero bytes to an inline request's tensors.
+v1::RoleBytes* AddRole(v1::InlinePackedTensor& packed, const char* role, size_t bytes) {
+  v1::RoleBytes* t = packed.add_tensors();
+  t->set_role(role);
+  t->mutable_data()->assign(bytes, '\0');
+  return t;
+}
+
 // An inline GPTQ layer (K = 64, N = 8, G = 32, 4 bits, gptq_v2 zeros, with g_idx: what inline
 // requests carry): qweight (8, 8) int32, qzeros (2, 1), scales (2, 8) fp16, g_idx (64). Its
 // stored values are checked as at checkpoint load.
@@ -123,12 +131,7 @@ TEST(InlineTensorTest, GptqByRoleHasItsShapeAndItsGidxChecked) {
   packed.set_in_features(64);
   packed.set_out_features(8);
   packed.set_group_size(32);
-  const auto add = [&](const char* role, size_t bytes) {
-    v1::RoleBytes* t = packed.add_tensors();
-    t->set_role(role);
-    t->mutable_data()->assign(bytes, '\0');
-    return t;
-  };
+  const auto add = [&](const char* role, size_t bytes) { return AddRole(packed, role, bytes); };
   add("qweight", 8 * 8 * 4);
   add("qzeros", 2 * 1 * 4);
   add("scales", 2 * 8 * 2);
@@ -193,12 +196,7 @@ TEST(InlineTensorTest, CompressedTensorsWithoutOptionalRolesIsSymmetricWithoutGi
   packed.set_out_features(8);
   packed.set_group_size(32);
   packed.set_scale_dtype(v1::DTYPE_FP16);
-  const auto add = [&](const char* role, size_t bytes) {
-    v1::RoleBytes* t = packed.add_tensors();
-    t->set_role(role);
-    t->mutable_data()->assign(bytes, '\0');
-    return t;
-  };
+  const auto add = [&](const char* role, size_t bytes) { return AddRole(packed, role, bytes); };
   add("weight_packed", 8 * 8 * 4);
   add("weight_scale", 8 * 2 * 2);
   v1::RoleBytes* dense = add("weight_shape", 16);
@@ -246,12 +244,7 @@ TEST(InlineTensorTest, CompressedTensorsByRoleHasItsShapeAndItsWeightShapeChecke
   packed.set_out_features(8);
   packed.set_group_size(32);
   packed.set_scale_dtype(v1::DTYPE_BF16);
-  const auto add = [&](const char* role, size_t bytes) {
-    v1::RoleBytes* t = packed.add_tensors();
-    t->set_role(role);
-    t->mutable_data()->assign(bytes, '\0');
-    return t;
-  };
+  const auto add = [&](const char* role, size_t bytes) { return AddRole(packed, role, bytes); };
   add("weight_packed", 8 * 8 * 4);
   add("weight_scale", 8 * 2 * 2);
   add("weight_zero_point", 1 * 2 * 4);
