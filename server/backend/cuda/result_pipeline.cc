@@ -238,8 +238,7 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
   // theirs (PartTurn: else later parts waiting in their sink calls can hold every slot that the
   // call's first part, or another call's, needs); run again after its GPU failed, it takes a free
   // slot or none.
-  absl::StatusOr<LeasePool<RequestSlot>::Lease> taken =
-      TakeInTurn(slots_, turn, absl::StrCat("request slot of cuda:", options_.device));
+  absl::StatusOr<LeasePool<RequestSlot>::Lease> taken = TakeInTurn(slots_, turn, slot_name_);
   if (!taken.ok()) return taken.status();
   LeasePool<RequestSlot>::Lease slot = *std::move(taken);
   times.queue = SecondsSince(queue_start);

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "kernels/cuda/grouped_dequant.h"
 #include "server/backend/backend.h"
@@ -91,7 +92,8 @@ class ResultPipeline {
         slots_(slots),
         buffers_(buffers),
         observer_(observer),
-        label_(std::move(label)) {}
+        label_(std::move(label)),
+        slot_name_(absl::StrCat("request slot of ", label_)) {}
 
   // Computes `job` and delivers it to `sink` in `chunk_bytes` chunks (>= 1): for a `layers` sink
   // (DequantizeLayers) BeginLayer(i) precedes entry i's bytes and every entry is whole; otherwise
@@ -112,6 +114,7 @@ class ResultPipeline {
   DeviceBufferCache& buffers_;
   BackendObserver* const observer_;
   const std::string label_;
+  const std::string slot_name_;  // "request slot of <label>": TakeInTurn's refusal names it
 };
 
 }  // namespace dequantd::cuda
