@@ -110,7 +110,8 @@ def main():
         r = model.dequantd_load_report
         rows.append((f"(a) dequantd.torch.load_model, {attempt} load", seconds, bf16_bytes,
                      f"build {r.build_seconds:.2f} s, allocate {r.allocate_seconds:.2f} s, "
-                     f"dequantize {r.dequantize_seconds:.3f} s ({r.dequantize_calls} calls"
+                     f"dequantize {r.dequantize_seconds:.3f} s (registration "
+                     f"{r.register_seconds:.3f} s; {r.dequantize_calls} calls"
                      f"{', (K, N) staging + device transpose' if r.transposed else ''}), "
                      f"ReadTensor {r.read_seconds:.2f} s ({r.other_bytes / 1e9:.2f} GB), "
                      f"assemble {r.assemble_seconds:.2f} s, in place {r.in_place}"))

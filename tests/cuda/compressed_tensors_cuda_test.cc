@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -29,7 +30,8 @@ namespace {
 namespace ct = compressed_tensors;
 
 // A layer in host memory, one byte buffer per role (TensorSpecOf's bytes): random packed words
-// (every bit pattern), random finite scales, g_idx a random act-order permutation of k / G (each
+// (every bit pattern), random finite scales (`nonfinite`: every fifth scale inf or a NaN with a
+// payload), g_idx a random act-order permutation of k / G (each
 // group keeps G columns) or none, weight_shape (N, K).
 struct HostLayer {
   QuantShape shape;
@@ -43,7 +45,7 @@ struct HostLayer {
   }
 };
 
-HostLayer RandomLayer(const QuantShape& shape, uint32_t seed) {
+HostLayer RandomLayer(const QuantShape& shape, uint32_t seed, bool nonfinite = false) {
   std::mt19937 rng(seed);
   HostLayer h;
   h.shape = shape;
@@ -52,17 +54,25 @@ HostLayer RandomLayer(const QuantShape& shape, uint32_t seed) {
     for (uint8_t& b : h.roles[r]) b = static_cast<uint8_t>(rng());
   }
   auto& scales = h.roles[ct::kWeightScale];
+  // +-inf, quiet and signalling NaNs with payloads, as fp16, bf16 and fp32.
+  const uint32_t special[4][3] = {{0x7C00, 0x7F80, 0x7F800000u},
+                                  {0xFC00, 0xFF80, 0xFF800000u},
+                                  {0x7E15, 0x7FC5, 0x7FC00015u},
+                                  {0xFD01, 0xFF81, 0xFF800101u}};
   if (shape.scale_dtype == DType::kF32) {
     for (size_t i = 0; i < scales.size(); i += 4) {
-      const float s = std::ldexp(static_cast<float>(rng() % 2000) - 1000.0f, -12);
+      float s = std::ldexp(static_cast<float>(rng() % 2000) - 1000.0f, -12);
+      if (nonfinite && (i / 4) % 5 == 0) std::memcpy(&s, &special[(i / 20) % 4][2], 4);
       std::memcpy(&scales[i], &s, 4);
     }
   } else {
+    const bool bf16 = shape.scale_dtype == DType::kBF16;
     for (size_t i = 0; i < scales.size(); i += 2) {
       uint16_t bits;
       std::memcpy(&bits, &scales[i], 2);
       if ((bits & 0x7C00u) == 0x7C00u) bits &= 0xBFFFu;  // no inf / NaN in either dtype
-      if (shape.scale_dtype == DType::kBF16 && (bits & 0x7F80u) == 0x7F80u) bits &= 0xBF7Fu;
+      if (bf16 && (bits & 0x7F80u) == 0x7F80u) bits &= 0xBF7Fu;
+      if (nonfinite && (i / 2) % 5 == 0) bits = static_cast<uint16_t>(special[(i / 10) % 4][bf16]);
       std::memcpy(&scales[i], &bits, 2);
     }
   }
@@ -96,12 +106,14 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 class CompressedTensorsCudaTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(CompressedTensorsCudaTest, EveryVariantBothOrientationsBitExactToTheReference) {
-  DEQUANTD_SKIP_WITHOUT_GPU();
-  const Case& c = GetParam();
+// Every variant, both orientations, fp16/bf16/fp32 scales into fp16/bf16/fp32 against the
+// reference: bit for bit, or with `nonfinite` scales equal up to a NaN's bits
+// (ExpectEqualOrBothNan).
+void CheckEveryVariant(const Case& c, bool nonfinite) {
   for (DType scale : {DType::kF16, DType::kBF16, DType::kF32}) {
-    const HostLayer host = RandomLayer(ct::MakeShape(c.K, c.N, c.G, c.bits, c.flags, scale),
-                                       static_cast<uint32_t>(c.K * 31 + c.N * 7 + c.bits));
+    const HostLayer host =
+        RandomLayer(ct::MakeShape(c.K, c.N, c.G, c.bits, c.flags, scale),
+                    static_cast<uint32_t>(c.K * 31 + c.N * 7 + c.bits), nonfinite);
     std::array<std::unique_ptr<DeviceBuffer>, ct::kRoleCount> device_roles;
     QuantView device;
     for (int r = 0; r < ct::kRoleCount; ++r) {
@@ -135,11 +147,29 @@ TEST_P(CompressedTensorsCudaTest, EveryVariantBothOrientationsBitExactToTheRefer
           std::vector<uint8_t> got(want.size());
           ASSERT_EQ(cudaMemcpy(got.data(), result.get(), got.size(), cudaMemcpyDeviceToHost),
                     cudaSuccess);
-          EXPECT_TRUE(got == want);
+          if (!nonfinite) {
+            EXPECT_TRUE(got == want);
+          } else if (const int64_t n = ExpectEqualOrBothNan(got, want, out); n > 0) {
+            std::printf("  %s: %lld NaN results with other bits than the reference's\n",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                        static_cast<long long>(n));
+          }
         }
       }
     }
   }
+}
+
+TEST_P(CompressedTensorsCudaTest, EveryVariantBothOrientationsBitExactToTheReference) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  CheckEveryVariant(GetParam(), false);
+}
+
+// inf and NaN scales (a checkpoint's bytes are not trusted to be finite): every finite result
+// bit-exact, every NaN of the reference a NaN (its bits may differ; the count is printed).
+TEST_P(CompressedTensorsCudaTest, NonFiniteScalesEqualUpToNanBits) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  CheckEveryVariant(GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(

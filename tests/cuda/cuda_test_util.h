@@ -4,7 +4,9 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/awq_format.h"
@@ -26,6 +28,42 @@ inline bool HaveCudaDevice() {
 
 #define DEQUANTD_SKIP_WITHOUT_GPU() \
   if (!::dequantd::cuda::testing::HaveCudaDevice()) GTEST_SKIP() << "no CUDA device"
+
+// Compares two results of `out` elements: each element's bits equal, or both NaN. A NaN's sign and
+// payload are where a device kernel and the CPU reference may differ (a packed fp16x2 / bf16x2
+// multiply gives the canonical NaN, the reference keeps sign | quiet bit or the payload); a NaN on
+// one side only, or any other difference, fails the test. Returns how many elements are NaN on both
+// sides with different bits.
+inline int64_t ExpectEqualOrBothNan(const std::vector<uint8_t>& got,
+                                    const std::vector<uint8_t>& want, DType out) {
+  EXPECT_EQ(got.size(), want.size());
+  const auto is_nan = [out](uint32_t b) {
+    switch (out) {
+      case DType::kF16:
+        return (b & 0x7C00u) == 0x7C00u && (b & 0x03FFu) != 0;
+      case DType::kBF16:
+        return (b & 0x7F80u) == 0x7F80u && (b & 0x007Fu) != 0;
+      default:
+        return (b & 0x7F800000u) == 0x7F800000u && (b & 0x007FFFFFu) != 0;
+    }
+  };
+  const size_t width = out == DType::kF32 ? 4 : 2;
+  int64_t nan_payloads = 0, other = 0;
+  size_t first = 0;
+  for (size_t i = 0; i + width <= std::min(got.size(), want.size()); i += width) {
+    uint32_t g = 0, w = 0;
+    std::memcpy(&g, &got[i], width);
+    std::memcpy(&w, &want[i], width);
+    if (g == w) continue;
+    if (is_nan(g) && is_nan(w)) {
+      ++nan_payloads;
+    } else if (other++ == 0) {
+      first = i / width;
+    }
+  }
+  EXPECT_EQ(other, 0) << "elements differing other than in a NaN's bits; the first at " << first;
+  return nan_payloads;
+}
 
 // cudaMalloc'd bytes, freed on destruction. ok() is false when the allocation failed.
 class DeviceBuffer {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -23,8 +24,9 @@ namespace dequantd::cuda::testing {
 namespace {
 
 // A GPTQ layer in host memory: random packed words (every bit pattern), random finite scales
-// (some subnormal, some whose products overflow fp16), g_idx a random act-order permutation of
-// k / G (each group keeps G rows) or none.
+// (some subnormal, some whose products overflow fp16) or, `nonfinite`, every fifth scale inf or a
+// NaN with a payload, g_idx a random act-order permutation of k / G (each group keeps G rows) or
+// none.
 struct HostGptq {
   QuantShape shape;
   std::vector<int32_t> qweight, qzeros, g_idx;
@@ -35,7 +37,7 @@ struct HostGptq {
   }
 };
 
-HostGptq RandomGptq(const QuantShape& shape, uint32_t seed) {
+HostGptq RandomGptq(const QuantShape& shape, uint32_t seed, bool nonfinite = false) {
   std::mt19937 rng(seed);
   HostGptq h;
   h.shape = shape;
@@ -47,11 +49,17 @@ HostGptq RandomGptq(const QuantShape& shape, uint32_t seed) {
   h.qweight = words(TensorSpecOf(shape, gptq::kQweight));
   h.qzeros = words(TensorSpecOf(shape, gptq::kQzeros));
   h.scales.resize(static_cast<size_t>(TensorSpecOf(shape, gptq::kScales).elements()));
-  for (uint16_t& s : h.scales) {
+  const bool bf16 = shape.scale_dtype == DType::kBF16;
+  for (size_t i = 0; i < h.scales.size(); ++i) {
     uint16_t bits = static_cast<uint16_t>(rng());
     if ((bits & 0x7C00u) == 0x7C00u) bits &= 0xBFFFu;  // no inf / NaN in either dtype
-    if (shape.scale_dtype == DType::kBF16 && (bits & 0x7F80u) == 0x7F80u) bits &= 0xBF7Fu;
-    s = bits;
+    if (bf16 && (bits & 0x7F80u) == 0x7F80u) bits &= 0xBF7Fu;
+    if (nonfinite && i % 5 == 0) {  // +-inf, quiet and signalling NaNs with payloads
+      const uint16_t special[4][2] = {
+          {0x7C00, 0x7F80}, {0xFC00, 0xFF80}, {0x7E15, 0x7FC5}, {0xFD01, 0xFF81}};
+      bits = special[(i / 5) % 4][bf16 ? 1 : 0];
+    }
+    h.scales[i] = bits;
   }
   if ((shape.format_flags & gptq::kNoGidx) == 0) {
     std::vector<int32_t> order(static_cast<size_t>(shape.K));
@@ -79,12 +87,12 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 class GptqCudaTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(GptqCudaTest, EveryVariantBothOrientationsBitExactToTheReference) {
-  DEQUANTD_SKIP_WITHOUT_GPU();
-  const Case& c = GetParam();
+// Every variant, both orientations, fp16/bf16 scales into fp16/bf16/fp32 against the reference:
+// bit for bit, or with `nonfinite` scales equal up to a NaN's bits (ExpectEqualOrBothNan).
+void CheckEveryVariant(const Case& c, bool nonfinite) {
   for (DType scale : {DType::kF16, DType::kBF16}) {
     const HostGptq host = RandomGptq(gptq::MakeShape(c.K, c.N, c.G, c.bits, c.flags, scale),
-                                     static_cast<uint32_t>(c.K * 31 + c.N * 7 + c.bits));
+                                     static_cast<uint32_t>(c.K * 31 + c.N * 7 + c.bits), nonfinite);
     DeviceBuffer qweight(host.qweight.size() * 4), qzeros(host.qzeros.size() * 4),
         scales(host.scales.size() * 2), g_idx(std::max<size_t>(host.g_idx.size(), 1) * 4);
     ASSERT_TRUE(qweight.ok() && qzeros.ok() && scales.ok() && g_idx.ok());
@@ -124,11 +132,29 @@ TEST_P(GptqCudaTest, EveryVariantBothOrientationsBitExactToTheReference) {
           std::vector<uint8_t> got(want.size());
           ASSERT_EQ(cudaMemcpy(got.data(), result.get(), got.size(), cudaMemcpyDeviceToHost),
                     cudaSuccess);
-          EXPECT_TRUE(got == want);
+          if (!nonfinite) {
+            EXPECT_TRUE(got == want);
+          } else if (const int64_t n = ExpectEqualOrBothNan(got, want, out); n > 0) {
+            std::printf("  %s: %lld NaN results with other bits than the reference's\n",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                        static_cast<long long>(n));
+          }
         }
       }
     }
   }
+}
+
+TEST_P(GptqCudaTest, EveryVariantBothOrientationsBitExactToTheReference) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  CheckEveryVariant(GetParam(), false);
+}
+
+// inf and NaN scales (a checkpoint's bytes are not trusted to be finite): every finite result
+// bit-exact, every NaN of the reference a NaN (its bits may differ; the count is printed).
+TEST_P(GptqCudaTest, NonFiniteScalesEqualUpToNanBits) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  CheckEveryVariant(GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(

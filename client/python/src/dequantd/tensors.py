@@ -33,6 +33,7 @@ import dataclasses
 import itertools
 import os
 import threading
+import time
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -505,6 +506,9 @@ class RegionCache:
         self._lock = threading.RLock()
         self._regions: Dict[Tuple[int, int], _Region] = {}
         self._closed = False
+        # Seconds spent registering allocations (export + RegisterCudaSharedMemory), summed over
+        # this cache's life: what a caller subtracts to see a call's own time (load_model).
+        self.register_seconds = 0.0
 
     def names(self) -> List[str]:
         with self._lock:
@@ -571,8 +575,10 @@ class RegionCache:
     def _register(self, allocation: _cuda.Allocation) -> _Region:
         client = self._client()
         name = f"dequantd-py.{os.getpid()}.{id(self):x}.{next(_names)}"
+        t0 = time.perf_counter()
         client.register_cuda_shared_memory(name, _cuda.ipc_handle(allocation),
                                            allocation.device, allocation.size, offset=0)
+        self.register_seconds += time.perf_counter() - t0
         return _Region(name, allocation)
 
     def forget(self, names: Sequence[str]) -> None:

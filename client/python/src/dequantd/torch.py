@@ -51,7 +51,8 @@ _FLOATING = ("F16", "BF16", "F32", "F64")
 @dataclasses.dataclass
 class LoadReport:
     """What load_model did: seconds per phase (`build`: meta model; `allocate`: parameter
-    memory; `dequantize`: every quantized layer, registration included; `read`: every other
+    memory; `dequantize`: every quantized layer, registration included (`register`: the part of
+    it spent exporting and registering the parameters' memory with the server); `read`: every other
     tensor; `assemble`: those tensors made the parameters of the model built in `build`, tied,
     its buffers moved to the device), the bytes written per
     kind, the number of calls, whether the layers went through a (K, N) staging buffer and a
@@ -61,6 +62,7 @@ class LoadReport:
     build_seconds: float = 0.0
     allocate_seconds: float = 0.0
     dequantize_seconds: float = 0.0
+    register_seconds: float = 0.0
     read_seconds: float = 0.0
     total_seconds: float = 0.0
     layer_bytes: int = 0
@@ -328,6 +330,9 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
         torch.cuda.synchronize(device)
     report.allocate_seconds = time.perf_counter() - t0
 
+    # pylint: disable-next=protected-access
+    regions = client._regions_cache() if device.type == "cuda" else None
+    registered = regions.register_seconds if regions is not None else 0.0
     t0 = time.perf_counter()
     if nk:
         client.dequantize_into_tensors({layer.name: params[name] for name, layer in quantized},
@@ -356,6 +361,8 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     report.dequantize_seconds = time.perf_counter() - t0
+    if regions is not None:
+        report.register_seconds = regions.register_seconds - registered
     report.layers = len(quantized)
     report.layer_bytes = total * element
 
