@@ -8,7 +8,8 @@
 //             clients; over TCP loopback and a Unix socket. The client receives every byte into
 //             memory (ParallelClient::DequantizeInto, client/ranged_fetch.h).
 // With --model_blocks, whole-model rows follow (model_rows.h): DequantizeLayers of a
-// Llama-3-8B-shaped model into the client's memory over S streams, the file system's write rate,
+// Llama-3-8B-shaped (or, --model_shape=llama-70b, 70B-shaped) model into the client's memory over
+// S streams, the file system's write rate,
 // and dequantctl's safetensors writing. Rows of --profile_min_mb or more carry a per-thread CPU
 // profile of the server process and of this (client) process (thread_profile.h). The raw stream
 // server runs in its own process (this program with --serve_raw), like dequantd.
@@ -80,6 +81,10 @@ ABSL_FLAG(double, profile_min_mb, 64,
           "rows of at least this many MB get a per-thread CPU profile (server and client)");
 ABSL_FLAG(int, model_blocks, 0,
           "whole-model rows: blocks of the Llama-3-8B-shaped model (32 = 224 layers); 0 = none");
+ABSL_FLAG(std::string, model_shape, "llama-8b",
+          "whole-model rows: llama-8b (32 blocks = 224 layers, 14 GB of fp16: received into one "
+          "buffer, file and dequantctl rows) or llama-70b (80 blocks = 560 layers, 137 GB of fp16: "
+          "received into one reused buffer per stream, memory rows only)");
 ABSL_FLAG(
     int, model_shrink, 1,
     "divide every dimension of the model's layers by this: 1 (the real shapes), 2, 4, 8 or 16");
@@ -334,6 +339,10 @@ int Main() {
     std::cerr << "--region_rows_only needs --region_model=sizes or llama-8b\n";
     return 2;
   }
+  if (const std::string m = absl::GetFlag(FLAGS_model_shape); m != "llama-8b" && m != "llama-70b") {
+    std::cerr << "--model_shape must be llama-8b or llama-70b, not \"" << m << "\"\n";
+    return 2;
+  }
   const std::string memory_limit = absl::GetFlag(FLAGS_device_memory_limit);
   int64_t memory_limit_bytes = 0;
   if (!memory_limit.empty() && memory_limit != "half" &&
@@ -355,7 +364,9 @@ int Main() {
   const std::vector<SyntheticLayer> layers = MakeLayers(sizes, 42);
   // The whole model (--model_blocks) shares the checkpoint with the sized layers.
   const int blocks = std::max(0, absl::GetFlag(FLAGS_model_blocks));
-  const SyntheticModel model = MakeLlamaShapedModel(blocks, absl::GetFlag(FLAGS_model_shrink), 43);
+  const bool model_70b = absl::GetFlag(FLAGS_model_shape) == "llama-70b";
+  const SyntheticModel model = MakeLlamaModel(model_70b ? kLlama70B : kLlama8B, blocks,
+                                              absl::GetFlag(FLAGS_model_shrink), 43);
   std::vector<std::string> names = model.names;
   std::vector<const SyntheticLayer*> data;
   for (size_t d : model.data_of) data.push_back(&model.distinct[d]);
@@ -541,7 +552,8 @@ int Main() {
       options.trials = std::max(1, absl::GetFlag(FLAGS_model_trials));
       options.out_dir =
           absl::GetFlag(FLAGS_model_out_dir).empty() ? work : absl::GetFlag(FLAGS_model_out_dir);
-      options.file_rows = transport == transports.back();  // once: the file is the limit there
+      options.file_rows = transport == transports.back() && !model_70b;  // once: the file's rate
+      options.reused_buffer = model_70b;
       for (absl::string_view v :
            absl::StrSplit(absl::GetFlag(FLAGS_model_streams), ',', absl::SkipEmpty())) {
         int n = 0;

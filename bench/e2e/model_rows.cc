@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -89,9 +90,17 @@ class Profiler {
   Clock::time_point start_;
 };
 
-// DequantizeLayers of every layer over `streams` streams into `buffer`.
+// Where a fetch puts each layer's bytes: `into(stream, layer)` is the destination of `layer`'s
+// result arriving on `stream` (layout.sizes[layer] bytes); `done(stream, layer)`, when set, runs
+// once that layer's last byte has arrived (a stream's layers arrive one after another).
+struct Destination {
+  std::function<uint8_t*(size_t stream, size_t layer)> into;
+  std::function<absl::Status(size_t stream, size_t layer)> done;
+};
+
+// DequantizeLayers of every layer over `streams` streams into `dest`.
 absl::Status FetchModel(ParallelClient& clients, const SyntheticModel& model, const Layout& layout,
-                        int streams, std::vector<uint8_t>& buffer) {
+                        int streams, const Destination& dest) {
   const std::vector<std::vector<size_t>> split = SplitLayers(layout.sizes, streams);
   std::vector<std::vector<std::string>> subsets;
   for (const std::vector<size_t>& subset : split) {
@@ -101,6 +110,7 @@ absl::Status FetchModel(ParallelClient& clients, const SyntheticModel& model, co
   v1::DequantizeLayersRequest request;
   request.set_output_dtype(v1::DTYPE_FP16);
   std::vector<size_t> current(subsets.size(), 0);
+  std::vector<int64_t> received(subsets.size(), 0);
   absl::StatusOr<std::vector<v1::DequantizeHeader>> headers =
       FetchLayerSubsets(clients.clients(), request, subsets, [&](size_t stream) {
         LayersSink sink;
@@ -110,6 +120,7 @@ absl::Status FetchModel(ParallelClient& clients, const SyntheticModel& model, co
             return absl::DataLossError(absl::StrCat("unexpected layer ", header.tensor()));
           }
           current[stream] = it->second;
+          received[stream] = 0;
           return absl::OkStatus();
         };
         sink.on_chunk = [&, stream](int64_t offset, absl::Span<const uint8_t> data) {
@@ -117,7 +128,9 @@ absl::Status FetchModel(ParallelClient& clients, const SyntheticModel& model, co
           if (offset < 0 || offset + static_cast<int64_t>(data.size()) > layout.sizes[layer]) {
             return absl::DataLossError("a chunk past its layer's end");
           }
-          std::memcpy(buffer.data() + layout.offsets[layer] + offset, data.data(), data.size());
+          std::memcpy(dest.into(stream, layer) + offset, data.data(), data.size());
+          received[stream] += static_cast<int64_t>(data.size());
+          if (dest.done && received[stream] == layout.sizes[layer]) return dest.done(stream, layer);
           return absl::OkStatus();
         };
         return sink;
@@ -130,11 +143,14 @@ absl::Status FetchModel(ParallelClient& clients, const SyntheticModel& model, co
   return absl::OkStatus();
 }
 
-ModelRow MemoryRow(const SyntheticModel& model, const std::vector<std::vector<uint8_t>>& reference,
-                   const Layout& layout, std::vector<uint8_t>& buffer,
-                   const ModelRowsOptions& options, int streams) {
+// One memory row: a warm-up fetch, then options.trials timed ones, each into `dest`; `correct`
+// (run after the warm-up and after the last trial) says whether the bytes were right.
+ModelRow TimeFetches(const SyntheticModel& model, const Layout& layout,
+                     const ModelRowsOptions& options, int streams, const std::string& what,
+                     const Destination& warm_up, const Destination& timed,
+                     const std::function<bool()>& correct) {
   ModelRow row;
-  row.what = "DequantizeLayers -> client memory";
+  row.what = what;
   row.transport = options.transport;
   row.streams = streams;
   row.bytes = layout.total;
@@ -147,27 +163,65 @@ ModelRow MemoryRow(const SyntheticModel& model, const std::vector<std::vector<ui
     row.error = clients.status().ToString();
     return row;
   }
-  std::fill(buffer.begin(), buffer.end(), 0);
-  if (absl::Status s = FetchModel(**clients, model, layout, streams, buffer); !s.ok()) {
+  if (absl::Status s = FetchModel(**clients, model, layout, streams, warm_up); !s.ok()) {
     row.error = s.ToString();
     return row;
   }
-  row.correct = BufferCorrect(model, reference, layout, buffer);  // the warm-up's bytes
+  row.correct = correct();
   std::vector<double> times;
   Profiler profiler(options.server_pid);
   for (int t = 0; t < options.trials; ++t) {
     const Clock::time_point start = Clock::now();
-    if (absl::Status s = FetchModel(**clients, model, layout, streams, buffer); !s.ok()) {
+    if (absl::Status s = FetchModel(**clients, model, layout, streams, timed); !s.ok()) {
       row.error = s.ToString();
       break;
     }
     times.push_back(Seconds(start));
   }
   row.profile = profiler.Finish();
-  row.correct = row.correct && BufferCorrect(model, reference, layout, buffer);
+  row.correct = row.correct && correct();
   row.p50 = Median(times);
   row.gbps = row.p50 > 0 ? static_cast<double>(row.bytes) / row.p50 / 1e9 : 0;
   return row;
+}
+
+// Every layer into its place in `buffer` (the whole model), checked after the warm-up and after
+// the last trial.
+ModelRow MemoryRow(const SyntheticModel& model, const std::vector<std::vector<uint8_t>>& reference,
+                   const Layout& layout, std::vector<uint8_t>& buffer,
+                   const ModelRowsOptions& options, int streams) {
+  std::fill(buffer.begin(), buffer.end(), 0);
+  Destination dest;
+  dest.into = [&](size_t, size_t layer) { return buffer.data() + layout.offsets[layer]; };
+  return TimeFetches(model, layout, options, streams, "DequantizeLayers -> client memory", dest,
+                     dest, [&] { return BufferCorrect(model, reference, layout, buffer); });
+}
+
+// Models larger than host memory: each stream receives into one buffer of the largest layer,
+// reused for every layer it gets. In the warm-up every layer is compared with its reference the
+// moment its last byte arrives (every byte checked); the timed fetches only receive.
+ModelRow ReusedMemoryRow(const SyntheticModel& model,
+                         const std::vector<std::vector<uint8_t>>& reference, const Layout& layout,
+                         const ModelRowsOptions& options, int streams) {
+  const int64_t largest = *std::max_element(layout.sizes.begin(), layout.sizes.end());
+  std::vector<std::vector<uint8_t>> buffers(static_cast<size_t>(streams),
+                                            std::vector<uint8_t>(static_cast<size_t>(largest), 0));
+  std::atomic<int64_t> wrong{0}, checked{0};
+  Destination timed;
+  timed.into = [&](size_t stream, size_t) { return buffers[stream].data(); };
+  Destination warm_up = timed;
+  warm_up.done = [&](size_t stream, size_t layer) {
+    const std::vector<uint8_t>& want = reference[model.data_of[layer]];
+    if (std::memcmp(buffers[stream].data(), want.data(), want.size()) != 0) ++wrong;
+    std::fill_n(buffers[stream].begin(), want.size(), uint8_t{0});  // the next layer's bytes
+    ++checked;
+    return absl::OkStatus();
+  };
+  return TimeFetches(
+      model, layout, options, streams,
+      "DequantizeLayers -> client memory (one reused buffer per stream)", warm_up, timed, [&] {
+        return wrong.load() == 0 && checked.load() == static_cast<int64_t>(model.names.size());
+      });
 }
 
 // Writes `data` to a new file `path` with `threads` threads (1: write() in order; more: disjoint
@@ -306,8 +360,14 @@ std::vector<ModelRow> MeasureModel(const SyntheticModel& model,
                                    const std::vector<std::vector<uint8_t>>& reference,
                                    const ModelRowsOptions& options) {
   const Layout layout = LayoutOf(model);
-  std::vector<uint8_t> buffer(static_cast<size_t>(layout.total), 0);
   std::vector<ModelRow> rows;
+  if (options.reused_buffer) {
+    for (int streams : options.streams) {
+      rows.push_back(ReusedMemoryRow(model, reference, layout, options, streams));
+    }
+    return rows;
+  }
+  std::vector<uint8_t> buffer(static_cast<size_t>(layout.total), 0);
   for (int streams : options.streams) {
     rows.push_back(MemoryRow(model, reference, layout, buffer, options, streams));
   }

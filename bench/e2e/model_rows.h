@@ -1,5 +1,5 @@
 // The whole-model rows of the end-to-end benchmark (issue 8): DequantizeLayers of every layer of
-// a synthetic Llama-3-8B-shaped model (synthetic_model.h) from a running dequantd,
+// a synthetic Llama-3-8B- or 70B-shaped model (synthetic_model.h) from a running dequantd,
 //   memory       over S streams (FetchLayerSubsets, client/ranged_fetch.h: a subset of the
 //                layers per stream, each on its own connection) into one buffer of the whole
 //                model in the client's memory;
@@ -42,6 +42,10 @@ struct ModelRowsOptions {
   int trials = 1;            // timed repetitions per row (after one untimed warm-up)
   std::string out_dir;       // where the file rows write (e.g. /dev/shm), removed after
   bool file_rows = true;     // also the file-system and dequantctl rows
+  // Models larger than host memory (70B-shaped: 137 GB of fp16): the memory rows receive into one
+  // buffer of the largest layer per stream, reused, each layer compared with its reference as it
+  // completes in the untimed warm-up; no file rows.
+  bool reused_buffer = false;
   // The raw gRPC ceiling (GB/s) of `streams` streams on this transport, 0 if not measured.
   std::function<double(int streams)> stream_ceiling;
 };
