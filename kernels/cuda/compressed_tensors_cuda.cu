@@ -187,7 +187,7 @@ struct CtNkInt4PairChunks {
 template <DType kScale, DType kOut>
 absl::Status LaunchCtNkChunks(const CompressedTensorsParams& p, cudaStream_t stream) {
   const bool gidx = p.weight_g_idx != nullptr;
-  if constexpr (kScale != DType::kF32 && kUnverifiedKernels) {
+  if constexpr (kScale != DType::kF32) {
     if (p.bits == 4 && !gidx && p.K < (int64_t{1} << 31) && p.group_size < (int64_t{1} << 31)) {
       return LaunchRowChunks<CtNkInt4PairChunks<kScale>, kOut>(p, p.N, p.K, stream);
     }

@@ -37,15 +37,6 @@ std::vector<KernelVariant> VariantsOf(Format format);
 inline constexpr int kV4MaxBlockSize = 512;
 inline constexpr int kV4MaxTileWords = 16;
 
-// Kernels written but not yet run on a GPU (the nibble-pair decodes of compressed-tensors int4
-// (N, K), GPTQ (K, N) and MXFP4 (E, K, N), 2026-12-05): compiled always, launched only in a build
-// configured with -DDEQUANTD_UNVERIFIED_KERNELS=ON, which exists to run cuda_test and
-// dequantd_bench on them; the default build launches the kernels measured on the H200.
-#ifndef DEQUANTD_UNVERIFIED_KERNELS
-#define DEQUANTD_UNVERIFIED_KERNELS 0
-#endif
-inline constexpr bool kUnverifiedKernels = DEQUANTD_UNVERIFIED_KERNELS != 0;
-
 // The configuration used when nothing is tuned (the default LaunchConfig for a variant the
 // format does not implement).
 LaunchConfig DefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype);

@@ -378,86 +378,17 @@ __global__ void __launch_bounds__(kBlock) GptqKnChunkKernel(GptqParams p) {
   }
 }
 
-#if !DEQUANTD_UNVERIFIED_KERNELS
-// The (K, N) chunk kernel measured on the H200 (84.5 / 88.7 % of a device copy, bf16) and run
-// by default until GptqKnChunkKernel (above, the nibble-pair decode) has passed cuda_test on a
-// GPU: build with -DDEQUANTD_UNVERIFIED_KERNELS=ON to run that one instead (kernels/cuda/NOTES.md).
-// float(q - z) * s for 4-bit fields q and z as ((2^23 + q) - (2^23 + z)) * s: both terms are
-// exact floats (their low mantissa bits hold q and z: no I2F), so the difference is q - z exactly
-// and this equals GptqElement's __int2float_rn(q - z) * s bit for bit.
-__device__ __forceinline__ float Dequant4(uint32_t q, uint32_t z, float s) {
-  return (__uint_as_float(0x4B000000u | q) - __uint_as_float(0x4B000000u | z)) * s;
-}
-
-// (K, N): thread (kw, c) takes qweight words (kw, [8c, 8c + 8)) (fp32: [4c, 4c + 4)), one 32-byte
-// (16-byte) load, and stores their 8 result rows k = 8 kw + j as one 16-byte chunk each;
-// consecutive threads take consecutive c (512 contiguous bytes per store instruction). The 8
-// rows' groups are read first, then every zero word and scale vector at once (no load waits on
-// another but for the groups). Grid x the chunks of a row, grid y the qweight rows (a grid-stride
-// loop past 65535).
-template <DType kScale, DType kOut>
-__global__ void __launch_bounds__(kBlock) GptqKnF32ChunkKernel(GptqParams p) {
-  constexpr int kValues = kChunk<kOut>;
-  using ScaleVec = std::conditional_t<kValues == 8, uint4, uint2>;  // kValues 16-bit scales
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
-  if (c * kValues >= p.N) return;
-  const int64_t n0 = c * kValues;
-  const int64_t words_k = p.K / 8;
-  for (int64_t kw = blockIdx.y; kw < words_k; kw += gridDim.y) {
-    uint32_t q[kValues];
-    const auto* src = reinterpret_cast<const uint4*>(p.qweight + kw * p.N + n0);
-#pragma unroll
-    for (int h = 0; h < kValues / 4; ++h) {
-      const uint4 w = __ldg(src + h);
-      q[4 * h] = w.x;
-      q[4 * h + 1] = w.y;
-      q[4 * h + 2] = w.z;
-      q[4 * h + 3] = w.w;
-    }
-    // Without g_idx the word's 8 rows share one group (group_size % 8 == 0, launcher).
-    const int64_t word_group = static_cast<uint32_t>(kw * 8) / static_cast<uint32_t>(p.group_size);
-    int64_t g[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) g[j] = p.g_idx == nullptr ? word_group : GptqGroup(p, kw * 8 + j);
-    uint32_t zw[8];
-    ScaleVec sv[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      zw[j] = GptqZeroWord4(p, g[j], n0 / 8);
-      sv[j] = __ldg(reinterpret_cast<const ScaleVec*>(static_cast<const uint16_t*>(p.scales) +
-                                                      g[j] * p.N + n0));
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      uint16_t sb[kValues];
-      std::memcpy(sb, &sv[j], sizeof(sb));
-      float v[kValues];
-#pragma unroll
-      for (int i = 0; i < kValues; ++i) {
-        v[i] = Dequant4((q[i] >> (4 * j)) & 0xFu, ZeroField(zw[j], n0 + i),
-                        ScaleBitsToFloat<kScale>(sb[i]));
-      }
-      static_cast<uint4*>(p.out)[(kw * 8 + j) * p.N / kValues + c] = PackChunk<kOut>(v);
-    }
-  }
-}
-#endif  // !DEQUANTD_UNVERIFIED_KERNELS
-
 // Launches GptqKnChunkKernel for the layer's g_idx.
 template <DType kScale, DType kOut>
 absl::Status LaunchGptqKnChunks(const GptqParams& p, cudaStream_t stream) {
   const int64_t chunks = p.N / kChunk<kOut>;
   const dim3 grid(static_cast<unsigned>((chunks + kBlock - 1) / kBlock),
                   static_cast<unsigned>(std::min<int64_t>(p.K / 8, 65535)));
-#if DEQUANTD_UNVERIFIED_KERNELS
   if (p.g_idx != nullptr) {
     GptqKnChunkKernel<kScale, kOut, true><<<grid, kBlock, 0, stream>>>(p);
   } else {
     GptqKnChunkKernel<kScale, kOut, false><<<grid, kBlock, 0, stream>>>(p);
   }
-#else
-  GptqKnF32ChunkKernel<kScale, kOut><<<grid, kBlock, 0, stream>>>(p);
-#endif
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -539,9 +470,9 @@ absl::Status GptqLaunch(KernelVariant v, const LaunchConfig&, const QuantView& i
   // Both read whole 16-byte vectors of a scale row (N % 8 == 0, 16-byte aligned scales).
   const bool v4_loads = p.N % 8 == 0 && Aligned16(p.scales) && Aligned16(p.qweight);
   const bool nk_tiles = v4 && v4_loads && p.nk && ChunkAligned(out, p.K, out_dtype);
-  // (GptqKnChunkKernel's 32-bit column arithmetic needs N < 2^31; the measured default does not.)
-  const bool kn_chunks = v4 && v4_loads && !p.nk && ChunkAligned(out, p.N, out_dtype) &&
-                         (!kUnverifiedKernels || p.N < (int64_t{1} << 31));
+  // (GptqKnChunkKernel's column arithmetic is 32-bit: N < 2^31.)
+  const bool kn_chunks =
+      v4 && v4_loads && !p.nk && ChunkAligned(out, p.N, out_dtype) && p.N < (int64_t{1} << 31);
   return DispatchDTypes<DType::kF16, DType::kBF16>(
       shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
         constexpr DType kScale = decltype(scale_c)::value;

@@ -4,17 +4,14 @@
 //   v4_vec16:       16-byte aligned blocks and out, and whole 16-byte result chunks per row:
 //                   (E, N, K) runs RowChunkKernel (row_chunk_kernel.cuh) over the E*N rows, one
 //                   thread per 16-byte chunk (one 4- or 2-byte load of blocks, one scale, one
-//                   16-byte store); (E, K, N) (N % 8 == 0) with fp16 / bf16 results runs
-//                   Mxfp4KnColumnKernel (8 block rows x 1 block per thread, transposed in
-//                   registers, no shared memory); with fp32 results (N % 4 == 0) a shared-memory
-//                   transpose: a 128-thread block takes 128 rows n of one expert and two blocks
-//                   (64 inputs k) of each, one thread per row n (two 16-byte loads: a whole
-//                   32-byte sector), decodes them into a 64 x 128 tile of rounded outputs and
-//                   stores it in 16-byte chunks, consecutive threads along a result row. Other
-//                   shapes run v1's loop.
-// Both take no launch parameters (64-bit indices; grid-stride loops but for the column kernel, one
-// thread per unit). Every path computes mxfp4::Element and rounds it once (mxfp4_decode.cuh), or
-// (the column kernel's packed path) a multiply proven equal to that (kernels/mxfp4_pairs.h).
+//                   16-byte store); (E, K, N) (N % chunk == 0) a shared-memory transpose: a
+//                   128-thread block takes 128 rows n of one expert and two blocks (64 inputs k) of
+//                   each, one thread per row n (two 16-byte loads: a whole 32-byte sector), decodes
+//                   them into a 64 x 128 tile of rounded outputs and stores it in 16-byte chunks,
+//                   consecutive threads along a result row. Other shapes run v1's loop.
+// Both take no launch parameters (64-bit indices, grid-stride loops). Every path computes
+// mxfp4::Element and rounds it once (mxfp4_decode.cuh). (A register-transpose (E, K, N) kernel
+// with packed multiplies was measured slower, 2026-12-05: kernels/cuda/NOTES.md.)
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -26,12 +23,10 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
-#include "kernels/cuda/half2_pairs.cuh"
 #include "kernels/cuda/launch_helpers.cuh"
 #include "kernels/cuda/mxfp4_decode.cuh"
 #include "kernels/cuda/row_chunk_kernel.cuh"
 #include "kernels/mxfp4_format.h"
-#include "kernels/mxfp4_pairs.h"
 
 namespace dequantd::cuda {
 namespace {
@@ -172,91 +167,6 @@ __global__ void Mxfp4KnTileKernel(Mxfp4Params p) {
   }
 }
 
-// (E, K, N) for fp16 / bf16 results, without shared memory: thread (e, g, c) takes block g (inputs
-// k [32 g, 32 g + 32)) of the 8 block rows n [8 c, 8 c + 8) of expert e (eight 16-byte loads, one
-// scale each) and writes its 32 result rows k as one 16-byte chunk of those 8 columns each (the
-// transpose is done in registers: result row k of column pair (2i, 2i + 1) is input k of rows 2i
-// and 2i + 1, two bytes that one prmt brings together, kernels/mxfp4_pairs.h). Lanes 2l and
-// 2l + 1 take blocks 2G and 2G + 1 of the same rows, so each warp load reads 16 whole 32-byte
-// sectors and each warp store writes two 256-byte runs (rows 32 (2G) + j and 32 (2G + 1) + j).
-// Values: the E2M1 table value times 2^(s - 127) by one packed multiply in the output dtype,
-// equal to round_out(Element) whenever the scale is a value of that dtype (mxfp4_pairs.h); a
-// thread with another scale among its 8 (0xFF; fp16 beyond 2^-24 .. 2^15) writes every value
-// through Element and RoundOutBits instead, re-reading its bytes (rare: real scales are near 1).
-// Grid: x the (column group, block parity) pairs, 128 per block; y the block pairs; z the experts.
-constexpr int kColumnThreads = 128;
-
-// Word w of a 16-byte vector (a template: only Mxfp4KnColumnKernel's instances use it).
-template <typename Vec = uint4>
-__device__ __forceinline__ uint32_t WordOf(const Vec& v, int w) {
-  return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
-}
-
-template <DType kOut>
-__global__ void __launch_bounds__(kColumnThreads) Mxfp4KnColumnKernel(Mxfp4Params p) {
-  static_assert(kOut == DType::kF16 || kOut == DType::kBF16);
-  namespace mp = mxfp4_pairs;
-  const int64_t u = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
-  const int64_t n0 = (u >> 1) * 8;
-  const int64_t g = 2 * static_cast<int64_t>(blockIdx.y) + (u & 1);
-  const int64_t e = blockIdx.z;
-  if (n0 >= p.N || g >= p.groups) return;
-  const int64_t row0 = e * p.N + n0;  // the block row of column n0
-  const auto* blocks = reinterpret_cast<const uint4*>(p.blocks) + row0 * p.groups + g;
-  const uint8_t* scales = p.scales + row0 * p.groups + g;
-  uint4 x[8];
-  uint32_t s[8];
-#pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    x[r] = __ldg(blocks + r * p.groups);
-    s[r] = __ldg(scales + r * p.groups);
-  }
-  const int64_t row_chunks = p.N / 8;
-  uint4* out =
-      static_cast<uint4*>(p.out) + (e * p.K + g * mxfp4::kBlockValues) * row_chunks + n0 / 8;
-  bool packed = true;
-#pragma unroll
-  for (int r = 0; r < 8; ++r) packed &= mp::ScaleIsExactIn<kOut>(s[r]);
-  if (packed) {
-    uint32_t scale_pair[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      scale_pair[i] = mp::ScaleBits<kOut>(s[2 * i]) | mp::ScaleBits<kOut>(s[2 * i + 1]) << 16;
-    }
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        uint32_t even[4];
-        uint32_t odd[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          mp::E2m1CrossPairs<kOut>(WordOf(x[2 * i], w), WordOf(x[2 * i + 1], w), b, even[i],
-                                   odd[i]);
-          even[i] = MulPairs<kOut>(even[i], scale_pair[i]);
-          odd[i] = MulPairs<kOut>(odd[i], scale_pair[i]);
-        }
-        const int k = 8 * w + 2 * b;  // input k of the block: byte k / 2 of its 16
-        out[k * row_chunks] = make_uint4(even[0], even[1], even[2], even[3]);
-        out[(k + 1) * row_chunks] = make_uint4(odd[0], odd[1], odd[2], odd[3]);
-      }
-    }
-    return;
-  }
-  const uint8_t* bytes = p.blocks + (row0 * p.groups + g) * mxfp4::kBlockBytes;
-#pragma unroll 1
-  for (int k = 0; k < static_cast<int>(mxfp4::kBlockValues); ++k) {
-    uint32_t bits[8];
-#pragma unroll
-    for (int r = 0; r < 8; ++r) {
-      const uint8_t byte = __ldg(bytes + r * p.groups * mxfp4::kBlockBytes + k / 2);
-      bits[r] =
-          RoundOutBits<kOut>(mxfp4::Element(mxfp4::NibbleOf(byte, k), static_cast<uint8_t>(s[r])));
-    }
-    out[k * row_chunks] = PackBits<kOut>(bits);
-  }
-}
-
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 constexpr KernelVariant kMxfp4Variants[] = {KernelVariant::kV1PerElement, KernelVariant::kV4Vec16};
@@ -291,19 +201,6 @@ absl::Status LaunchMxfp4(KernelVariant v, const Mxfp4Params& p, cudaStream_t str
     case KernelVariant::kV4Vec16:
       if (vec && p.nk && ChunkAligned(p.out, p.K, kOut)) {
         return LaunchRowChunks<Mxfp4NkChunks, kOut>(p, p.experts * p.N, p.K, stream);
-      }
-      if constexpr (kOut != DType::kF32 && kUnverifiedKernels) {
-        const int64_t column_units = 2 * (p.N / 8);  // (column group, block parity) pairs
-        const int64_t block_pairs = (p.groups + 1) / 2;
-        if (vec && !p.nk && ChunkAligned(p.out, p.N, kOut) && p.experts <= 65535 &&
-            block_pairs <= 65535) {
-          const dim3 grid(
-              static_cast<unsigned>((column_units + kColumnThreads - 1) / kColumnThreads),
-              static_cast<unsigned>(block_pairs), static_cast<unsigned>(p.experts));
-          Mxfp4KnColumnKernel<kOut><<<grid, kColumnThreads, 0, stream>>>(p);
-          DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-          return absl::OkStatus();
-        }
       }
       if (vec && !p.nk && ChunkAligned(p.out, p.N, kOut)) {
         const int64_t tiles = p.experts * ((p.groups + kTileBlocks - 1) / kTileBlocks) *
