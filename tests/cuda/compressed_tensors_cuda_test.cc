@@ -11,7 +11,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -134,26 +133,10 @@ void CheckEveryVariant(const Case& c, bool nonfinite) {
         ASSERT_TRUE(
             DequantizeReference(oriented.view(), out, 0, oriented.shape.result_rows(), want.data())
                 .ok());
-        DeviceBuffer result(want.size());
-        ASSERT_TRUE(result.ok());
         for (KernelVariant v : VariantsOf(Format::kCompressedTensors)) {
           SCOPED_TRACE(std::string(VariantName(v)) + " " + std::string(OrientationName(o)) + " " +
                        std::string(DTypeName(scale)) + "->" + std::string(DTypeName(out)));
-          ASSERT_EQ(cudaMemset(result.get(), 0xFF, result.bytes()), cudaSuccess);
-          const absl::Status st =
-              LaunchDequantize(v, LaunchConfig{}, device, out, result.get(), nullptr);
-          ASSERT_TRUE(st.ok()) << st;
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          std::vector<uint8_t> got(want.size());
-          ASSERT_EQ(cudaMemcpy(got.data(), result.get(), got.size(), cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-          if (!nonfinite) {
-            EXPECT_TRUE(got == want);
-          } else if (const int64_t n = ExpectEqualOrBothNan(got, want, out); n > 0) {
-            std::printf("  %s: %lld NaN results with other bits than the reference's\n",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-                        static_cast<long long>(n));
-          }
+          ExpectLaunchResult(v, device, out, want, nonfinite);
         }
       }
     }

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "kernels/awq_format.h"
+#include "kernels/cuda/dequant_cuda.h"
 #include "kernels/dequant.h"
 #include "tests/kernels/test_util.h"
 
@@ -85,6 +87,29 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Runs variant `v` of the device layer `device` into a fresh buffer filled with 0xFF first (every
+// element must be written) and compares the result with `want`: bit for bit, or, when
+// `nan_bits_may_differ` (inputs with inf / NaN scales), up to a NaN's bits (ExpectEqualOrBothNan;
+// the count of such elements is printed).
+inline void ExpectLaunchResult(KernelVariant v, const QuantView& device, DType out,
+                               const std::vector<uint8_t>& want, bool nan_bits_may_differ) {
+  DeviceBuffer result(want.size());
+  ASSERT_TRUE(result.ok());
+  ASSERT_EQ(cudaMemset(result.get(), 0xFF, result.bytes()), cudaSuccess);
+  const absl::Status st = LaunchDequantize(v, LaunchConfig{}, device, out, result.get(), nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> got(want.size());
+  ASSERT_EQ(cudaMemcpy(got.data(), result.get(), got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  if (!nan_bits_may_differ) {
+    EXPECT_TRUE(got == want);
+  } else if (const int64_t n = ExpectEqualOrBothNan(got, want, out); n > 0) {
+    std::printf("  %s: %lld NaN results with other bits than the reference's\n",
+                ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                static_cast<long long>(n));
+  }
+}
 
 // A host layer's three tensors copied to the device.
 class DeviceLayer {
