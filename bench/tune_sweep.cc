@@ -8,9 +8,13 @@
 // and prints one Markdown row: the best candidate, each tuning's choice and how far its reference
 // time is from the best, and the spread of the choices' reference times.
 //
-//   dequantd_tune_sweep [--shapes KxN,...] [--dtypes fp16,bf16] [--objectives latency,throughput]
+//   dequantd_tune_sweep [--shapes [Ex]KxN,...] [--dtypes fp16,bf16] [--objectives
+//   latency,throughput]
 //                       [--tunings 3] [--reference-rounds 11] [--group-size 128] [--device 0]
-//                       [--variant v4_vec16]
+//                       [--variant v4_vec16] [--format awq_gemm]
+//     --format: the layers' format, each shape with the parameters of the checkpoints people run
+//     (measure/benchmark.h PresetShape, as dequantd_bench --formats); ExKxN for mxfp4's experts.
+//     After each row, a line lists every candidate's reference time.
 //
 // Where cuda::IsTunable is false (v4 on small layers) the tunings return DefaultConfig untimed;
 // the reference sweep still times every candidate, so the row shows how far that default is from
@@ -32,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "kernels/autotune.h"
 #include "kernels/cuda/autotune_cuda.h"
+#include "kernels/format_registry.h"
 #include "measure/benchmark.h"
 
 namespace dequantd::bench {
@@ -48,6 +53,7 @@ struct Options {
   int64_t group_size = 128;
   int device = 0;
   cuda::KernelVariant variant = cuda::KernelVariant::kV4Vec16;
+  Format format = Format::kAwqGemm;
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -58,9 +64,12 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     if (flag == "--shapes") {
       o->shapes.clear();
       for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) {
-        std::vector<absl::string_view> kn = absl::StrSplit(item, 'x');
+        std::vector<absl::string_view> ekn = absl::StrSplit(item, 'x');
         BenchmarkShape s;
-        ok = ok && kn.size() == 2 && absl::SimpleAtoi(kn[0], &s.K) && absl::SimpleAtoi(kn[1], &s.N);
+        const size_t k = ekn.size() == 3 ? 1 : 0;
+        ok = ok && (ekn.size() == 2 || ekn.size() == 3) &&
+             (k == 0 || absl::SimpleAtoi(ekn[0], &s.experts)) && absl::SimpleAtoi(ekn[k], &s.K) &&
+             absl::SimpleAtoi(ekn[k + 1], &s.N);
         o->shapes.push_back(s);
       }
     } else if (flag == "--dtypes") {
@@ -87,6 +96,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       ok = absl::SimpleAtoi(value, &o->device);
     } else if (flag == "--variant") {
       ok = cuda::ParseVariant(value, &o->variant);
+    } else if (flag == "--format") {
+      ok = ParseFormat(value, &o->format);
     } else {
       ok = false;
     }
@@ -107,6 +118,7 @@ std::string Short(const LaunchConfig& c) {
 // One row of the table. Times in seconds per launch (reference medians).
 struct Row {
   std::string text;
+  std::string candidates;  // "cfg us, ..." in candidate order
   bool met = false;
 };
 
@@ -154,11 +166,17 @@ absl::StatusOr<Row> SweepOne(const Options& o, const TuneDevice& device, const Q
   std::sort(wall_ms.begin(), wall_ms.end());
   Row row;
   row.met = off_best <= 1.0 && spread <= 1.0;
+  std::vector<std::string> each;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    each.push_back(absl::StrFormat("%s %.2f", Short(candidates[i]), medians[i] * 1e6));
+  }
+  row.candidates = absl::StrJoin(each, ", ");
   row.text = absl::StrFormat(
-      "| %dx%d | %s | %s | %zu | %s | %.2f | %s | %s | %.2f%% | %.0f-%.0f | %s |", shape.K, shape.N,
-      std::string(DTypeName(out)), std::string(TuneObjectiveName(objective)), candidates.size(),
-      Short(candidates[best]), medians[best] * 1e6, absl::StrJoin(choices, " / "),
-      absl::StrJoin(off, " / "), spread, wall_ms.front(), wall_ms.back(), row.met ? "yes" : "NO");
+      "| %s %dx%d | %s | %s | %zu | %s | %.2f | %s | %s | %.2f%% | %.0f-%.0f | %s |",
+      FormatLabel(shape), shape.K, shape.N, std::string(DTypeName(out)),
+      std::string(TuneObjectiveName(objective)), candidates.size(), Short(candidates[best]),
+      medians[best] * 1e6, absl::StrJoin(choices, " / "), absl::StrJoin(off, " / "), spread,
+      wall_ms.front(), wall_ms.back(), row.met ? "yes" : "NO");
   return row;
 }
 
@@ -173,11 +191,12 @@ int Run(const Options& o) {
     return 2;
   }
   std::printf(
-      "device: %s (sm_%d); %s, group %lld, fp16 scales; reference: %d rounds of "
-      "~5 ms graphs; tunings: default TuneOptions (5 rounds of ~1 ms graphs)\n\n",
+      "device: %s (sm_%d); %s, %s (group %lld where it has one; its preset's scales); "
+      "reference: %d rounds of ~5 ms graphs; tunings: default TuneOptions (5 rounds of ~1 ms "
+      "graphs)\n\n",
       device->name.c_str(), device->compute_capability,
-      std::string(cuda::VariantName(o.variant)).c_str(), static_cast<long long>(o.group_size),
-      o.reference_rounds);
+      std::string(cuda::VariantName(o.variant)).c_str(), std::string(FormatName(o.format)).c_str(),
+      static_cast<long long>(o.group_size), o.reference_rounds);
   std::printf(
       "| shape | out | objective | candidates | best (ref) | best us/launch | tuner's "
       "choices | choices vs best | spread of choices | tuning wall ms | met |\n");
@@ -186,7 +205,8 @@ int Run(const Options& o) {
   bool all_met = true;
   for (TuneObjective objective : o.objectives) {  // the served objective (latency) first
     for (const BenchmarkShape& s : o.shapes) {
-      const QuantShape shape{s.K, s.N, o.group_size, DType::kF16};
+      const QuantShape shape =
+          ToQuantShape(PresetShape(o.format, s.K, s.N, o.group_size, s.experts));
       for (DType out : o.dtypes) {
         absl::StatusOr<Row> row = SweepOne(o, *device, shape, out, objective);
         if (!row.ok()) {
@@ -196,6 +216,7 @@ int Run(const Options& o) {
         }
         all_met = all_met && row->met;
         std::printf("%s\n", row->text.c_str());
+        std::printf("candidates (block,words,rows us): %s\n", row->candidates.c_str());
         std::fflush(stdout);
       }
     }
@@ -212,7 +233,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: dequantd_tune_sweep [--shapes KxN,...] [--dtypes fp16,bf16] "
                  "[--objectives latency,throughput] [--tunings 3] [--reference-rounds 11] "
-                 "[--group-size 128] [--device 0] [--variant v4_vec16]\n");
+                 "[--group-size 128] [--device 0] [--variant v4_vec16] [--format awq_gemm]\n");
     return 2;
   }
   return dequantd::bench::Run(options);

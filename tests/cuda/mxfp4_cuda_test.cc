@@ -24,8 +24,8 @@ namespace {
 
 struct Case {
   int64_t E, K, N;
-  // Scales in [103, 142] (2^-24 .. 2^15, where the (E, K, N) kernel's fp16 multiply applies; real
-  // checkpoints' are near 127), one in 16 anywhere; otherwise every byte value alike.
+  // Scales in [103, 142] (real checkpoints' are near 127), one in 16 anywhere; otherwise every
+  // byte value alike (0xFF, the NaN scale, included).
   bool near_one_scales = false;
 };
 
@@ -68,18 +68,22 @@ TEST_P(Mxfp4CudaTest, EveryVariantBothOrientationsBitExactToTheReference) {
         DeviceBuffer result(want.size() + 16);
         ASSERT_TRUE(result.ok());
         for (KernelVariant v : VariantsOf(Format::kMxfp4)) {
-          for (int64_t out_offset : {int64_t{0}, DTypeSize(out)}) {
-            SCOPED_TRACE(std::string(VariantName(v)) + " " + std::string(OrientationName(o)) + " " +
-                         std::string(DTypeName(out)) + " blocks offset " +
-                         std::to_string(in_offset) + " out offset " + std::to_string(out_offset));
-            ASSERT_EQ(cudaMemset(result.get(), 0xFF, result.bytes()), cudaSuccess);
-            void* dst = static_cast<char*>(result.get()) + out_offset;
-            const absl::Status st = LaunchDequantize(v, LaunchConfig{}, device, out, dst, nullptr);
-            ASSERT_TRUE(st.ok()) << st;
-            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            std::vector<uint8_t> got(want.size());
-            ASSERT_EQ(cudaMemcpy(got.data(), dst, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-            EXPECT_TRUE(got == want);
+          for (const LaunchConfig& config : CandidateConfigs(v, oriented, out)) {
+            for (int64_t out_offset : {int64_t{0}, DTypeSize(out)}) {
+              SCOPED_TRACE(std::string(VariantName(v)) + " " + config.ToString() + " " +
+                           std::string(OrientationName(o)) + " " + std::string(DTypeName(out)) +
+                           " blocks offset " + std::to_string(in_offset) + " out offset " +
+                           std::to_string(out_offset));
+              ASSERT_EQ(cudaMemset(result.get(), 0xFF, result.bytes()), cudaSuccess);
+              void* dst = static_cast<char*>(result.get()) + out_offset;
+              const absl::Status st = LaunchDequantize(v, config, device, out, dst, nullptr);
+              ASSERT_TRUE(st.ok()) << st;
+              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+              std::vector<uint8_t> got(want.size());
+              ASSERT_EQ(cudaMemcpy(got.data(), dst, got.size(), cudaMemcpyDeviceToHost),
+                        cudaSuccess);
+              EXPECT_TRUE(got == want);
+            }
           }
         }
       }
@@ -96,25 +100,55 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Mxfp4CudaTest,
                                            // (E, K, N) v4: an odd number of blocks per row
                                            // (the last pair has one), one column group.
                                            Case{3, 96, 64}, Case{3, 96, 64, true},
-                                           Case{1, 32, 8, true}, Case{2, 2880, 640, true}),
+                                           Case{1, 32, 8, true}, Case{2, 2880, 640, true},
+                                           // (E, K, N) tiles: a partial last tile of rows n
+                                           // for every tile shape, 9 blocks per row
+                                           Case{2, 288, 200}),
                          CaseName);
 
-// No device needed: the variants mxfp4 implements and their (absent) launch parameters.
+// No device needed: the variants mxfp4 implements and their launch parameters: none but for the
+// (E, K, N) v4 tile kernel, whose tile shape the autotuner chooses among five per output dtype.
 TEST(Mxfp4CudaConfigTest, VariantsAndLaunchConfigurations) {
-  const QuantShape shape = mxfp4::MakeShape(2880, 5760, 32);
+  const QuantShape kn = mxfp4::MakeShape(2880, 5760, 32);
+  QuantShape nk = kn;
+  nk.orientation = Orientation::kNK;
   const std::vector<KernelVariant> variants = VariantsOf(Format::kMxfp4);
   EXPECT_EQ(variants,
             (std::vector<KernelVariant>{KernelVariant::kV1PerElement, KernelVariant::kV4Vec16}));
-  for (KernelVariant v : variants) {
-    EXPECT_TRUE(CanImplement(v, LaunchConfig{}, shape, DType::kBF16).ok());
-    EXPECT_FALSE(IsTunable(v, shape, DType::kBF16));
-    EXPECT_EQ(CandidateConfigs(v, shape, DType::kBF16), std::vector<LaunchConfig>{LaunchConfig{}});
-    const absl::Status s = CanImplement(v, LaunchConfig{.block_size = 128}, shape, DType::kBF16);
+  for (const QuantShape& shape : {kn, nk}) {
+    const absl::Status s = CanImplement(KernelVariant::kV1PerElement,
+                                        LaunchConfig{.block_size = 128}, shape, DType::kBF16);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find("of mxfp4 takes no launch parameters"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("v1_per_element of mxfp4 takes no launch parameters here"),
+              std::string::npos)
+        << s;
+    EXPECT_FALSE(IsTunable(KernelVariant::kV1PerElement, shape, DType::kBF16));
   }
-  const absl::Status v2 =
-      CanImplement(KernelVariant::kV2PerWord, LaunchConfig{}, shape, DType::kF16);
+  EXPECT_FALSE(IsTunable(KernelVariant::kV4Vec16, nk, DType::kBF16));
+  EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, nk, DType::kBF16),
+            std::vector<LaunchConfig>{LaunchConfig{}});
+
+  // (E, K, N): block = threads, words = blocks of 32 inputs k per tile, rows = rows n / 32.
+  const std::vector<LaunchConfig> half_tiles = {
+      {256, 8, 2}, {256, 4, 4}, {128, 4, 2}, {256, 8, 4}, {128, 2, 4}};
+  const std::vector<LaunchConfig> f32_tiles = {
+      {256, 8, 1}, {256, 4, 2}, {128, 4, 1}, {256, 8, 2}, {128, 2, 2}};
+  for (DType out : {DType::kF16, DType::kBF16}) {
+    EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, kn, out), half_tiles);
+    EXPECT_EQ(DefaultConfig(KernelVariant::kV4Vec16, kn, out), half_tiles.front());
+  }
+  EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, kn, DType::kF32), f32_tiles);
+  EXPECT_TRUE(IsTunable(KernelVariant::kV4Vec16, kn, DType::kBF16));
+  EXPECT_FALSE(IsTunable(KernelVariant::kV4Vec16, mxfp4::MakeShape(64, 64, 2), DType::kBF16));
+  const absl::Status f32_tile_for_bf16 =
+      CanImplement(KernelVariant::kV4Vec16, f32_tiles.front(), kn, DType::kBF16);
+  EXPECT_EQ(f32_tile_for_bf16.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(f32_tile_for_bf16.message().find("v4_vec16 of mxfp4 (E, K, N) takes a tile shape"),
+            std::string::npos)
+      << f32_tile_for_bf16;
+  EXPECT_NE(f32_tile_for_bf16.message().find("got block=256,words=8,rows=1"), std::string::npos);
+
+  const absl::Status v2 = CanImplement(KernelVariant::kV2PerWord, LaunchConfig{}, kn, DType::kF16);
   EXPECT_EQ(v2.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(v2.message(), "kernel variant v2_per_word is not implemented for format mxfp4");
 }
