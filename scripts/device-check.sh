@@ -5,8 +5,8 @@
 #       build-X/tests/cuda/cuda_quick_bench [build-X/bench/dequantd_bench] [server tests...]
 # and travels with the call as a carried path). Runs what the bundle holds and writes logs under
 # $OUT (default ./out): device.txt, cuda_test.log/.xml, quick_bench.log, bench.log, server.log.
-# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench formats grouped server
-#   counters (default: all). formats: every format's kernels beside the copy (dequantd_bench
+# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench formats mxfp4-profile
+#   grouped server counters (default: all). formats: every format's kernels beside the copy (dequantd_bench
 #   --formats, bf16 out, 8B- and 70B-shaped layers; gpt-oss-20b-shaped experts for mxfp4) into
 #   formats.md. Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS,
 #   GROUPED_ARGS, SERVER_TEST_FILTER, COUNTER_SHAPES (environment). The integration tests run dequantctl: set
@@ -16,7 +16,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench formats grouped server counters)
+[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench formats mxfp4-profile grouped server counters)
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 have() { command -v "$1" >/dev/null 2>&1; }
 failed=()
@@ -65,6 +65,19 @@ if want formats && have dequantd_bench; then
   rc=$?
   grep -E "^\| (v|copy)|^- (device|commit|peak)" "$OUT/formats.md"
   [ $rc -eq 0 ] || { tail -5 "$OUT/formats.md"; failed+=("dequantd_bench --formats($rc)"); }
+fi
+
+if want mxfp4-profile && have dequantd_bench && have ncu; then
+  # Issue 21's open MXFP4 (E, K, N) gap: the tile kernel's stall reasons and memory sectors, one
+  # launch of the default (fastest measured) tile shape, bf16, into mxfp4_ncu.txt.
+  echo "== ncu of the MXFP4 (E, K, N) tile kernel (${MXFP4_SHAPES:-32x2880x5760}, bf16)"
+  ncu --set full --kernel-name regex:Mxfp4KnTile --launch-skip 3 --launch-count 1 \
+    dequantd_bench --formats mxfp4 --shapes "${MXFP4_SHAPES:-32x2880x5760}" --dtypes bf16 \
+    --variants v4_vec16 --trials 1 --runs 5 >"$OUT/mxfp4_ncu.txt" 2>&1
+  rc=$?
+  grep -E "Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Shared Memory Config|Stall|L1/TEX Hit|Sectors" \
+    "$OUT/mxfp4_ncu.txt" | head -40
+  [ $rc -eq 0 ] || failed+=("ncu mxfp4($rc)")
 fi
 
 if want grouped && have dequantd_bench; then

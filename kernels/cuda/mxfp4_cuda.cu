@@ -94,35 +94,38 @@ struct Mxfp4NkChunks {
   }
 };
 
-// (E, K, N): the packed blocks are staged in shared memory and transposed in registers. A tile
-// (Mxfp4KnTile, its shape the launch configuration) is kG blocks (32 inputs k each) of kRows rows
-// n of one expert; tiles are numbered n first.
-//   Load: the tile's kRows runs of 16 kG bytes (one per block row) and their scales go to shared
-//   memory, consecutive lanes reading consecutive 16-byte pieces of a run.
-//   Store: a thread takes one 32-bit word (8 inputs k, one scale) of each of 8 neighbouring rows n
-//   and writes the 8 result rows k of those 8 columns (one 16-byte chunk per row for fp16 / bf16,
-//   two for fp32); the lanes of a warp take neighbouring rows, so each warp store covers 512
-//   contiguous bytes of a result row (fp32: two stores, 1024). Each value is rounded once.
-// Word w of row r is kept at column w ^ Swizzle(r) (a multiple of kLanesK below 32): the lanes of
-// a store-phase load, rows 8 t + i and words w0 + h, then hit 32 banks.
+// (E, K, N): a shared-memory transpose, one tile per block, its shape a launch configuration
+// (Mxfp4KnTile): the tile is kG blocks (32 inputs k each) of kRows rows n of one expert. Tiles are
+// numbered n first, so the blocks resident together write whole result rows k and read runs of
+// every block row.
+//   Load: unit u = (word column c, block g), g fastest, so consecutive lanes read consecutive
+//   16-byte blocks of a row (runs of 16 kG bytes). A unit is the rows of one 32-bit word of the
+//   result (fp16 / bf16: rows n 2c and 2c + 1, the pair's low half the lower n; fp32: row c): it
+//   decodes its blocks into the 32 words of result rows k = 32 g .. 32 g + 31, column c, each
+//   value rounded once, one 32-bit shared store per word.
+//   Store: result row k of the tile is kWords words (kRows n), read as 16-byte chunks, consecutive
+//   threads along the row, and stored to global memory the same way.
+// Word c of tile row k is kept at column c ^ (g(k) << kSwizzleShift) (g(k) = k / 32): the 32
+// lanes of a load-phase store then hit 32 banks, and 16-byte chunks stay whole (the shift is >= 2).
 template <DType kOut, int kG, int kRows>
 struct Mxfp4KnTile {
-  static constexpr int kThreads = 256;
-  static constexpr int kWords = 4 * kG;                            // 32-bit words of a tile row
-  static constexpr int kLanesN = kRows / 8 < 32 ? kRows / 8 : 32;  // row octets per warp
-  static constexpr int kLanesK = 32 / kLanesN;                     // words per warp
-  static constexpr int kSharedBytes = kRows * kWords * 4 + kRows * kG;  // blocks, scales
-  static_assert(kWords >= 32, "the swizzle stays within a row");
-  static_assert(kRows % 8 == 0 && kRows >= 32 && (kRows * kG) % kThreads == 0);
-  static_assert((kRows / 8) * kWords % kThreads == 0);
-  static __device__ __forceinline__ int Swizzle(int r) { return (r / 8) % kLanesN * kLanesK; }
+  static constexpr int kValuesPerWord = kOut == DType::kF32 ? 1 : 2;
+  static constexpr int kWords = kRows / kValuesPerWord;  // words per tile row k
+  static constexpr int kUnits = kWords * kG;
+  static constexpr int kThreads = kUnits < 256 ? kUnits : 256;
+  static constexpr int kK = kG * static_cast<int>(mxfp4::kBlockValues);  // tile rows k
+  static constexpr int kSwizzleShift = kG == 2 ? 4 : kG == 4 ? 3 : 2;    // log2(32 / kG)
+  static constexpr int kSharedBytes = kK * kWords * 4;
+  static_assert(kG == 2 || kG == 4 || kG == 8);
+  static_assert(kWords % 32 == 0, "a tile row spans whole bank rows");
+  static_assert(kUnits % kThreads == 0);
 };
 
 template <DType kOut, int kG, int kRows>
-__global__ void __launch_bounds__(256) Mxfp4KnTileKernel(Mxfp4Params p) {
+__global__ void __launch_bounds__(Mxfp4KnTile<kOut, kG, kRows>::kThreads)
+    Mxfp4KnTileKernel(Mxfp4Params p) {
   using T = Mxfp4KnTile<kOut, kG, kRows>;
-  extern __shared__ __align__(16) uint32_t tile[];  // [kRows][kWords] swizzled, then scales
-  uint8_t* tile_scales = reinterpret_cast<uint8_t*>(tile + kRows * T::kWords);  // [kRows][kG]
+  extern __shared__ __align__(16) uint32_t tile[];  // [T::kK][T::kWords], swizzled
   const int64_t tiles_n = (p.N + kRows - 1) / kRows;
   const int64_t tiles_g = (p.groups + kG - 1) / kG;
   const int64_t t = blockIdx.x;
@@ -130,126 +133,95 @@ __global__ void __launch_bounds__(256) Mxfp4KnTileKernel(Mxfp4Params p) {
   const int64_t g0 = t / tiles_n % tiles_g * kG;
   const int64_t n0 = t % tiles_n * kRows;
   const int blocks_here = static_cast<int>(std::min<int64_t>(kG, p.groups - g0));
-  const int rows_here = static_cast<int>(std::min<int64_t>(kRows, p.N - n0));
   const int tx = static_cast<int>(threadIdx.x);
-  const int64_t row0 = e * p.N + n0;  // the tile's first block row
-
-  // Load: piece i = (row r, block g), g fastest; every load issued before any shared store.
-  constexpr int kPieces = kRows * kG / T::kThreads;
-  uint4 piece[kPieces];
 #pragma unroll
-  for (int j = 0; j < kPieces; ++j) {
-    const int i = tx + j * T::kThreads;
-    const int r = i / kG;
-    const int g = i % kG;
-    if (r < rows_here && g < blocks_here) {
-      piece[j] = __ldg(reinterpret_cast<const uint4*>(p.blocks) + (row0 + r) * p.groups + g0 + g);
-      tile_scales[r * kG + g] = __ldg(p.scales + (row0 + r) * p.groups + g0 + g);
+  for (int i = 0; i < T::kUnits / T::kThreads; ++i) {
+    const int u = tx + i * T::kThreads;
+    const int g = u % kG;
+    const int c = u / kG;
+    const int64_t n = n0 + static_cast<int64_t>(c) * T::kValuesPerWord;  // < N for both rows
+    if (g >= blocks_here || n >= p.N) continue;
+    uint4 v[T::kValuesPerWord];
+    uint8_t s[T::kValuesPerWord];
+#pragma unroll
+    for (int r = 0; r < T::kValuesPerWord; ++r) {
+      const int64_t b = (e * p.N + n + r) * p.groups + g0 + g;  // the block's index
+      v[r] = __ldg(reinterpret_cast<const uint4*>(p.blocks) + b);
+      s[r] = __ldg(p.scales + b);
     }
-  }
-#pragma unroll
-  for (int j = 0; j < kPieces; ++j) {
-    const int i = tx + j * T::kThreads;
-    const int r = i / kG;
-    const int g = i % kG;
-    uint32_t* row = tile + r * T::kWords;
-    const int sw = T::Swizzle(r);
-    row[(4 * g + 0) ^ sw] = piece[j].x;
-    row[(4 * g + 1) ^ sw] = piece[j].y;
-    row[(4 * g + 2) ^ sw] = piece[j].z;
-    row[(4 * g + 3) ^ sw] = piece[j].w;
-  }
-  __syncthreads();
-
-  // Store: item = (row octet o, word w); a warp's lanes take kLanesN octets x kLanesK words.
-  const int64_t out_row = p.N / kChunk<kOut>;  // 16-byte chunks per result row
-  auto* out = static_cast<uint4*>(p.out) + (e * p.K + g0 * mxfp4::kBlockValues) * out_row +
-              n0 / kChunk<kOut>;
-  constexpr int kItems = (kRows / 8) * T::kWords / T::kThreads;
-  const int lane = tx % 32;
-  const int warp = tx / 32;
-#pragma unroll 1
-  for (int j = 0; j < kItems; ++j) {
-    const int item = warp + j * (T::kThreads / 32);  // the warp's (octet group, word group)
-    const int octet_group = item % (kRows / 8 / T::kLanesN);
-    const int word_group = item / (kRows / 8 / T::kLanesN);
-    const int o = octet_group * T::kLanesN + lane % T::kLanesN;
-    const int w = word_group * T::kLanesK + lane / T::kLanesN;
-    if (8 * o >= rows_here || w >= 4 * blocks_here) continue;
-    uint32_t x[8];
-    uint8_t s[8];
+    uint32_t* col = tile + (32 * g) * T::kWords + (c ^ (g << T::kSwizzleShift));
     bool finite = true;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = 8 * o + i;
-      x[i] = tile[r * T::kWords + (w ^ T::Swizzle(r))];
-      s[i] = tile_scales[r * kG + w / 4];
-      finite &= s[i] != mxfp4::kScaleNan;
-    }
-    uint4* dst = out + static_cast<int64_t>(8 * w) * out_row + (8 * o) / kChunk<kOut>;
-    const bool second_chunk = kOut != DType::kF32 || 8 * o + 4 < rows_here;  // fp32: n 4..7
+    for (int r = 0; r < T::kValuesPerWord; ++r) finite &= s[r] != mxfp4::kScaleNan;
     if (finite) {
-      float scale[8];
+      float scale[T::kValuesPerWord];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) scale[i] = mxfp4::ScaleToFloat(s[i]);
+      for (int r = 0; r < T::kValuesPerWord; ++r) scale[r] = mxfp4::ScaleToFloat(s[r]);
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {  // byte b of each word: inputs k = 8 w + 2 b, + 1
-        float2 v[8];
+      for (int b = 0; b < 16; ++b) {  // byte b: inputs k = 2b, 2b + 1
+        float2 x[T::kValuesPerWord];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = ByteValues((x[i] >> (8 * b)) & 0xFFu, scale[i]);
+        for (int r = 0; r < T::kValuesPerWord; ++r) {
+          const uint32_t word = b < 4 ? v[r].x : b < 8 ? v[r].y : b < 12 ? v[r].z : v[r].w;
+          x[r] = ByteValues((word >> (8 * (b % 4))) & 0xFFu, scale[r]);
+        }
         if constexpr (kOut == DType::kF32) {
-          dst[(2 * b) * out_row] = make_uint4(__float_as_uint(v[0].x), __float_as_uint(v[1].x),
-                                              __float_as_uint(v[2].x), __float_as_uint(v[3].x));
-          dst[(2 * b + 1) * out_row] = make_uint4(__float_as_uint(v[0].y), __float_as_uint(v[1].y),
-                                                  __float_as_uint(v[2].y), __float_as_uint(v[3].y));
-          if (second_chunk) {
-            dst[(2 * b) * out_row + 1] =
-                make_uint4(__float_as_uint(v[4].x), __float_as_uint(v[5].x),
-                           __float_as_uint(v[6].x), __float_as_uint(v[7].x));
-            dst[(2 * b + 1) * out_row + 1] =
-                make_uint4(__float_as_uint(v[4].y), __float_as_uint(v[5].y),
-                           __float_as_uint(v[6].y), __float_as_uint(v[7].y));
-          }
+          col[(2 * b) * T::kWords] = __float_as_uint(x[0].x);
+          col[(2 * b + 1) * T::kWords] = __float_as_uint(x[0].y);
         } else {
-          dst[(2 * b) * out_row] =
-              make_uint4(PackPair<kOut>(v[0].x, v[1].x), PackPair<kOut>(v[2].x, v[3].x),
-                         PackPair<kOut>(v[4].x, v[5].x), PackPair<kOut>(v[6].x, v[7].x));
-          dst[(2 * b + 1) * out_row] =
-              make_uint4(PackPair<kOut>(v[0].y, v[1].y), PackPair<kOut>(v[2].y, v[3].y),
-                         PackPair<kOut>(v[4].y, v[5].y), PackPair<kOut>(v[6].y, v[7].y));
+          col[(2 * b) * T::kWords] = PackPair<kOut>(x[0].x, x[1].x);
+          col[(2 * b + 1) * T::kWords] = PackPair<kOut>(x[0].y, x[1].y);
         }
       }
     } else {  // a scale 0xFF: NaNs (inf * 0) take the host conversion's bits (RoundOutBits)
 #pragma unroll 1
-      for (int k = 0; k < 8; ++k) {
-        uint32_t bits[8];
+      for (int j = 0; j < static_cast<int>(mxfp4::kBlockValues); ++j) {
+        uint32_t word = 0;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const auto byte = static_cast<uint8_t>(x[i] >> (8 * (k / 2)));
-          bits[i] = RoundOutBits<kOut>(mxfp4::Element(mxfp4::NibbleOf(byte, k), s[i]));
+        for (int r = 0; r < T::kValuesPerWord; ++r) {
+          const uint32_t w4[4] = {v[r].x, v[r].y, v[r].z, v[r].w};
+          word |= RoundOutBits<kOut>(BlockValue(w4, j, s[r])) << (16 * r);
         }
-        if constexpr (kOut == DType::kF32) {
-          dst[k * out_row] = make_uint4(bits[0], bits[1], bits[2], bits[3]);
-          if (second_chunk) dst[k * out_row + 1] = make_uint4(bits[4], bits[5], bits[6], bits[7]);
-        } else {
-          dst[k * out_row] = PackBits<kOut>(bits);
-        }
+        col[j * T::kWords] = word;
       }
+    }
+  }
+  __syncthreads();
+  constexpr int kRowChunks = T::kWords / 4;  // 16-byte chunks per tile row
+  const int rows = blocks_here * static_cast<int>(mxfp4::kBlockValues);
+  const int64_t row_chunks = (p.N - n0) / kChunk<kOut>;  // of this tile (N % kChunk == 0)
+  const int64_t out_row_chunks = p.N / kChunk<kOut>;
+  auto* out =
+      static_cast<uint4*>(p.out) + ((e * p.K + g0 * mxfp4::kBlockValues) * p.N + n0) / kChunk<kOut>;
+  for (int i = tx; i < rows * kRowChunks; i += T::kThreads) {
+    const int k = i / kRowChunks;
+    const int q = i % kRowChunks;
+    if (q < row_chunks) {
+      const int phys = (4 * q) ^ ((k / 32) << T::kSwizzleShift);
+      out[k * out_row_chunks + q] = *reinterpret_cast<const uint4*>(tile + k * T::kWords + phys);
     }
   }
 }
 
-// The (E, K, N) tile shapes the autotuner sweeps, as LaunchConfig{block_size = 256,
-// words_per_thread = kG, rows_per_thread = kRows / 32}: runs of 128 or 256 bytes of each block row
-// read, 512 B to 2 KiB of each result row written per warp. Each is one kernel instance.
+// The (E, K, N) tile shapes the autotuner sweeps, as LaunchConfig{block_size = threads,
+// words_per_thread = kG, rows_per_thread = kRows / 32}. Each is one kernel instance. The first is
+// the default (untuned shapes): the fastest of the five for 32x2880x5760 on an H100 (2026-12-05,
+// NOTES.md), 8 blocks x 128 rows n for 16-bit results, 8 x 64 for fp32.
 struct KnTileShape {
   int g;
   int rows;
 };
-constexpr KnTileShape kKnTiles[] = {{8, 256}, {16, 256}, {16, 128}, {8, 512}, {8, 128}};
+constexpr KnTileShape kKnTiles16[] = {{8, 128}, {8, 64}, {4, 128}, {4, 64}, {2, 128}};
+constexpr KnTileShape kKnTiles32[] = {{8, 64}, {8, 32}, {4, 64}, {4, 32}, {2, 64}};
 
-LaunchConfig KnTileConfig(const KnTileShape& s) {
-  return LaunchConfig{.block_size = 256, .words_per_thread = s.g, .rows_per_thread = s.rows / 32};
+int KnTileThreads(DType out, const KnTileShape& s) {
+  const int units = s.rows / (out == DType::kF32 ? 1 : 2) * s.g;
+  return std::min(units, 256);
+}
+
+LaunchConfig KnTileConfig(DType out, const KnTileShape& s) {
+  return LaunchConfig{
+      .block_size = KnTileThreads(out, s), .words_per_thread = s.g, .rows_per_thread = s.rows / 32};
 }
 
 template <DType kOut, int kG, int kRows>
@@ -268,16 +240,17 @@ absl::Status LaunchKnTile(const Mxfp4Params& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-// The instance of `config`'s tile shape (CanImplement checked it is one of kKnTiles).
+// The instance of `config`'s tile shape (CanImplement checked it is one of the list's).
 template <DType kOut>
 absl::Status LaunchKnTileOf(const LaunchConfig& config, const Mxfp4Params& p, cudaStream_t stream) {
   const int g = config.words_per_thread;
   const int rows = config.rows_per_thread * 32;
-  if (g == 8 && rows == 256) return LaunchKnTile<kOut, 8, 256>(p, stream);
-  if (g == 16 && rows == 256) return LaunchKnTile<kOut, 16, 256>(p, stream);
-  if (g == 16 && rows == 128) return LaunchKnTile<kOut, 16, 128>(p, stream);
-  if (g == 8 && rows == 512) return LaunchKnTile<kOut, 8, 512>(p, stream);
-  if (g == 8 && rows == 128) return LaunchKnTile<kOut, 8, 128>(p, stream);
+  constexpr int kR = kOut == DType::kF32 ? 32 : 64;  // the smaller of the two row counts
+  if (g == 8 && rows == kR) return LaunchKnTile<kOut, 8, kR>(p, stream);
+  if (g == 4 && rows == 2 * kR) return LaunchKnTile<kOut, 4, 2 * kR>(p, stream);
+  if (g == 4 && rows == kR) return LaunchKnTile<kOut, 4, kR>(p, stream);
+  if (g == 8 && rows == 2 * kR) return LaunchKnTile<kOut, 8, 2 * kR>(p, stream);
+  if (g == 2 && rows == 2 * kR) return LaunchKnTile<kOut, 2, 2 * kR>(p, stream);
   return absl::InvalidArgumentError(
       absl::StrCat("mxfp4 (E, K, N) tile not instantiated: ", config.ToString()));
 }
@@ -293,21 +266,23 @@ bool UsesKnTile(KernelVariant v, const QuantShape& shape, DType out) {
          shape.N % (out == DType::kF32 ? 4 : 8) == 0;
 }
 
-std::vector<LaunchConfig> KnTileConfigs() {
+std::vector<LaunchConfig> KnTileConfigs(DType out) {
   std::vector<LaunchConfig> configs;
-  for (const KnTileShape& t : kKnTiles) configs.push_back(KnTileConfig(t));
+  const absl::Span<const KnTileShape> tiles =
+      out == DType::kF32 ? absl::MakeConstSpan(kKnTiles32) : absl::MakeConstSpan(kKnTiles16);
+  for (const KnTileShape& t : tiles) configs.push_back(KnTileConfig(out, t));
   return configs;
 }
 
-// The first tile shape: 128-byte runs of each block row read, 512 bytes (fp32: 1 KiB) of each
-// result row written per warp, 33 KiB of shared memory.
+// The first tile shape of each list (kG 8: 128-byte runs of every block row read, rows of 64
+// fp16/bf16 or 32 fp32 values written).
 LaunchConfig Mxfp4DefaultConfig(KernelVariant v, const QuantShape& shape, DType out) {
-  return UsesKnTile(v, shape, out) ? KnTileConfigs().front() : LaunchConfig{};
+  return UsesKnTile(v, shape, out) ? KnTileConfigs(out).front() : LaunchConfig{};
 }
 
 std::vector<LaunchConfig> Mxfp4CandidateConfigs(KernelVariant v, const QuantShape& shape,
                                                 DType out) {
-  return UsesKnTile(v, shape, out) ? KnTileConfigs() : std::vector<LaunchConfig>{LaunchConfig{}};
+  return UsesKnTile(v, shape, out) ? KnTileConfigs(out) : std::vector<LaunchConfig>{LaunchConfig{}};
 }
 
 bool Mxfp4IsTunable(KernelVariant v, const QuantShape& shape, DType out) {
@@ -317,7 +292,7 @@ bool Mxfp4IsTunable(KernelVariant v, const QuantShape& shape, DType out) {
 absl::Status Mxfp4CanImplement(KernelVariant v, const LaunchConfig& config, const QuantShape& shape,
                                DType out) {
   if (UsesKnTile(v, shape, out)) {
-    const std::vector<LaunchConfig> configs = KnTileConfigs();
+    const std::vector<LaunchConfig> configs = KnTileConfigs(out);
     if (std::find(configs.begin(), configs.end(), config) != configs.end()) {
       return absl::OkStatus();
     }

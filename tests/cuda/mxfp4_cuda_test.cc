@@ -131,21 +131,24 @@ TEST(Mxfp4CudaConfigTest, VariantsAndLaunchConfigurations) {
             std::vector<LaunchConfig>{LaunchConfig{}});
 
   // (E, K, N): block = threads, words = blocks of 32 inputs k per tile, rows = rows n / 32.
-  const std::vector<LaunchConfig> tiles = {
-      {256, 8, 8}, {256, 16, 8}, {256, 16, 4}, {256, 8, 16}, {256, 8, 4}};
-  for (DType out : {DType::kF16, DType::kBF16, DType::kF32}) {
-    EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, kn, out), tiles);
-    EXPECT_EQ(DefaultConfig(KernelVariant::kV4Vec16, kn, out), tiles.front());
+  const std::vector<LaunchConfig> half_tiles = {
+      {256, 8, 4}, {256, 8, 2}, {256, 4, 4}, {128, 4, 2}, {128, 2, 4}};
+  const std::vector<LaunchConfig> f32_tiles = {
+      {256, 8, 2}, {256, 8, 1}, {256, 4, 2}, {128, 4, 1}, {128, 2, 2}};
+  for (DType out : {DType::kF16, DType::kBF16}) {
+    EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, kn, out), half_tiles);
+    EXPECT_EQ(DefaultConfig(KernelVariant::kV4Vec16, kn, out), half_tiles.front());
   }
+  EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, kn, DType::kF32), f32_tiles);
   EXPECT_TRUE(IsTunable(KernelVariant::kV4Vec16, kn, DType::kBF16));
   EXPECT_FALSE(IsTunable(KernelVariant::kV4Vec16, mxfp4::MakeShape(64, 64, 2), DType::kBF16));
-  const absl::Status other =
-      CanImplement(KernelVariant::kV4Vec16, LaunchConfig{256, 4, 8}, kn, DType::kBF16);
-  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(other.message().find("v4_vec16 of mxfp4 (E, K, N) takes a tile shape"),
+  const absl::Status f32_tile_for_bf16 =
+      CanImplement(KernelVariant::kV4Vec16, f32_tiles[1], kn, DType::kBF16);
+  EXPECT_EQ(f32_tile_for_bf16.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(f32_tile_for_bf16.message().find("v4_vec16 of mxfp4 (E, K, N) takes a tile shape"),
             std::string::npos)
-      << other;
-  EXPECT_NE(other.message().find("got block=256,words=4,rows=8"), std::string::npos);
+      << f32_tile_for_bf16;
+  EXPECT_NE(f32_tile_for_bf16.message().find("got block=256,words=8,rows=1"), std::string::npos);
 
   const absl::Status v2 = CanImplement(KernelVariant::kV2PerWord, LaunchConfig{}, kn, DType::kF16);
   EXPECT_EQ(v2.code(), absl::StatusCode::kInvalidArgument);
