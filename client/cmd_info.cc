@@ -1,4 +1,5 @@
 // `dequantctl info` (see commands.h).
+#include "absl/strings/str_cat.h"
 #include "client/commands.h"
 #include "client/table.h"
 
@@ -7,14 +8,18 @@ namespace dequantd {
 absl::Status RunInfo(DequantClient& client, std::ostream& out) {
   absl::StatusOr<v1::GetServerInfoResponse> info = client.GetServerInfo();
   if (!info.ok()) return info.status();
-  // The layers' formats are ListTensors' (GetServerInfo carries none); same reader role.
+  // The layers' formats are ListTensors' (GetServerInfo carries none). That call can fail where
+  // GetServerInfo did not (a list over the client's max_receive_message_bytes, a deadline): the
+  // line then says why and the rest of the server's facts are still printed.
   absl::StatusOr<v1::ListTensorsResponse> list = client.ListTensors();
-  if (!list.ok()) return list.status();
   out << "version:      " << info->version() << '\n'
       << "backend:      " << info->backend() << '\n'
       << "model:        " << info->model() << '\n'
       << "tensors:      " << info->tensor_count() << '\n'
-      << "formats:      " << LayerFormatSummary(*list) << '\n'
+      << "formats:      "
+      << (list.ok() ? LayerFormatSummary(*list)
+                    : absl::StrCat("unknown (ListTensors failed: ", list.status().ToString(), ")"))
+      << '\n'
       << "cpu threads:  " << info->cpu_threads() << '\n'
       << "devices:      " << info->devices_size() << '\n';
   for (const v1::DeviceInfo& d : info->devices()) {

@@ -143,9 +143,10 @@ absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
   // more (compressed-tensors' strategy tensor: one int scale) would be read with other tensor
   // sizes: it cannot be sent inline, and is refused here naming the role.
   QuantShape sent = *shape;
-  sent.format_flags = 0;
+  uint32_t absent_roles = 0;
   for (int r = 0; r < row.role_count; ++r)
-    if (RoleAbsent(*shape, r)) sent.format_flags |= row.absent_role_flags[static_cast<size_t>(r)];
+    if (RoleAbsent(*shape, r)) absent_roles |= 1u << r;
+  sent.format_flags = AbsentRoleFlags(format, absent_roles);
   if (format == Format::kGptq) sent.format_flags |= shape->format_flags & gptq::kZerosV1;
   for (int r = 0; r < row.role_count; ++r) {
     const TensorSpec stored = TensorSpecOf(*shape, r);

@@ -71,6 +71,17 @@ bool RoleAbsent(const QuantShape& shape, int role) {
   return (row.optional_roles >> role & 1u) != 0 && row.tensor_spec(shape, role).elements() == 0;
 }
 
+uint32_t AbsentRoleFlags(Format format, uint32_t absent_roles) {
+  const FormatRow& row = FormatRowOf(format);
+  uint32_t flags = 0;
+  for (int r = 0; r < row.role_count; ++r) {
+    if ((absent_roles & row.optional_roles) >> r & 1u) {
+      flags |= row.absent_role_flags[static_cast<size_t>(r)];
+    }
+  }
+  return flags;
+}
+
 TensorSpec TensorSpecOf(const QuantShape& shape, int role) {
   return FormatRowOf(shape.format).tensor_spec(shape, role);
 }

@@ -159,6 +159,11 @@ const FormatRow& FormatRowOf(Format format);
 absl::Span<const FormatRow> FormatRows();
 // True when role `role` of `shape`'s format is optional and `shape` does not store it.
 bool RoleAbsent(const QuantShape& shape, int role);
+// The QuantShape::format_flags bits (FormatRow::absent_role_flags) that say a layer of `format`
+// stores none of the roles in `absent_roles` (bit r: role r). Required roles add no bit. Used
+// where a layer's shape is made from what a request or file left out (server/rpc/request.cc,
+// client/packed_input.cc).
+uint32_t AbsentRoleFlags(Format format, uint32_t absent_roles);
 
 // The format and what of `shape` besides K, N, group_size and the scale dtype changes its kernels:
 // FormatName, then "/nk" or "/kn" for an orientation other than the format's own, "/b<bits>" for

@@ -282,10 +282,11 @@ absl::StatusOr<InlineTensor> InlineTensor::FromParts(const v1::InlinePackedTenso
   if (packed.bits() != 0) shape.bits = packed.bits();
   // An optional role given no bytes is not stored: the row's flag says so (GPTQ g_idx kNoGidx,
   // compressed-tensors weight_zero_point kSym), as a checkpoint layer without it.
+  uint32_t empty_roles = 0;
   for (int r = 0; r < row.role_count; ++r) {
-    if ((row.optional_roles >> r & 1u) != 0 && parts[static_cast<size_t>(r)].empty())
-      shape.format_flags |= row.absent_role_flags[static_cast<size_t>(r)];
+    if (parts[static_cast<size_t>(r)].empty()) empty_roles |= 1u << r;
   }
+  shape.format_flags |= AbsentRoleFlags(format, empty_roles);
   if (packed.scale_block_rows() != 0 && format != Format::kCompressedTensorsFp8) {
     return absl::InvalidArgumentError(
         absl::StrCat("packed.scale_block_rows is for format compressed_tensors_fp8 only, got ",

@@ -35,6 +35,7 @@ class ScriptedService final : public v1::DequantService::Service {
   grpc::Status final_status = grpc::Status::OK;
   std::atomic<int> delay_ms{0};  // before the first message
   v1::ListTensorsResponse list;
+  grpc::Status list_status = grpc::Status::OK;  // ListTensors answers this when not OK
   v1::BenchmarkResponse benchmark;
   v1::BenchmarkRequest last_benchmark_request;
   v1::SharedMemoryStatusResponse regions;
@@ -56,6 +57,7 @@ class ScriptedService final : public v1::DequantService::Service {
   }
   grpc::Status ListTensors(grpc::ServerContext*, const v1::ListTensorsRequest*,
                            v1::ListTensorsResponse* response) override {
+    if (!list_status.ok()) return list_status;
     *response = list;
     return grpc::Status::OK;
   }
@@ -421,6 +423,19 @@ TEST_F(FakeServerTest, InfoSummarizesTheLayersFormats) {
   ASSERT_TRUE(RunInfo(*client_, out).ok());
   EXPECT_THAT(out.str(), HasSubstr("\nformats:      mxfp4 (2 layers, 32 experts each), mxfp4 (1 "
                                    "layer, 4 experts each), awq_gemm (1 layer)\ncpu threads:"));
+}
+
+// ListTensors failing (here RESOURCE_EXHAUSTED, as a list over the receive limit would) costs
+// only the formats line: the server's other facts are still printed and the command succeeds.
+TEST_F(FakeServerTest, InfoSaysWhyTheFormatsAreUnknownWhenListTensorsFails) {
+  service_.list_status =
+      grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "Received message larger than max");
+  std::ostringstream out;
+  ASSERT_TRUE(RunInfo(*client_, out).ok());
+  EXPECT_THAT(out.str(), HasSubstr("\nformats:      unknown (ListTensors failed: "
+                                   "RESOURCE_EXHAUSTED: Received message larger than max)\n"));
+  EXPECT_THAT(out.str(), HasSubstr("backend:      cuda\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[0] NVIDIA H200, compute capability 9.0"));
 }
 
 TEST_F(FakeServerTest, InfoWithoutLayersSaysSo) {

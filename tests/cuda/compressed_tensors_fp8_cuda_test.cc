@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/compressed_tensors_fp8_format.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/dequant.h"
@@ -70,8 +71,8 @@ struct Case {
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return "N" + std::to_string(info.param.N) + "_K" + std::to_string(info.param.K) + "_R" +
-         std::to_string(info.param.R) + "_C" + std::to_string(info.param.C);
+  return absl::StrCat("N", info.param.N, "_K", info.param.K, "_R", info.param.R, "_C",
+                      info.param.C);
 }
 
 class CompressedTensorsFp8CudaTest : public ::testing::TestWithParam<Case> {};

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/dequant.h"
 #include "kernels/fp8_block_format.h"
@@ -63,7 +64,7 @@ struct Case {
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return "N" + std::to_string(info.param.N) + "_K" + std::to_string(info.param.K);
+  return absl::StrCat("N", info.param.N, "_K", info.param.K);
 }
 
 class Fp8BlockCudaTest : public ::testing::TestWithParam<Case> {};

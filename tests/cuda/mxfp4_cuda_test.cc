@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/dequant.h"
 #include "kernels/mxfp4_format.h"
@@ -30,8 +31,8 @@ struct Case {
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return "E" + std::to_string(info.param.E) + "_K" + std::to_string(info.param.K) + "_N" +
-         std::to_string(info.param.N) + (info.param.near_one_scales ? "_nearOneScales" : "");
+  return absl::StrCat("E", info.param.E, "_K", info.param.K, "_N", info.param.N,
+                      info.param.near_one_scales ? "_nearOneScales" : "");
 }
 
 class Mxfp4CudaTest : public ::testing::TestWithParam<Case> {};

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/awq_format.h"
+#include "kernels/compressed_tensors_format.h"
 #include "kernels/dequant.h"
 #include "kernels/gptq_format.h"
 
@@ -109,6 +110,22 @@ TEST(FormatRegistryTest, DefaultOrientationsAndOrientationNames) {
   shape.orientation = static_cast<Orientation>(5);
   EXPECT_THAT(ValidateShape(shape, DType::kF16).message(),
               HasSubstr("orientation must be kn or nk, got 5"));
+}
+
+// The flags of left-out roles, from the rows' absent_role_flags as written in the registry: only
+// optional roles count (GPTQ g_idx; compressed-tensors zero points and g_idx), required ones add
+// nothing, and AWQ has no optional role at all.
+TEST(FormatRegistryTest, AbsentRoleFlagsAreTheOptionalRolesFlags) {
+  EXPECT_EQ(AbsentRoleFlags(Format::kGptq, 1u << gptq::kGidx), gptq::kNoGidx);
+  EXPECT_EQ(AbsentRoleFlags(Format::kGptq, (1u << gptq::kQweight) | (1u << gptq::kScales)), 0u);
+  EXPECT_EQ(AbsentRoleFlags(Format::kGptq, 0), 0u);
+  namespace ct = compressed_tensors;
+  EXPECT_EQ(AbsentRoleFlags(Format::kCompressedTensors, 1u << ct::kWeightZeroPoint), ct::kSym);
+  EXPECT_EQ(AbsentRoleFlags(Format::kCompressedTensors, (1u << ct::kWeightZeroPoint) |
+                                                            (1u << ct::kWeightGidx) |
+                                                            (1u << ct::kWeightPacked)),
+            ct::kSym | ct::kNoGidx);
+  EXPECT_EQ(AbsentRoleFlags(Format::kAwqGemm, 0xFFFFFFFFu), 0u);
 }
 
 // K = 256, N = 64, G = 64, 3 bits, no g_idx: qweight 256 * 3 / 32 = 24 rows x 64 int32 = 6144
