@@ -37,7 +37,7 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int64_t kHeaderBytes = 4099;  // the tensor starts at an odd offset in its file
-constexpr int64_t kStagingBytes = int64_t{8} << 20;  // 4 threads x 2 x 1 MiB
+constexpr int64_t kStagingBytes = int64_t{8} << 20;  // PlanLoadStaging: 2 threads x 4 x 1 MiB
 
 class StagedTensorCopierTest : public ::testing::Test {
  protected:

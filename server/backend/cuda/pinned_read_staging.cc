@@ -1,31 +1,23 @@
 // PinnedReadStaging (see pinned_read_staging.h).
 #include "server/backend/cuda/pinned_read_staging.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace dequantd::cuda {
-namespace {
-
-constexpr int64_t kChunkAlign = 4096;
-
-}  // namespace
-
-PinnedReadStaging::Shape PinnedReadStaging::ShapeFor(int threads, int64_t staging_bytes) {
-  Shape shape;
-  shape.threads = static_cast<int>(
-      std::clamp<int64_t>(staging_bytes / (2 * kMinChunkBytes), 1, std::max(1, threads)));
-  shape.chunk_bytes = std::max<int64_t>(
-      kMinChunkBytes, staging_bytes / (2 * shape.threads) / kChunkAlign * kChunkAlign);
-  return shape;
-}
 
 absl::StatusOr<std::unique_ptr<PinnedReadStaging>> PinnedReadStaging::Make(int device,
-                                                                           Shape shape) {
-  std::unique_ptr<PinnedReadStaging> staging(new PinnedReadStaging(device, shape));
+                                                                           LoadStagingPlan plan) {
+  if (plan.threads < 1 || plan.buffers < 1 || plan.buffers > kLoadBuffersPerThread ||
+      plan.chunk_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pinned staging: ", plan.threads, " threads x ", plan.buffers, " buffers x ",
+                     plan.chunk_bytes, " bytes (threads and chunk bytes >= 1, buffers 1..",
+                     kLoadBuffersPerThread, ")"));
+  }
+  std::unique_ptr<PinnedReadStaging> staging(new PinnedReadStaging(device, plan));
   int current = 0;
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
@@ -42,14 +34,14 @@ absl::Status PinnedReadStaging::Allocate() {
     return absl::ResourceExhaustedError(memory.status().message());
   }
   memory_ = *std::move(memory);
-  readers_.resize(static_cast<size_t>(shape_.threads));
-  for (int t = 0; t < shape_.threads; ++t) {
+  readers_.resize(static_cast<size_t>(plan_.threads));
+  for (int t = 0; t < plan_.threads; ++t) {
     Reader& r = readers_[static_cast<size_t>(t)];
     absl::StatusOr<UniqueStream> stream = MakeStream();
     if (!stream.ok()) return stream.status();
     r.stream = *std::move(stream);
-    for (int b = 0; b < 2; ++b) {
-      r.buffer[b] = memory_.get() + (int64_t{t} * 2 + b) * shape_.chunk_bytes;
+    for (int b = 0; b < plan_.buffers; ++b) {
+      r.buffer[b] = memory_.get() + (int64_t{t} * plan_.buffers + b) * plan_.chunk_bytes;
       absl::StatusOr<UniqueEvent> event = MakeEvent(/*timing=*/false);
       if (!event.ok()) return event.status();
       r.copied[b] = *std::move(event);
@@ -79,7 +71,7 @@ absl::Status PinnedReadStaging::CopyToDevice(int thread, uint8_t* device_dst, in
                                                 cudaMemcpyHostToDevice, r.stream.get()));
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.copied[b].get(), r.stream.get()));
   r.pending[b] = true;
-  r.next = 1 - b;
+  r.next = (b + 1) % plan_.buffers;
   return absl::OkStatus();
 }
 
@@ -92,7 +84,7 @@ absl::Status PinnedReadStaging::Synchronize() {
       synced = absl::InternalError(
           absl::StrCat("cudaStreamSynchronize after staged copies: ", cudaGetErrorString(e)));
     }
-    r.pending = {false, false};
+    r.pending = {};
   }
   return synced;
 }

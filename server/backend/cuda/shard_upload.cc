@@ -4,7 +4,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <utility>
 
@@ -20,21 +19,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kMaxBuffers = kLoadBuffersPerThread;
-
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// One reader thread's staging: its buffers, each with the event of its last copy, and where the
-// thread's time went. Touched by that thread only while the reads run.
-struct ReaderStaging {
-  UniqueStream stream;
-  std::array<uint8_t*, kMaxBuffers> buffer{};
-  std::array<UniqueEvent, kMaxBuffers> copied;
-  std::array<bool, kMaxBuffers> pending{};
-  int next = 0;  // the buffer the next chunk is read into
-  bool device_set = false;
+// Where one reader thread's time went. Touched by that thread only while the reads run.
+struct ReaderTimes {
   Clock::time_point read_from;  // when the chunk in hand began to be read
   double pread_seconds = 0;
   double copy_wait_seconds = 0;
@@ -44,19 +34,22 @@ struct ReaderStaging {
 }  // namespace
 
 absl::StatusOr<LoadStaging> AllocateLoadStaging(const ShardUploadOptions& options) {
-  LoadStaging staging;
-  staging.plan = PlanLoadStaging(options.threads > 0 ? options.threads : DefaultLoadThreads(),
-                                 options.staging_bytes);
+  const LoadStagingPlan plan = PlanLoadStaging(
+      options.threads > 0 ? options.threads : DefaultLoadThreads(), options.staging_bytes);
+  int device = 0;
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   const Clock::time_point start = Clock::now();
-  absl::StatusOr<UniquePinnedMemory> memory = MakePinnedMemory(staging.plan.bytes());
-  if (!memory.ok()) {
+  absl::StatusOr<std::unique_ptr<PinnedReadStaging>> pinned = PinnedReadStaging::Make(device, plan);
+  if (!pinned.ok()) {
+    if (pinned.status().code() != absl::StatusCode::kResourceExhausted) return pinned.status();
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate ", staging.plan.bytes(),
+        absl::StrCat("cannot allocate ", plan.bytes(),
                      " bytes of pinned host memory to stage the model "
                      "upload (--load-staging-bytes=",
-                     options.staging_bytes, "): ", memory.status().message()));
+                     options.staging_bytes, "): ", pinned.status().message()));
   }
-  staging.memory = *std::move(memory);
+  LoadStaging staging;
+  staging.pinned = *std::move(pinned);
   staging.pin_seconds = Seconds(start, Clock::now());
   return staging;
 }
@@ -76,11 +69,9 @@ absl::Status UploadFromShards(const Checkpoint& checkpoint, const std::vector<in
                               const std::vector<uint8_t*>& device_bases, const LoadStaging& staging,
                               const ShardUploadOptions& options, ShardUploadProfile* profile) {
   if (layers.empty()) return absl::OkStatus();
-  int device = 0;
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  const int threads = staging.plan.threads;
-  const int buffers = staging.plan.buffers;
-  const int64_t chunk = staging.plan.chunk_bytes;
+  PinnedReadStaging& pinned = *staging.pinned;
+  const int threads = pinned.threads();
+  const int64_t chunk = pinned.chunk_bytes();
 
   std::vector<ReadChunk> chunks;
   int64_t bytes = 0;
@@ -97,19 +88,7 @@ absl::Status UploadFromShards(const Checkpoint& checkpoint, const std::vector<in
   absl::StatusOr<ShardReader> reader = ShardReader::Open(checkpoint.shards());
   if (!reader.ok()) return reader.status();
 
-  std::vector<ReaderStaging> staged(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    ReaderStaging& s = staged[static_cast<size_t>(t)];
-    absl::StatusOr<UniqueStream> stream = MakeStream();
-    if (!stream.ok()) return stream.status();
-    s.stream = *std::move(stream);
-    for (int b = 0; b < buffers; ++b) {
-      s.buffer[b] = staging.memory.get() + (int64_t{t} * buffers + b) * chunk;
-      absl::StatusOr<UniqueEvent> event = MakeEvent(/*timing=*/false);
-      if (!event.ok()) return event.status();
-      s.copied[b] = *std::move(event);
-    }
-  }
+  std::vector<ReaderTimes> times(static_cast<size_t>(threads));
   std::vector<PackedLayout> layouts;
   layouts.reserve(layers.size());
   for (int64_t id : layers) {
@@ -123,67 +102,45 @@ absl::Status UploadFromShards(const Checkpoint& checkpoint, const std::vector<in
         return checkpoint.StoredTensorName(layers[static_cast<size_t>(j)], role);
       },
       [&](int thread, const ReadChunk&) -> absl::StatusOr<uint8_t*> {
-        ReaderStaging& s = staged[static_cast<size_t>(thread)];
-        if (!s.device_set) {
-          DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-          s.device_set = true;
-        }
-        const int b = s.next;
-        if (s.pending[b]) {  // its previous chunk's copy must be done before it is overwritten
-          const Clock::time_point wait = Clock::now();
-          DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.copied[b].get()));
-          s.pending[b] = false;
-          s.read_from = Clock::now();
-          s.copy_wait_seconds += Seconds(wait, s.read_from);
-        } else {
-          s.read_from = Clock::now();
-        }
-        return s.buffer[b];
+        ReaderTimes& t = times[static_cast<size_t>(thread)];
+        const Clock::time_point wait = Clock::now();
+        absl::StatusOr<uint8_t*> buffer = pinned.NextBuffer(thread);  // its last copy done
+        t.read_from = Clock::now();
+        t.copy_wait_seconds += Seconds(wait, t.read_from);
+        return buffer;
       },
-      [&](int thread, const ReadChunk& c, uint8_t* data) -> absl::Status {
-        ReaderStaging& s = staged[static_cast<size_t>(thread)];
+      [&](int thread, const ReadChunk& c, uint8_t*) -> absl::Status {
+        ReaderTimes& t = times[static_cast<size_t>(thread)];
         const Clock::time_point issue = Clock::now();
-        s.pread_seconds += Seconds(s.read_from, issue);
-        const int b = s.next;
+        t.pread_seconds += Seconds(t.read_from, issue);
         uint8_t* dst = device_bases[static_cast<size_t>(c.layer)] +
                        layouts[static_cast<size_t>(c.layer)].offsets[static_cast<size_t>(c.role)] +
                        c.tensor_offset;
-        DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, data, static_cast<size_t>(c.bytes),
-                                                      cudaMemcpyHostToDevice, s.stream.get()));
-        DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.copied[b].get(), s.stream.get()));
-        s.pending[b] = true;
-        s.next = (b + 1) % buffers;
-        s.issue_seconds += Seconds(issue, Clock::now());
-        return absl::OkStatus();
+        const absl::Status copy = pinned.CopyToDevice(thread, dst, c.bytes);
+        t.issue_seconds += Seconds(issue, Clock::now());
+        return copy;
       },
       options.cancel);
   const Clock::time_point read_end = Clock::now();
   // Every copy must be done (or failed) before the staging is freed, on every path.
-  absl::Status synced;
-  for (ReaderStaging& s : staged) {
-    const cudaError_t e = cudaStreamSynchronize(s.stream.get());
-    if (e != cudaSuccess && synced.ok()) {
-      synced = absl::InternalError(
-          absl::StrCat("cudaStreamSynchronize after the upload: ", cudaGetErrorString(e)));
-    }
-  }
+  const absl::Status synced = pinned.Synchronize();
   if (profile != nullptr) {
     profile->threads = threads;
-    profile->buffers = buffers;
+    profile->buffers = pinned.plan().buffers;
     profile->chunk_bytes = chunk;
-    profile->staging_bytes = staging.plan.bytes();
+    profile->staging_bytes = pinned.pinned_bytes();
     profile->chunks = static_cast<int64_t>(chunks.size());
     profile->bytes = bytes;
     profile->pin_seconds = staging.pin_seconds;
     profile->read_seconds = Seconds(start, read_end);
     profile->drain_seconds = Seconds(read_end, Clock::now());
-    for (const ReaderStaging& s : staged) {
-      profile->pread_seconds += s.pread_seconds;
-      profile->copy_wait_seconds += s.copy_wait_seconds;
-      profile->issue_seconds += s.issue_seconds;
-      profile->max_pread_seconds = std::max(profile->max_pread_seconds, s.pread_seconds);
+    for (const ReaderTimes& t : times) {
+      profile->pread_seconds += t.pread_seconds;
+      profile->copy_wait_seconds += t.copy_wait_seconds;
+      profile->issue_seconds += t.issue_seconds;
+      profile->max_pread_seconds = std::max(profile->max_pread_seconds, t.pread_seconds);
       profile->max_copy_wait_seconds =
-          std::max(profile->max_copy_wait_seconds, s.copy_wait_seconds);
+          std::max(profile->max_copy_wait_seconds, t.copy_wait_seconds);
     }
   }
   if (!read.ok()) return read;

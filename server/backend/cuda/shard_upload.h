@@ -2,21 +2,22 @@
 // threads pread chunks of the stored tensors into their own pinned staging buffers (up to four
 // each, so a thread reads chunk i + 3 while chunks i..i + 2 are copied: the pread never waits for
 // the DMA unless the copies fall three chunks behind) and copy them host -> device on their own
-// streams. Host memory held: at most `staging_bytes` of pinned memory (threads x buffers x chunk
-// <= staging_bytes), for the upload only; the packed model is never copied into host memory.
-// Integrity as ShardReader (server/model/shard_reader.h).
+// streams (PinnedReadStaging, server/backend/cuda/pinned_read_staging.h). Host memory held: at
+// most `staging_bytes` of pinned memory (threads x buffers x chunk <= staging_bytes), for the
+// upload only; the packed model is never copied into host memory. Integrity as ShardReader
+// (server/model/shard_reader.h).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/backend/cuda/cuda_objects.h"
+#include "server/backend/cuda/pinned_read_staging.h"
 #include "server/model/checkpoint.h"
-#include "server/model/load_staging_plan.h"
 
 namespace dequantd::cuda {
 
@@ -26,17 +27,15 @@ struct ShardUploadOptions {
   const std::atomic<bool>* cancel = nullptr;   // true: stop with CANCELLED (a shutdown signal)
 };
 
-// The pinned staging of one upload: plan.threads x plan.buffers buffers of plan.chunk_bytes each,
-// in one allocation of at most ShardUploadOptions::staging_bytes
-// (server/model/load_staging_plan.h).
+// The pinned staging of one upload: PlanLoadStaging(threads, staging_bytes) of
+// ShardUploadOptions, at most staging_bytes pinned (server/model/load_staging_plan.h).
 struct LoadStaging {
-  LoadStagingPlan plan;
-  UniquePinnedMemory memory;  // plan.bytes()
-  double pin_seconds = 0;     // the cudaHostAlloc
+  std::unique_ptr<PinnedReadStaging> pinned;
+  double pin_seconds = 0;  // making it: the cudaHostAlloc, the streams and events
 };
 
-// Allocates the staging for `options` on the current device's context. Errors:
-// RESOURCE_EXHAUSTED (cudaHostAlloc refused it; names --load-staging-bytes).
+// Allocates the staging for `options` on the current device. Errors: RESOURCE_EXHAUSTED
+// (cudaHostAlloc refused it; names --load-staging-bytes), INTERNAL (CUDA).
 absl::StatusOr<LoadStaging> AllocateLoadStaging(const ShardUploadOptions& options);
 
 // Where an upload's time went, for the load's log line. Sums are over the reader threads (so a
@@ -50,7 +49,7 @@ struct ShardUploadProfile {
   int64_t bytes = 0;
   int64_t device_blocks = 0;         // cudaMalloc calls for them (server/model/device_blocks.h)
   double device_alloc_seconds = 0;   // cudaMalloc of the layers (ResidentModel), before the reads
-  double pin_seconds = 0;            // cudaHostAlloc of the staging (beside the cudaMallocs)
+  double pin_seconds = 0;            // making the staging (beside the cudaMallocs)
   double pin_wait_seconds = 0;       // after the cudaMallocs, waiting for the staging
   double read_seconds = 0;           // wall: first read to last read's end
   double drain_seconds = 0;          // wall: after the last read, waiting for the last copies

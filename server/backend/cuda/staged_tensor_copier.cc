@@ -19,11 +19,11 @@ namespace {
 class StagedTensorCopier final : public StoredTensorCopier {
  public:
   StagedTensorCopier(int threads, int64_t staging_bytes, int64_t resident_bytes)
-      : shape_(PinnedReadStaging::ShapeFor(threads, staging_bytes)),
+      : plan_(PlanLoadStaging(threads, staging_bytes)),
         staging_bytes_(staging_bytes),
         resident_bytes_(resident_bytes) {}
 
-  int64_t min_bytes() const override { return 2 * shape_.chunk_bytes; }
+  int64_t min_bytes() const override { return 2 * plan_.chunk_bytes; }
 
   absl::Status CopyToDevice(const RawTensor& tensor, int device, uint8_t* device_dst,
                             const BeforeCopy& before_copy) override {
@@ -71,11 +71,11 @@ class StagedTensorCopier final : public StoredTensorCopier {
                       const BeforeCopy& before_copy) {
     if (slot.staging == nullptr) {
       absl::StatusOr<std::unique_ptr<PinnedReadStaging>> made =
-          PinnedReadStaging::Make(device, shape_);
+          PinnedReadStaging::Make(device, plan_);
       if (!made.ok()) {
         if (made.status().code() != absl::StatusCode::kResourceExhausted) return made.status();
         return absl::ResourceExhaustedError(
-            absl::StrCat("cannot allocate ", int64_t{shape_.threads} * 2 * shape_.chunk_bytes,
+            absl::StrCat("cannot allocate ", plan_.bytes(),
                          " bytes of pinned host memory to stage ReadTensor into a device region "
                          "(--read-staging-bytes=",
                          staging_bytes_, "): ", made.status().message()));
@@ -140,7 +140,7 @@ class StagedTensorCopier final : public StoredTensorCopier {
     return absl::OkStatus();
   }
 
-  const PinnedReadStaging::Shape shape_;
+  const LoadStagingPlan plan_;
   const int64_t staging_bytes_;
   const int64_t resident_bytes_;
   std::mutex mu_;

@@ -23,9 +23,9 @@
 
 namespace dequantd::cuda {
 
-// `threads` >= 1 reader threads (fewer when the staging cannot give each 2 x 1 MiB);
-// `staging_bytes` >= 2 MiB of pinned host memory per GPU (threads x 2 buffers); `resident_bytes`
-// >= 0 of device memory per GPU for kept tensors (0: none).
+// `threads` >= 1 reader threads and `staging_bytes` >= 2 MiB of pinned host memory per GPU, cut
+// as the model upload's staging (PlanLoadStaging: fewer threads when the staging cannot give each
+// its buffers of 1 MiB); `resident_bytes` >= 0 of device memory per GPU for kept tensors (0: none).
 std::unique_ptr<StoredTensorCopier> MakeStagedTensorCopier(int threads, int64_t staging_bytes,
                                                            int64_t resident_bytes = 0);
 
