@@ -7,14 +7,28 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/commands.h"
 #include "client/table.h"
 
 namespace dequantd {
 namespace {
 
-std::vector<std::string> SplitList(const std::string& text) {
-  return absl::StrSplit(text, ',', absl::SkipWhitespace());
+// "a, b" -> {"a", "b"} (each entry's spaces trimmed); "" -> {} (the flag's default). An empty entry
+// ("a,,b", ",", " ") is INVALID_ARGUMENT naming `flag`: it would otherwise leave the list empty
+// and the server would run its default instead of what was asked for.
+absl::StatusOr<std::vector<std::string>> SplitList(const std::string& text, const char* flag) {
+  std::vector<std::string> items;
+  if (text.empty()) return items;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    if (item.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " \"", text, "\" has an empty entry (a list is comma-separated)"));
+    }
+    items.emplace_back(item);
+  }
+  return items;
 }
 
 // "KxN" with positive integers.
@@ -38,14 +52,21 @@ std::string Micros(double seconds) { return Fixed(seconds * 1e6, 1); }
 
 absl::StatusOr<v1::BenchmarkRequest> MakeBenchmarkRequest(const BenchmarkOptions& options) {
   v1::BenchmarkRequest request;
-  for (const std::string& s : SplitList(options.shapes)) {
+  absl::StatusOr<std::vector<std::string>> shapes = SplitList(options.shapes, "--shapes");
+  absl::StatusOr<std::vector<std::string>> tensors = SplitList(options.tensors, "--tensors");
+  absl::StatusOr<std::vector<std::string>> variants = SplitList(options.variants, "--variants");
+  absl::StatusOr<std::vector<std::string>> dtypes = SplitList(options.dtype, "--dtype");
+  for (const auto* list : {&shapes, &tensors, &variants, &dtypes}) {
+    if (!list->ok()) return list->status();
+  }
+  for (const std::string& s : *shapes) {
     absl::StatusOr<v1::BenchmarkShape> shape = ParseShape(s);
     if (!shape.ok()) return shape.status();
     *request.add_shapes() = *shape;
   }
-  for (const std::string& t : SplitList(options.tensors)) request.add_tensors(t);
-  for (const std::string& v : SplitList(options.variants)) request.add_variants(v);
-  for (const std::string& d : SplitList(options.dtype)) {
+  for (const std::string& t : *tensors) request.add_tensors(t);
+  for (const std::string& v : *variants) request.add_variants(v);
+  for (const std::string& d : *dtypes) {
     absl::StatusOr<v1::DType> dtype = ParseOutputDType(d);
     if (!dtype.ok()) return dtype.status();
     request.add_output_dtypes(*dtype);

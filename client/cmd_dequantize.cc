@@ -251,7 +251,11 @@ absl::Status RunDequantize(DequantClient& client, const DequantizeOptions& optio
         "error vs %s%s: max_abs %.6g, rms %.6g, relative_rms %.6g over %d elements",
         comparer->reference(), comparer->transposed() ? " (N, K) transposed" : "", e.max_abs_error,
         e.rms_error, e.relative_rms_error, e.count);
-    if (e.nonfinite > 0) out << " (" << e.nonfinite << " non-finite skipped)";
+    if (e.nonfinite > 0) out << "; " << e.nonfinite << " non-finite in both, equal";
+    if (e.nonfinite_mismatches > 0) {
+      out << "; " << e.nonfinite_mismatches
+          << " MISMATCHED: non-finite on one side only, or a different NaN / infinity";
+    }
     out << '\n';
   }
   return absl::OkStatus();

@@ -33,6 +33,24 @@ std::string NpyPathFor(const std::string& dir, const std::string& tensor) {
       .string();
 }
 
+// --out-dir: FAILED_PRECONDITION when two of `layers` would be written to the same file (a '/'
+// in a name becomes '_': "a/b" and "a_b"), checked before any call so that no layer silently
+// replaces another.
+absl::Status CheckDistinctNpyPaths(const std::string& dir,
+                                   const std::vector<LayersSafetensorsFile::Layer>& layers) {
+  std::map<std::string, std::string> owner;  // path -> the layer written there
+  for (const LayersSafetensorsFile::Layer& layer : layers) {
+    const auto [it, inserted] = owner.emplace(NpyPathFor(dir, layer.name), layer.name);
+    if (inserted) continue;
+    return absl::FailedPreconditionError(
+        absl::StrCat("--out-dir: layers '", it->second, "' and '", layer.name,
+                     "' would both be written to ", it->first,
+                     " (a '/' in a layer name becomes '_'); fetch them apart with --tensors, or "
+                     "write one file with --out"));
+  }
+  return absl::OkStatus();
+}
+
 // --out-dir: created (with its parents) when the first result arrives.
 absl::Status CreateOutDir(const std::string& dir) {
   std::error_code error;
@@ -136,11 +154,15 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   int streams = more ? options.streams : 1;
   std::vector<LayersSafetensorsFile::Layer> layers;
   std::unique_ptr<LayersSafetensorsFile> file;  // --out
-  if (streams > 1 || !options.out.empty() || options.progress.terminal) {
+  if (streams > 1 || !options.out.empty() || !options.out_dir.empty() ||
+      options.progress.terminal) {
     absl::StatusOr<std::vector<LayersSafetensorsFile::Layer>> listed =
         ListLayers(client, *tensors, request.orientation());
     if (!listed.ok()) return listed.status();
     layers = *std::move(listed);
+    if (!options.out_dir.empty()) {
+      if (absl::Status s = CheckDistinctNpyPaths(options.out_dir, layers); !s.ok()) return s;
+    }
     const bool all_known =
         std::all_of(layers.begin(), layers.end(), [](const auto& l) { return l.K > 0 && l.N > 0; });
     if (!options.out.empty() && all_known) {  // else the server's NOT_FOUND comes first

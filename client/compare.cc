@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -254,7 +255,8 @@ double ReferenceComparer::ReferenceAt(int64_t index) const {
 
 void ReferenceComparer::Accumulate(double out, double ref) {
   if (!std::isfinite(out) || !std::isfinite(ref)) {
-    ++nonfinite_;
+    const bool agree = (std::isnan(out) && std::isnan(ref)) || out == ref;  // same infinity
+    ++(agree ? nonfinite_ : nonfinite_mismatches_);
     return;
   }
   const double err = out - ref;
@@ -295,7 +297,8 @@ ErrorStats ReferenceComparer::Stats() const {
   ErrorStats s;
   s.count = count_;
   s.nonfinite = nonfinite_;
-  s.max_abs_error = max_abs_;
+  s.nonfinite_mismatches = nonfinite_mismatches_;
+  s.max_abs_error = nonfinite_mismatches_ > 0 ? std::numeric_limits<double>::infinity() : max_abs_;
   if (count_ > 0) {
     s.rms_error = std::sqrt(sum_sq_err_ / count_);
     const double ref_rms = std::sqrt(sum_sq_ref_ / count_);

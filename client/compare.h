@@ -25,8 +25,14 @@
 namespace dequantd {
 
 struct ErrorStats {
-  int64_t count = 0;      // elements compared
-  int64_t nonfinite = 0;  // elements skipped because a value is inf or NaN
+  int64_t count = 0;  // elements compared (both values finite)
+  // Elements where both values are non-finite and agree (both NaN, or the same infinity): equal,
+  // left out of the error sums.
+  int64_t nonfinite = 0;
+  // Elements where one value is finite and the other not, or both are non-finite and differ (NaN
+  // and inf, +inf and -inf): mismatches. Any makes max_abs_error +inf; the rms errors stay over
+  // the `count` finite pairs.
+  int64_t nonfinite_mismatches = 0;
   double max_abs_error = 0;
   double rms_error = 0;
   double relative_rms_error = 0;  // 0 when the reference is all zeros
@@ -94,7 +100,7 @@ class ReferenceComparer {
   int64_t out_element_bytes_ = 0;
   int64_t next_element_ = 0;      // index of the next result element
   std::vector<uint8_t> partial_;  // bytes of an element split across Add calls
-  int64_t count_ = 0, nonfinite_ = 0;
+  int64_t count_ = 0, nonfinite_ = 0, nonfinite_mismatches_ = 0;
   double max_abs_ = 0, sum_sq_err_ = 0, sum_sq_ref_ = 0;
 };
 

@@ -345,6 +345,12 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   for (const auto& [tensor, anchor_ref] : tensors) {
     if (!absl::EndsWith(tensor, anchor)) continue;
     const std::string prefix = tensor.substr(0, tensor.size() - anchor.size());
+    if (prefix.empty()) {  // a layer no request could name (and no output file could be called)
+      return absl::FailedPreconditionError(
+          absl::StrCat(anchor_ref.path(), ": tensor '", tensor, "' (format ", std::string(row.name),
+                       ") is a layer with an empty name: a layer's tensors are <layer>", anchor,
+                       " with a non-empty <layer>"));
+    }
     std::vector<TensorRef> refs(static_cast<size_t>(row.role_count));
     std::vector<formats::QuantTensorRef> stored;
     for (int r = 0; r < row.role_count; ++r) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -215,10 +216,35 @@ TEST(ReferenceComparerTest, NonFiniteValuesAreCountedNotAveraged) {
   ASSERT_TRUE((*c)->Add(Bytes(out)).ok());
   const ErrorStats s = (*c)->Stats();
   EXPECT_EQ(s.count, 7);
-  EXPECT_EQ(s.nonfinite, 1);
-  EXPECT_DOUBLE_EQ(s.max_abs_error, 1.0);
+  EXPECT_EQ(s.nonfinite, 0);
+  EXPECT_EQ(s.nonfinite_mismatches, 1);  // +inf against 1.0
+  EXPECT_EQ(s.max_abs_error, std::numeric_limits<double>::infinity());
   EXPECT_DOUBLE_EQ(s.rms_error, std::sqrt(1.0 / 7));
   EXPECT_EQ((*c)->Add(Bytes(out)).code(), absl::StatusCode::kOutOfRange);  // more than (K, N)
+}
+
+// Non-finite values are equal only when both sides have the same one (NaN and NaN, or the same
+// infinity); any other pairing is a mismatch, and makes max_abs_error infinite (an fp16 overflow
+// to -inf against a finite -90000 must not read as a perfect match).
+TEST(ReferenceComparerTest, NonFiniteValuesOnOneSideOnlyAreMismatches) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::string path = TempPath("ref_nonfinite.safetensors");
+  //                        agree: NaN/NaN, -inf/-inf    mismatch: finite/-inf, NaN/1, +inf/-inf
+  const std::vector<float> ref = {nan, -inf, -90000.0f, nan, -inf, 2.0f};
+  ASSERT_TRUE(safetensors::WriteFile(path, {{"w", "F32", {1, 6}, Bytes(ref)}}).ok());
+  absl::StatusOr<std::unique_ptr<ReferenceComparer>> c =
+      ReferenceComparer::Open(path, {}, ReferenceLayout::kAuto);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->Begin(Header(1, 6, v1::DTYPE_FP16)).ok());
+  const std::vector<uint16_t> out = {0x7E00, 0xFC00, 0xFC00, 0x3C00, 0x7C00, 0x4000};
+  ASSERT_TRUE((*c)->Add(Bytes(out)).ok());
+  const ErrorStats s = (*c)->Stats();
+  EXPECT_EQ(s.count, 1);  // 2.0 against 2.0
+  EXPECT_EQ(s.nonfinite, 2);
+  EXPECT_EQ(s.nonfinite_mismatches, 3);
+  EXPECT_EQ(s.max_abs_error, inf);
+  EXPECT_EQ(s.rms_error, 0);
 }
 
 // Writes a C-order .npy file through npy::NpyWriter.

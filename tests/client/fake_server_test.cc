@@ -630,6 +630,33 @@ TEST_F(FakeServerTest, DequantizeDrawsAProgressLineFromSixtyFourMiB) {
   EXPECT_EQ(terminal, "");
 }
 
+// "a/b" and "a_b" both become DIR/a_b.npy: refused before any call, naming both; nothing written.
+TEST_F(FakeServerTest, DequantizeLayersRefusesTwoLayersThatShareAnOutDirFile) {
+  for (const char* name : {"m.x", "a/b", "a_b"}) {
+    v1::QuantizedTensorInfo* t = service_.list.add_tensors();
+    t->set_name(name);
+    t->set_in_features(1);
+    t->set_out_features(8);
+  }
+  service_.SetScript({LayerHeader("m.x", 1, 8), Chunk(0, std::string(16, 'x'))});
+  DequantizeLayersOptions options;
+  options.out_dir = client_test::TempPath("layers_clash");
+  std::ostringstream out;
+  absl::Status status = RunDequantizeLayers(*client_, options, out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      status.message(),
+      absl::StrCat("--out-dir: layers 'a/b' and 'a_b' would both be written to ", options.out_dir,
+                   "/a_b.npy (a '/' in a layer name becomes '_'); fetch them apart with "
+                   "--tensors, or write one file with --out"));
+  EXPECT_FALSE(std::filesystem::exists(options.out_dir));
+  // Either one alone is fine.
+  options.tensors = "m.x";
+  status = RunDequantizeLayers(*client_, options, out);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(std::filesystem::is_regular_file(options.out_dir + "/m.x.npy"));
+}
+
 TEST_F(FakeServerTest, DequantizeLayersFailingBeforeAnyResultCreatesNoOutDir) {
   service_.SetScript({});
   service_.final_status = grpc::Status(grpc::StatusCode::NOT_FOUND, "no tensor 'm.z'");

@@ -392,6 +392,25 @@ TEST(BenchmarkRequestTest, ParsesShapesDTypesAndCounts) {
   }
 }
 
+// An empty entry would leave a list empty and run the server's default instead: refused, naming
+// the flag.
+TEST(BenchmarkRequestTest, AnEmptyListEntryIsInvalidArgumentNamingTheFlag) {
+  BenchmarkOptions o;
+  o.shapes = ",";
+  absl::Status s = MakeBenchmarkRequest(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--shapes \",\" has an empty entry (a list is comma-separated)");
+  o.shapes = "64x64";
+  o.tensors = "a, ,b";
+  s = MakeBenchmarkRequest(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--tensors \"a, ,b\" has an empty entry (a list is comma-separated)");
+  o.tensors = " a , b ";  // spaces around entries are trimmed
+  absl::StatusOr<v1::BenchmarkRequest> r = MakeBenchmarkRequest(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->tensors(), ::testing::ElementsAre("a", "b"));
+}
+
 TEST(TableTest, PadsColumnsAndAlignsNumbersRight) {
   Table t({"name", "K"}, {false, true});
   t.AddRow({"a", "576"});

@@ -487,6 +487,19 @@ TEST_F(CheckpointTest, MissingQzerosIsFailedPreconditionNamingTheTensorAndRole) 
                                "missing");
 }
 
+// ".qweight": a layer named "" would be listed but could not be asked for by name or written to a
+// file: refused at load, naming the tensor.
+TEST_F(CheckpointTest, ALayerWithAnEmptyNameIsFailedPrecondition) {
+  std::vector<OwnedTensor> tensors = Layer("model.layers.0.mlp.up_proj", 128, 16, 1);
+  for (OwnedTensor& t : Layer("", 128, 16, 1)) tensors.push_back(std::move(t));
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", tensors).ok());
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(OpenMessage(), dir_ +
+                               "/model.safetensors: tensor '.qweight' (format awq_gemm) is a "
+                               "layer with an empty name: a layer's tensors are <layer>.qweight "
+                               "with a non-empty <layer>");
+}
+
 TEST_F(CheckpointTest, WrongScalesColumnsIsInvalidArgument) {
   ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 128, 16, 1, "F16", 24)).ok());
   EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
