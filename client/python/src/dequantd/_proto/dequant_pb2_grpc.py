@@ -187,7 +187,9 @@ class DequantServiceServicer(object):
         bytes of the safetensors file, row-major, little-endian. The first message carries the
         header. Errors: INVALID_ARGUMENT (name empty, chunk_bytes negative), NOT_FOUND (name),
         FAILED_PRECONDITION (no model loaded), DATA_LOSS (the file was truncated or replaced since
-        the server loaded it), CANCELLED (the client went away).
+        the server loaded it: another inode, device or size), CANCELLED (the client went away). The
+        bytes are read from the file at each call: a file rewritten in place at the same size is
+        served as it now is (the quantized layers, read at load, are not affected).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
