@@ -128,6 +128,28 @@ def test_dequantize_inline_packed_arrays(client, model_tensors, dtype):
     assert np.array_equal(got.view(np.uint16), client.dequantize(LAYER_DOWN, dtype=dtype).view(np.uint16))
 
 
+def test_inline_words_that_are_not_native_int32_are_a_type_error(client, model_tensors):
+    """qweight / qzeros bytes go as they are: a float32 or big-endian array would be other words
+    (silently wrong weights), so only native int32 / uint32 is sent."""
+    qw, qz, sc = packed(model_tensors, LAYER_DOWN)
+    for bad_qw, bad_qz, role, code in ((qw.astype(np.float32), qz, "qweight", "<f4"),
+                                       (qw, qz.astype(">i4"), "qzeros", ">i4"),
+                                       (qw.astype(np.int64), qz, "qweight", "<i8")):
+        with pytest.raises(TypeError, match=f"{role} must be int32 .* not {code}"):
+            client.dequantize(qweight=bad_qw, qzeros=bad_qz, scales=sc)
+    as_uint = client.dequantize(qweight=qw.view(np.uint32), qzeros=qz.view(np.uint32), scales=sc)
+    assert np.array_equal(as_uint.view(np.uint16),
+                          client.dequantize(LAYER_DOWN).view(np.uint16))
+
+
+def test_a_single_layer_name_string_is_a_type_error(client):
+    """A string is iterable: dequantize_layers("name") would ask for one layer per character."""
+    with pytest.raises(TypeError, match="not a single string"):
+        list(client.dequantize_layers(LAYER_Q))
+    with pytest.raises(TypeError, match="not a single string"):
+        client.dequantize_layers_into("some-region", LAYER_Q)
+
+
 def test_dequantize_inline_bf16_scales_and_explicit_group_size(client):
     rng = np.random.default_rng(5)
     k, n, g = 256, 64, 128

@@ -140,6 +140,41 @@ def test_convert_rejects_bad_arguments(server, tmp_path):
     assert proc.returncode == 1 and "UNAVAILABLE" in proc.stderr
 
 
+def test_convert_refuses_a_checkpoint_it_did_not_write(server, tmp_path):
+    """The server's own model directory, and any directory with a checkpoint but no manifest of
+    ours, are refused before anything is written (converting there replaced the quantized
+    config.json and left the quantized shards beside the new ones)."""
+    before = sorted(os.listdir(MODEL))
+    with pytest.raises(ValueError, match="is the server's model directory"):
+        dequantd.convert(server, MODEL)
+    assert sorted(os.listdir(MODEL)) == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    (other / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(ValueError, match="holds config.json, model.safetensors and no "
+                                         "dequantd-convert.json"):
+        dequantd.convert(server, str(other))
+    assert sorted(os.listdir(other)) == ["config.json", "model.safetensors"]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match="exists and is not a directory"):
+        dequantd.convert(server, str(a_file))
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "convert", f"--server={server}",
+                           f"--out={other}"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "dequantd-convert.json" in proc.stderr, proc.stderr
+
+
+def test_a_rerun_with_another_shard_size_removes_the_earlier_shards(server, tmp_path):
+    out = tmp_path / "out"
+    first = dequantd.convert(server, str(out), max_shard_size="100MiB")
+    assert len(first.shards) > 1
+    second = dequantd.convert(server, str(out), max_shard_size="5GB")
+    assert second.shards == ["model-00001-of-00001.safetensors"]
+    assert sorted(os.listdir(out)) == sorted(second.shards + [
+        "config.json", "model.safetensors.index.json", MANIFEST])
+
+
 MXFP4_CASE = os.path.join(ROOT, "tests", "data", "formats", "mxfp4", "mxfp4_gptoss_e2")
 
 

@@ -175,6 +175,38 @@ def test_a_cpu_tensor_is_filled_bit_for_bit(client, dtype, name):
     assert torch.equal(t.view(torch.uint8), expected.view(torch.uint8))
 
 
+def test_a_layer_of_stacked_experts_fills_an_e_k_n_tensor(tmp_path):
+    """An MXFP4 layer of E experts is E matrices: its tensor is (E, K, N) (or (E, N, K)), filled
+    bit for bit like dequantize(); a (K, N) tensor is refused before any call, naming E."""
+    import shutil
+
+    from conftest import ROOT
+
+    case = os.path.join(ROOT, "tests", "data", "formats", "mxfp4", "mxfp4_gptoss_e2")
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(case + ".config.json", model / "config.json")
+    shutil.copy(case + ".safetensors", model / "model.safetensors")
+    proc, target = start_server(str(tmp_path), model_dir=str(model))
+    try:
+        with dequantd.Client(target) as c:
+            name = "model.layers.0.mlp.experts.down_proj"
+            layer = next(l for l in c.list().layers if l.name == name)
+            e, k, n = layer.experts, layer.in_features, layer.out_features
+            assert e == 2
+            for orientation, shape in (("KN", (e, k, n)), ("NK", (e, n, k))):
+                expected = c.dequantize(name, dtype="bf16", as_torch=True,
+                                        orientation=orientation.lower())
+                t = nan_tensor(shape)
+                c.dequantize_into_tensor(name, t, orientation=orientation)
+                assert torch.equal(t.view(torch.uint8), expected.view(torch.uint8)), orientation
+            with pytest.raises(ValueError, match=r"\(E, K, N\) = \(2, 32, 64\): the layer "
+                                                 r"stacks 2 experts"):
+                c.dequantize_into_tensor(name, nan_tensor((k, n)))
+    finally:
+        stop_server(proc)
+
+
 def test_many_layers_into_views_of_one_buffer(client):
     names = [Q, DOWN, UP]
     shapes = {Q: (576, 576), DOWN: (1536, 576), UP: (576, 1536)}

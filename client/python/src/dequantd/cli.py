@@ -89,10 +89,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 # bf16: the raw bits (np.uint16), so that ml-dtypes is not needed.
                 w = client.dequantize(args.tensor, dtype=args.dtype, progress=True,
                                       bf16_bits=True)
-                np.save(args.out, w)
+                out = args.out if args.out.endswith(".npy") else args.out + ".npy"  # np.save's
+                np.save(out, w)
                 note = (" (bf16 as uint16 bits: numpy has no bfloat16; read with "
                         "np.load(...).view(ml_dtypes.bfloat16))" if args.dtype == "bf16" else "")
-                print(f"{args.tensor}: {w.shape} {args.dtype} -> {args.out}{note}")
+                print(f"{args.tensor}: {w.shape} {args.dtype} -> {out}{note}")
             else:
                 result = convert(client, args.out, dtype=args.dtype,
                                  max_shard_size=args.max_shard_size,
@@ -106,4 +107,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # writing the output: a missing directory, a file in the way, a full disk
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0

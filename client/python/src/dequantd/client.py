@@ -315,6 +315,15 @@ def _orientation(orientation: Optional[str]) -> int:
     return wire
 
 
+def _layer_names(names: Iterable[str]) -> List[str]:
+    """`names` as a list of layer names. A single string is refused (TypeError): iterated, it
+    would ask for one layer per character."""
+    if isinstance(names, (str, bytes)):
+        raise TypeError(f"names must be a list of layer names, not a single string: pass "
+                        f"[{names!r}]")
+    return list(names)
+
+
 class Client:
     """A connection to one dequantd server. Thread-safe (gRPC channels are); use as a context
     manager or call close().
@@ -508,8 +517,12 @@ class Client:
             qw, qz, sc = (_to_numpy(a) for a in packed)
             if qw.ndim != 2 or qz.ndim != 2 or sc.ndim != 2:
                 raise ValueError("qweight, qzeros and scales must be 2-D")
-            if qw.dtype.itemsize != 4 or qz.dtype.itemsize != 4:
-                raise TypeError("qweight and qzeros must be int32")
+            for role, a in (("qweight", qw), ("qzeros", qz)):
+                # The bytes go as they are: a float32 or big-endian array would be read as
+                # other words (silently wrong weights).
+                if a.dtype.kind not in "iu" or a.dtype.itemsize != 4 or not a.dtype.isnative:
+                    raise TypeError(f"{role} must be int32 (or uint32) in native byte order, "
+                                    f"not {a.dtype.str} ({a.dtype})")
             k, rows = qw.shape[0], sc.shape[0]
             if group_size == -1 and rows > 0 and k % rows == 0:
                 group_size = k // rows  # what the arrays imply (the wire's -1 would mean K)
@@ -607,14 +620,15 @@ class Client:
                                              chunk_bytes=self._chunk_bytes,
                                              orientation=_orientation(orientation))
         if names is not None:
-            request.tensors.extend(names)
+            request.tensors.extend(_layer_names(names))
             if not request.tensors:
                 return
         total = None
         if progress:
             wanted = set(request.tensors)
-            total = sum(t.in_features * t.out_features for t in self.list().layers
-                        if not wanted or t.name in wanted) * {"fp16": 2, "bf16": 2, "fp32": 4}[dtype]
+            element = {"fp16": 2, "bf16": 2, "fp32": 4}[dtype]
+            total = sum(max(1, t.experts) * t.in_features * t.out_features
+                        for t in self.list().layers if not wanted or t.name in wanted) * element
         bar = _Progress(progress, total, "layers")
         try:
             for result in self._layer_results(request, bar):
@@ -888,7 +902,7 @@ class Client:
         if orientation is not None:
             setattr(request, "orientation", orientation)
         if names is not None:
-            request.tensors.extend(names)
+            request.tensors.extend(_layer_names(names))
         return request
 
     def _region_layers_into(self, region: str, names: Optional[Sequence[str]], offset: int,
@@ -949,10 +963,11 @@ class Client:
             layer: a name from list().layers.
             tensor: a contiguous torch.Tensor of dtype torch.float16, torch.bfloat16 or
                 torch.float32 (the output dtype follows it), shape (K, N) = (in_features,
-                out_features) for orientation "KN", (N, K) for "NK"; on a CUDA device the
-                server computes on (written by the kernel through CUDA IPC: the server must run
-                --backend=cuda --shared-memory=cuda|all on this host) or on the CPU (the
-                streamed result is written into its memory).
+                out_features) for orientation "KN", (N, K) for "NK" ((E, K, N) / (E, N, K)
+                for a layer of E > 1 stacked experts, list().layers' `experts`); on a CUDA
+                device the server computes on (written by the kernel through CUDA IPC: the
+                server must run --backend=cuda --shared-memory=cuda|all on this host) or on the
+                CPU (the streamed result is written into its memory).
             orientation: "KN" (AWQ's, the default) or "NK" (nn.Linear.weight's; needs a server
                 that writes (N, K) results, else ValueError: dequantd never transposes on the
                 host).

@@ -152,6 +152,43 @@ def _kept_shards(out_dir: str, fingerprint: str) -> Dict[str, Dict[str, Any]]:
     return kept
 
 
+_SHARD_NAME = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+
+
+def _earlier_shards(out_dir: str, model_dir: str) -> List[str]:
+    """Checks that `out_dir` may be written and returns the shard files an earlier convert into
+    it wrote (its manifest's, whatever its plan), for removal once this one is complete. Raises
+    ValueError for a path that is not a directory, the server's own model directory, or a
+    directory that holds a checkpoint (config.json, *.safetensors, an index) with no manifest of
+    ours: writing there would replace its files (the quantized checkpoint itself, when it is the
+    model the server reads) or leave them beside the new ones."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"out_dir {out_dir!r} exists and is not a directory")
+    if (model_dir and os.path.isdir(model_dir)
+            and os.path.realpath(out_dir) == os.path.realpath(model_dir)):
+        raise ValueError(f"out_dir {out_dir!r} is the server's model directory: converting into "
+                         "it would overwrite the quantized checkpoint; choose a new directory")
+    if not os.path.isdir(out_dir):
+        return []
+    try:
+        with open(os.path.join(out_dir, MANIFEST), encoding="utf-8") as f:
+            shards = json.load(f).get("shards", {})
+        return sorted(name for name in shards if _SHARD_NAME.fullmatch(name))
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"out_dir {out_dir!r}: its {MANIFEST} cannot be read ({e}); remove it "
+                         "or choose a new directory") from None
+    foreign = sorted(f for f in os.listdir(out_dir)
+                     if f in ("config.json", INDEX) or f.endswith(".safetensors"))
+    if foreign:
+        raise ValueError(f"out_dir {out_dir!r} holds {', '.join(foreign[:4])}"
+                         f"{', ...' if len(foreign) > 4 else ''} and no {MANIFEST}: a checkpoint "
+                         "that dequantd convert did not write; convert into a new or empty "
+                         "directory")
+    return []
+
+
 def _orientation(entry: _Entry) -> int:
     """The orientation a layer entry is requested in: (E, K, N) for stacked experts (3 dims),
     else (N, K)."""
@@ -233,6 +270,7 @@ def convert(server: Union[str, Client], out_dir: str, *, dtype: str = "bf16",
             "config": info.model_config, "dtype": dtype,
             "shards": [[dataclasses.astuple(e) for e in shard] for shard in plan],
         }, sort_keys=True).encode()).hexdigest()
+        earlier = _earlier_shards(out_dir, info.model)
         os.makedirs(out_dir, exist_ok=True)
         done = _kept_shards(out_dir, fingerprint)
         kept = len(done)
@@ -263,6 +301,9 @@ def convert(server: Union[str, Client], out_dir: str, *, dtype: str = "bf16",
         config = {k: v for k, v in info.model_config.items() if k != "quantization_config"}
         config["torch_dtype"] = TORCH_DTYPE[dtype]
         _atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(config, indent=2) + "\n")
+        for name in earlier:  # an earlier plan's shards this one did not write (other count)
+            if name not in names:
+                os.remove(os.path.join(out_dir, name))
         return ConvertResult(out_dir=out_dir, shards=names, tensors=len(weight_map),
                              total_bytes=total, shards_kept=kept)
     finally:

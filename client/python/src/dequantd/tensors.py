@@ -212,17 +212,25 @@ def _check_targets(client: Any, tensors: Mapping[str, Any], orientation: str,
             raise TypeError(f"{name}: dtype {tensor.dtype} is not one dequantd writes; use "
                             "torch.float16, torch.bfloat16 or torch.float32")
         k, n = layer.in_features, layer.out_features
-        want = (k, n) if orientation == "KN" else (n, k)
+        # A layer of stacked experts (mxfp4's MoE projections, E > 1) is E matrices, one after
+        # another: its tensor is (E, K, N) or (E, N, K).
+        experts = max(1, int(getattr(layer, "experts", 1) or 1))
+        stack = (experts,) if experts > 1 else ()
+        want = stack + ((k, n) if orientation == "KN" else (n, k))
+        other = stack + ((n, k) if orientation == "KN" else (k, n))
         got = tuple(tensor.shape)
         if got != want:
             hint = ""
-            if orientation == "KN" and got == (n, k):
+            if orientation == "KN" and got == other and k != n:
                 hint = (": that is nn.Linear's (N, K) orientation; pass orientation='NK' (needs a "
                         "server that writes (N, K) results) or a (K, N) tensor")
-            elif orientation == "NK" and got == (k, n):
+            elif orientation == "NK" and got == other and k != n:
                 hint = ": that is AWQ's (K, N) orientation; pass orientation='KN'"
+            elif stack and got == want[1:]:
+                hint = f": the layer stacks {experts} experts, one matrix each"
+            axes = "(K, N)" if orientation == "KN" else "(N, K)"
             raise ValueError(f"{name}: tensor shape {got} != the layer's "
-                             f"{'(K, N)' if orientation == 'KN' else '(N, K)'} = {want}{hint}")
+                             f"{'(E, ' + axes[1:] if stack else axes} = {want}{hint}")
         if not tensor.is_contiguous():
             raise ValueError(f"{name}: tensor is not contiguous (strides {tuple(tensor.stride())}); "
                              "dequantd writes row-major bytes: pass a contiguous tensor")
@@ -230,8 +238,8 @@ def _check_targets(client: Any, tensors: Mapping[str, Any], orientation: str,
         if device_type not in ("cuda", "cpu"):
             raise ValueError(f"{name}: tensor on {tensor.device}; dequantd writes CUDA tensors "
                              "(through CUDA IPC) and CPU tensors (streamed)")
-        targets.append(_Target(name, tensor, dtype, k * n * _ELEMENT_BYTES[dtype], want,
-                               cuda=device_type == "cuda"))
+        targets.append(_Target(name, tensor, dtype, experts * k * n * _ELEMENT_BYTES[dtype],
+                               want, cuda=device_type == "cuda"))
 
     if orientation == "NK":
         supported, reason = client._orientation_support()  # pylint: disable=protected-access
