@@ -142,6 +142,23 @@ def test_inline_words_that_are_not_native_int32_are_a_type_error(client, model_t
                           client.dequantize(LAYER_DOWN).view(np.uint16))
 
 
+def test_timeouts_inf_means_none_and_nonpositive_or_nan_is_a_value_error(server):
+    """gRPC fails every call at once with DEADLINE_EXCEEDED for an infinite, zero or negative
+    deadline: inf means no deadline, the others are refused where they are given."""
+    with dequantd.Client(server, timeout=float("inf"), stream_timeout=float("inf")) as c:
+        assert c.info().tensor_count > 0
+        assert c.info(timeout=float("inf")).tensor_count > 0
+        for bad in (0, -1, float("nan")):
+            with pytest.raises(ValueError, match="timeout must be a number of seconds > 0"):
+                c.info(timeout=bad)
+    for bad in (0, -1.5, float("nan")):
+        with pytest.raises(ValueError, match="stream_timeout must be"):
+            dequantd.Client(server, stream_timeout=bad)
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "info", f"--server={server}",
+                           "--timeout=0"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--timeout must be > 0" in proc.stderr, proc.stderr
+
+
 def test_a_single_layer_name_string_is_a_type_error(client):
     """A string is iterable: dequantize_layers("name") would ask for one layer per character."""
     with pytest.raises(TypeError, match="not a single string"):

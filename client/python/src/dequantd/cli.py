@@ -63,7 +63,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.timeout is not None and not args.timeout > 0:
+        parser.error(f"--timeout must be > 0 seconds (inf: no deadline), got {args.timeout}")
     timeouts = {} if args.timeout is None else {"timeout": args.timeout,
                                                 "stream_timeout": args.timeout}
     try:

@@ -315,6 +315,16 @@ def _orientation(orientation: Optional[str]) -> int:
     return wire
 
 
+def _deadline(timeout: Optional[float], what: str) -> Optional[float]:
+    """A timeout argument as gRPC's: None or inf = no deadline; else a finite number > 0
+    (ValueError otherwise: gRPC would fail every call at once with DEADLINE_EXCEEDED)."""
+    if timeout is None or timeout == float("inf"):
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"{what} must be a number of seconds > 0, inf or None, got {timeout!r}")
+    return float(timeout)
+
+
 def _layer_names(names: Iterable[str]) -> List[str]:
     """`names` as a list of layer names. A single string is refused (TypeError): iterated, it
     would ask for one layer per character."""
@@ -330,8 +340,8 @@ class Client:
 
     Args:
         target: "host:port" (e.g. "127.0.0.1:50051"), any gRPC target string.
-        timeout: deadline in seconds for the short calls (info, list); None = no deadline.
-            Default 60.
+        timeout: deadline in seconds for the short calls (info, list); None or inf = no
+            deadline. Default 60. ValueError for 0, a negative number or NaN.
         stream_timeout: deadline in seconds for dequantize / read_tensor / dequantize_layers
             calls; None (default) = none (a whole model may take a while on a slow link).
         credentials: grpc.ChannelCredentials for TLS (grpc.ssl_channel_credentials(...), or
@@ -356,8 +366,8 @@ class Client:
         self._channel = (grpc.secure_channel(target, credentials, options=opts)
                          if credentials is not None else grpc.insecure_channel(target, options=opts))
         self._stub = pb_grpc.DequantServiceStub(self._channel)
-        self._timeout = timeout
-        self._stream_timeout = stream_timeout
+        self._timeout = _deadline(timeout, "timeout")
+        self._stream_timeout = _deadline(stream_timeout, "stream_timeout")
         self._metadata = tuple(metadata)
         self._chunk_bytes = chunk_bytes
         self._lock = threading.Lock()
@@ -386,6 +396,7 @@ class Client:
     # --- calls -----------------------------------------------------------------------------
 
     def _unary(self, method: Callable, request: Any, timeout: Optional[float]) -> Any:
+        timeout = _deadline(timeout, "timeout")
         try:
             return method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
