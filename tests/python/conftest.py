@@ -7,6 +7,7 @@ client/dequantctl; DEQUANTD_MODEL_DIR (default <repo>/models/smollm2-135m-awq).
 
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -43,6 +44,19 @@ def start_server(tmp_dir, model_dir=MODEL, extra=()):
         time.sleep(0.05)
     proc.kill()
     pytest.fail("dequantd did not start listening within 60 s")
+
+
+MXFP4_CASE = os.path.join(ROOT, "tests", "data", "formats", "mxfp4", "mxfp4_gptoss_e2")
+
+
+def format_case_model(case, tmp_path):
+    """A checkpoint directory made of a tests/data/formats case (CASE.safetensors and
+    CASE.config.json) under tmp_path: tmp_path/model."""
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(case + ".config.json", model / "config.json")
+    shutil.copy(case + ".safetensors", model / "model.safetensors")
+    return model
 
 
 def stop_server(proc):

@@ -16,7 +16,7 @@ import safetensors
 import dequantd
 from dequantd import reference
 from dequantd.convert import MANIFEST
-from conftest import MODEL, ROOT, start_server, stop_server
+from conftest import MODEL, MXFP4_CASE, format_case_model, start_server, stop_server
 
 
 class Interrupted(Exception):
@@ -175,7 +175,6 @@ def test_a_rerun_with_another_shard_size_removes_the_earlier_shards(server, tmp_
         "config.json", "model.safetensors.index.json", MANIFEST])
 
 
-MXFP4_CASE = os.path.join(ROOT, "tests", "data", "formats", "mxfp4", "mxfp4_gptoss_e2")
 
 
 def test_mxfp4_converts_to_transformers_expert_layout(tmp_path):
@@ -183,10 +182,7 @@ def test_mxfp4_converts_to_transformers_expert_layout(tmp_path):
     projection as "<prefix>" [E, in, out] (the server's KN result, no host transpose), bit-exact to
     transformers' own convert_moe_packed_tensors (the vectors' expected tensors); the biases are
     copied, no _blocks/_scales remain, config.json loses quantization_config."""
-    model = tmp_path / "model"
-    model.mkdir()
-    shutil.copy(MXFP4_CASE + ".config.json", model / "config.json")
-    shutil.copy(MXFP4_CASE + ".safetensors", model / "model.safetensors")
+    model = format_case_model(MXFP4_CASE, tmp_path)
     proc, target = start_server(str(tmp_path), model_dir=str(model))
     try:
         out = tmp_path / "out"

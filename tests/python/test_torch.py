@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 import dequantd  # noqa: E402
 from dequantd import tensors as dt  # noqa: E402
 from dequantd._proto import dequant_pb2 as pb  # noqa: E402
-from conftest import MODEL, start_server, stop_server  # noqa: E402
+from conftest import MODEL, MXFP4_CASE, format_case_model, start_server, stop_server  # noqa: E402
 
 Q = "model.layers.0.self_attn.q_proj"   # K = N = 576
 DOWN = "model.layers.0.mlp.down_proj"   # K = 1536, N = 576
@@ -178,15 +178,7 @@ def test_a_cpu_tensor_is_filled_bit_for_bit(client, dtype, name):
 def test_a_layer_of_stacked_experts_fills_an_e_k_n_tensor(tmp_path):
     """An MXFP4 layer of E experts is E matrices: its tensor is (E, K, N) (or (E, N, K)), filled
     bit for bit like dequantize(); a (K, N) tensor is refused before any call, naming E."""
-    import shutil
-
-    from conftest import ROOT
-
-    case = os.path.join(ROOT, "tests", "data", "formats", "mxfp4", "mxfp4_gptoss_e2")
-    model = tmp_path / "model"
-    model.mkdir()
-    shutil.copy(case + ".config.json", model / "config.json")
-    shutil.copy(case + ".safetensors", model / "model.safetensors")
+    model = format_case_model(MXFP4_CASE, tmp_path)
     proc, target = start_server(str(tmp_path), model_dir=str(model))
     try:
         with dequantd.Client(target) as c:
