@@ -148,6 +148,11 @@ def test_plaintext_to_a_tls_server_fails(pki, secure_server):
     (["--token-file", "empty-token"], "the first line holds no token"),
     (["--token-file", "no-such-file"], "--token-file"),
     (["--tls-ca", "no-such-ca.pem"], "--tls-ca"),
+    (["--tls-ca", "ca.key"], "ca.key: not a PEM certificate (no '-----BEGIN CERTIFICATE' block)"),
+    (["--tls-cert", "client.key", "--tls-key", "client.key"],
+     "client.key: not a PEM certificate"),
+    (["--tls-ca", "ca.pem", "--tls-cert", "client.pem", "--tls-key", "client.pem"],
+     "client.pem: not a PEM private key"),
 ])
 def test_bad_security_flags_are_usage_errors(pki, args, message):
     argv = [a if a.startswith("--") or "." in a and a.endswith(".test") else os.path.join(pki, a)

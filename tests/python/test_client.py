@@ -232,9 +232,12 @@ def test_errors_map_to_dequantd_error(client, server):
         list(client.dequantize_layers(["model.norm.weight"]))
     assert e.value.code == grpc.StatusCode.NOT_FOUND
     qw = np.zeros((64, 2), np.int32)
-    with pytest.raises(dequantd.DequantdError) as e:  # scales rows do not divide K: server says so
+    with pytest.raises(ValueError, match=r"scales has 3 rows, which do not divide K = 64"):
         client.dequantize(qweight=qw, qzeros=np.zeros((3, 2), np.int32),
                           scales=np.zeros((3, 16), np.float16))
+    with pytest.raises(dequantd.DequantdError) as e:  # a group_size given: the server checks it
+        client.dequantize(qweight=qw, qzeros=np.zeros((3, 2), np.int32),
+                          scales=np.zeros((3, 16), np.float16), group_size=32)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
     with pytest.raises(ValueError):
         client.dequantize(LAYER_Q, dtype="int8")

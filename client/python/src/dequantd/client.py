@@ -486,8 +486,8 @@ class Client:
             qweight: int32 (K, N/8), numpy or torch (any device; copied to host).
             qzeros: int32 (K/G, N/8).
             scales: float16 or bfloat16 (K/G, N) (numpy bf16 = ml_dtypes.bfloat16).
-            group_size: G; -1 = K / scales rows (what the arrays imply; sent as is when that
-                does not divide, and the server then names the field).
+            group_size: G; -1 = K / scales rows (what the arrays imply; ValueError when the
+                rows do not divide K).
             dtype: output dtype, "fp16", "bf16" or "fp32".
             as_torch: return a torch.Tensor (CPU) instead of a numpy array.
             streams: parallel byte-range streams for one result (DequantizeRequest.offset and
@@ -535,7 +535,11 @@ class Client:
                     raise TypeError(f"{role} must be int32 (or uint32) in native byte order, "
                                     f"not {a.dtype.str} ({a.dtype})")
             k, rows = qw.shape[0], sc.shape[0]
-            if group_size == -1 and rows > 0 and k % rows == 0:
+            if group_size == -1:
+                if rows < 1 or k % rows != 0:
+                    raise ValueError(f"scales has {rows} rows, which do not divide K = {k} "
+                                     "(qweight's rows): one scales row per group of inputs; "
+                                     "pass group_size if the layout is not that")
                 group_size = k // rows  # what the arrays imply (the wire's -1 would mean K)
             request.packed.CopyFrom(pb.InlinePackedTensor(
                 in_features=k, out_features=sc.shape[1], group_size=group_size,

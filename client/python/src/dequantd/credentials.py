@@ -27,6 +27,18 @@ def _read(flag: str, path: str) -> bytes:
         raise ValueError(f"{flag} {path}: {e.strerror}") from None
 
 
+def _pem(flag: str, path: str, kind: str) -> bytes:
+    """The PEM file at `path`, which must hold a "-----BEGIN <kind>" block (CERTIFICATE, or
+    PRIVATE KEY for any key type); ValueError naming the flag otherwise (gRPC would only fail at
+    the handshake, with its own logs)."""
+    data = _read(flag, path)
+    if f"-----BEGIN {kind}".encode() not in data and not (
+            kind == "PRIVATE KEY" and b"PRIVATE KEY-----" in data):
+        raise ValueError(f"{flag} {path}: not a PEM {kind.lower()} (no '-----BEGIN {kind}' "
+                         "block)")
+    return data
+
+
 def _checked(token: str, source: str) -> str:
     """`token` when gRPC can send it (an HTTP/2 header value: visible ASCII 0x21-0x7E); else a
     ValueError naming `source` and the first bad byte, never the token."""
@@ -57,17 +69,17 @@ def security_options(*, tls_ca: Optional[str] = None, tls_cert: Optional[str] = 
                      ) -> Tuple[Optional[grpc.ChannelCredentials], List[Tuple[str, Any]],
                                 Sequence[Tuple[str, str]]]:
     """(credentials, channel options, metadata) for Client(...). Reads the PEM files and the token
-    now. Raises ValueError naming the flag: unreadable file, --tls-cert without --tls-key or the
-    reverse, --tls-server-name without TLS, an empty --token-file."""
+    now. Raises ValueError naming the flag: unreadable file, a file that is not a PEM certificate
+    (--tls-ca, --tls-cert) or key (--tls-key), --tls-cert without --tls-key or the reverse, --tls-server-name without TLS, an empty --token-file."""
     if bool(tls_cert) != bool(tls_key):
         raise ValueError("--tls-cert and --tls-key go together (mutual TLS): give both or neither")
     credentials = None
     options: List[Tuple[str, Any]] = []
     if tls_ca or tls_cert:
         credentials = grpc.ssl_channel_credentials(
-            root_certificates=_read("--tls-ca", tls_ca) if tls_ca else None,
-            private_key=_read("--tls-key", tls_key) if tls_key else None,
-            certificate_chain=_read("--tls-cert", tls_cert) if tls_cert else None)
+            root_certificates=_pem("--tls-ca", tls_ca, "CERTIFICATE") if tls_ca else None,
+            private_key=_pem("--tls-key", tls_key, "PRIVATE KEY") if tls_key else None,
+            certificate_chain=_pem("--tls-cert", tls_cert, "CERTIFICATE") if tls_cert else None)
         if tls_server_name:
             options.append(("grpc.ssl_target_name_override", tls_server_name))
     elif tls_server_name:
