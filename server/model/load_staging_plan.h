@@ -1,6 +1,8 @@
-// How the CUDA load's pinned staging is cut (issue 22; server/backend/cuda/shard_upload.h): reader
-// threads x buffers per thread x chunk bytes, within the staging asked for
-// (--load-staging-bytes). Host-only arithmetic, so the bound is tested without a GPU.
+// How a pinned staging for reads from files to a GPU is cut (server/backend/cuda/
+// pinned_read_staging.h): the model upload's (issue 22, --load-staging-bytes) and ReadTensor into
+// a device region's (issue 23, --read-staging-bytes): reader threads x buffers per thread x chunk
+// bytes, within the staging asked for. Host-only arithmetic, so the bound is tested without a
+// GPU.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +11,7 @@ namespace dequantd {
 
 inline constexpr int64_t kMinLoadChunkBytes = int64_t{1} << 20;  // the least pread / DMA size
 inline constexpr int64_t kLoadChunkAlign = 4096;
-inline constexpr int kLoadBuffersPerThread = 4;  // 2 when the staging is under 4 MiB
+inline constexpr int kLoadBuffersPerThread = 4;  // 2 when not every reader can have 4 x 1 MiB
 
 struct LoadStagingPlan {
   int threads = 1;          // reader threads, each with its own copy stream
@@ -21,8 +23,10 @@ struct LoadStagingPlan {
 
 // The plan for `threads` (>= 1) reader threads asked for and `staging_bytes` (>= 2 MiB, the
 // least the server accepts). Bound: bytes() <= staging_bytes, chunk_bytes >= 1 MiB and a
-// multiple of 4 KiB; fewer threads than asked for when the staging cannot give each `buffers` x
-// 1 MiB. With the defaults (8 threads, 256 MiB): 8 x 4 x 8 MiB.
+// multiple of 4 KiB. Readers are kept before buffers: 4 buffers per thread when the staging
+// gives every thread 4 x 1 MiB, else 2, and fewer threads than asked for only when it cannot
+// give each 2 x 1 MiB. With the defaults: 8 x 4 x 8 MiB (upload, 256 MiB), 8 x 4 x 2 MiB
+// (ReadTensor, 64 MiB).
 LoadStagingPlan PlanLoadStaging(int threads, int64_t staging_bytes);
 
 }  // namespace dequantd

@@ -1,6 +1,6 @@
-// PlanLoadStaging (server/model/load_staging_plan.h): the pinned staging of the CUDA load never
-// exceeds
-// --load-staging-bytes, whatever the threads asked for.
+// PlanLoadStaging (server/model/load_staging_plan.h): a pinned staging never exceeds the bytes
+// asked for (--load-staging-bytes, --read-staging-bytes), whatever the threads asked for, and
+// keeps readers before buffers.
 #include "server/model/load_staging_plan.h"
 
 #include <cstdint>
@@ -18,6 +18,29 @@ TEST(LoadStagingPlanTest, DefaultsAreEightThreadsOfFourEightMiBBuffers) {
   EXPECT_EQ(plan.buffers, 4);
   EXPECT_EQ(plan.chunk_bytes, 8 * kMiB);
   EXPECT_EQ(plan.bytes(), 256 * kMiB);
+}
+
+TEST(LoadStagingPlanTest, ReadTensorsDefaultIsEightThreadsOfFourTwoMiBBuffers) {
+  const LoadStagingPlan plan = PlanLoadStaging(8, 64 * kMiB);
+  EXPECT_EQ(plan.threads, 8);
+  EXPECT_EQ(plan.buffers, 4);
+  EXPECT_EQ(plan.chunk_bytes, 2 * kMiB);
+}
+
+// Too little for every reader to have four buffers: two each, and every reader kept.
+TEST(LoadStagingPlanTest, ReadersAreKeptBeforeBuffers) {
+  LoadStagingPlan plan = PlanLoadStaging(8, 16 * kMiB);
+  EXPECT_EQ(plan.threads, 8);
+  EXPECT_EQ(plan.buffers, 2);
+  EXPECT_EQ(plan.chunk_bytes, kMiB);
+  plan = PlanLoadStaging(32, 64 * kMiB);
+  EXPECT_EQ(plan.threads, 32);
+  EXPECT_EQ(plan.buffers, 2);
+  EXPECT_EQ(plan.chunk_bytes, kMiB);
+  plan = PlanLoadStaging(4, 16 * kMiB);  // exactly 4 x 4 x 1 MiB
+  EXPECT_EQ(plan.threads, 4);
+  EXPECT_EQ(plan.buffers, 4);
+  EXPECT_EQ(plan.chunk_bytes, kMiB);
 }
 
 TEST(LoadStagingPlanTest, TheLeastStagingIsOneThreadOfTwoOneMiBBuffers) {

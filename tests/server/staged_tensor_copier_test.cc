@@ -37,7 +37,7 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int64_t kHeaderBytes = 4099;  // the tensor starts at an odd offset in its file
-constexpr int64_t kStagingBytes = int64_t{8} << 20;  // PlanLoadStaging: 2 threads x 4 x 1 MiB
+constexpr int64_t kStagingBytes = int64_t{16} << 20;  // PlanLoadStaging: 4 threads x 4 x 1 MiB
 
 class StagedTensorCopierTest : public ::testing::Test {
  protected:
@@ -95,29 +95,34 @@ struct DeviceBuffer {
   void* ptr = nullptr;
 };
 
+// Both rotations: kStagingBytes = 4 readers x 4 buffers x 1 MiB; 3 MiB = 1 reader x 2 buffers of
+// 1.5 MiB (a chunk that is not a power of two).
 TEST_F(StagedTensorCopierTest, EveryByteLandsAsStoredAndEachChunkIsReportedOnce) {
-  std::unique_ptr<StoredTensorCopier> copier = cuda::MakeStagedTensorCopier(4, kStagingBytes);
-  EXPECT_EQ(copier->min_bytes(), int64_t{2} << 20);  // two 1 MiB chunks
-  for (const int64_t bytes : {int64_t{2} << 20, (int64_t{13} << 20) + 4097}) {
-    SCOPED_TRACE(bytes);
-    const RawTensor tensor = Write("t" + std::to_string(bytes), bytes, 7);
-    DeviceBuffer device(bytes);
-    std::vector<std::pair<int64_t, int64_t>> reported;
-    const absl::Status s =
-        copier->CopyToDevice(tensor, 0, device.get(), [&](int64_t offset, int64_t n) {
-          reported.emplace_back(offset, n);
-          return absl::OkStatus();
-        });
-    ASSERT_TRUE(s.ok()) << s;
-    EXPECT_TRUE(Fetch(device.get(), bytes) == stored_[tensor.name]);
-    std::sort(reported.begin(), reported.end());
-    int64_t next = 0;
-    for (const auto& [offset, n] : reported) {
-      EXPECT_EQ(offset, next);
-      EXPECT_LE(n, int64_t{1} << 20);
-      next = offset + n;
+  for (const auto& [staging, chunk] : {std::pair{kStagingBytes, int64_t{1} << 20},
+                                       std::pair{int64_t{3} << 20, int64_t{3} << 19}}) {
+    std::unique_ptr<StoredTensorCopier> copier = cuda::MakeStagedTensorCopier(4, staging);
+    EXPECT_EQ(copier->min_bytes(), 2 * chunk);  // two chunks
+    for (const int64_t bytes : {2 * chunk, (int64_t{13} << 20) + 4097}) {
+      SCOPED_TRACE(testing::Message() << staging << " bytes of staging, a tensor of " << bytes);
+      const RawTensor tensor = Write("t" + std::to_string(bytes), bytes, 7);
+      DeviceBuffer device(bytes);
+      std::vector<std::pair<int64_t, int64_t>> reported;
+      const absl::Status s =
+          copier->CopyToDevice(tensor, 0, device.get(), [&](int64_t offset, int64_t n) {
+            reported.emplace_back(offset, n);
+            return absl::OkStatus();
+          });
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_TRUE(Fetch(device.get(), bytes) == stored_[tensor.name]);
+      std::sort(reported.begin(), reported.end());
+      int64_t next = 0;
+      for (const auto& [offset, n] : reported) {
+        EXPECT_EQ(offset, next);
+        EXPECT_LE(n, chunk);
+        next = offset + n;
+      }
+      EXPECT_EQ(next, bytes);
     }
-    EXPECT_EQ(next, bytes);
   }
 }
 

@@ -1,6 +1,7 @@
 // PinnedReadStaging (see pinned_read_staging.h).
 #include "server/backend/cuda/pinned_read_staging.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -52,21 +53,32 @@ absl::Status PinnedReadStaging::Allocate() {
 
 PinnedReadStaging::~PinnedReadStaging() { (void)Synchronize(); }
 
-absl::StatusOr<uint8_t*> PinnedReadStaging::NextBuffer(int thread) {
+absl::StatusOr<uint8_t*> PinnedReadStaging::NextBuffer(int thread, double* waited_seconds) {
   Reader& r = readers_[static_cast<size_t>(thread)];
   // Reader threads are made per read: each must make the staging's device current.
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const int b = r.next;
   if (r.pending[b]) {  // its previous chunk's copy must be done before it is overwritten
+    const auto start = std::chrono::steady_clock::now();
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(r.copied[b].get()));
     r.pending[b] = false;
+    if (waited_seconds != nullptr) {
+      *waited_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
   }
   return r.buffer[b];
 }
 
-absl::Status PinnedReadStaging::CopyToDevice(int thread, uint8_t* device_dst, int64_t bytes) {
+absl::Status PinnedReadStaging::CopyToDevice(int thread, const uint8_t* buffer, uint8_t* device_dst,
+                                             int64_t bytes) {
   Reader& r = readers_[static_cast<size_t>(thread)];
   const int b = r.next;
+  if (buffer != r.buffer[b] || bytes < 0 || bytes > plan_.chunk_bytes) {
+    return absl::InternalError(absl::StrCat(
+        "pinned staging: reader ", thread, " copies ", bytes,
+        " bytes from a buffer that is not the one NextBuffer gave it (or more than a chunk)"));
+  }
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_dst, r.buffer[b], static_cast<size_t>(bytes),
                                                 cudaMemcpyHostToDevice, r.stream.get()));
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.copied[b].get(), r.stream.get()));

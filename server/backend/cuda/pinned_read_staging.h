@@ -1,5 +1,6 @@
-// Pinned staging for reads from files to one GPU (issues 22 and 23), the one such staging of the
-// server: plan.threads reader threads, each with plan.buffers pinned host buffers of
+// Pinned staging for reads from files to one GPU (issues 22 and 23), the one implementation the
+// server's two such paths share (one staging per upload, one per GPU for ReadTensor):
+// plan.threads reader threads, each with plan.buffers pinned host buffers of
 // plan.chunk_bytes (server/model/load_staging_plan.h), its own copy stream and an event per
 // buffer. A thread preads its next chunk into one buffer while its earlier chunks cross PCIe from
 // the others (cudaMemcpyAsync on its stream); a buffer is reused only once the event recorded after
@@ -39,14 +40,15 @@ class PinnedReadStaging {
   int64_t pinned_bytes() const { return plan_.bytes(); }
 
   // Thread `thread`'s (0..threads()-1) next buffer (chunk_bytes() bytes), once the copy last made
-  // from it has completed (the only wait of a reader on the DMA); makes the staging's device
-  // current on the calling thread. Only thread `thread` calls it and CopyToDevice for that index.
-  // INTERNAL on a CUDA error.
-  absl::StatusOr<uint8_t*> NextBuffer(int thread);
-  // Enqueues the copy of `bytes` (<= chunk_bytes()) from the buffer NextBuffer(thread) returned
-  // to device memory `device_dst` on the thread's stream and records the buffer's event; the next
-  // NextBuffer(thread) returns the thread's next buffer. INTERNAL on a CUDA error.
-  absl::Status CopyToDevice(int thread, uint8_t* device_dst, int64_t bytes);
+  // from it has completed (the only wait of a reader on the DMA: its seconds are added to
+  // `*waited_seconds` when given); makes the staging's device current on the calling thread. Only
+  // thread `thread` calls it and CopyToDevice for that index. INTERNAL on a CUDA error.
+  absl::StatusOr<uint8_t*> NextBuffer(int thread, double* waited_seconds = nullptr);
+  // Enqueues the copy of `bytes` (<= chunk_bytes()) from `buffer`, the one NextBuffer(thread) last
+  // returned (INTERNAL otherwise), to device memory `device_dst` on the thread's stream and records
+  // the buffer's event; the next NextBuffer(thread) returns the thread's next buffer. INTERNAL on a
+  // CUDA error.
+  absl::Status CopyToDevice(int thread, const uint8_t* buffer, uint8_t* device_dst, int64_t bytes);
   // Waits until every copy enqueued has completed (or failed): call before the bytes are said to
   // be on the device, and on every path before the staging is reused by another read. INTERNAL
   // naming the first failure.

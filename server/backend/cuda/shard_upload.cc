@@ -103,20 +103,18 @@ absl::Status UploadFromShards(const Checkpoint& checkpoint, const std::vector<in
       },
       [&](int thread, const ReadChunk&) -> absl::StatusOr<uint8_t*> {
         ReaderTimes& t = times[static_cast<size_t>(thread)];
-        const Clock::time_point wait = Clock::now();
-        absl::StatusOr<uint8_t*> buffer = pinned.NextBuffer(thread);  // its last copy done
+        absl::StatusOr<uint8_t*> buffer = pinned.NextBuffer(thread, &t.copy_wait_seconds);
         t.read_from = Clock::now();
-        t.copy_wait_seconds += Seconds(wait, t.read_from);
         return buffer;
       },
-      [&](int thread, const ReadChunk& c, uint8_t*) -> absl::Status {
+      [&](int thread, const ReadChunk& c, uint8_t* data) -> absl::Status {
         ReaderTimes& t = times[static_cast<size_t>(thread)];
         const Clock::time_point issue = Clock::now();
         t.pread_seconds += Seconds(t.read_from, issue);
         uint8_t* dst = device_bases[static_cast<size_t>(c.layer)] +
                        layouts[static_cast<size_t>(c.layer)].offsets[static_cast<size_t>(c.role)] +
                        c.tensor_offset;
-        const absl::Status copy = pinned.CopyToDevice(thread, dst, c.bytes);
+        const absl::Status copy = pinned.CopyToDevice(thread, data, dst, c.bytes);
         t.issue_seconds += Seconds(issue, Clock::now());
         return copy;
       },

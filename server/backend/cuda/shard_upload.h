@@ -63,11 +63,11 @@ struct ShardUploadProfile {
   std::string Describe() const;
 };
 
-// Copies the stored tensors of checkpoint.layers()[layers[j]] into `device_bases[j]` (device
-// memory of the current device, PackedLayout(shape) bytes: each role at its layout offset) through
-// `staging` and waits until they are there. Fills `profile` (may be null) with the reads' and
-// copies' times. Errors: ShardReader's (ABORTED, DATA_LOSS naming file and tensor), CANCELLED,
-// INTERNAL (CUDA).
+// Copies the stored tensors of checkpoint.layers()[layers[j]] into `device_bases[j]` (memory of
+// the staging's device, the one current when AllocateLoadStaging ran; PackedLayout(shape) bytes:
+// each role at its layout offset) through `staging` and waits until they are there. Fills `profile`
+// (may be null) with the reads' and copies' times. Errors: ShardReader's (ABORTED, DATA_LOSS naming
+// file and tensor), CANCELLED, INTERNAL (CUDA).
 absl::Status UploadFromShards(const Checkpoint& checkpoint, const std::vector<int64_t>& layers,
                               const std::vector<uint8_t*>& device_bases, const LoadStaging& staging,
                               const ShardUploadOptions& options, ShardUploadProfile* profile);

@@ -87,12 +87,12 @@ class StagedTensorCopier final : public StoredTensorCopier {
     const absl::Status read = ReadRawTensorChunks(
         tensor, pinned.threads(), pinned.chunk_bytes(),
         [&](int thread, const ReadChunk&) { return pinned.NextBuffer(thread); },
-        [&](int thread, const ReadChunk& c, uint8_t*) -> absl::Status {
+        [&](int thread, const ReadChunk& c, uint8_t* data) -> absl::Status {
           {
             std::lock_guard<std::mutex> lock(report_mu);
             if (absl::Status s = before_copy(c.tensor_offset, c.bytes); !s.ok()) return s;
           }
-          return pinned.CopyToDevice(thread, device_dst + c.tensor_offset, c.bytes);
+          return pinned.CopyToDevice(thread, data, device_dst + c.tensor_offset, c.bytes);
         });
     // Every copy must be done (or failed) before the reply, and before the next call reuses the
     // staging, on every path.
