@@ -642,7 +642,7 @@ class Client:
         if progress:
             wanted = set(request.tensors)
             element = {"fp16": 2, "bf16": 2, "fp32": 4}[dtype]
-            total = sum(max(1, t.experts) * t.in_features * t.out_features
+            total = sum(t.experts * t.in_features * t.out_features
                         for t in self.list().layers if not wanted or t.name in wanted) * element
         bar = _Progress(progress, total, "layers")
         try:

@@ -70,7 +70,8 @@ def security_options(*, tls_ca: Optional[str] = None, tls_cert: Optional[str] = 
                                 Sequence[Tuple[str, str]]]:
     """(credentials, channel options, metadata) for Client(...). Reads the PEM files and the token
     now. Raises ValueError naming the flag: unreadable file, a file that is not a PEM certificate
-    (--tls-ca, --tls-cert) or key (--tls-key), --tls-cert without --tls-key or the reverse, --tls-server-name without TLS, an empty --token-file."""
+    (--tls-ca, --tls-cert) or key (--tls-key), --tls-cert without --tls-key or the reverse,
+    --tls-server-name without TLS, an empty --token-file."""
     if bool(tls_cert) != bool(tls_key):
         raise ValueError("--tls-cert and --tls-key go together (mutual TLS): give both or neither")
     credentials = None

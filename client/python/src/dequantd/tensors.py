@@ -214,17 +214,17 @@ def _check_targets(client: Any, tensors: Mapping[str, Any], orientation: str,
         k, n = layer.in_features, layer.out_features
         # A layer of stacked experts (mxfp4's MoE projections, E > 1) is E matrices, one after
         # another: its tensor is (E, K, N) or (E, N, K).
-        experts = max(1, int(getattr(layer, "experts", 1) or 1))
+        experts = layer.experts  # list() gives 1 for an older server's 0
         stack = (experts,) if experts > 1 else ()
         want = stack + ((k, n) if orientation == "KN" else (n, k))
         other = stack + ((n, k) if orientation == "KN" else (k, n))
         got = tuple(tensor.shape)
         if got != want:
             hint = ""
-            if orientation == "KN" and got == other and k != n:
+            if orientation == "KN" and got == other:
                 hint = (": that is nn.Linear's (N, K) orientation; pass orientation='NK' (needs a "
                         "server that writes (N, K) results) or a (K, N) tensor")
-            elif orientation == "NK" and got == other and k != n:
+            elif orientation == "NK" and got == other:
                 hint = ": that is AWQ's (K, N) orientation; pass orientation='KN'"
             elif stack and got == want[1:]:
                 hint = f": the layer stacks {experts} experts, one matrix each"
