@@ -5,7 +5,10 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +29,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
 // A fresh directory per test, removed afterwards.
 class AtomicFileTest : public ::testing::Test {
  protected:
@@ -41,11 +49,6 @@ class AtomicFileTest : public ::testing::Test {
   int Entries() const {
     return static_cast<int>(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
   }
-  static std::string ReadAll(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }
-
   fs::path dir_;
 };
 
@@ -87,22 +90,20 @@ TEST_F(AtomicFileTest, CommitMovesExactBytesIntoPlace) {
   EXPECT_EQ(w->Write("x").code(), absl::StatusCode::kFailedPrecondition);
 }
 
-// MapForWrites: the file is given its size up front and written through the mapping by several
-// threads at disjoint offsets (dequantctl's parallel streams); the bytes, a header written with
-// Write before, a WriteAt past the mapping (pwrite) and the committed size are all exact.
-TEST_F(AtomicFileTest, MappedWritesFromThreadsLandExactly) {
-  const std::string path = Path("mapped.bin");
+// Writes a 4-byte header with Write, then `body` bytes through MapForWrites from 4 threads at
+// interleaved offsets (dequantctl's parallel streams) and 5 bytes past the mapping (pwrite),
+// commits, and checks every byte of the file at `path`.
+void WriteMappedFromThreads(const std::string& path, int64_t body) {
   absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(path);
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_TRUE(w->Write("HDR!").ok());  // 4 bytes at the start, as a .npy preamble
-  constexpr int64_t kBody = (int64_t{3} << 20) + 4096 * 3 + 17;  // not a multiple of anything
-  absl::StatusOr<bool> mapped = w->MapForWrites(4 + kBody, /*prefault_threads=*/3);
+  absl::StatusOr<bool> mapped = w->MapForWrites(4 + body, /*prefault_threads=*/3);
   ASSERT_TRUE(mapped.ok()) << mapped.status();
-  ASSERT_TRUE(*mapped) << "this test's temporary directory is expected to support fallocate";
+  ASSERT_TRUE(*mapped) << "this test's directory is expected to support fallocate or be tmpfs";
   EXPECT_TRUE(w->mapped());
-  EXPECT_EQ(fs::file_size(w->temporary_path()), static_cast<uintmax_t>(4 + kBody));
+  EXPECT_EQ(fs::file_size(w->temporary_path()), static_cast<uintmax_t>(4 + body));
   EXPECT_EQ(w->MapForWrites(10).status().code(), absl::StatusCode::kFailedPrecondition);
-  std::vector<uint8_t> want(static_cast<size_t>(kBody));
+  std::vector<uint8_t> want(static_cast<size_t>(body));
   for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
   constexpr int kThreads = 4;
   std::vector<std::thread> threads;
@@ -111,8 +112,8 @@ TEST_F(AtomicFileTest, MappedWritesFromThreadsLandExactly) {
     threads.emplace_back([&, t] {
       // Thread t writes every kThreads-th piece of 64 KiB + 3 bytes, interleaved with the others.
       constexpr int64_t kPiece = 65536 + 3;
-      for (int64_t at = t * kPiece; at < kBody; at += kThreads * kPiece) {
-        const int64_t n = std::min(kPiece, kBody - at);
+      for (int64_t at = t * kPiece; at < body; at += kThreads * kPiece) {
+        const int64_t n = std::min(kPiece, body - at);
         if (!w->WriteAt(4 + at, absl::MakeConstSpan(want.data() + at, static_cast<size_t>(n)))
                  .ok()) {
           ++failures;
@@ -122,14 +123,72 @@ TEST_F(AtomicFileTest, MappedWritesFromThreadsLandExactly) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
-  ASSERT_TRUE(w->WriteAt(4 + kBody, absl::MakeConstSpan(want.data(), 5)).ok());  // past the map
+  ASSERT_TRUE(w->WriteAt(4 + body, absl::MakeConstSpan(want.data(), 5)).ok());  // past the map
   ASSERT_TRUE(w->Commit().ok());
   EXPECT_FALSE(w->mapped());
   const std::string got = ReadAll(path);
-  ASSERT_EQ(got.size(), static_cast<size_t>(4 + kBody + 5));
+  ASSERT_EQ(got.size(), static_cast<size_t>(4 + body + 5));
   EXPECT_EQ(got.substr(0, 4), "HDR!");
   EXPECT_EQ(std::memcmp(got.data() + 4, want.data(), want.size()), 0);
-  EXPECT_EQ(std::memcmp(got.data() + 4 + kBody, want.data(), 5), 0);
+  EXPECT_EQ(std::memcmp(got.data() + 4 + body, want.data(), 5), 0);
+}
+
+// A size that is a multiple of nothing.
+constexpr int64_t kOddBody = (int64_t{3} << 20) + 4096 * 3 + 17;
+
+TEST_F(AtomicFileTest, MappedWritesFromThreadsLandExactly) {
+  WriteMappedFromThreads(Path("mapped.bin"), kOddBody);
+}
+
+// A directory on tmpfs (/dev/shm), removed afterwards; empty when there is none.
+class TmpfsDir {
+ public:
+  TmpfsDir() {
+    struct statfs st;
+    if (::statfs("/dev/shm", &st) != 0 || st.f_type != TMPFS_MAGIC) return;
+    std::string templ = "/dev/shm/atomic_file_test.XXXXXX";
+    if (::mkdtemp(templ.data()) != nullptr) dir_ = templ;
+  }
+  ~TmpfsDir() {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  const std::string& path() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+// On tmpfs no space is allocated ahead (its fallocate clears every page on one thread): each
+// WriteAt allocates its own pages, the prefault threads the rest. Same bytes as anywhere else,
+// for a small file and for one of 256 MiB + 17 (cleared by several threads at Commit).
+TEST_F(AtomicFileTest, MappedWritesOnTmpfsLandExactly) {
+  TmpfsDir tmpfs;
+  if (tmpfs.path().empty()) GTEST_SKIP() << "/dev/shm is not a tmpfs here";
+  WriteMappedFromThreads(tmpfs.path() + "/small.bin", kOddBody);
+  WriteMappedFromThreads(tmpfs.path() + "/large.bin", (int64_t{256} << 20) + 17);
+}
+
+// A file larger than the tmpfs's free space is refused at MapForWrites, before any byte, with
+// RESOURCE_EXHAUSTED naming the temporary file, as fallocate refuses it elsewhere; the writer
+// stays usable for plain writes and leaves nothing once abandoned.
+TEST_F(AtomicFileTest, MappingMoreThanTmpfsHoldsIsRefused) {
+  TmpfsDir tmpfs;
+  if (tmpfs.path().empty()) GTEST_SKIP() << "/dev/shm is not a tmpfs here";
+  struct statvfs vfs;
+  ASSERT_EQ(::statvfs(tmpfs.path().c_str(), &vfs), 0);
+  if (vfs.f_blocks == 0) GTEST_SKIP() << "/dev/shm has no size limit";
+  const int64_t too_large = static_cast<int64_t>(vfs.f_blocks) * vfs.f_frsize + (int64_t{1} << 30);
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(tmpfs.path() + "/huge.bin");
+  ASSERT_TRUE(w.ok()) << w.status();
+  const absl::StatusOr<bool> mapped = w->MapForWrites(too_large, /*prefault_threads=*/2);
+  EXPECT_EQ(mapped.status().code(), absl::StatusCode::kResourceExhausted) << mapped.status();
+  EXPECT_NE(mapped.status().message().find(w->temporary_path()), std::string::npos)
+      << mapped.status();
+  EXPECT_FALSE(w->mapped());
+  EXPECT_EQ(fs::file_size(w->temporary_path()), 0u);
+  EXPECT_TRUE(w->Write("ok").ok());
+  w->Abandon();
+  EXPECT_TRUE(fs::is_empty(tmpfs.path()));
 }
 
 TEST_F(AtomicFileTest, MappedFileAbandonedLeavesNothing) {
