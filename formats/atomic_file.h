@@ -112,7 +112,7 @@ class AtomicFileWriter {
   int64_t map_bytes_ = 0;
   bool populate_on_write_ = false;  // WriteAt allocates its pages first (tmpfs, MapForWrites)
   int unmap_threads_ = 1;           // threads that clear a large mapping before munmap
-  struct Prefault;  // the threads of MapForWrites' prefault_threads
+  struct Prefault;                  // the threads of MapForWrites' prefault_threads
   std::unique_ptr<Prefault> prefault_;
   void Unmap();
   // Whether MapForWrites allocates pages on first touch instead of with fallocate (tmpfs);

@@ -4,8 +4,8 @@
 #include "formats/atomic_file.h"
 
 #include <fcntl.h>
-#include <stdlib.h>
 #include <linux/magic.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
