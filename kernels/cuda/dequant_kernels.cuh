@@ -13,6 +13,7 @@
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/fast_divmod.h"
 #include "kernels/cuda/launch_helpers.cuh"  // GlobalThreadIndex, GridThreads
+#include "kernels/cuda/row_chunk_kernel.cuh"  // kChunk, PackChunk
 
 namespace dequantd::cuda {
 
@@ -73,19 +74,26 @@ __global__ void DequantPerWordKernel(DequantParams p) {
 // ---- v4_vec16 for an (N, K) result: a shared-memory transpose per tile ----------------------
 
 // Tile of the (K, N) definition one block transposes at a time: kNkTileK rows of K by
-// kNkTileWords packed words (8 * kNkTileWords columns n).
+// kNkTileWords packed words (8 * kNkTileWords columns n). Eight words are 32 bytes of a qweight
+// row, one whole DRAM sector per row read.
 inline constexpr int kNkTileK = 64;
-inline constexpr int kNkTileWords = 4;
+inline constexpr int kNkTileWords = 8;
 inline constexpr int kNkTileN = kNkTileWords * awq::kPackFactor;
 
 // v4 with Orientation::kNK: each block walks tiles (grid-stride). Phase 1: one thread per (k, word)
-// of the tile decodes the word's 8 values exactly as v1-v3 do (float(q - z) * s, exact) into a
-// shared (n, k) tile (padded by one column against bank conflicts); phase 2: the block stores the
-// tile row by row, consecutive threads at consecutive k, rounding once to kOut. Any block size
-// that is a multiple of 32; edges of K and N are masked.
+// of the tile, words fastest (a warp reads 4 rows x 32 bytes), decodes the word's 8 values exactly
+// as v1-v3 do (float(q - z) * s, exact) into a shared (n, k) tile (padded by one column against
+// bank conflicts); phase 2: the block stores the tile row n by row n, each thread one 16-byte chunk
+// of kChunk consecutive k (8 fp16/bf16 or 4 fp32 values, each rounded once to kOut: PackChunk's
+// cvt.rn, StoreElement's rounding), consecutive threads along the row. When K is not a multiple of
+// kChunk or `out` is not 16-byte aligned, phase 2 stores element by element instead. Any block
+// size that is a multiple of 32; edges of K and N are masked.
 template <DType kScale, DType kOut>
 __global__ void __launch_bounds__(kV4MaxBlockSize) DequantNkTileKernel(DequantParams p) {
   __shared__ float tile[kNkTileN][kNkTileK + 1];
+  constexpr int kC = kChunk<kOut>;
+  constexpr int kRowChunks = kNkTileK / kC;
+  const bool chunked = p.K % kC == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
   const int64_t tiles_k = (p.K + kNkTileK - 1) / kNkTileK;
   const int64_t tiles_c = (p.words_per_row + kNkTileWords - 1) / kNkTileWords;
   for (int64_t t = blockIdx.x; t < tiles_k * tiles_c; t += gridDim.x) {
@@ -108,12 +116,28 @@ __global__ void __launch_bounds__(kV4MaxBlockSize) DequantNkTileKernel(DequantPa
       }
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kNkTileN * kNkTileK; idx += blockDim.x) {
-      const int nl = idx / kNkTileK;
-      const int kl = idx % kNkTileK;
-      const int64_t n = c0 * awq::kPackFactor + nl;
-      const int64_t k = k0 + kl;
-      if (n < p.N && k < p.K) StoreElement<kOut>(p.out, n * p.K + k, tile[nl][kl]);
+    if (chunked) {
+      auto* out = static_cast<uint4*>(p.out);
+      for (int idx = threadIdx.x; idx < kNkTileN * kRowChunks; idx += blockDim.x) {
+        const int nl = idx / kRowChunks;
+        const int q = idx % kRowChunks;
+        const int64_t n = c0 * awq::kPackFactor + nl;
+        const int64_t k = k0 + q * kC;  // k < K: the whole chunk is (K % kC == 0)
+        if (n < p.N && k < p.K) {
+          float v[kC];
+#pragma unroll
+          for (int j = 0; j < kC; ++j) v[j] = tile[nl][q * kC + j];
+          out[(n * p.K + k) / kC] = PackChunk<kOut>(v);
+        }
+      }
+    } else {
+      for (int idx = threadIdx.x; idx < kNkTileN * kNkTileK; idx += blockDim.x) {
+        const int nl = idx / kNkTileK;
+        const int kl = idx % kNkTileK;
+        const int64_t n = c0 * awq::kPackFactor + nl;
+        const int64_t k = k0 + kl;
+        if (n < p.N && k < p.K) StoreElement<kOut>(p.out, n * p.K + k, tile[nl][kl]);
+      }
     }
     __syncthreads();
   }
