@@ -12,7 +12,7 @@
 #include "kernels/cuda/awq_decode.cuh"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/fast_divmod.h"
-#include "kernels/cuda/launch_helpers.cuh"  // GlobalThreadIndex, GridThreads
+#include "kernels/cuda/launch_helpers.cuh"    // GlobalThreadIndex, GridThreads
 #include "kernels/cuda/row_chunk_kernel.cuh"  // kChunk, PackChunk
 
 namespace dequantd::cuda {
