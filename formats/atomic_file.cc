@@ -4,11 +4,8 @@
 
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -98,13 +95,6 @@ absl::Status ErrnoError(int err, absl::string_view what, const std::string& path
   return absl::ErrnoToStatus(err, absl::StrCat(what, " '", path, "'"));
 }
 
-absl::Status NoSpaceError(int err, const std::string& path, int64_t bytes) {
-  // A shared mapping's page that cannot be allocated reads as EFAULT (the fault's SIGBUS) or
-  // ENOMEM: say what it is, a full file system.
-  if (err == EFAULT || err == ENOMEM) err = ENOSPC;
-  return ErrnoError(err, absl::StrCat("allocate ", bytes, " bytes for"), path);
-}
-
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& path) {
   absl::StatusOr<Resolved> resolved = ResolveSymlinks(path);
   if (!resolved.ok()) return resolved.status();
@@ -191,7 +181,6 @@ AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
       keep_mode_(other.keep_mode_),
       map_(std::exchange(other.map_, nullptr)),
       map_bytes_(std::exchange(other.map_bytes_, 0)),
-      populate_on_write_(other.populate_on_write_),
       unmap_threads_(other.unmap_threads_),
       prefault_(std::move(other.prefault_)) {}
 
@@ -205,7 +194,6 @@ AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept
     keep_mode_ = other.keep_mode_;
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
-    populate_on_write_ = other.populate_on_write_;
     unmap_threads_ = other.unmap_threads_;
     prefault_ = std::move(other.prefault_);
   }
@@ -263,18 +251,6 @@ absl::Status AtomicFileWriter::WriteAt(int64_t offset, absl::Span<const uint8_t>
         "'", path_, "' is not a regular file: it is written in order, not at offsets"));
   }
   if (map_ != nullptr && offset >= 0 && offset <= map_bytes_ - static_cast<int64_t>(bytes.size())) {
-    if (populate_on_write_ && !bytes.empty()) {
-      // No space was allocated ahead (tmpfs, MapForWrites): the range's pages are allocated
-      // here, where a full file system is an error, before the store that would be a SIGBUS.
-      // Pages the prefault threads already made cost a page-table walk.
-      const int64_t page = ::sysconf(_SC_PAGESIZE);
-      const int64_t begin = offset / page * page;
-      const int64_t end = offset + static_cast<int64_t>(bytes.size());
-      while (::madvise(map_ + begin, static_cast<size_t>(end - begin), MADV_POPULATE_WRITE) != 0) {
-        if (errno == EINTR || errno == EAGAIN) continue;
-        return NoSpaceError(errno, tmp_path_, end);
-      }
-    }
     std::memcpy(map_ + offset, bytes.data(), bytes.size());
     return absl::OkStatus();
   }
@@ -301,68 +277,18 @@ absl::StatusOr<bool> AtomicFileWriter::MapForWrites(int64_t bytes, int prefault_
   }
   if (map_ != nullptr) return absl::FailedPreconditionError("AtomicFileWriter: already mapped");
   if (bytes <= 0) return false;
-  absl::StatusOr<bool> populate = UsePopulateOnWrite(bytes);
-  if (!populate.ok()) return populate.status();
-  if (*populate) {
-    if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) {
-      return ErrnoError(errno, "resize", tmp_path_);
-    }
-  } else {
-    int err;
-    do {
-      err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
-    } while (err == EINTR);
-    if (err == EOPNOTSUPP || err == EINVAL) return false;  // e.g. a file system without fallocate
-    if (err != 0) return ErrnoError(err, "allocate", tmp_path_);
-  }
+  int err;
+  do {
+    err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
+  } while (err == EINTR);
+  if (err == EOPNOTSUPP || err == EINVAL) return false;  // e.g. a file system without fallocate
+  if (err != 0) return ErrnoError(err, "allocate", tmp_path_);
   void* map = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_WRITE, MAP_SHARED, fd_, 0);
   if (map == MAP_FAILED) return ErrnoError(errno, "map", tmp_path_);
   map_ = static_cast<uint8_t*>(map);
   map_bytes_ = bytes;
-  if (*populate) {
-    // The first page proves the kernel has MADV_POPULATE_WRITE (Linux 5.14): without it a
-    // store could meet a full file system as a SIGBUS, so the space is allocated ahead instead.
-    if (::madvise(map_, 1, MADV_POPULATE_WRITE) != 0) {
-      const int err = errno;
-      Unmap();
-      if (err != EINVAL) return NoSpaceError(err, tmp_path_, 1);
-      int falloc;
-      do {
-        falloc = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
-      } while (falloc == EINTR);
-      if (falloc != 0) return ErrnoError(falloc, "allocate", tmp_path_);
-      map = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_WRITE, MAP_SHARED, fd_, 0);
-      if (map == MAP_FAILED) return ErrnoError(errno, "map", tmp_path_);
-      map_ = static_cast<uint8_t*>(map);
-      map_bytes_ = bytes;
-      *populate = false;
-    }
-  }
-  populate_on_write_ = *populate;
   unmap_threads_ = std::max(1, prefault_threads);
   if (prefault_threads > 0) prefault_ = std::make_unique<Prefault>(map_, bytes, prefault_threads);
-  return true;
-}
-
-absl::StatusOr<bool> AtomicFileWriter::UsePopulateOnWrite(int64_t bytes) const {
-  struct statfs fs;
-  if (::fstatfs(fd_, &fs) != 0 || fs.f_type != TMPFS_MAGIC) return false;
-  // tmpfs's fallocate allocates and clears every page under the file's inode lock, one thread,
-  // before any writer starts (0.42 s per 3.5 GB on the development VM: half of dequantctl's
-  // calling thread, issue 22). Its pages are allocated on first touch instead, by the prefault
-  // threads and by each WriteAt for its own range, in parallel; the free space is checked here
-  // so that a file that cannot fit is refused before any byte, as fallocate would.
-  struct statvfs vfs;
-  if (::fstatvfs(fd_, &vfs) != 0) return ErrnoError(errno, "stat file system of", tmp_path_);
-  const struct stat st = [this] {
-    struct stat s {};
-    ::fstat(fd_, &s);
-    return s;
-  }();
-  if (vfs.f_blocks == 0) return true;  // a tmpfs mounted without a size limit (size=0)
-  const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  const uint64_t needed = static_cast<uint64_t>(std::max<int64_t>(0, bytes - st.st_size));
-  if (free_bytes < needed) return NoSpaceError(ENOSPC, tmp_path_, bytes);
   return true;
 }
 

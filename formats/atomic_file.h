@@ -32,9 +32,6 @@ namespace dequantd::formats {
 // absl::ErrnoToStatus(err, "<what> '<path>'"): ENOENT -> NOT_FOUND, EACCES -> PERMISSION_DENIED,
 // and so on. Shared by the file code of this folder.
 absl::Status ErrnoError(int err, absl::string_view what, const std::string& path);
-// "allocate <bytes> bytes for '<path>'" with ENOSPC (RESOURCE_EXHAUSTED) for the errors a page of
-// a shared mapping that cannot be allocated gives (EFAULT, ENOMEM), else `err`'s code.
-absl::Status NoSpaceError(int err, const std::string& path, int64_t bytes);
 
 // One file being written. Move-only; not thread-safe.
 class AtomicFileWriter {
@@ -65,20 +62,17 @@ class AtomicFileWriter {
   // copies into the mapping instead of calling pwrite. Why: buffered pwrite takes the file's
   // inode lock, so writers of one file on tmpfs or ext4 run one at a time (about 2.3 GB/s on the
   // H200 host whatever their number, issue 22); stores into a shared mapping take no such lock
-  // and each writer adds its own rate. A full file system is an error (RESOURCE_EXHAUSTED, "No
-  // space left"), never a SIGBUS on a store: on most file systems the space is allocated here
-  // (fallocate); on tmpfs, whose fallocate clears every page on one thread under the inode lock,
-  // the free space is checked here and each WriteAt allocates its own range's pages
-  // (MADV_POPULATE_WRITE) before it copies, so that error can also come from WriteAt. Returns
-  // false and changes nothing when the file system cannot allocate ahead (EOPNOTSUPP: WriteAt
-  // keeps using pwrite). WriteAt past `bytes` uses pwrite. Call before the writers start, at most
-  // once. `prefault_threads` > 0: that many threads fault the mapping in (MADV_POPULATE_WRITE:
-  // the kernel allocates and zero-fills each page without touching its contents) ahead of the
-  // writers, each over one contiguous 1/n of the file, so the writers' own threads mostly only
-  // copy; they stop at Commit or Abandon (and do nothing on a kernel older than 5.14); as many
-  // threads clear a mapping of 256 MiB or more at Commit. Errors: FAILED_PRECONDITION (direct
-  // mode, after Commit or Abandon, called twice), errno-derived codes ("allocate" / "resize" /
-  // "map" '<temporary path>').
+  // and each writer adds its own rate. The space is allocated first (fallocate), so a full file
+  // system is an error here (RESOURCE_EXHAUSTED), never a SIGBUS on a store later. Returns false
+  // and changes nothing when the file system cannot allocate ahead (EOPNOTSUPP: WriteAt keeps
+  // using pwrite). WriteAt past `bytes` uses pwrite. Call before the writers start, at most once.
+  // `prefault_threads` > 0: that many threads fault the mapping in (MADV_POPULATE_WRITE: the
+  // kernel allocates and zero-fills each page without touching its contents) ahead of the writers,
+  // each over one contiguous 1/n of the file, so the writers' own threads mostly only copy; they
+  // stop at Commit or Abandon (and do nothing on a kernel older than 5.14); as many threads clear
+  // a mapping of 256 MiB or more at Commit (MADV_DONTNEED, then munmap). Errors:
+  // FAILED_PRECONDITION (direct mode, after Commit or Abandon, called twice), errno-derived codes
+  // ("allocate" / "map" '<temporary path>').
   absl::StatusOr<bool> MapForWrites(int64_t bytes, int prefault_threads = 0);
   bool mapped() const { return map_ != nullptr; }
 
@@ -110,14 +104,10 @@ class AtomicFileWriter {
   int keep_mode_ = -1;      // the replaced target's permission bits, -1 for a new file
   uint8_t* map_ = nullptr;  // MapForWrites' mapping of [0, map_bytes_), else null
   int64_t map_bytes_ = 0;
-  bool populate_on_write_ = false;  // WriteAt allocates its pages first (tmpfs, MapForWrites)
-  int unmap_threads_ = 1;           // threads that clear a large mapping before munmap
-  struct Prefault;                  // the threads of MapForWrites' prefault_threads
+  int unmap_threads_ = 1;  // threads that clear a large mapping before munmap
+  struct Prefault;         // the threads of MapForWrites' prefault_threads
   std::unique_ptr<Prefault> prefault_;
   void Unmap();
-  // Whether MapForWrites allocates pages on first touch instead of with fallocate (tmpfs);
-  // RESOURCE_EXHAUSTED when the file system has less free space than the file needs.
-  absl::StatusOr<bool> UsePopulateOnWrite(int64_t bytes) const;
 };
 
 // Create + Write(contents) + Commit. Errors: as those three.

@@ -158,9 +158,8 @@ class TmpfsDir {
   std::string dir_;
 };
 
-// On tmpfs no space is allocated ahead (its fallocate clears every page on one thread): each
-// WriteAt allocates its own pages, the prefault threads the rest. Same bytes as anywhere else,
-// for a small file and for one of 256 MiB + 17 (cleared by several threads at Commit).
+// On tmpfs (/dev/shm, where the e2e bench's dequantctl rows write): the same bytes as anywhere
+// else, for a small file and for one of 256 MiB + 17 (cleared by several threads at Commit).
 TEST_F(AtomicFileTest, MappedWritesOnTmpfsLandExactly) {
   TmpfsDir tmpfs;
   if (tmpfs.path().empty()) GTEST_SKIP() << "/dev/shm is not a tmpfs here";
@@ -168,9 +167,9 @@ TEST_F(AtomicFileTest, MappedWritesOnTmpfsLandExactly) {
   WriteMappedFromThreads(tmpfs.path() + "/large.bin", (int64_t{256} << 20) + 17);
 }
 
-// A file larger than the tmpfs's free space is refused at MapForWrites, before any byte, with
-// RESOURCE_EXHAUSTED naming the temporary file, as fallocate refuses it elsewhere; the writer
-// stays usable for plain writes and leaves nothing once abandoned.
+// A file larger than the file system's free space is refused at MapForWrites (fallocate), before
+// any byte, with RESOURCE_EXHAUSTED naming the temporary file; the writer stays usable for plain
+// writes and leaves nothing once abandoned.
 TEST_F(AtomicFileTest, MappingMoreThanTmpfsHoldsIsRefused) {
   TmpfsDir tmpfs;
   if (tmpfs.path().empty()) GTEST_SKIP() << "/dev/shm is not a tmpfs here";
