@@ -90,14 +90,14 @@ inline constexpr int kNkTileK = 64;
 inline constexpr int kNkTileN = kNkTileWords * awq::kPackFactor;
 
 // v4 with Orientation::kNK: each block walks tiles (grid-stride). Phase 1: one thread per (k, word)
-// of the tile, words fastest (a warp reads 4 rows x 32 bytes), decodes the word's 8 values exactly
-// as v1-v3 do (float(q - z) * s, exact) into a shared (n, k) tile (padded by one column against
-// bank conflicts); phase 2: the block stores the tile row n by row n, each thread one 16-byte chunk
-// of kChunk consecutive k (8 fp16/bf16 or 4 fp32 values, each rounded once to kOut: PackChunk's
-// cvt.rn, StoreElement's rounding), consecutive threads along the row. Without kNkChunkedStores,
-// or when K is not a multiple of kChunk or `out` is not 16-byte aligned, phase 2 stores element by
-// element, consecutive threads at consecutive k. Any block
-// size that is a multiple of 32; edges of K and N are masked.
+// of the tile, words fastest (a warp reads 32 / kNkTileWords rows of 4 * kNkTileWords bytes),
+// decodes the word's 8 values exactly as v1-v3 do (float(q - z) * s, exact) into a shared (n, k)
+// tile (padded by one column against bank conflicts); phase 2: the block stores the tile row n by
+// row n, each thread one 16-byte chunk of kChunk consecutive k (8 fp16/bf16 or 4 fp32 values, each
+// rounded once to kOut: PackChunk's cvt.rn, StoreElement's rounding), consecutive threads along the
+// row. Without kNkChunkedStores, or when K is not a multiple of kChunk or `out` is not 16-byte
+// aligned, phase 2 stores element by element, consecutive threads at consecutive k. Any block size
+// that is a multiple of 32; edges of K and N are masked.
 template <DType kScale, DType kOut>
 __global__ void __launch_bounds__(kV4MaxBlockSize) DequantNkTileKernel(DequantParams p) {
   __shared__ float tile[kNkTileN][kNkTileK + 1];
