@@ -74,18 +74,11 @@ __global__ void DequantPerWordKernel(DequantParams p) {
 // ---- v4_vec16 for an (N, K) result: a shared-memory transpose per tile ----------------------
 
 // Tile of the (K, N) definition one block transposes at a time: kNkTileK rows of K by
-// kNkTileWords packed words (8 * kNkTileWords columns n). Built with DEQUANTD_UNVERIFIED_KERNELS
-// (CMake -DDEQUANTD_UNVERIFIED_KERNELS=ON: not yet run on a GPU, 2026-12-06): eight words, 32
-// bytes of a qweight row (one whole DRAM sector per row read, where four used half of each), and
-// 16-byte result stores (kNkChunkedStores); otherwise the measured kernel: four words, element
-// stores.
-#ifdef DEQUANTD_UNVERIFIED_KERNELS
+// kNkTileWords packed words (8 * kNkTileWords columns n). Eight words are 32 bytes of a qweight
+// row, one whole DRAM sector per row read (four, before 2026-12-06, used half of each; with the
+// 16-byte stores below the kernel went from 132.7 to 68.9 us on a 4096 x 14336 bf16 layer on the
+// H200, kernels/cuda/NOTES.md).
 inline constexpr int kNkTileWords = 8;
-inline constexpr bool kNkChunkedStores = true;
-#else
-inline constexpr int kNkTileWords = 4;
-inline constexpr bool kNkChunkedStores = false;
-#endif
 inline constexpr int kNkTileK = 64;
 inline constexpr int kNkTileN = kNkTileWords * awq::kPackFactor;
 
@@ -95,16 +88,15 @@ inline constexpr int kNkTileN = kNkTileWords * awq::kPackFactor;
 // tile (padded by one column against bank conflicts); phase 2: the block stores the tile row n by
 // row n, each thread one 16-byte chunk of kChunk consecutive k (8 fp16/bf16 or 4 fp32 values, each
 // rounded once to kOut: PackChunk's cvt.rn, StoreElement's rounding), consecutive threads along the
-// row. Without kNkChunkedStores, or when K is not a multiple of kChunk or `out` is not 16-byte
-// aligned, phase 2 stores element by element, consecutive threads at consecutive k. Any block size
-// that is a multiple of 32; edges of K and N are masked.
+// row. When K is not a multiple of kChunk or `out` is not 16-byte aligned, phase 2 stores element
+// by element, consecutive threads at consecutive k. Any block size that is a multiple of 32; edges
+// of K and N are masked.
 template <DType kScale, DType kOut>
 __global__ void __launch_bounds__(kV4MaxBlockSize) DequantNkTileKernel(DequantParams p) {
   __shared__ float tile[kNkTileN][kNkTileK + 1];
   constexpr int kC = kChunk<kOut>;
   constexpr int kRowChunks = kNkTileK / kC;
-  const bool chunked =
-      kNkChunkedStores && p.K % kC == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
+  const bool chunked = p.K % kC == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
   const int64_t tiles_k = (p.K + kNkTileK - 1) / kNkTileK;
   const int64_t tiles_c = (p.words_per_row + kNkTileWords - 1) / kNkTileWords;
   for (int64_t t = blockIdx.x; t < tiles_k * tiles_c; t += gridDim.x) {

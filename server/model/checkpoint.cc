@@ -171,7 +171,8 @@ absl::StatusOr<std::vector<RawTensor>> IndexRawTensors(
                             .file_offset = ref.file_offset(),
                             .bytes = ref.bytes(),
                             .device = st.st_dev,
-                            .inode = st.st_ino});
+                            .inode = st.st_ino,
+                            .mtime_ns = ModificationTimeNs(st)});
   }
   return out;  // std::map iterates in name order
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 
 #include "absl/cleanup/cleanup.h"
@@ -42,12 +43,21 @@ absl::StatusOr<int> OpenChecked(const RawTensor& tensor, int64_t* size) {
                                             tensor.file_offset + tensor.bytes,
                                             ": truncated since the server loaded it"));
   }
+  if (tensor.mtime_ns != 0 && ModificationTimeNs(st) != tensor.mtime_ns) {
+    return absl::DataLossError(absl::StrCat("'", tensor.file, "' (tensor '", tensor.name,
+                                            "') was replaced or rewritten since the server loaded "
+                                            "it (its modification time changed)"));
+  }
   *size = st.st_size;
   std::move(close_fd).Cancel();
   return fd;
 }
 
 }  // namespace
+
+int64_t ModificationTimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
 
 absl::Status ReadRawTensor(
     const RawTensor& tensor, int64_t piece_bytes,
@@ -119,10 +129,24 @@ absl::Status ReadRawTensorChunks(const RawTensor& tensor, int threads, int64_t c
   std::vector<ReadChunk> chunks;
   AppendChunks(/*shard=*/0, tensor.file_offset, tensor.bytes, /*layer=*/0, /*role=*/0, chunk_bytes,
                &chunks);
+  // ShardReader's ABORTED for a file that is not the one opened is DATA_LOSS here; an error of
+  // the caller's own callbacks (any code, ABORTED too) comes back unchanged.
+  std::atomic<bool> callers_error{false};
   const absl::Status read = reader->Read(
-      chunks, threads, [&](int64_t, int) { return tensor.name; }, destination, consume,
+      chunks, threads, [&](int64_t, int) { return tensor.name; },
+      [&](int thread, const ReadChunk& c) -> absl::StatusOr<uint8_t*> {
+        absl::StatusOr<uint8_t*> dst = destination(thread, c);
+        if (!dst.ok()) callers_error = true;
+        return dst;
+      },
+      [&](int thread, const ReadChunk& c, uint8_t* data) {
+        absl::Status s = consume(thread, c, data);
+        if (!s.ok()) callers_error = true;
+        return s;
+      },
       /*cancel=*/nullptr);
-  return read.code() == absl::StatusCode::kAborted ? ReplacedError(tensor) : read;
+  if (read.code() == absl::StatusCode::kAborted && !callers_error) return ReplacedError(tensor);
+  return read;
 }
 
 }  // namespace dequantd

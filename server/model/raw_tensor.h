@@ -9,6 +9,7 @@
 // fails with DATA_LOSS instead of returning other bytes.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -31,21 +32,29 @@ struct RawTensor {
   int64_t bytes = 0;           // its size in bytes
   dev_t device = 0;            // identity of `file` when indexed
   ino_t inode = 0;
+  // Its modification time then (st_mtim, ns; 0: not checked). A file deleted and written again
+  // at the same path can get the same inode number (ext4 reuses freed ones); a rewrite in place
+  // keeps it: either changes the modification time.
+  int64_t mtime_ns = 0;
 };
+
+// st_mtim of `st` in nanoseconds.
+int64_t ModificationTimeNs(const struct stat& st);
 
 // Reads all of `tensor`'s bytes, in pieces of at most `piece_bytes` (>= 1), in order, handing
 // each to `consume(offset, bytes)` (offset from the tensor's first byte); stops at the first
 // error `consume` returns. Opens the file for the duration of the call. Errors: NOT_FOUND (the
-// file is gone), DATA_LOSS naming file and tensor (replaced since indexed, or shorter than the
-// index says), the errno of open/pread, `consume`'s. Thread-safe (no shared state).
+// file is gone), DATA_LOSS naming file and tensor (replaced or rewritten since indexed, or shorter
+// than the index says), the errno of open/pread, `consume`'s (unchanged). Thread-safe (no shared
+// state).
 absl::Status ReadRawTensor(
     const RawTensor& tensor, int64_t piece_bytes,
     const std::function<absl::Status(int64_t offset, absl::Span<const uint8_t> bytes)>& consume);
 
-// OK when `tensor`'s file is still the file indexed (device and inode) and holds the tensor's
-// bytes; what ReadRawTensor checks before its first read, for a caller that serves the bytes from
-// a copy it made earlier. Errors: the errno of open (NOT_FOUND when gone), DATA_LOSS (replaced;
-// truncated).
+// OK when `tensor`'s file is still the file indexed (device, inode and modification time) and holds
+// the tensor's bytes; what ReadRawTensor checks before its first read, for a caller that serves the
+// bytes from a copy it made earlier. Errors: the errno of open (NOT_FOUND when gone), DATA_LOSS
+// (replaced; truncated).
 absl::Status CheckRawTensorFile(const RawTensor& tensor);
 
 // Reads all of `tensor`'s bytes with `threads` threads (>= 1) of ShardReader (issue 23: a large
@@ -55,7 +64,8 @@ absl::Status CheckRawTensorFile(const RawTensor& tensor);
 // no particular order across threads, so both callbacks must be safe to call from `threads`
 // threads at once). The first error stops the others. Errors: those of ReadRawTensor (NOT_FOUND,
 // DATA_LOSS naming file and tensor: replaced or shorter than indexed, before or during the read),
-// DATA_LOSS when the file changed size during the read, the errno of pread, the callbacks'.
+// DATA_LOSS when the file changed size during the read, the errno of pread, the callbacks' (as
+// they returned them, whatever their code).
 absl::Status ReadRawTensorChunks(const RawTensor& tensor, int threads, int64_t chunk_bytes,
                                  const ShardReader::Destination& destination,
                                  const ShardReader::Consume& consume);

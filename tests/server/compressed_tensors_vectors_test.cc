@@ -420,8 +420,8 @@ TEST(CompressedTensorsServedTest, ListInfoAndDequantizeInTheFormatsOwnOrientatio
 }
 
 #if DEQUANTD_HAVE_CUDA
-// Every compressed-tensors case on the CUDA backend (resident layers; the format's fastest
-// variant, v2, since the configured v4 is AWQ's): Dequantize in the format's own orientation gives
+// Every compressed-tensors case on the CUDA backend (resident layers; the configured v4, the
+// format's own since the nibble-pair kernels): Dequantize in the format's own orientation gives
 // the library's bytes, and in (K, N) their transpose, for fp16, bf16 and fp32. GPU only.
 TEST_P(CompressedTensorsVectorsTest, CudaBackendDequantizesBitExactToCompressedTensors) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
@@ -447,7 +447,7 @@ TEST_P(CompressedTensorsVectorsTest, CudaBackendDequantizesBitExactToCompressedT
     source.orientation = Orientation::kNK;
     testing::BytesSink sink;
     ASSERT_TRUE((*backend)->Dequantize(source, out, 1 << 20, sink).ok());
-    EXPECT_THAT(sink.kernel, HasSubstr("v2_per_word"));
+    EXPECT_THAT(sink.kernel, HasSubstr("v4_vec16"));
     EXPECT_TRUE(sink.bytes == nk);
     source.orientation = Orientation::kKN;
     testing::BytesSink kn_sink;

@@ -415,8 +415,8 @@ TEST(GptqServedTest, ListAndDequantizeInTheFormatsOwnOrientationAndTheOther) {
 #if DEQUANTD_HAVE_CUDA
 using testing::BytesSink;
 
-// Every GPTQ case on the CUDA backend (resident layers; GPTQ's fastest variant, v2, since the
-// configured v4 is AWQ's): Dequantize in the format's own orientation gives GPTQModel's bytes,
+// Every GPTQ case on the CUDA backend (resident layers; the configured v4, GPTQ's own since the
+// nibble-pair kernels): Dequantize in the format's own orientation gives GPTQModel's bytes,
 // and in (K, N) their transpose, for fp16, bf16 and fp32. GPU only.
 TEST_P(GptqVectorsTest, CudaBackendDequantizesBitExactToGptqModel) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
@@ -446,7 +446,7 @@ TEST_P(GptqVectorsTest, CudaBackendDequantizesBitExactToGptqModel) {
     source.orientation = Orientation::kNK;
     BytesSink sink;
     ASSERT_TRUE((*backend)->Dequantize(source, out, 1 << 20, sink).ok());
-    EXPECT_THAT(sink.kernel, HasSubstr("v2_per_word"));
+    EXPECT_THAT(sink.kernel, HasSubstr("v4_vec16"));
     EXPECT_TRUE(sink.bytes == nk);
     std::vector<uint8_t> kn(nk.size());
     for (int64_t n = 0; n < N; ++n)

@@ -3,6 +3,7 @@
 // 127.0.0.1, ephemeral port) serving a checkpoint written here with known raw tensors: the bytes
 // come back exactly as written, in consecutive chunks, and every bad request gets its exact code
 // with the field named.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <filesystem>
@@ -409,6 +410,48 @@ TEST_F(RawTensorServiceTest, ChunkedReadOfATruncatedReplacedOrMissingFileHasRead
   s = read();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_THAT(s.message(), HasSubstr("replaced"));
+}
+
+// A file rewritten in place at the same size (the same inode, which a file deleted and written
+// again can also get) is seen by its modification time: DATA_LOSS before any byte is read. An
+// error of the caller's own callbacks comes back as it was returned, ABORTED too (ShardReader's
+// ABORTED for another file is what becomes DATA_LOSS).
+TEST_F(RawTensorServiceTest, ChunkedReadSeesARewriteInPlaceAndKeepsTheCallersErrors) {
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const RawTensor embed = *(*ckpt)->FindRawTensor("model.embed_tokens.weight");
+  ASSERT_NE(embed.mtime_ns, 0);
+  std::vector<uint8_t> out(static_cast<size_t>(embed.bytes));
+  auto read = [&](absl::Status from_consume) {
+    return ReadRawTensorChunks(
+        embed, 3, 4096,
+        [&](int, const ReadChunk& c) -> absl::StatusOr<uint8_t*> {
+          return out.data() + c.tensor_offset;
+        },
+        [&](int, const ReadChunk&, uint8_t*) { return from_consume; });
+  };
+  absl::Status s = read(absl::AbortedError("the region went away"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_EQ(s.message(), "the region went away");
+  ASSERT_TRUE(read(absl::OkStatus()).ok());
+
+  const std::string path = dir_ + "/model.safetensors";
+  {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(embed.file_offset);
+    f.put('\x5a');  // one byte of the tensor, the size unchanged
+  }
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  ASSERT_EQ(st.st_ino, embed.inode);
+  // A modification time certainly not the indexed one (the clock may not have moved yet).
+  const timespec times[2] = {{.tv_sec = 0, .tv_nsec = UTIME_OMIT},
+                             {.tv_sec = embed.mtime_ns / 1'000'000'000 + 7, .tv_nsec = 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  s = read(absl::OkStatus());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("rewritten"));
+  EXPECT_THAT(s.message(), HasSubstr("model.embed_tokens.weight"));
 }
 
 // Issue 23: ReadTensor into a registered region. The stored bytes land at the region offset (the

@@ -202,14 +202,16 @@ TEST_F(StagedTensorCopierTest, AKeptTensorIsCopiedDeviceToDeviceAndItsFileStillC
     EXPECT_EQ(reports_kept, (std::vector<std::pair<int64_t, int64_t>>{{0, kept_bytes}}));
     EXPECT_EQ(reports_staged.size(), 4u);
   }
-  // The kept copy is not served once its file was replaced (a new inode, the same bytes).
-  ASSERT_EQ(::unlink(kept.file.c_str()), 0);
+  // The kept copy is not served once its file was replaced (the same bytes in another file
+  // renamed over it: a new inode; deleting it first could give the new file the same inode
+  // number, as on the H200 host's disk, which the modification time then tells).
   {
-    std::ofstream out(kept.file, std::ios::binary);
+    std::ofstream out(kept.file + ".new", std::ios::binary);
     out << std::string(kHeaderBytes, '\0');
     out.write(reinterpret_cast<const char*>(stored_["kept"].data()),
               static_cast<std::streamsize>(kept_bytes));
   }
+  ASSERT_EQ(::rename((kept.file + ".new").c_str(), kept.file.c_str()), 0);
   DeviceBuffer dk(kept_bytes);
   const absl::Status replaced =
       copier->CopyToDevice(kept, 0, dk.get(), [](int64_t, int64_t) { return absl::OkStatus(); });
