@@ -55,10 +55,6 @@ absl::StatusOr<int> OpenChecked(const RawTensor& tensor, int64_t* size) {
 
 }  // namespace
 
-int64_t ModificationTimeNs(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
-
 absl::Status ReadRawTensor(
     const RawTensor& tensor, int64_t piece_bytes,
     const std::function<absl::Status(int64_t offset, absl::Span<const uint8_t> bytes)>& consume) {

@@ -39,7 +39,9 @@ struct RawTensor {
 };
 
 // st_mtim of `st` in nanoseconds.
-int64_t ModificationTimeNs(const struct stat& st);
+inline int64_t ModificationTimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
 
 // Reads all of `tensor`'s bytes, in pieces of at most `piece_bytes` (>= 1), in order, handing
 // each to `consume(offset, bytes)` (offset from the tensor's first byte); stops at the first
