@@ -130,19 +130,27 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& pat
 // How much one MADV_POPULATE_WRITE call faults in: small enough for Commit's stop to be prompt.
 constexpr int64_t kPrefaultStep = int64_t{16} << 20;
 
-// Runs fn(begin, end) over `n` page-aligned contiguous parts of [0, bytes) on n threads (the
-// calling thread takes the last part) and waits for them.
-template <typename Fn>
-void OnParts(int64_t bytes, int n, Fn fn) {
+// Part t of [0, bytes) cut into n page-aligned contiguous parts (empty past the end).
+std::pair<int64_t, int64_t> PagePart(int64_t bytes, int n, int t) {
   const int64_t page = ::sysconf(_SC_PAGESIZE);
   const int64_t part = ((bytes + n - 1) / n + page - 1) / page * page;
+  const int64_t begin = std::min(bytes, t * part);
+  return {begin, std::min(bytes, begin + part)};
+}
+
+// Runs fn(begin, end) over PagePart's n parts of [0, bytes) on n threads (the calling thread
+// takes the last part) and waits for them.
+template <typename Fn>
+void OnParts(int64_t bytes, int n, Fn fn) {
   std::vector<std::thread> threads;
   for (int t = 0; t + 1 < n; ++t) {
-    const int64_t begin = std::min(bytes, t * part), end = std::min(bytes, begin + part);
-    if (begin < end) threads.emplace_back([fn, begin, end] { fn(begin, end); });
+    const std::pair<int64_t, int64_t> part = PagePart(bytes, n, t);
+    if (part.first < part.second) {
+      threads.emplace_back([fn, part] { fn(part.first, part.second); });
+    }
   }
-  const int64_t last = std::min(bytes, (n - 1) * part);
-  if (last < bytes) fn(last, bytes);
+  const auto [last, end] = PagePart(bytes, n, n - 1);
+  if (last < end) fn(last, end);
   for (std::thread& t : threads) t.join();
 }
 
@@ -154,11 +162,10 @@ struct AtomicFileWriter::Prefault {
   std::vector<std::thread> threads;
 
   Prefault(uint8_t* map, int64_t bytes, int n) {
-    const int64_t page = ::sysconf(_SC_PAGESIZE);
-    const int64_t part = ((bytes + n - 1) / n + page - 1) / page * page;
     for (int t = 0; t < n; ++t) {
-      const int64_t begin = std::min(bytes, t * part), end = std::min(bytes, begin + part);
-      threads.emplace_back([this, map, begin, end] {
+      const std::pair<int64_t, int64_t> part = PagePart(bytes, n, t);
+      threads.emplace_back([this, map, part] {
+        const auto [begin, end] = part;
         for (int64_t at = begin; at < end && !stop.load(std::memory_order_relaxed);
              at += kPrefaultStep) {
           const size_t len = static_cast<size_t>(std::min(kPrefaultStep, end - at));

@@ -3,8 +3,9 @@
 // GB/s for the same preads into pageable buffers on the H100 host). Rows, each over the whole
 // file with T threads taking chunks in turn, best of --trials:
 //   pread -> pageable          the read ceiling (no copy to the device at all);
-//   pread -> pinned -> device  dequantd's upload (PinnedReadStaging: 4 pinned buffers per
-//                              thread, its own stream, a buffer reused once its copy is done);
+//   pread -> pinned -> device  dequantd's upload, through its own PinnedReadStaging (4 pinned
+//                              buffers per thread, its own stream, a buffer reused once its
+//                              copy is done);
 //   mapping -> device          cudaMemcpyAsync straight from a read-only mapping of the file
 //                              (the driver stages pageable memory itself);
 //   registered mapping         each chunk of the read-only mapping registered
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +35,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "server/backend/cuda/pinned_read_staging.h"
+#include "server/model/load_staging_plan.h"
 
 ABSL_FLAG(std::string, file, "/tmp/dequantd-upload-paths.bin",
           "the file to upload; written (random bytes) when it is absent or of another size");
@@ -147,46 +151,31 @@ double RowPageable(const Setup& s, int threads, int64_t chunk) {
   return Since(start);
 }
 
+// dequantd's own staging (PinnedReadStaging, as the model upload cuts it: 4 buffers per thread).
 double RowPinned(const Setup& s, int threads, int64_t chunk) {
-  constexpr int kBuffers = 4;
-  struct Reader {
-    cudaStream_t stream;
-    uint8_t* buffer[kBuffers];
-    cudaEvent_t done[kBuffers];
-    bool pending[kBuffers] = {};
-    int next = 0;
-  };
-  std::vector<Reader> readers(static_cast<size_t>(threads));
-  for (Reader& r : readers) {
-    CHECK_CUDA(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
-    for (int b = 0; b < kBuffers; ++b) {
-      CHECK_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&r.buffer[b]), static_cast<size_t>(chunk),
-                               cudaHostAllocDefault));
-      CHECK_CUDA(cudaEventCreateWithFlags(&r.done[b], cudaEventDisableTiming));
-    }
+  const dequantd::LoadStagingPlan plan{.threads = threads, .buffers = 4, .chunk_bytes = chunk};
+  absl::StatusOr<std::unique_ptr<dequantd::cuda::PinnedReadStaging>> staging =
+      dequantd::cuda::PinnedReadStaging::Make(0, plan);
+  if (!staging.ok()) {
+    std::fprintf(stderr, "pinned staging: %s\n", std::string(staging.status().message()).c_str());
+    std::exit(1);
   }
+  dequantd::cuda::PinnedReadStaging& pinned = **staging;
   const Clock::time_point start = Clock::now();
   OnChunks(threads, s.bytes / chunk, [&](int t, int64_t c) {
-    Reader& r = readers[static_cast<size_t>(t)];
-    const int b = r.next;
-    r.next = (r.next + 1) % kBuffers;
-    if (r.pending[b]) CHECK_CUDA(cudaEventSynchronize(r.done[b]));
-    PreadAll(s.fd, r.buffer[b], chunk, c * chunk);
-    CHECK_CUDA(cudaMemcpyAsync(s.device + c * chunk, r.buffer[b], static_cast<size_t>(chunk),
-                               cudaMemcpyHostToDevice, r.stream));
-    CHECK_CUDA(cudaEventRecord(r.done[b], r.stream));
-    r.pending[b] = true;
-  });
-  for (Reader& r : readers) CHECK_CUDA(cudaStreamSynchronize(r.stream));
-  const double seconds = Since(start);
-  for (Reader& r : readers) {
-    for (int b = 0; b < kBuffers; ++b) {
-      CHECK_CUDA(cudaFreeHost(r.buffer[b]));
-      CHECK_CUDA(cudaEventDestroy(r.done[b]));
+    absl::StatusOr<uint8_t*> buffer = pinned.NextBuffer(t);
+    absl::Status copied = buffer.status();
+    if (buffer.ok()) {
+      PreadAll(s.fd, *buffer, chunk, c * chunk);
+      copied = pinned.CopyToDevice(t, *buffer, s.device + c * chunk, chunk);
     }
-    CHECK_CUDA(cudaStreamDestroy(r.stream));
-  }
-  return seconds;
+    if (!copied.ok()) {
+      std::fprintf(stderr, "pinned staging: %s\n", std::string(copied.message()).c_str());
+      std::exit(1);
+    }
+  });
+  if (!pinned.Synchronize().ok()) std::exit(1);
+  return Since(start);
 }
 
 double RowMapping(const Setup& s, int threads, int64_t chunk) {

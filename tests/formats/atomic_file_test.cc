@@ -99,7 +99,7 @@ void WriteMappedFromThreads(const std::string& path, int64_t body) {
   ASSERT_TRUE(w->Write("HDR!").ok());  // 4 bytes at the start, as a .npy preamble
   absl::StatusOr<bool> mapped = w->MapForWrites(4 + body, /*prefault_threads=*/3);
   ASSERT_TRUE(mapped.ok()) << mapped.status();
-  ASSERT_TRUE(*mapped) << "this test's directory is expected to support fallocate or be tmpfs";
+  ASSERT_TRUE(*mapped) << "this test's directory is expected to support fallocate";
   EXPECT_TRUE(w->mapped());
   EXPECT_EQ(fs::file_size(w->temporary_path()), static_cast<uintmax_t>(4 + body));
   EXPECT_EQ(w->MapForWrites(10).status().code(), absl::StatusCode::kFailedPrecondition);
