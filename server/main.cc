@@ -64,8 +64,8 @@ ABSL_FLAG(int64_t, device_memory_limit, 0,
           "fits beside the working reserve; at most the GPU's memory). Layers past it are served "
           "from host memory, staged to the GPU per call");
 ABSL_FLAG(int, load_threads, 0,
-          "threads that read the checkpoint's files at start (0..256; 0 = min(8, hardware "
-          "threads))");
+          "threads that read the checkpoint's files at start and stored tensors for ReadTensor "
+          "(0..256; 0 = min(16, hardware threads))");
 ABSL_FLAG(int64_t, load_staging_bytes, int64_t{256} << 20,
           "CUDA backend: pinned host memory that stages the upload from the files to the GPUs, "
           "bytes (2 MiB.. half of the available memory; held during the load only): the packed "

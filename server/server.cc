@@ -292,7 +292,7 @@ absl::Status CheckOptions(const ServerOptions& options) {
   if (options.load_threads < 0 || options.load_threads > kMaxLoadThreads) {
     return absl::InvalidArgumentError(absl::StrCat("load_threads (--load-threads) must be in 0..",
                                                    kMaxLoadThreads,
-                                                   " (0 = min(8, hardware "
+                                                   " (0 = min(16, hardware "
                                                    "threads)), got ",
                                                    options.load_threads));
   }

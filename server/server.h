@@ -52,7 +52,7 @@ struct ServerOptions {
   // past it are served from host copies, staged per call. >= 0; more than a GPU's memory is
   // INVALID_ARGUMENT at start; non-zero with the cpu backend is INVALID_ARGUMENT.
   int64_t device_memory_limit_bytes = 0;
-  // Loading (issue 22; docs/architecture.md "Loading"): reader threads (0 = min(8, hardware
+  // Loading (issue 22; docs/architecture.md "Loading"): reader threads (0 = min(16, hardware
   // threads); 1..kMaxLoadThreads) and the pinned staging the CUDA upload holds meanwhile
   // (kMinLoadStagingBytes.. half of the host's available memory).
   int load_threads = 0;

@@ -38,7 +38,7 @@
 ABSL_FLAG(std::string, dir, "", "checkpoint directory (written unless it holds the model)");
 ABSL_FLAG(std::string, model, "llama-70b", "llama-70b (80 blocks, 35.6 GB) or llama-8b");
 ABSL_FLAG(int, shards, 8, "shard files of a checkpoint written here");
-ABSL_FLAG(int, threads, 8, "reader threads: the ceiling's and the server's --load-threads");
+ABSL_FLAG(int, threads, 16, "reader threads: the ceiling's and the server's --load-threads");
 ABSL_FLAG(bool, cold, false, "also from files dropped from the page cache (posix_fadvise)");
 ABSL_FLAG(std::string, dequantd, DEQUANTD_PATH, "the dequantd binary");
 ABSL_FLAG(std::string, backend, "cuda", "the server's --backend");

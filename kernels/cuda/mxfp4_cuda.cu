@@ -72,12 +72,23 @@ struct Mxfp4NkChunks {
     } else {
       bytes = __ldg(reinterpret_cast<const unsigned short*>(src));
     }
+    if (s <= kMaxScale14) {
+      const float scale14 = Scale14(s);
+      float v[kValues];
+#pragma unroll
+      for (int i = 0; i < kValues / 2; ++i) {
+        const float2 pair = ByteValues14(ByteOf(bytes, i), scale14);
+        v[2 * i] = pair.x;
+        v[2 * i + 1] = pair.y;
+      }
+      return PackChunk<kOut>(v);
+    }
     if (s != mxfp4::kScaleNan) {
       const float scale = mxfp4::ScaleToFloat(s);
       float v[kValues];
 #pragma unroll
       for (int i = 0; i < kValues / 2; ++i) {
-        const float2 pair = ByteValues((bytes >> (8 * i)) & 0xFFu, scale);
+        const float2 pair = ByteValues(ByteOf(bytes, i), scale);
         v[2 * i] = pair.x;
         v[2 * i + 1] = pair.y;
       }
@@ -150,20 +161,16 @@ __global__ void __launch_bounds__(Mxfp4KnTile<kOut, kG, kRows>::kThreads)
       s[r] = __ldg(p.scales + b);
     }
     uint32_t* col = tile + (32 * g) * T::kWords + (c ^ (g << T::kSwizzleShift));
-    bool finite = true;
+    // Decodes the block's 16 bytes (inputs k = 2b, 2b + 1) of each row r with values(byte, r)
+    // into the 32 words of its column.
+    const auto decode = [&](auto values) {
 #pragma unroll
-    for (int r = 0; r < T::kValuesPerWord; ++r) finite &= s[r] != mxfp4::kScaleNan;
-    if (finite) {
-      float scale[T::kValuesPerWord];
-#pragma unroll
-      for (int r = 0; r < T::kValuesPerWord; ++r) scale[r] = mxfp4::ScaleToFloat(s[r]);
-#pragma unroll
-      for (int b = 0; b < 16; ++b) {  // byte b: inputs k = 2b, 2b + 1
+      for (int b = 0; b < 16; ++b) {
         float2 x[T::kValuesPerWord];
 #pragma unroll
         for (int r = 0; r < T::kValuesPerWord; ++r) {
           const uint32_t word = b < 4 ? v[r].x : b < 8 ? v[r].y : b < 12 ? v[r].z : v[r].w;
-          x[r] = ByteValues((word >> (8 * (b % 4))) & 0xFFu, scale[r]);
+          x[r] = values(ByteOf(word, b % 4), r);
         }
         if constexpr (kOut == DType::kF32) {
           col[(2 * b) * T::kWords] = __float_as_uint(x[0].x);
@@ -173,6 +180,24 @@ __global__ void __launch_bounds__(Mxfp4KnTile<kOut, kG, kRows>::kThreads)
           col[(2 * b + 1) * T::kWords] = PackPair<kOut>(x[0].y, x[1].y);
         }
       }
+    };
+    bool fast = true;  // every scale <= kMaxScale14: one multiply per value
+    bool finite = true;
+#pragma unroll
+    for (int r = 0; r < T::kValuesPerWord; ++r) {
+      fast &= s[r] <= kMaxScale14;
+      finite &= s[r] != mxfp4::kScaleNan;
+    }
+    if (fast) {
+      float scale14[T::kValuesPerWord];
+#pragma unroll
+      for (int r = 0; r < T::kValuesPerWord; ++r) scale14[r] = Scale14(s[r]);
+      decode([&](uint32_t byte, int r) { return ByteValues14(byte, scale14[r]); });
+    } else if (finite) {
+      float scale[T::kValuesPerWord];
+#pragma unroll
+      for (int r = 0; r < T::kValuesPerWord; ++r) scale[r] = mxfp4::ScaleToFloat(s[r]);
+      decode([&](uint32_t byte, int r) { return ByteValues(byte, scale[r]); });
     } else {  // a scale 0xFF: NaNs (inf * 0) take the host conversion's bits (RoundOutBits)
 #pragma unroll 1
       for (int j = 0; j < static_cast<int>(mxfp4::kBlockValues); ++j) {
@@ -187,19 +212,22 @@ __global__ void __launch_bounds__(Mxfp4KnTile<kOut, kG, kRows>::kThreads)
     }
   }
   __syncthreads();
+  // Thread tx stores chunk q = tx % kRowChunks of rows k = tx / kRowChunks + j * kRowsPerPass.
   constexpr int kRowChunks = T::kWords / 4;  // 16-byte chunks per tile row
+  static_assert(T::kThreads % kRowChunks == 0);
+  constexpr int kRowsPerPass = T::kThreads / kRowChunks;
   const int rows = blocks_here * static_cast<int>(mxfp4::kBlockValues);
   const int64_t row_chunks = (p.N - n0) / kChunk<kOut>;  // of this tile (N % kChunk == 0)
   const int64_t out_row_chunks = p.N / kChunk<kOut>;
-  auto* out =
-      static_cast<uint4*>(p.out) + ((e * p.K + g0 * mxfp4::kBlockValues) * p.N + n0) / kChunk<kOut>;
-  for (int i = tx; i < rows * kRowChunks; i += T::kThreads) {
-    const int k = i / kRowChunks;
-    const int q = i % kRowChunks;
-    if (q < row_chunks) {
-      const int phys = (4 * q) ^ ((k / 32) << T::kSwizzleShift);
-      out[k * out_row_chunks + q] = *reinterpret_cast<const uint4*>(tile + k * T::kWords + phys);
-    }
+  const int q = tx % kRowChunks;
+  if (q >= row_chunks) return;
+  int k = tx / kRowChunks;
+  uint4* dst = static_cast<uint4*>(p.out) +
+               ((e * p.K + g0 * mxfp4::kBlockValues + k) * p.N + n0) / kChunk<kOut> + q;
+  const int64_t pass_stride = kRowsPerPass * out_row_chunks;
+  for (; k < rows; k += kRowsPerPass, dst += pass_stride) {
+    const int phys = (4 * q) ^ ((k / 32) << T::kSwizzleShift);
+    *dst = *reinterpret_cast<const uint4*>(tile + k * T::kWords + phys);
   }
 }
 

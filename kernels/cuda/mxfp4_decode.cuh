@@ -63,17 +63,45 @@ __device__ __forceinline__ float BlockValue(const uint32_t (&words)[4], int j, u
   return mxfp4::Element(mxfp4::NibbleOf(byte, j), s);
 }
 
-// The two values of block byte `b` (low nibble first), for a scale s != 0xFF whose float is
-// `scale` (mxfp4::ScaleToFloat(s)): equal to mxfp4::Element(NibbleOf(b, j), s) for both, bit for
-// bit. Each nibble's magnitude bits (e1 e0 m) placed in an fp16's bits 11-9 make the fp16
-// (e1 e0 m) * 2^-14 for every nibble, normal (e > 0) or subnormal (e = 0: m * 2^-15), so that
-// value times 2^14 (exact) is the E2M1 magnitude; the sign goes to the fp16's sign bit (+-0
-// kept). Then one fp32 multiply by the scale, as Element does. About six instructions per value
-// where Element's table lookup and conversion take twice that; scale 0xFF (inf * 0 = NaN) is
-// Element's case.
+// Byte j (0..3) of `word` alone, the other bytes zero (one PRMT).
+__device__ __forceinline__ uint32_t ByteOf(uint32_t word, int j) {
+  return __byte_perm(word, 0u, 0x4440u | static_cast<uint32_t>(j));
+}
+
+// Byte b's two nibbles (b in bits 0-7, the rest zero) as the bits of an fp16 pair, low nibble in
+// the low half: each nibble's magnitude bits (e1 e0 m) at fp16 bits 11-9 and its sign at bit 15
+// make the fp16 (e1 e0 m) * 2^-14 for every nibble, normal (e > 0) or subnormal (e = 0: m *
+// 2^-15), so that value times 2^14 (exact) is the E2M1 value (+-0 kept). Two multiplies spread
+// the byte (b * (2^9 + 2^21) puts bits 2-0 at 11-9 and 6-4 at 27-25; b * (2^12 + 2^24) bit 3 at
+// 15 and bit 7 at 31; the two shifted copies in each product do not overlap, so nothing carries)
+// and one LOP3 keeps those bits: three instructions where six shifts and masks were.
+__device__ __forceinline__ uint32_t NibbleHalves(uint32_t b) {
+  return ((b * 0x00200200u) & 0x0E000E00u) | ((b * 0x01001000u) & 0x80008000u);
+}
+
+// The largest scale s whose 2^14 * 2^(s - 127) is a normal float: ByteValues14's range.
+constexpr uint32_t kMaxScale14 = 240;
+
+// 2^14 * 2^(s - 127) for s <= kMaxScale14 (exact: a power of two with a normal exponent).
+__device__ __forceinline__ float Scale14(uint32_t s) { return __uint_as_float((s + 14u) << 23); }
+
+// The two values of block byte `b` (b in bits 0-7, low nibble first) for a scale s <=
+// kMaxScale14 given as Scale14(s): equal to mxfp4::Element(NibbleOf(b, j), s) for both, bit for
+// bit. The fp16 of NibbleHalves is the E2M1 value times 2^-14, exactly, so its product with 2^14
+// * 2^(s - 127) is Element's exact product fp4 * 2^(s - 127), rounded once to fp32 as Element
+// rounds it (s = 0 included: 2^-113 is normal where Element's 2^-127 is not; the products are the
+// same real number). One multiply per value.
+__device__ __forceinline__ float2 ByteValues14(uint32_t b, float scale14) {
+  const uint32_t h2 = NibbleHalves(b);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+  return make_float2(f.x * scale14, f.y * scale14);
+}
+
+// The same for any finite scale s != 0xFF given as `scale` (mxfp4::ScaleToFloat(s)): the exact
+// E2M1 value (the fp16 times 2^14), then one fp32 multiply by the scale, as Element does. Scale
+// 0xFF (inf * 0 = NaN) is Element's case.
 __device__ __forceinline__ float2 ByteValues(uint32_t b, float scale) {
-  const uint32_t h2 =
-      ((b & 0x8u) << 12) | ((b & 0x7u) << 9) | ((b & 0x80u) << 24) | ((b & 0x70u) << 21);
+  const uint32_t h2 = NibbleHalves(b);
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
   return make_float2(f.x * 16384.0f * scale, f.y * 16384.0f * scale);
 }

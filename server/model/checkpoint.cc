@@ -202,7 +202,7 @@ void Checkpoint::AlignedFree::operator()(uint8_t* p) const {
 Checkpoint::~Checkpoint() = default;
 
 int DefaultLoadThreads() {
-  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
 }
 
 int64_t Checkpoint::ReleaseHostCopies(const std::vector<bool>& which) {

@@ -1,6 +1,7 @@
-// DequantdProcess: the dequantd binary (DEQUANTD_PATH, a compile definition of the test target)
-// run as a child process whose output the test reads. Shared by server_test and the hardening and
-// soak tests.
+// DequantdProcess: the dequantd binary (DequantdBinary: $DEQUANTD when set, as on the GPU host
+// where the build tree's path does not exist, else DEQUANTD_PATH, a compile definition of the
+// test target) run as a child process whose output the test reads. Shared by server_test and the
+// hardening and soak tests.
 #pragma once
 
 #include <signal.h>
@@ -13,6 +14,12 @@
 
 namespace dequantd::testing {
 
+// The dequantd binary the tests run: $DEQUANTD when set and not empty, else the build's.
+inline std::string DequantdBinary() {
+  const char* env = std::getenv("DEQUANTD");
+  return env != nullptr && *env != '\0' ? env : DEQUANTD_PATH;
+}
+
 // A running dequantd child process; its stdout and stderr go to a pipe read by the test. The
 // child gets alarm(30) before exec (a pending alarm survives exec): a dequantd that does not
 // stop on the signals a test sends dies of SIGALRM after 30 s, so a regression fails rather
@@ -20,7 +27,7 @@ namespace dequantd::testing {
 class DequantdProcess {
  public:
   explicit DequantdProcess(const std::vector<std::string>& args, unsigned alarm_seconds = 30) {
-    std::vector<std::string> words = {DEQUANTD_PATH};
+    std::vector<std::string> words = {DequantdBinary()};
     words.insert(words.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& word : words) argv.push_back(word.data());

@@ -37,7 +37,7 @@ struct ProcessResult {
 ProcessResult RunDequantd(const std::string& args, const std::string& env = "") {
   ProcessResult run;
   const std::string command = "timeout 30 " + (env.empty() ? "" : "env " + env + " ") +
-                              std::string(DEQUANTD_PATH) + " " + args + " 2>&1";
+                              ::dequantd::testing::DequantdBinary() + " " + args + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
   char buf[4096];
@@ -193,7 +193,7 @@ TEST(DequantdMainTest, LoadOptionErrorsNameTheFlag) {
   ProcessResult run = RunDequantd(common + "--load-threads=257");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: load_threads (--load-threads) must be in "
-                                    "0..256 (0 = min(8, hardware threads)), got 257"));
+                                    "0..256 (0 = min(16, hardware threads)), got 257"));
   run = RunDequantd(common + "--load-staging-bytes=1048576");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_THAT(run.output, HasSubstr("INVALID_ARGUMENT: load_staging_bytes (--load-staging-bytes) "
