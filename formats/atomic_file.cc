@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <utility>
@@ -157,19 +159,79 @@ void OnParts(int64_t bytes, int n, Fn fn) {
 // Mappings at least this large are unmapped by several threads (Unmap).
 constexpr int64_t kParallelUnmapBytes = int64_t{256} << 20;
 
+// MapForWrites' space is allocated (fallocate) in pieces of this size, each the first time a
+// writer or a prefault thread reaches it.
+constexpr int64_t kAllocPiece = int64_t{64} << 20;
+
+// The pieces of the mapped file allocated so far. Why in pieces: fallocate on tmpfs allocates and
+// clears every page on the calling thread under the inode lock (1.9 s for 14 GB on the H100
+// host, issue 22); for the whole file at once that was a serial step before the first byte was
+// received. In pieces it runs beside the writers. Pieces are allocated one at a time (the inode
+// lock serializes them anyway); a piece already allocated costs one atomic load.
+class AtomicFileWriter::Allocation {
+ public:
+  // The first piece is already allocated (MapForWrites allocates it to learn whether the file
+  // system can allocate ahead at all).
+  Allocation(int fd, const std::string& path, int64_t bytes)
+      : fd_(fd),
+        path_(path),
+        bytes_(bytes),
+        done_(new std::atomic<bool>[static_cast<size_t>((bytes + kAllocPiece - 1) / kAllocPiece)]) {
+    for (int64_t p = 0; p * kAllocPiece < bytes; ++p) done_[p].store(p == 0);
+  }
+
+  // Allocates every piece that [begin, end) touches and is not allocated yet. Errors: the
+  // errno-derived code of fallocate ("allocate '<path>'"; ENOSPC: RESOURCE_EXHAUSTED).
+  absl::Status Ensure(int64_t begin, int64_t end) {
+    for (int64_t p = begin / kAllocPiece; p * kAllocPiece < std::min(end, bytes_); ++p) {
+      if (done_[p].load(std::memory_order_acquire)) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_[p].load(std::memory_order_relaxed)) continue;
+      const int64_t at = p * kAllocPiece;
+      if (const int err = Fallocate(fd_, at, std::min(kAllocPiece, bytes_ - at)); err != 0) {
+        return ErrnoError(err, "allocate", path_);
+      }
+      done_[p].store(true, std::memory_order_release);
+    }
+    return absl::OkStatus();
+  }
+
+  // posix_fallocate of [at, at + len), EINTR retried: 0 or the error number.
+  static int Fallocate(int fd, int64_t at, int64_t len) {
+    int err;
+    do {
+      err = ::posix_fallocate(fd, static_cast<off_t>(at), static_cast<off_t>(len));
+    } while (err == EINTR);
+    return err;
+  }
+
+ private:
+  const int fd_;
+  const std::string path_;
+  const int64_t bytes_;
+  std::unique_ptr<std::atomic<bool>[]> done_;
+  std::mutex mu_;
+};
+
 struct AtomicFileWriter::Prefault {
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
 
-  Prefault(uint8_t* map, int64_t bytes, int n) {
+  // Each step's pieces are allocated first (a failure stops the thread: the writer that reaches
+  // the piece gets the error).
+  Prefault(uint8_t* map, int64_t bytes, int n, Allocation* allocation) {
     for (int t = 0; t < n; ++t) {
       const std::pair<int64_t, int64_t> part = PagePart(bytes, n, t);
-      threads.emplace_back([this, map, part] {
+      threads.emplace_back([this, map, part, allocation] {
         const auto [begin, end] = part;
         for (int64_t at = begin; at < end && !stop.load(std::memory_order_relaxed);
              at += kPrefaultStep) {
-          const size_t len = static_cast<size_t>(std::min(kPrefaultStep, end - at));
-          if (::madvise(map + at, len, MADV_POPULATE_WRITE) != 0 && errno != EINTR) return;
+          const int64_t len = std::min(kPrefaultStep, end - at);
+          if (!allocation->Ensure(at, at + len).ok()) return;
+          if (::madvise(map + at, static_cast<size_t>(len), MADV_POPULATE_WRITE) != 0 &&
+              errno != EINTR) {
+            return;
+          }
         }
       });
     }
@@ -189,6 +251,7 @@ AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
       map_(std::exchange(other.map_, nullptr)),
       map_bytes_(std::exchange(other.map_bytes_, 0)),
       unmap_threads_(other.unmap_threads_),
+      allocation_(std::move(other.allocation_)),
       prefault_(std::move(other.prefault_)) {}
 
 AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept {
@@ -202,6 +265,7 @@ AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
     unmap_threads_ = other.unmap_threads_;
+    allocation_ = std::move(other.allocation_);
     prefault_ = std::move(other.prefault_);
   }
   return *this;
@@ -210,7 +274,8 @@ AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept
 AtomicFileWriter::~AtomicFileWriter() { Abandon(); }
 
 void AtomicFileWriter::Unmap() {
-  prefault_.reset();  // before the mapping goes
+  prefault_.reset();  // before the mapping and the allocation go
+  allocation_.reset();
   if (map_ == nullptr) return;
   // munmap of a large mapping is one thread clearing every page-table entry (~0.2 s per 3.5 GB
   // on the development VM, on the caller's path: issue 22). MADV_DONTNEED does that part under
@@ -258,6 +323,9 @@ absl::Status AtomicFileWriter::WriteAt(int64_t offset, absl::Span<const uint8_t>
         "'", path_, "' is not a regular file: it is written in order, not at offsets"));
   }
   if (map_ != nullptr && offset >= 0 && offset <= map_bytes_ - static_cast<int64_t>(bytes.size())) {
+    // The range's space first: a full file system is an error here, never a SIGBUS in memcpy.
+    const int64_t end = offset + static_cast<int64_t>(bytes.size());
+    if (absl::Status s = allocation_->Ensure(offset, end); !s.ok()) return s;
     std::memcpy(map_ + offset, bytes.data(), bytes.size());
     return absl::OkStatus();
   }
@@ -284,18 +352,30 @@ absl::StatusOr<bool> AtomicFileWriter::MapForWrites(int64_t bytes, int prefault_
   }
   if (map_ != nullptr) return absl::FailedPreconditionError("AtomicFileWriter: already mapped");
   if (bytes <= 0) return false;
-  int err;
-  do {
-    err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
-  } while (err == EINTR);
-  if (err == EOPNOTSUPP || err == EINVAL) return false;  // e.g. a file system without fallocate
-  if (err != 0) return ErrnoError(err, "allocate", tmp_path_);
+  // The whole size must fit now (the pieces are allocated later, beside the writers): refused
+  // before any byte, as one fallocate of the whole file would be.
+  struct statvfs vfs;
+  if (::fstatvfs(fd_, &vfs) == 0 && vfs.f_blocks > 0 &&
+      static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize) < bytes) {
+    return ErrnoError(ENOSPC, absl::StrCat("allocate ", bytes, " bytes for"), tmp_path_);
+  }
+  // The first piece now: a file system that cannot allocate ahead says so here.
+  if (const int err = Allocation::Fallocate(fd_, 0, std::min(kAllocPiece, bytes)); err != 0) {
+    if (err == EOPNOTSUPP || err == EINVAL) return false;  // e.g. a file system without fallocate
+    return ErrnoError(err, "allocate", tmp_path_);
+  }
+  if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) {
+    return ErrnoError(errno, "resize", tmp_path_);
+  }
   void* map = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_WRITE, MAP_SHARED, fd_, 0);
   if (map == MAP_FAILED) return ErrnoError(errno, "map", tmp_path_);
   map_ = static_cast<uint8_t*>(map);
   map_bytes_ = bytes;
+  allocation_ = std::make_unique<Allocation>(fd_, tmp_path_, bytes);
   unmap_threads_ = std::max(1, prefault_threads);
-  if (prefault_threads > 0) prefault_ = std::make_unique<Prefault>(map_, bytes, prefault_threads);
+  if (prefault_threads > 0) {
+    prefault_ = std::make_unique<Prefault>(map_, bytes, prefault_threads, allocation_.get());
+  }
   return true;
 }
 

@@ -327,6 +327,9 @@ ModelRow DequantctlRow(const SyntheticModel& model,
   std::vector<double> times;
   Profiler profiler(options.server_pid);
   for (int t = 0; t < options.trials; ++t) {
+    // A new file each time, as the file system rows write (replacing the last trial's file would
+    // time the kernel freeing its pages inside the rename: about 1 s per 14 GB on tmpfs).
+    std::filesystem::remove(path);
     // As dequantctl does: a fresh client (and connections) per command.
     absl::StatusOr<std::unique_ptr<DequantClient>> client =
         DequantClient::Connect(options.target, client_options);

@@ -90,14 +90,15 @@ TEST_F(AtomicFileTest, CommitMovesExactBytesIntoPlace) {
   EXPECT_EQ(w->Write("x").code(), absl::StatusCode::kFailedPrecondition);
 }
 
-// Writes a 4-byte header with Write, then `body` bytes through MapForWrites from 4 threads at
-// interleaved offsets (dequantctl's parallel streams) and 5 bytes past the mapping (pwrite),
-// commits, and checks every byte of the file at `path`.
-void WriteMappedFromThreads(const std::string& path, int64_t body) {
+// Writes a 4-byte header with Write, then `body` bytes through MapForWrites (`prefault_threads`)
+// from 4 threads at interleaved offsets (dequantctl's parallel streams) and 5 bytes past the
+// mapping (pwrite), commits, and checks every byte of the file at `path` and that its space is
+// allocated (the mapping's pieces are allocated by whichever thread reaches them first).
+void WriteMappedFromThreads(const std::string& path, int64_t body, int prefault_threads = 3) {
   absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Create(path);
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_TRUE(w->Write("HDR!").ok());  // 4 bytes at the start, as a .npy preamble
-  absl::StatusOr<bool> mapped = w->MapForWrites(4 + body, /*prefault_threads=*/3);
+  absl::StatusOr<bool> mapped = w->MapForWrites(4 + body, prefault_threads);
   ASSERT_TRUE(mapped.ok()) << mapped.status();
   ASSERT_TRUE(*mapped) << "this test's directory is expected to support fallocate";
   EXPECT_TRUE(w->mapped());
@@ -124,6 +125,9 @@ void WriteMappedFromThreads(const std::string& path, int64_t body) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
   ASSERT_TRUE(w->WriteAt(4 + body, absl::MakeConstSpan(want.data(), 5)).ok());  // past the map
+  struct stat st;
+  ASSERT_EQ(::stat(w->temporary_path().c_str(), &st), 0);
+  EXPECT_GE(static_cast<int64_t>(st.st_blocks) * 512, 4 + body) << "space not allocated";
   ASSERT_TRUE(w->Commit().ok());
   EXPECT_FALSE(w->mapped());
   const std::string got = ReadAll(path);
@@ -138,6 +142,13 @@ constexpr int64_t kOddBody = (int64_t{3} << 20) + 4096 * 3 + 17;
 
 TEST_F(AtomicFileTest, MappedWritesFromThreadsLandExactly) {
   WriteMappedFromThreads(Path("mapped.bin"), kOddBody);
+}
+
+// Three 64 MiB allocation pieces and a part of a fourth, allocated by the writers alone (no
+// prefault threads), in the order their interleaved writes reach them.
+TEST_F(AtomicFileTest, WritersAllocateTheMappingsPiecesThemselves) {
+  WriteMappedFromThreads(Path("pieces.bin"), (int64_t{192} << 20) + 4096 + 5,
+                         /*prefault_threads=*/0);
 }
 
 // A directory on tmpfs (/dev/shm), removed afterwards; empty when there is none.
