@@ -289,6 +289,78 @@ def test_against_a_server_without_nk_the_loader_transposes_on_the_device(server,
         assert torch.equal(p.view(torch.int16), ref[name].view(torch.int16)), name
 
 
+def test_a_gpt_oss_model_loads_with_its_experts_from_the_kernel(tmp_path):
+    """A gpt-oss (MXFP4) model: each MoE projection is transformers' GptOssExperts parameter
+    [E, K, N] named as the layer (no ".weight"), written by the kernel in its format's own (E, K,
+    N) orientation into the model's memory, equal bit for bit to transformers' own dequantization
+    of the same blocks (the case's expected tensors, made by convert_moe_packed_tensors); the
+    router, attention (with its sinks), norms and embeddings come through ReadTensor; the logits
+    equal those of from_pretrained of the converted bf16 checkpoint bit for bit."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "GptOssConfig"):
+        pytest.skip("this transformers has no gpt-oss")
+    import json
+
+    import safetensors
+    import safetensors.torch
+    import dequantd.torch as dtorch
+
+    # The dimensions of tests/data/formats/mxfp4/mxfp4_gptoss_e2: hidden 64, experts' intermediate
+    # 32 (gate_up 2 x 32 = 64 outputs), 2 experts; everything that is not an expert is random.
+    config = transformers.GptOssConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, num_local_experts=2,
+        num_experts_per_tok=1, layer_types=["full_attention"], sliding_window=16,
+        max_position_embeddings=64, tie_word_embeddings=False)
+    torch.manual_seed(23)
+    dense = transformers.GptOssForCausalLM(config).to(torch.bfloat16)
+    with open(MXFP4_CASE + ".safetensors", "rb") as f:
+        case = dict(safetensors.deserialize(f.read()))
+    experts = "model.layers.0.mlp.experts."
+    tensors = {n: p.detach().contiguous() for n, p in dense.state_dict().items()
+               if not n.startswith(experts) and "rotary_emb" not in n}
+    for name, t in case.items():
+        if name.startswith(experts):  # the blocks, scales and biases of both projections
+            tensors[name] = torch.frombuffer(bytearray(t["data"]), dtype={
+                "U8": torch.uint8, "BF16": torch.bfloat16}[t["dtype"]]).view(t["shape"])
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    safetensors.torch.save_file(tensors, str(model_dir / "model.safetensors"))
+    with open(MXFP4_CASE + ".config.json") as f:
+        quantization = json.load(f)["quantization_config"]
+    with open(model_dir / "config.json", "w") as f:
+        json.dump(dict(config.to_dict(), quantization_config=quantization), f)
+
+    proc, target = start_server(str(tmp_path), model_dir=str(model_dir))
+    try:
+        with dequantd.Client(target) as c:
+            model = dtorch.load_model(c, device="cpu", dtype=torch.bfloat16)
+        out = tmp_path / "bf16"
+        dequantd.convert(target, str(out), dtype="bf16")
+    finally:
+        stop_server(proc)
+    report = model.dequantd_load_report
+    # Two layers (the experts' projections), one call in their own orientation, no transpose.
+    assert (report.layers, report.dequantize_calls, report.transposed) == (2, 1, False)
+    assert report.in_place == len(list(model.named_parameters()))
+    got = dict(model.named_parameters())
+    for proj, shape in (("gate_up_proj", (2, 64, 64)), ("down_proj", (2, 32, 64))):
+        p = got[experts + proj]
+        assert tuple(p.shape) == shape and p.dtype == torch.bfloat16, proj
+        assert p.detach().contiguous().view(torch.uint8).numpy().tobytes() == bytes(
+            case[f"expected.{proj}.bf16"]["data"]), proj
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        str(out), dtype=torch.bfloat16, local_files_only=True).eval()
+    ref = dict(reference.named_parameters())
+    for name, p in got.items():
+        assert torch.equal(p.view(torch.int16), ref[name].view(torch.int16)), name
+    ids = torch.tensor([[1, 7, 42, 99, 3, 64]])
+    with torch.no_grad():
+        logits, want = model(ids).logits, reference(ids).logits
+    assert logits.shape == (1, 6, 128)
+    assert torch.equal(logits.view(torch.int16), want.view(torch.int16))
+
+
 def test_the_fp16_loader_matches_from_pretrained_of_an_fp16_conversion(server, tmp_path):
     transformers = pytest.importorskip("transformers")
     import dequantd.torch as dtorch

@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import dtypes
 from .client import Client, _Progress
+from .parameters import layer_parameter
 from .safetensors_writer import ShardWriter, file_sha256
 
 MANIFEST = "dequantd-convert.json"
@@ -86,26 +87,12 @@ class ConvertResult:
     shards_kept: int
 
 
-# Formats whose layers stack MoE experts (FormatRow::stacked_experts): a layer is one 3-D
-# parameter named as its prefix, whatever its E (transformers' GptOssExperts.gate_up_proj is
-# [E, in, out] for a model of one expert too).
-STACKED_EXPERT_FORMATS = frozenset({"mxfp4"})
-
-
-def _stacks_experts(layer: Any) -> bool:
-    return layer.format in STACKED_EXPERT_FORMATS or layer.experts > 1
-
-
 def _plan(listing: Any, dtype: str, max_bytes: int) -> List[List[_Entry]]:
     code = {"fp16": "F16", "bf16": "BF16"}[dtype]
     entries: Dict[str, _Entry] = {}
     for layer in listing.layers:
-        if _stacks_experts(layer):  # gpt-oss's experts.gate_up_proj / down_proj: [E, in, out]
-            name = layer.name
-            shape: Tuple[int, ...] = (layer.experts, layer.in_features, layer.out_features)
-        else:
-            name = f"{layer.name}.weight"
-            shape = (layer.out_features, layer.in_features)
+        param = layer_parameter(layer)  # "<name>.weight" (N, K), or gpt-oss's experts [E, K, N]
+        name, shape = param.name, param.shape
         entries[name] = _Entry(name, layer.name, True, code, shape,
                                layer.experts * layer.out_features * layer.in_features * 2)
     for t in listing.other_tensors:

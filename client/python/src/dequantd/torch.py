@@ -18,12 +18,15 @@ model is put in eval mode and returned.
 If anything fails (the server gone mid-load, a tensor missing), the error is raised and no model
 is returned: nothing half-filled escapes.
 
-Orientation: nn.Linear.weight is (N, K) = (out_features, in_features), AWQ's result (K, N). With
-a server that writes (N, K) results (the request orientation of issue 21, checked once per
-client) the kernel writes straight into the parameters, which are then views of one buffer
-(one region, one DequantizeLayers call per 16 GiB). With an older server each batch of layers is
-written as (K, N) into a staging buffer on `device` and transposed there by torch (`copy_` of the
-transpose: a device copy on CUDA, exact); LoadReport.transposed says which path ran.
+Orientation: nn.Linear.weight is (N, K) = (out_features, in_features), AWQ's result (K, N); a
+layer of stacked MoE experts (gpt-oss's MXFP4) fills transformers' GptOssExperts parameter named
+as the layer, [E, K, N], its format's own result (dequantd.parameters says which parameter a
+layer fills). With a server that writes (N, K) results (the request orientation of issue 21,
+checked once per client) the kernel writes straight into the parameters, which are then views of
+one buffer (one region, one DequantizeLayers call per orientation and 16 GiB). With an older
+server each batch of linear layers is written as (K, N) into a staging buffer on `device` and
+transposed there by torch (`copy_` of the transpose: a device copy on CUDA, exact);
+LoadReport.transposed says which path ran.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import torch
 from . import dtypes
 from .client import Client, LayerInfo
 from .errors import DequantdError
+from .parameters import LayerParameter, layer_parameter
 
 # Config keys that describe the quantized checkpoint, not the model: dropped.
 _DROP_CONFIG_KEYS = ("quantization_config", "dequantd_source")
@@ -216,6 +220,13 @@ def _assign(model: torch.nn.Module, params: Dict[str, torch.Tensor],
     return model.to(device)
 
 
+def _elements(shape: Tuple[int, ...]) -> int:
+    count = 1
+    for d in shape:
+        count *= d
+    return count
+
+
 def _batches(layers: List[Tuple[str, LayerInfo]], element: int,
              limit: int) -> List[List[Tuple[str, LayerInfo]]]:
     out: List[List[Tuple[str, LayerInfo]]] = [[]]
@@ -286,16 +297,21 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     report.build_seconds = time.perf_counter() - t0
 
     # Which parameter comes from where; every parameter must have a source (tied ones, such as
-    # a tied lm_head, appear once).
-    quantized: List[Tuple[str, LayerInfo]] = []
+    # a tied lm_head, appear once). A layer fills "<layer>.weight" (N, K), or for stacked MoE
+    # experts the (E, K, N) parameter named as the layer (dequantd.parameters).
+    by_parameter = {p.name: (layer, p) for layer, p in
+                    ((layer, layer_parameter(layer)) for layer in listing.layers)}
+    quantized: List[Tuple[str, LayerInfo, LayerParameter]] = []
     stored: List[str] = []
     for name, param in meta.named_parameters():
-        layer = layers.get(name[:-len(".weight")]) if name.endswith(".weight") else None
-        if layer is not None:
-            if tuple(param.shape) != (layer.out_features, layer.in_features):
+        found = by_parameter.get(name)
+        if found is not None:
+            layer, wanted = found
+            if tuple(param.shape) != wanted.shape:
+                layout = "(E, K, N)" if len(wanted.shape) == 3 else "(N, K)"
                 raise LoadError(f"{name}: the model wants {tuple(param.shape)}, the server's layer "
-                                f"is (N, K) = ({layer.out_features}, {layer.in_features})")
-            quantized.append((name, layer))
+                                f"is {layout} = {wanted.shape}")
+            quantized.append((name, layer, wanted))
         elif name in others:
             if tuple(param.shape) != tuple(others[name].shape):
                 raise LoadError(f"{name}: the model wants {tuple(param.shape)}, the server stores "
@@ -308,18 +324,21 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     t0 = time.perf_counter()
     element = torch.empty((), dtype=dtype).element_size()
     nk = client._orientation_support()[0]  # pylint: disable=protected-access
-    total = sum(layer.in_features * layer.out_features for _, layer in quantized)
-    # (N, K) results: the parameters are views of one buffer, filled by one call. Else each
-    # parameter is its own tensor, filled from a (K, N) staging buffer.
-    flat = torch.empty(total if nk else 0, dtype=dtype, device=device)
+    # The kernel writes each parameter in its own orientation ((N, K) linear weights where the
+    # server has (N, K) results; stacked experts' (E, K, N), their format's own, always) into
+    # views of one buffer, one call per orientation. Linear weights of a server without (N, K)
+    # results are each their own tensor, filled from a (K, N) staging buffer.
+    direct = [q for q in quantized if nk or q[2].orientation == "KN"]
+    staged = [q for q in quantized if not (nk or q[2].orientation == "KN")]
+    flat = torch.empty(sum(_elements(p.shape) for _, _, p in direct), dtype=dtype, device=device)
     params: Dict[str, torch.Tensor] = {}
     offset = 0
-    for name, layer in quantized:
-        count = layer.in_features * layer.out_features
-        params[name] = (flat[offset:offset + count].view(layer.out_features, layer.in_features)
-                        if nk else torch.empty((layer.out_features, layer.in_features),
-                                               dtype=dtype, device=device))
+    for name, _, wanted in direct:
+        count = _elements(wanted.shape)
+        params[name] = flat[offset:offset + count].view(wanted.shape)
         offset += count
+    for name, _, wanted in staged:
+        params[name] = torch.empty(wanted.shape, dtype=dtype, device=device)
     for name in stored:
         # Floating tensors get `dtype`, the cast transformers applies to a checkpoint's tensor
         # (copy_ below: round to nearest even); others keep their own dtype.
@@ -334,15 +353,17 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     regions = client._regions_cache() if device.type == "cuda" else None
     registered = regions.register_seconds if regions is not None else 0.0
     t0 = time.perf_counter()
-    if nk:
-        client.dequantize_into_tensors({layer.name: params[name] for name, layer in quantized},
-                                       orientation="NK", listing=listing)
-        report.dequantize_calls = 1
-    else:
+    for orientation in ("NK", "KN"):
+        group = {layer.name: params[name] for name, layer, wanted in direct
+                 if wanted.orientation == orientation}
+        if group:
+            client.dequantize_into_tensors(group, orientation=orientation, listing=listing)
+            report.dequantize_calls += 1
+    if staged:
         report.transposed = True
-        largest = max((layer.in_features * layer.out_features for _, layer in quantized),
-                      default=0) * element
-        batches = _batches(quantized, element, max(STAGING_BYTES, largest))
+        largest = max(layer.in_features * layer.out_features for _, layer, _ in staged) * element
+        batches = _batches([(name, layer) for name, layer, _ in staged], element,
+                           max(STAGING_BYTES, largest))
         views: Dict[str, torch.Tensor] = {}
         staging = torch.empty(max((sum(layer.in_features * layer.out_features for _, layer in b)
                                    for b in batches), default=0), dtype=dtype, device=device)
@@ -364,7 +385,7 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     if regions is not None:
         report.register_seconds = regions.register_seconds - registered
     report.layers = len(quantized)
-    report.layer_bytes = total * element
+    report.layer_bytes = sum(_elements(p.shape) for _, _, p in quantized) * element
 
     t0 = time.perf_counter()
     if device.type == "cuda":
@@ -378,7 +399,7 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     report.others = len(stored)
 
     # The server needs no mapping of the model's memory once it is filled.
-    if nk and device.type == "cuda":
+    if flat.numel() > 0 and device.type == "cuda":
         client._regions_cache().release_tensor(flat)  # pylint: disable=protected-access
     del flat
 
