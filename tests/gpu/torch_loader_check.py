@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "client", "python", "src"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # gpt_oss_model
 
 import grpc  # noqa: E402
 import torch  # noqa: E402
@@ -378,6 +379,48 @@ def main():
             f"logits differ: max |diff| {(got.float() - want.float()).abs().max().item()}")
     checks.run("loader on CUDA: logits equal from_pretrained of the converted checkpoint, "
                "bit for bit", logits_bit_for_bit)
+
+    def gpt_oss_loader():
+        """A gpt-oss-shaped MXFP4 model (tests/python/gpt_oss_model.py) on its own server: the
+        experts' [E, K, N] parameters written by the CUDA kernel bit-exact to transformers' own
+        dequantization, and the logits equal from_pretrained of the converted checkpoint."""
+        import transformers
+
+        if not hasattr(transformers, "GptOssConfig"):
+            return ("SKIP", "this transformers has no gpt-oss")
+        import gpt_oss_model
+
+        oss_dir = os.path.join(work, "gpt-oss")
+        expected = gpt_oss_model.make(oss_dir)
+        oss = Server(args.dequantd, oss_dir, free_port(), work).start()
+        try:
+            with dequantd.Client(oss.target) as c:
+                wait_ready(c)
+                model = dtorch.load_model(c, device=dev, dtype=torch.bfloat16)
+            out = os.path.join(work, "gpt-oss-bf16")
+            dequantd.convert(oss.target, out, dtype="bf16")
+        finally:
+            oss.stop()
+        params = dict(model.named_parameters())
+        for proj, shape in gpt_oss_model.PROJECTIONS:
+            p = params[gpt_oss_model.EXPERTS + proj]
+            if tuple(p.shape) != shape or p.device != dev:
+                return f"{proj}: {tuple(p.shape)} on {p.device}"
+            if p.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes() != expected[proj]:
+                return f"{proj} differs from transformers' dequantization"
+        reference = transformers.AutoModelForCausalLM.from_pretrained(
+            out, dtype=torch.bfloat16, local_files_only=True).to(dev).eval()
+        ref = dict(reference.named_parameters())
+        bad = [n for n, p in params.items() if not same_bits(p, ref[n])]
+        if bad:
+            return f"{len(bad)} parameters differ, e.g. {bad[0]}"
+        ids = torch.tensor([[1, 7, 42, 99, 3, 64]], device=dev)
+        with torch.no_grad():
+            got, want = model(ids).logits, reference(ids).logits
+        return None if torch.equal(got.view(torch.int16), want.view(torch.int16)) else (
+            f"logits differ: max |diff| {(got.float() - want.float()).abs().max().item()}")
+    checks.run("gpt-oss loader on CUDA: experts from the kernel, logits equal from_pretrained",
+               gpt_oss_loader)
 
     def server_gone_mid_load():
         """The server is killed when the load starts on the stored tensors (the layers are in by

@@ -299,38 +299,11 @@ def test_a_gpt_oss_model_loads_with_its_experts_from_the_kernel(tmp_path):
     transformers = pytest.importorskip("transformers")
     if not hasattr(transformers, "GptOssConfig"):
         pytest.skip("this transformers has no gpt-oss")
-    import json
-
-    import safetensors
-    import safetensors.torch
     import dequantd.torch as dtorch
+    import gpt_oss_model
 
-    # The dimensions of tests/data/formats/mxfp4/mxfp4_gptoss_e2: hidden 64, experts' intermediate
-    # 32 (gate_up 2 x 32 = 64 outputs), 2 experts; everything that is not an expert is random.
-    config = transformers.GptOssConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=32, num_local_experts=2,
-        num_experts_per_tok=1, layer_types=["full_attention"], sliding_window=16,
-        max_position_embeddings=64, tie_word_embeddings=False)
-    torch.manual_seed(23)
-    dense = transformers.GptOssForCausalLM(config).to(torch.bfloat16)
-    with open(MXFP4_CASE + ".safetensors", "rb") as f:
-        case = dict(safetensors.deserialize(f.read()))
-    experts = "model.layers.0.mlp.experts."
-    tensors = {n: p.detach().contiguous() for n, p in dense.state_dict().items()
-               if not n.startswith(experts) and "rotary_emb" not in n}
-    for name, t in case.items():
-        if name.startswith(experts):  # the blocks, scales and biases of both projections
-            tensors[name] = torch.frombuffer(bytearray(t["data"]), dtype={
-                "U8": torch.uint8, "BF16": torch.bfloat16}[t["dtype"]]).view(t["shape"])
     model_dir = tmp_path / "model"
-    model_dir.mkdir()
-    safetensors.torch.save_file(tensors, str(model_dir / "model.safetensors"))
-    with open(MXFP4_CASE + ".config.json") as f:
-        quantization = json.load(f)["quantization_config"]
-    with open(model_dir / "config.json", "w") as f:
-        json.dump(dict(config.to_dict(), quantization_config=quantization), f)
-
+    expected = gpt_oss_model.make(str(model_dir))
     proc, target = start_server(str(tmp_path), model_dir=str(model_dir))
     try:
         with dequantd.Client(target) as c:
@@ -344,11 +317,10 @@ def test_a_gpt_oss_model_loads_with_its_experts_from_the_kernel(tmp_path):
     assert (report.layers, report.dequantize_calls, report.transposed) == (2, 1, False)
     assert report.in_place == len(list(model.named_parameters()))
     got = dict(model.named_parameters())
-    for proj, shape in (("gate_up_proj", (2, 64, 64)), ("down_proj", (2, 32, 64))):
-        p = got[experts + proj]
+    for proj, shape in gpt_oss_model.PROJECTIONS:
+        p = got[gpt_oss_model.EXPERTS + proj]
         assert tuple(p.shape) == shape and p.dtype == torch.bfloat16, proj
-        assert p.detach().contiguous().view(torch.uint8).numpy().tobytes() == bytes(
-            case[f"expected.{proj}.bf16"]["data"]), proj
+        assert p.detach().contiguous().view(torch.uint8).numpy().tobytes() == expected[proj], proj
     reference = transformers.AutoModelForCausalLM.from_pretrained(
         str(out), dtype=torch.bfloat16, local_files_only=True).eval()
     ref = dict(reference.named_parameters())
