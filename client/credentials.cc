@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -136,6 +137,19 @@ absl::StatusOr<std::string> ResolveToken(const std::string& token_file) {
         absl::StrCat("--token-file ", token_file, ": the first line holds no token"));
   }
   return CheckedToken(std::move(token), "--token-file " + token_file);
+}
+
+absl::Status WithTlsMismatchHint(const absl::Status& status, bool client_uses_tls) {
+  if (status.code() != absl::StatusCode::kUnavailable) return status;
+  absl::string_view hint;
+  if (!client_uses_tls && absl::StrContains(status.message(), "Socket closed")) {
+    hint = "the server closed the connection at once: if it serves TLS, pass --tls-ca FILE";
+  } else if (client_uses_tls && absl::StrContains(status.message(), "wrong version number")) {
+    hint = "the server does not speak TLS: leave out --tls-ca and --tls-cert";
+  } else {
+    return status;
+  }
+  return absl::UnavailableError(absl::StrCat(status.message(), "; ", hint));
 }
 
 }  // namespace dequantd

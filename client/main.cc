@@ -405,6 +405,9 @@ int main(int argc, char** argv) {
   } else {
     status = dequantd::RunBenchmark(**client, *benchmark, std::cout);
   }
-  if (!status.ok()) return Fail(status, kExitCallFailed);
+  if (!status.ok()) {
+    return Fail(dequantd::WithTlsMismatchHint(status, client_options.security.use_tls()),
+                kExitCallFailed);
+  }
   return 0;
 }

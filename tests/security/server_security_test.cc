@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "client/client.h"  // FromGrpcStatus
 #include "client/credentials.h"
 #include "dequant/v1/dequant.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -269,9 +270,34 @@ TEST_F(SecurityTest, TlsServesClientsThatTrustItsCa) {
   EXPECT_TRUE(HealthCheck(address_, Tls()).ok());
 }
 
+// The failure says what is wrong: dequantctl's hint (WithTlsMismatchHint) names the flag.
 TEST_F(SecurityTest, PlaintextClientCannotTalkToTlsServer) {
   Start(TlsOptions());
-  EXPECT_EQ(GetServerInfo({}).status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  const grpc::Status status = GetServerInfo({}).status;
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  const absl::Status hinted = WithTlsMismatchHint(FromGrpcStatus(status), false);
+  EXPECT_EQ(hinted.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(hinted.message()),
+              HasSubstr("; the server closed the connection at once: if it serves TLS, pass "
+                        "--tls-ca FILE"));
+}
+
+TEST_F(SecurityTest, TlsClientOfAPlaintextServerIsToldItDoesNotSpeakTls) {
+  Start(Options());  // plaintext
+  const grpc::Status status = GetServerInfo(Tls()).status;
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(std::string(WithTlsMismatchHint(FromGrpcStatus(status), true).message()),
+              HasSubstr("; the server does not speak TLS: leave out --tls-ca and --tls-cert"));
+}
+
+TEST(ClientCredentialsTest, OtherFailuresGetNoTlsHint) {
+  const absl::Status refused = absl::UnavailableError("failed to connect: Connection refused");
+  EXPECT_EQ(WithTlsMismatchHint(refused, false), refused);
+  EXPECT_EQ(WithTlsMismatchHint(refused, true), refused);
+  const absl::Status closed = absl::UnavailableError("ipv4:127.0.0.1:1: Socket closed");
+  EXPECT_EQ(WithTlsMismatchHint(closed, true), closed);  // TLS already: not this mismatch
+  const absl::Status denied = absl::PermissionDeniedError("Socket closed");
+  EXPECT_EQ(WithTlsMismatchHint(denied, false), denied);
 }
 
 TEST_F(SecurityTest, ClientWithAnotherCaRefusesTheServer) {
