@@ -72,27 +72,24 @@ struct Mxfp4NkChunks {
     } else {
       bytes = __ldg(reinterpret_cast<const unsigned short*>(src));
     }
-    if (s <= kMaxScale14) {
-      const float scale14 = Scale14(s);
+    // The chunk's values, byte i's two from values(byte i).
+    const auto chunk = [&](auto values) {
       float v[kValues];
 #pragma unroll
       for (int i = 0; i < kValues / 2; ++i) {
-        const float2 pair = ByteValues14(ByteOf(bytes, i), scale14);
+        const float2 pair = values(ByteOf(bytes, i));
         v[2 * i] = pair.x;
         v[2 * i + 1] = pair.y;
       }
       return PackChunk<kOut>(v);
+    };
+    if (s <= kMaxScale14) {
+      const float scale14 = Scale14(s);
+      return chunk([&](uint32_t byte) { return ByteValues14(byte, scale14); });
     }
     if (s != mxfp4::kScaleNan) {
       const float scale = mxfp4::ScaleToFloat(s);
-      float v[kValues];
-#pragma unroll
-      for (int i = 0; i < kValues / 2; ++i) {
-        const float2 pair = ByteValues(ByteOf(bytes, i), scale);
-        v[2 * i] = pair.x;
-        v[2 * i + 1] = pair.y;
-      }
-      return PackChunk<kOut>(v);
+      return chunk([&](uint32_t byte) { return ByteValues(byte, scale); });
     }
     // Scale 0xFF: NaNs (inf * 0), which take the host conversion's bits (RoundOutBits).
     uint32_t bits[kValues];
