@@ -29,6 +29,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_support.h"
+#include "tests/server/dequantd_process.h"  // DequantdBinary
 #if DEQUANTD_HAVE_CUDA
 #include "server/backend/cuda/cuda_backend.h"
 #endif
@@ -102,8 +103,7 @@ TEST(CudaExitTest, ExitsZeroOnSigtermAfterEveryKindOfCall) {
   }
   const int port = FreePort();
   ASSERT_NE(port, 0);
-  const char* binary_env = std::getenv("DEQUANTD");
-  std::vector<std::string> words = {binary_env != nullptr ? binary_env : DEQUANTD_PATH,
+  std::vector<std::string> words = {::dequantd::testing::DequantdBinary(),
                                     "--backend=cuda",
                                     "--model=" + model,
                                     absl::StrCat("--listen=127.0.0.1:", port),
