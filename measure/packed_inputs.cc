@@ -39,6 +39,20 @@ uint8_t RandomE4m3(uint64_t r) {
 
 bool IsGidxRole(std::string_view role) { return role.ends_with("g_idx"); }
 
+// Whether `spec` holds E8M0 scale exponents (a uint8 scales role of a shape whose scale dtype is
+// uint8: MXFP4's "scales").
+bool IsE8m0ScalesRole(const TensorSpec& spec, const QuantShape& shape) {
+  return spec.dtype == DType::kU8 && shape.scale_dtype == DType::kU8 &&
+         spec.role.ends_with("scales");
+}
+
+// The E8M0 exponents of kE8m0MinScale..kE8m0MaxScale: 2^-14 .. 2^0, the range of the fp16 / bf16
+// scales above. Quantizers write floor(log2(amax)) - 2 + 127 (OCP MX), so real checkpoints hold a
+// band like this one; 0xFF (NaN) and the extremes never occur there (the kernels' tests cover
+// them).
+constexpr uint8_t kE8m0MinScale = 127 - 14;
+constexpr uint8_t kE8m0MaxScale = 127;
+
 // Fills `out` (`bytes` of it) with values of `dtype` as described in the header, polling
 // `cancelled` every kCancelPollBytes.
 absl::Status FillRole(const TensorSpec& spec, const QuantShape& shape, uint64_t& state,
@@ -59,6 +73,7 @@ absl::Status FillRole(const TensorSpec& spec, const QuantShape& shape, uint64_t&
     std::memcpy(out, dims, sizeof dims);
     return CheckCancelled(cancelled);
   }
+  const bool e8m0 = IsE8m0ScalesRole(spec, shape);
   const int64_t size = DTypeSize(spec.dtype);
   for (int64_t at = 0; at < bytes; at += size) {
     if (at % kCancelPollBytes == 0) {
@@ -79,6 +94,11 @@ absl::Status FillRole(const TensorSpec& spec, const QuantShape& shape, uint64_t&
       }
       case DType::kF8E4M3:
         out[at] = RandomE4m3(r);
+        break;
+      case DType::kU8:
+        out[at] =
+            e8m0 ? static_cast<uint8_t>(kE8m0MinScale + r % (kE8m0MaxScale - kE8m0MinScale + 1))
+                 : static_cast<uint8_t>(r);
         break;
       default:  // int32 words (and any other integer): uniform bits
         std::memcpy(out + at, &r, static_cast<size_t>(size));

@@ -33,7 +33,10 @@ struct HostPackedTensor {
 // perm(k) / G for a random permutation: every group holds G rows, scattered); compressed-tensors'
 // int64 "weight_shape" the layer's (N, K); fp16/bf16/fp32
 // scales finite, never zero, random sign, magnitude in [2^-14, 2) (fp16 normal range), so no
-// output overflows or is NaN; fp8 e4m3 codes uniform over the 254 non-NaN bytes. The layer then
+// output overflows or is NaN; fp8 e4m3 codes uniform over the 254 non-NaN bytes; E8M0 scales
+// (MXFP4's uint8 "scales") uniform over 113..127 (2^-14 .. 2^0, the band quantizers write; the
+// slow paths of 0xFF and of scales above 240 are the kernels' tests' business, not a benchmark's);
+// other uint8 bytes (MXFP4's blocks: every E2M1 code) uniform. The layer then
 // passes its format's stored-value checks (FormatRow::check_stored), else INVALID_ARGUMENT with
 // the format's message (a format rule random values cannot meet, e.g. GPTQ's declared sym).
 // Deterministic for a given seed.

@@ -12,6 +12,7 @@
 #include "kernels/awq_format.h"
 #include "kernels/format_registry.h"
 #include "kernels/gptq_format.h"
+#include "kernels/mxfp4_format.h"
 #include "measure/benchmark.h"
 
 namespace dequantd::bench {
@@ -91,6 +92,22 @@ TEST(MakeRandomPackedTensorTest, ScalesFiniteNonZeroAndWordsFullRange_K256N512G1
     EXPECT_GT(negative, 0);
     EXPECT_LT(negative, static_cast<int>(scales.size()));
   }
+}
+
+// MXFP4's E8M0 scales span exactly 113..127 (2^-14 .. 2^0, every exponent of the band seen),
+// and its blocks every byte (both nibbles of every E2M1 code, signs included).
+TEST(MakeRandomPackedTensorTest, Mxfp4ScalesInTheQuantizersBandBlocksEveryByte_E2K256N128) {
+  const QuantShape shape = mxfp4::MakeShape(256, 128, 2);
+  const HostPackedTensor t = Random(shape, 13);
+  ASSERT_EQ(t.role_bytes(mxfp4::kScales), 2 * 128 * 256 / 32);
+  const auto* scales = reinterpret_cast<const uint8_t*>(t.tensors[mxfp4::kScales].data());
+  std::set<int> seen_scales(scales, scales + t.role_bytes(mxfp4::kScales));
+  EXPECT_EQ(*seen_scales.begin(), 113);
+  EXPECT_EQ(*seen_scales.rbegin(), 127);
+  EXPECT_EQ(seen_scales.size(), 15u);
+  const auto* blocks = reinterpret_cast<const uint8_t*>(t.tensors[mxfp4::kBlocks].data());
+  const std::set<int> seen_bytes(blocks, blocks + t.role_bytes(mxfp4::kBlocks));
+  EXPECT_EQ(seen_bytes.size(), 256u);
 }
 
 // Every format's preset layer (measure/benchmark.h PresetShape) is generated with its stored
