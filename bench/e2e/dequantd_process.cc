@@ -11,12 +11,19 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 
 namespace dequantd::e2e {
+
+std::string DefaultDequantdBinary(const char* build_path) {
+  const char* env = std::getenv("DEQUANTD");
+  return env != nullptr && *env != '\0' ? env : build_path;
+}
+
 namespace {
 
 // A port nothing listens on now (bound to port 0, then released).

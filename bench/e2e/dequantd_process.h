@@ -14,6 +14,11 @@
 
 namespace dequantd::e2e {
 
+// The dequantd binary a bench runs unless its --dequantd flag says otherwise: $DEQUANTD when set
+// and not empty (as on the GPU host, where the build tree's path does not exist), else
+// `build_path` (the build's DEQUANTD_PATH).
+std::string DefaultDequantdBinary(const char* build_path);
+
 class DequantdProcess {
  public:
   // Runs `binary` --model `model_dir` --backend `backend` --metrics-listen= --listen <address>

@@ -40,7 +40,8 @@ ABSL_FLAG(std::string, model, "llama-70b", "llama-70b (80 blocks, 35.6 GB) or ll
 ABSL_FLAG(int, shards, 8, "shard files of a checkpoint written here");
 ABSL_FLAG(int, threads, 16, "reader threads: the ceiling's and the server's --load-threads");
 ABSL_FLAG(bool, cold, false, "also from files dropped from the page cache (posix_fadvise)");
-ABSL_FLAG(std::string, dequantd, DEQUANTD_PATH, "the dequantd binary");
+ABSL_FLAG(std::string, dequantd, dequantd::e2e::DefaultDequantdBinary(DEQUANTD_PATH),
+          "the dequantd binary (default: $DEQUANTD when set, else the build's)");
 ABSL_FLAG(std::string, backend, "cuda", "the server's --backend");
 ABSL_FLAG(std::string, tune_cache, "", "the server's --tune-cache (default: DIR/../tune.json)");
 ABSL_FLAG(std::string, extra, "", "more dequantd flags, comma-separated");
