@@ -605,10 +605,11 @@ int Main() {
   PrintProfiles(rows, "dequantd");
   if (!model_rows.empty()) {
     std::cout << absl::StrFormat(
-                     "\nwhole model: %d layers of a Llama-3-8B-shaped model (dimensions / %d), "
+                     "\nwhole model: %d layers of a %s-shaped model (dimensions / %d), "
                      "%.2f GB of fp16, DequantizeLayers\n\n",
-                     model.names.size(), absl::GetFlag(FLAGS_model_shrink),
-                     model.fp16_bytes() / 1e9)
+                     model.names.size(),
+                     absl::GetFlag(FLAGS_model_shape) == "llama-70b" ? "Llama-3-70B" : "Llama-3-8B",
+                     absl::GetFlag(FLAGS_model_shrink), model.fp16_bytes() / 1e9)
               << FormatModelRows(model_rows);
   }
 
