@@ -143,7 +143,11 @@ absl::Status WithTlsMismatchHint(const absl::Status& status, bool client_uses_tl
   if (status.code() != absl::StatusCode::kUnavailable) return status;
   absl::string_view hint;
   if (!client_uses_tls && absl::StrContains(status.message(), "Socket closed")) {
-    hint = "the server closed the connection at once: if it serves TLS, pass --tls-ca FILE";
+    // A TLS server closes a plaintext connection before any answer; a server that stops (or
+    // restarts) mid-call closes it too, so the hint says which case it means.
+    hint =
+        "the server closed the connection: if it did so before any answer and it serves TLS, "
+        "pass --tls-ca FILE";
   } else if (client_uses_tls && absl::StrContains(status.message(), "wrong version number")) {
     hint = "the server does not speak TLS: leave out --tls-ca and --tls-cert";
   } else {

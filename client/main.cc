@@ -5,6 +5,7 @@
 // to the subcommand (client/flag_scope.h) is a usage error. Exit status: 0 on
 // success, 2 for a usage error, 1 when the call (or local file I/O) fails. Errors are one line
 // on stderr: "dequantctl: <CODE>: <message>".
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,6 +97,20 @@ ABSL_FLAG(int32_t, streams, 0,
 
 namespace {
 
+// Where a command's report goes: stderr when its output file is this process's standard output
+// (--out /dev/stdout, or the file stdout is redirected to), so that no line of it lands among the
+// result's bytes; stdout otherwise.
+std::ostream& ReportStream(const std::string& out) {
+  struct stat out_stat {};
+  struct stat stdout_stat {};
+  if (!out.empty() && ::stat(out.c_str(), &out_stat) == 0 &&
+      ::fstat(STDOUT_FILENO, &stdout_stat) == 0 && out_stat.st_dev == stdout_stat.st_dev &&
+      out_stat.st_ino == stdout_stat.st_ino) {
+    return std::cerr;
+  }
+  return std::cout;
+}
+
 constexpr int kExitCallFailed = 1;
 constexpr int kExitUsage = 2;
 // The longest --deadline (about 11.6 days): keeps now() + deadline far from overflowing.
@@ -124,6 +139,8 @@ usage:
         quantization_config come from --config, else FILE's <name>.config.json or config.json
         beside it, as the server reads a checkpoint's (--format names it when there is none;
         gptq needs the config); a layer the request cannot carry is refused, naming why
+      --group-size: with --packed, the layer's group size (0, the default: from the tensors'
+        shapes; a value they contradict is refused, naming the tensor whose size disagrees)
       --orientation: the result's layout, kn = (K, N) or nk = (N, K) (nn.Linear.weight),
         written by the server's kernel; default: the format's own (awq_gemm kn; gptq and
         compressed_tensors nk)
@@ -304,6 +321,10 @@ int main(int argc, char** argv) {
     dequantize.format = absl::GetFlag(FLAGS_format);
     dequantize.config = absl::GetFlag(FLAGS_config);
     dequantize.group_size = absl::GetFlag(FLAGS_group_size);
+    if (dequantize.group_size < 0) {
+      return UsageError(absl::StrCat("--group-size must be >= 0 (0 = from the shapes), got ",
+                                     dequantize.group_size));
+    }
     dequantize.out = absl::GetFlag(FLAGS_out);
     if (!absl::GetFlag(FLAGS_dtype).empty()) dequantize.dtype = absl::GetFlag(FLAGS_dtype);
     dequantize.orientation = absl::GetFlag(FLAGS_orientation);
@@ -399,9 +420,10 @@ int main(int argc, char** argv) {
   } else if (command == "regions") {
     status = dequantd::RunRegions(**client, std::cout);
   } else if (command == "dequantize") {
-    status = dequantd::RunDequantize(**client, dequantize, std::cout, more);
+    status = dequantd::RunDequantize(**client, dequantize, ReportStream(dequantize.out), more);
   } else if (command == "dequantize-layers") {
-    status = dequantd::RunDequantizeLayers(**client, dequantize_layers, std::cout, more);
+    status = dequantd::RunDequantizeLayers(**client, dequantize_layers,
+                                           ReportStream(dequantize_layers.out), more);
   } else {
     status = dequantd::RunBenchmark(**client, *benchmark, std::cout);
   }

@@ -1,9 +1,7 @@
 // The three output file kinds of dequantctl (see output_file.h).
 #include "client/output_file.h"
 
-#include <filesystem>
 #include <optional>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -185,11 +183,9 @@ absl::StatusOr<std::string> SafetensorsDTypeFor(v1::DType dtype) {
 }
 
 bool OutputFile::CanWriteAt(const std::string& path) {
-  if (absl::EndsWith(path, ".safetensors")) return false;
-  std::error_code error;
-  const std::filesystem::file_status status = std::filesystem::status(path, error);
-  return status.type() == std::filesystem::file_type::not_found ||
-         status.type() == std::filesystem::file_type::regular;
+  // As the file will be opened: a path through /proc (/dev/stdout) is written in order even when
+  // it reaches a regular file.
+  return !absl::EndsWith(path, ".safetensors") && !formats::AtomicFileWriter::WritesInPlace(path);
 }
 
 std::unique_ptr<OutputFile> OutputFile::ForPath(const std::string& path,

@@ -46,7 +46,7 @@ class OutputFile {
   // device or FIFO), OUT_OF_RANGE past total_bytes, I/O codes.
   virtual absl::Status WriteAt(int64_t offset, absl::Span<const uint8_t> data) = 0;
   // Whether WriteAt will work for `path`: a .npy or raw output that is a regular file (symlinks
-  // followed) or does not exist yet.
+  // followed, but not through /proc: /dev/stdout is written in order) or does not exist yet.
   static bool CanWriteAt(const std::string& path);
   // Completes the file and moves it into place. Errors: DATA_LOSS if bytes are missing, I/O.
   virtual absl::Status Finish() = 0;

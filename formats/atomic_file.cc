@@ -97,13 +97,27 @@ absl::Status ErrnoError(int err, absl::string_view what, const std::string& path
   return absl::ErrnoToStatus(err, absl::StrCat(what, " '", path, "'"));
 }
 
+namespace {
+
+// Direct mode: a path through /proc, or one that exists and is not a regular file.
+bool IsDirect(const Resolved& resolved) {
+  struct stat st;
+  return resolved.via_proc || (::stat(resolved.path.c_str(), &st) == 0 && !S_ISREG(st.st_mode));
+}
+
+}  // namespace
+
+bool AtomicFileWriter::WritesInPlace(const std::string& path) {
+  absl::StatusOr<Resolved> resolved = ResolveSymlinks(path);
+  return resolved.ok() && IsDirect(*resolved);
+}
+
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& path) {
   absl::StatusOr<Resolved> resolved = ResolveSymlinks(path);
   if (!resolved.ok()) return resolved.status();
   AtomicFileWriter w;
   w.path_ = path;
-  struct stat st;
-  if (resolved->via_proc || (::stat(resolved->path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))) {
+  if (IsDirect(*resolved)) {
     w.target_ = path;  // direct mode: written in place, never replaced
     w.fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY);
     if (w.fd_ < 0) return ErrnoError(errno, "open", path);
@@ -113,7 +127,7 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& pat
   // A new file: 0666 less the umask, applied at creation. Replacing a file: its permission bits,
   // given at Commit (the temporary file is 0600 until then, as private as any target).
   mode_t create_mode = 0666;
-  if (::stat(w.target_.c_str(), &st) == 0) {
+  if (struct stat st; ::stat(w.target_.c_str(), &st) == 0) {
     w.keep_mode_ = static_cast<int>(st.st_mode & 0777);
     create_mode = 0600;
   }

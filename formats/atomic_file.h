@@ -41,6 +41,9 @@ class AtomicFileWriter {
   // "stat" / "read link" '<path>'), e.g. NOT_FOUND when the directory does not exist,
   // FAILED_PRECONDITION for a directory (EISDIR), FAILED_PRECONDITION for over 40 links (a loop).
   static absl::StatusOr<AtomicFileWriter> Create(const std::string& path);
+  // Whether Create(path) would open `path` in direct mode (written in order, in place: WriteAt is
+  // not available); false for a path it would write atomically or cannot resolve.
+  static bool WritesInPlace(const std::string& path);
 
   AtomicFileWriter(AtomicFileWriter&& other) noexcept;
   AtomicFileWriter& operator=(AtomicFileWriter&& other) noexcept;

@@ -161,9 +161,8 @@ absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const fs::path& confi
   }
   const JsonQuantConfig reader(config_path, *qc_it);
   const json* method = FindAny(*qc_it, {"quant_method"});
-  if (method == nullptr || !method->is_string()) {
-    return reader.FieldError("quant_method", "is missing");
-  }
+  if (method == nullptr) return reader.FieldError("quant_method", "is missing");
+  if (!method->is_string()) return reader.FieldError("quant_method", "is not a string");
   const std::string quant_method = method->get<std::string>();
   const FormatRow* row = FindFormatByQuantMethod(quant_method);
   if (row == nullptr) {

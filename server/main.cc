@@ -215,6 +215,21 @@ absl::Status ReadSecurityFlags(dequantd::auth::SecurityOptions& security) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Block the shutdown signals first: one that comes while the flags are read waits for the
+  // watchers below (a clean stop) instead of killing the process without a word; and before any
+  // thread starts, so that every gRPC and HTTP thread inherits the mask and only the sigwait
+  // calls below receive them. SIGHUP (the terminal or the session went away) shuts down like
+  // SIGTERM, unless it was ignored when dequantd started (nohup): blocked, an ignored signal
+  // would still reach sigwait, so it is left out.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  if (struct sigaction hup{}; sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) {
+    sigaddset(&signals, SIGHUP);
+  }
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   absl::SetProgramUsageMessage(
       "serves dequantized weights of quantized checkpoints (AWQ, GPTQ, compressed-tensors, FP8 "
       "block, MXFP4) over gRPC, on the GPU (or the CPU).\n"
@@ -264,19 +279,6 @@ int main(int argc, char** argv) {
                  std::string(absl::ProgramUsageMessage()).c_str());
     return kUsageErrorExitCode;
   }
-
-  // Block the shutdown signals before any thread starts, so that every gRPC and HTTP thread
-  // inherits the mask and only the sigwait calls below receive them. SIGHUP (the terminal or
-  // the session went away) shuts down like SIGTERM, unless it was ignored when dequantd started
-  // (nohup): blocked, an ignored signal would still reach sigwait, so it is left out.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  if (struct sigaction hup{}; sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) {
-    sigaddset(&signals, SIGHUP);
-  }
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // The process holds its own gRPC library reference, never released. Otherwise the server's
   // destructor runs the last grpc_shutdown, which joins gRPC's executor threads; after a write to

@@ -5,9 +5,11 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <limits>
 #include <mutex>
@@ -458,6 +460,33 @@ std::string ListenFailure(const std::string& listen) {
                      : why;
 }
 
+// UNAVAILABLE naming the flag when --listen or --health-listen cannot be served now, as the
+// probes find it: checked before the model loads (minutes for a large checkpoint), so that a port
+// in use or a missing socket directory costs no load. BuildAndStart still reports an address
+// taken during the load.
+absl::Status CheckListenAddresses(const ServerOptions& options) {
+  if (std::string in_use = UnixSocketInUse(options.listen); !in_use.empty()) {
+    return absl::UnavailableError(absl::StrCat("listen (--listen) \"", options.listen,
+                                               "\": cannot serve gRPC there: ", in_use));
+  }
+  // An address family the host lacks ("[::]:PORT" without IPv6) is left to gRPC, which falls
+  // back to IPv4 for a wildcard host.
+  const auto cannot = [](const std::string& listen) {
+    std::string why = listen.empty() ? "" : WhyCannotListen(listen);
+    return why == std::strerror(EAFNOSUPPORT) ? std::string() : why;
+  };
+  if (std::string why = cannot(options.listen); !why.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("listen (--listen) \"", options.listen, "\": cannot serve gRPC there: ", why));
+  }
+  const std::string& health = options.security.health_listen;
+  if (std::string why = cannot(health); !why.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("--health-listen \"", health, "\": cannot serve there: ", why));
+  }
+  return absl::OkStatus();
+}
+
 #if DEQUANTD_HAVE_CUDA
 // Whether CreateBackend will create the CUDA backend for `kind` (with no GPU it refuses "cuda"
 // with FAILED_PRECONDITION and picks the CPU for "auto").
@@ -633,6 +662,7 @@ class RunningServer final : public DequantServer, private AutotuneObserver {
 absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const ServerOptions& options) {
   StartupTimeline timeline;
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  if (absl::Status s = CheckListenAddresses(options); !s.ok()) return s;
   auto server = std::make_unique<RunningServer>();
 
   // The checkpoint's headers are read and validated (indexed only: the backend reads what it

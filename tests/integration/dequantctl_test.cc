@@ -286,6 +286,18 @@ TEST_F(DequantctlTest, OutDevNullAndOutThroughASymlink) {
   EXPECT_TRUE(FileBytes(target) == layer(0).Expected(DType::kF32));
 }
 
+// --out /dev/stdout: standard output holds the result's bytes and nothing else; the report line
+// goes to stderr.
+TEST_F(DequantctlTest, OutDevStdoutHoldsOnlyTheResult) {
+  CommandResult run =
+      Ctl({"dequantize", "--tensor", layer(0).name, "--out", "/dev/stdout", "--dtype", "fp32"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(std::vector<uint8_t>(run.out.begin(), run.out.end()) ==
+              layer(0).Expected(DType::kF32))
+      << run.out.size() << " bytes on stdout";
+  EXPECT_THAT(run.err, ::testing::HasSubstr(" -> /dev/stdout ("));
+}
+
 TEST_F(DequantctlTest, DequantizeLayersWritesOneNpyPerLayerOrOneSafetensors) {
   const std::string out_dir = Path("layers_npy");
   ASSERT_TRUE(fs::create_directory(out_dir));
@@ -474,6 +486,8 @@ TEST_F(DequantctlTest, UsageErrorsExitTwo) {
         std::vector<std::string>{"dequantize", "--tensor", "a", "--shm", ""},
         std::vector<std::string>{"dequantize", "--tensor", "a", "--shm="},
         std::vector<std::string>{"dequantize", "--tensor", "a", "--streams", "-3"},
+        std::vector<std::string>{"dequantize", "--packed", Path("p.safetensors"), "--prefix", "l.",
+                                 "--group-size", "-1"},
         // An explicit --streams where the bytes must come in order (new-user review: these ran
         // on one stream without a word).
         std::vector<std::string>{"dequantize", "--tensor", "a", "--streams", "3", "--out",

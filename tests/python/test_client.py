@@ -73,6 +73,12 @@ def dequantctl(server, tmp_path, layer, dtype):
     return np.load(out)
 
 
+@pytest.mark.parametrize("streams", ["2", 2.0, True])
+def test_streams_of_another_type_is_a_type_error_before_any_call(client, streams):
+    with pytest.raises(TypeError, match="streams must be an int \\(or None\\), got "):
+        client.dequantize(LAYER_Q, streams=streams)
+
+
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
 @pytest.mark.parametrize("layer", [LAYER_Q, LAYER_DOWN])
 def test_dequantize_by_name_is_bit_exact(client, server, model_tensors, tmp_path, layer, dtype):

@@ -163,6 +163,18 @@ def test_convert_refuses_a_checkpoint_it_did_not_write(server, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "dequantd", "convert", f"--server={server}",
                            f"--out={other}"], capture_output=True, text=True)
     assert proc.returncode == 2 and "dequantd-convert.json" in proc.stderr, proc.stderr
+    # Any file convert did not write (here dequantctl's per-layer .npy files); hidden files and
+    # lost+found (a fresh volume's root) are not in the way.
+    npy = tmp_path / "npy"
+    npy.mkdir()
+    (npy / "model.layers.0.mlp.down_proj.npy").write_bytes(b"x")
+    with pytest.raises(ValueError, match="holds model.layers.0.mlp.down_proj.npy and no "):
+        dequantd.convert(server, str(npy))
+    assert os.listdir(npy) == ["model.layers.0.mlp.down_proj.npy"]
+    volume = tmp_path / "volume"
+    (volume / "lost+found").mkdir(parents=True)
+    (volume / ".keep").write_text("")
+    assert dequantd.convert(server, str(volume)).shards
 
 
 def test_a_rerun_with_another_shard_size_removes_the_earlier_shards(server, tmp_path):

@@ -278,8 +278,8 @@ TEST_F(SecurityTest, PlaintextClientCannotTalkToTlsServer) {
   const absl::Status hinted = WithTlsMismatchHint(FromGrpcStatus(status), false);
   EXPECT_EQ(hinted.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(hinted.message()),
-              HasSubstr("; the server closed the connection at once: if it serves TLS, pass "
-                        "--tls-ca FILE"));
+              HasSubstr("; the server closed the connection: if it did so before any answer and "
+                        "it serves TLS, pass --tls-ca FILE"));
 }
 
 TEST_F(SecurityTest, TlsClientOfAPlaintextServerIsToldItDoesNotSpeakTls) {

@@ -576,6 +576,18 @@ TEST_F(CheckpointTest, NonAwqConfigsAreInvalidArgument) {
   EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
 }
 
+// quant_method that is there but not a string is named as such, not as missing.
+TEST_F(CheckpointTest, QuantMethodOfTheWrongTypeIsNamed) {
+  ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 64, 8, 1)).ok());
+  WriteText(dir_ + "/config.json",
+            R"({"quantization_config":{"quant_method":5,"bits":4,"group_size":64}})");
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("quantization_config field 'quant_method' is not a string"));
+  WriteText(dir_ + "/config.json", R"({"quantization_config":{"bits":4,"group_size":64}})");
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(OpenMessage(), HasSubstr("quantization_config field 'quant_method' is missing"));
+}
+
 // Every number is read exactly: 4294967300 (= 2^32 + 4) used to be narrowed to int and read as 4,
 // and 4.0 or "4" used to be reported as "missing".
 TEST_F(CheckpointTest, ConfigNumbersAreReadExactlyAndWrongTypesAreNamed) {

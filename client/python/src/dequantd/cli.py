@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
 
     command("info", "server version, backend, devices, model")
     command("list", "quantized layers and other tensors of the loaded model")
-    p = command("dequantize", "one layer to a .npy file ((K, N) row-major)")
+    p = command("dequantize", "one layer to a .npy file (row-major, the format's own orientation: "
+                              "AWQ (K, N), the others (N, K))")
     p.add_argument("--tensor", required=True, help="layer name from `list`")
     p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
     p.add_argument("--out", required=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
+import numbers
 import threading
 import time
 import weakref
@@ -546,6 +547,9 @@ class Client:
                 scale_dtype=_scale_wire_dtype(scales, sc), qweight=qw.tobytes(),
                 qzeros=qz.tobytes(), scales=sc.tobytes()))
             desc = "inline layer"
+        if streams is not None and (isinstance(streams, bool)
+                                    or not isinstance(streams, numbers.Integral)):
+            raise TypeError(f"streams must be an int (or None), got {type(streams).__name__}")
         if streams is not None and not 1 <= int(streams) <= MAX_STREAMS:
             raise ValueError(f"streams must be in 1..{MAX_STREAMS} (or None), got {streams}")
         n_streams = 1 if streams is None or not supports_byte_ranges() else int(streams)

@@ -146,9 +146,9 @@ def _earlier_shards(out_dir: str, model_dir: str) -> List[str]:
     """Checks that `out_dir` may be written and returns the shard files an earlier convert into
     it wrote (its manifest's, whatever its plan), for removal once this one is complete. Raises
     ValueError for a path that is not a directory, the server's own model directory, or a
-    directory that holds a checkpoint (config.json, *.safetensors, an index) with no manifest of
-    ours: writing there would replace its files (the quantized checkpoint itself, when it is the
-    model the server reads) or leave them beside the new ones."""
+    directory that holds files (other than hidden ones and lost+found) with no manifest of ours:
+    writing there would replace them (the quantized checkpoint itself, when it is the model the
+    server reads) or leave them beside the new ones."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ValueError(f"out_dir {out_dir!r} exists and is not a directory")
     if (model_dir and os.path.isdir(model_dir)
@@ -166,13 +166,16 @@ def _earlier_shards(out_dir: str, model_dir: str) -> List[str]:
     except (OSError, ValueError, AttributeError) as e:
         raise ValueError(f"out_dir {out_dir!r}: its {MANIFEST} cannot be read ({e}); remove it "
                          "or choose a new directory") from None
+    # Anything but hidden files and a file system's lost+found: files convert did not write
+    # (a checkpoint, or e.g. dequantctl's .npy files), which it would replace or leave beside
+    # the converted checkpoint.
     foreign = sorted(f for f in os.listdir(out_dir)
-                     if f in ("config.json", INDEX) or f.endswith(".safetensors"))
+                     if not f.startswith(".") and f != "lost+found")
     if foreign:
         raise ValueError(f"out_dir {out_dir!r} holds {', '.join(foreign[:4])}"
-                         f"{', ...' if len(foreign) > 4 else ''} and no {MANIFEST}: a checkpoint "
+                         f"{', ...' if len(foreign) > 4 else ''} and no {MANIFEST}: files "
                          "that dequantd convert did not write; convert into a new or empty "
-                         "directory")
+                         "directory, or an earlier convert's output")
     return []
 
 
