@@ -85,7 +85,9 @@ ABSL_FLAG(std::string, shm, "",
 ABSL_FLAG(std::string, shapes, "", "benchmark: comma-separated KxN shapes");
 ABSL_FLAG(std::string, tensors, "",
           "benchmark, dequantize-layers: comma-separated layers of the loaded model");
-ABSL_FLAG(std::string, out_dir, "", "dequantize-layers: directory for one <layer>.npy per layer");
+ABSL_FLAG(std::string, out_dir, "",
+          "dequantize-layers: directory for one <layer>.npy per layer (made, with missing parents, "
+          "when the call succeeds)");
 ABSL_FLAG(std::string, variants, "", "benchmark: comma-separated variants; empty = all");
 ABSL_FLAG(int32_t, trials, 0, "benchmark: trials; 0 = server default");
 ABSL_FLAG(int32_t, runs, 0, "benchmark: runs per trial; 0 = server default");
@@ -299,6 +301,21 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = CheckServerAddress(absl::GetFlag(FLAGS_server)); !s.ok()) {
     return UsageError(std::string(s.message()));
+  }
+  // A flag given an empty value is a value forgotten, not a flag left out: --out "" used to
+  // discard the result with exit status 0, --orientation "" to mean the default.
+  for (const char* name : {"out", "out_dir", "orientation", "tensor", "packed", "compare",
+                           "compare_layout", "format", "config", "dtype"}) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag != nullptr && flag->CurrentValue().empty() &&
+        std::find(specified.begin(), specified.end(), name) != specified.end()) {
+      return UsageError(absl::StrCat("--", absl::StrReplaceAll(name, {{"_", "-"}}),
+                                     " is empty: give a value, or leave the flag out"));
+    }
+  }
+  if (std::find(specified.begin(), specified.end(), "compare_layout") != specified.end() &&
+      absl::GetFlag(FLAGS_compare).empty()) {
+    return UsageError("--compare-layout applies only with --compare REFERENCE");
   }
   const std::string lb = absl::GetFlag(FLAGS_lb);
   if (!lb.empty() && lb != "pick_first" && lb != "round_robin") {

@@ -488,6 +488,11 @@ TEST_F(DequantctlTest, UsageErrorsExitTwo) {
         std::vector<std::string>{"dequantize", "--tensor", "a", "--streams", "-3"},
         std::vector<std::string>{"dequantize", "--packed", Path("p.safetensors"), "--prefix", "l.",
                                  "--group-size", "-1"},
+        // An empty value is a forgotten one (--out "" discarded the result with exit 0).
+        std::vector<std::string>{"dequantize", "--tensor", "a", "--out", ""},
+        std::vector<std::string>{"dequantize", "--tensor", "a", "--orientation="},
+        std::vector<std::string>{"dequantize-layers", "--out-dir="},
+        std::vector<std::string>{"dequantize", "--tensor", "a", "--compare-layout", "kn"},
         // An explicit --streams where the bytes must come in order (new-user review: these ran
         // on one stream without a word).
         std::vector<std::string>{"dequantize", "--tensor", "a", "--streams", "3", "--out",
