@@ -88,13 +88,21 @@ absl::StatusOr<ShardList> ListShards(const fs::path& dir) {
     out.files.push_back(kSingleFile);
   } else {
     std::error_code ec;
+    std::string not_regular;  // a *.safetensors that is a FIFO, directory, ...: named if alone
     for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-      if (e.path().extension() == ".safetensors" && IsRegularFile(e.path())) {
+      if (e.path().extension() != ".safetensors") continue;
+      if (IsRegularFile(e.path())) {
         out.files.push_back(e.path().filename().string());
+      } else if (not_regular.empty()) {
+        not_regular = e.path().filename().string();
       }
     }
     if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("list ", dir.string()));
     std::sort(out.files.begin(), out.files.end());
+    if (out.files.empty() && !not_regular.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(dir.string(), ": no *.safetensors files; ",
+                                                        not_regular, " is not a regular file"));
+    }
   }
   if (out.files.empty()) {
     return absl::NotFoundError(absl::StrCat(dir.string(), ": no *.safetensors files"));

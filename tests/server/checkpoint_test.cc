@@ -576,6 +576,15 @@ TEST_F(CheckpointTest, NonAwqConfigsAreInvalidArgument) {
   EXPECT_EQ(OpenCode(), absl::StatusCode::kInvalidArgument);
 }
 
+// A *.safetensors that is not a regular file (a FIFO, a directory) is named, not passed over with
+// "no *.safetensors files" (found by a new-user review).
+TEST_F(CheckpointTest, ASafetensorsThatIsNotARegularFileIsNamed) {
+  ASSERT_TRUE(std::filesystem::create_directory(dir_ + "/model.safetensors"));
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(OpenMessage(),
+              HasSubstr(": no *.safetensors files; model.safetensors is not a regular file"));
+}
+
 // quant_method that is there but not a string is named as such, not as missing.
 TEST_F(CheckpointTest, QuantMethodOfTheWrongTypeIsNamed) {
   ASSERT_TRUE(Write(dir_ + "/model.safetensors", Layer("l", 64, 8, 1)).ok());
