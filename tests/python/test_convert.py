@@ -265,3 +265,20 @@ def test_mxfp4_one_expert_keeps_the_expert_layout(tmp_path):
         assert (t["dtype"], list(t["shape"])) == ("BF16", shape), proj
         expected = bytes(source[f"expected.{proj}.bf16"]["data"])
         assert bytes(t["data"]) == expected[: len(expected) // 2], proj
+
+
+def test_a_write_error_names_the_shard_file(tmp_path):
+    """A full disk (here /dev/full under the writer) names the file: OSError from write() carries
+    no path, and convert printed only "[Errno 28] No space left on device" (new-user review)."""
+    from dequantd.safetensors_writer import ShardWriter  # pylint: disable=import-outside-toplevel
+
+    path = str(tmp_path / "model-00001-of-00001.safetensors")
+    writer = ShardWriter(path, [("t", "F16", (1024,))])
+    # pylint: disable=protected-access,consider-using-with
+    writer._file.close()
+    writer._file = open("/dev/full", "wb", buffering=0)
+    with pytest.raises(OSError, match="No space left on device: .*model-00001-of-00001"
+                                      r"\.safetensors\.tmp") as raised:
+        writer.add("t", memoryview(bytes(2048)))
+    assert raised.value.errno == 28
+    writer.abort()

@@ -49,7 +49,10 @@ class ShardWriter:
         self._next = 0
 
     def _write(self, data: bytes) -> None:
-        self._file.write(data)
+        try:
+            self._file.write(data)
+        except OSError as e:  # e.g. a full disk: name the file (write() errors carry none)
+            raise OSError(e.errno, e.strerror, self._tmp) from e
         self._sha.update(data)
         self._size += len(data)
 
@@ -66,8 +69,11 @@ class ShardWriter:
         """Completes the file; returns (bytes, sha256 hex)."""
         if self._next != len(self._expected):
             raise ValueError(f"shard {self.path}: {self._next} of {len(self._expected)} tensors")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, self._tmp) from e
         self._file.close()
         os.replace(self._tmp, self.path)
         return self._size, self._sha.hexdigest()
