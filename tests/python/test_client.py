@@ -165,6 +165,20 @@ def test_timeouts_inf_means_none_and_nonpositive_or_nan_is_a_value_error(server)
     assert proc.returncode == 2 and "--timeout must be > 0" in proc.stderr, proc.stderr
 
 
+def test_module_dequantize_orientation_and_no_progress_into_a_pipe(client, server, tmp_path):
+    """python -m dequantd dequantize: --orientation nk is the kernel's (N, K), and with stderr a
+    pipe there is no progress bar (tqdm drew one into pipes and logs: new-user review)."""
+    out = str(tmp_path / "down_nk.npy")
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "dequantize", f"--server={server}",
+                           "--tensor", LAYER_DOWN, "--orientation", "nk", "--out", out],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
+    got = np.load(out)
+    assert got.shape == (576, 1536)
+    assert np.array_equal(got, client.dequantize(LAYER_DOWN, orientation="kn").T)
+
+
 def test_a_single_layer_name_string_is_a_type_error(client):
     """A string is iterable: dequantize_layers("name") would ask for one layer per character."""
     with pytest.raises(TypeError, match="not a single string"):

@@ -55,11 +55,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True,
                    help=".npy file to write (bf16 as its uint16 bits: numpy has no bfloat16; "
                         "ml-dtypes is not needed)")
+    p.add_argument("--orientation", choices=["kn", "nk"], default=None,
+                   help="the result's layout, written by the server's kernel: kn = (K, N), nk = "
+                        "(N, K) (nn.Linear.weight); default: the format's own")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none when stderr is not a terminal)")
     p = command("convert", "the whole model to a plain fp16/bf16 Hugging Face checkpoint")
     p.add_argument("--out", required=True, help="checkpoint directory to write")
     p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     p.add_argument("--max-shard-size", default="5GB", help="e.g. 5GB (default), 500MB, 2GiB")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none when stderr is not a terminal)")
     return ap
 
 
@@ -68,6 +74,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.timeout is not None and not args.timeout > 0:
         parser.error(f"--timeout must be > 0 seconds (inf: no deadline), got {args.timeout}")
+    # A progress bar only where someone watches it (as dequantctl): never into a pipe or a log.
+    progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     timeouts = {} if args.timeout is None else {"timeout": args.timeout,
                                                 "stream_timeout": args.timeout}
     try:
@@ -91,8 +99,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     print(f"{t.name}\t{t.shape}\t{t.dtype}\tstored")
             elif args.command == "dequantize":
                 # bf16: the raw bits (np.uint16), so that ml-dtypes is not needed.
-                w = client.dequantize(args.tensor, dtype=args.dtype, progress=True,
-                                      bf16_bits=True)
+                w = client.dequantize(args.tensor, dtype=args.dtype, progress=progress,
+                                      orientation=args.orientation, bf16_bits=True)
                 out = args.out if args.out.endswith(".npy") else args.out + ".npy"  # np.save's
                 np.save(out, w)
                 note = (" (bf16 as uint16 bits: numpy has no bfloat16; read with "
@@ -101,7 +109,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             else:
                 result = convert(client, args.out, dtype=args.dtype,
                                  max_shard_size=args.max_shard_size,
-                                 progress=not args.no_progress)
+                                 progress=progress)
                 print(f"wrote {result.tensors} tensors ({result.total_bytes} bytes) in "
                       f"{len(result.shards)} shards to {result.out_dir} "
                       f"({result.shards_kept} kept from an earlier run)")
