@@ -136,7 +136,13 @@ class JsonQuantConfig final : public QuantConfigReader {
 }  // namespace
 
 absl::StatusOr<json> ReadJsonObject(const fs::path& path) {
-  if (!IsRegularFile(path)) return absl::NotFoundError(absl::StrCat(path.string(), ": not found"));
+  if (!IsRegularFile(path)) {
+    std::error_code ec;
+    if (fs::exists(path, ec)) {  // a directory, FIFO, ... (a dangling link does not exist)
+      return absl::FailedPreconditionError(absl::StrCat(path.string(), ": not a regular file"));
+    }
+    return absl::NotFoundError(absl::StrCat(path.string(), ": not found"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::PermissionDeniedError(absl::StrCat(path.string(), ": cannot be read"));
   std::stringstream text;

@@ -434,21 +434,25 @@ auth::SecurityObserver MakeSecurityObserver(Metrics* metrics) {
 }
 
 // One start-up line saying what is protected and what is open.
-void LogSecurity(const ServerOptions& options, const auth::ServerSecurity& security) {
+void LogSecurity(const ServerOptions& options, int port, const auth::ServerSecurity& security) {
   const auth::SecurityOptions& s = options.security;
+  // HOST:0 asked for a free port: name the one bound.
+  const std::string listen =
+      absl::EndsWith(options.listen, ":0") && !absl::StartsWith(options.listen, "unix:")
+          ? absl::StrCat(options.listen.substr(0, options.listen.size() - 1), port)
+          : options.listen;
   spdlog::info("security: {} on {}; tokens {}; reflection {}; health-only port {}",
                !security.tls()           ? "plaintext"
                : s.tls_client_ca.empty() ? "TLS"
                                          : "mutual TLS",
-               options.listen,
-               security.tokens() ? absl::StrCat("required (", s.auth_tokens, ")") : "off",
+               listen, security.tokens() ? absl::StrCat("required (", s.auth_tokens, ")") : "off",
                s.reflection ? (security.tokens() ? "on (reader)" : "on") : "off",
                s.health_listen.empty() ? "none" : s.health_listen);
   if (!security.tls() && !security.tokens() && !auth::IsLoopbackOrUnix(options.listen)) {
     spdlog::warn(
         "security: {} is plaintext and needs no token: anyone who reaches it can read "
         "every weight and run Benchmark (README.md, Security)",
-        options.listen);
+        listen);
   }
 }
 
@@ -875,7 +879,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
         absl::StrCat("--health-listen \"", options.security.health_listen,
                      "\": cannot serve there: ", ListenFailure(options.security.health_listen)));
   }
-  LogSecurity(options, *server->security_);
+  LogSecurity(options, server->port_, *server->security_);
   timeline.Add("ready", std::chrono::steady_clock::now(), std::chrono::steady_clock::now());
   spdlog::info("startup phases (seconds since exec): {}", timeline.Describe());
   return server;

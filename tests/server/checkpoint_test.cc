@@ -660,6 +660,14 @@ TEST_F(CheckpointTest, MissingDirConfigOrShardsIsNotFound) {
   EXPECT_THAT(OpenMessage(), HasSubstr("config.json"));
 }
 
+// A config.json that is a directory is named as such, not as missing (new-user review).
+TEST_F(CheckpointTest, AConfigJsonThatIsADirectoryIsNotARegularFile) {
+  ASSERT_EQ(::unlink((dir_ + "/config.json").c_str()), 0);
+  ASSERT_TRUE(std::filesystem::create_directory(dir_ + "/config.json"));
+  EXPECT_EQ(OpenCode(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(OpenMessage(), HasSubstr("config.json: not a regular file"));
+}
+
 // The bundled model (scripts/make-model.sh), when DEQUANTD_MODEL_DIR points at it: every layer
 // of SmolLM2-135M is found with its shape, and the C++ reference reproduces, byte for byte, the
 // fp16 result the Python tool computed independently (REF/expected.<layer>.fp16.safetensors).

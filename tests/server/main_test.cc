@@ -14,6 +14,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_cat.h"
 #include "dequant/v1/dequant.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -57,6 +58,18 @@ TEST(DequantdMainTest, SighupShutsDownGracefully) {
   EXPECT_EQ(dequantd.Wait(), 0) << dequantd.output();
   EXPECT_THAT(dequantd.output(), HasSubstr("signal 1 (SIGHUP) received: shutting down"));
   EXPECT_THAT(dequantd.output(), HasSubstr("dequantd stopped"));
+}
+
+// --listen HOST:0 asks for a free port: the security line names the port bound, not 0.
+TEST(DequantdMainTest, TheSecurityLineNamesThePortBoundForPortZero) {
+  DequantdProcess dequantd(
+      {"--model=", "--listen=127.0.0.1:0", "--metrics-listen=", "--backend=cpu"});
+  const int port = dequantd.ListeningPort();
+  ASSERT_GT(port, 0) << dequantd.output();
+  EXPECT_THAT(dequantd.output(),
+              HasSubstr(absl::StrCat("security: plaintext on 127.0.0.1:", port, "; tokens off")));
+  ASSERT_EQ(::kill(dequantd.pid(), SIGTERM), 0);
+  EXPECT_EQ(dequantd.Wait(), 0) << dequantd.output();
 }
 
 TEST(DequantdMainTest, SecondSignalDuringTheShutdownExitsAtOnce) {
