@@ -709,40 +709,30 @@ TEST(ServerOptionsTest, ShutdownDeadlineMustBeANumberOfSecondsInRange) {
   }
 }
 
-TEST_F(ServiceTest, SecondServerOnAPortInUseRefusesToStart) {
+// A second server on a port in use is refused, and before its model loads (a large checkpoint
+// takes minutes): an empty model directory, whose load would be NOT_FOUND ("no *.safetensors
+// files"), is not reached.
+TEST_F(ServiceTest, SecondServerOnAPortInUseIsRefusedBeforeItsModelLoads) {
   StartServer({});
-  ServerOptions second;
-  second.listen = "127.0.0.1:" + std::to_string(server_->port());
-  second.metrics_listen = "";
-  second.backend = "cpu";
-  second.cpu_threads = 1;
-  // Without SO_REUSEPORT off, gRPC would bind too and the two servers would split the traffic.
-  absl::StatusOr<std::unique_ptr<DequantServer>> started = DequantServer::Start(second);
-  ASSERT_FALSE(started.ok());
-  EXPECT_EQ(started.status().code(), absl::StatusCode::kUnavailable) << started.status();
-  EXPECT_EQ(started.status().message(),
-            absl::StrCat("listen (--listen) \"", second.listen,
-                         "\": cannot serve gRPC there: Address already in use"));
-}
-
-// The listen address is checked before the model loads (a large checkpoint takes minutes): a
-// model directory that would fail its own load is not reached.
-TEST_F(ServiceTest, PortInUseIsRefusedBeforeTheModelLoads) {
-  StartServer({});
-  ServerOptions second;
-  second.listen = "127.0.0.1:" + std::to_string(server_->port());
-  second.metrics_listen = "";
-  second.backend = "cpu";
-  second.cpu_threads = 1;
-  // An empty directory: its load would be NOT_FOUND ("no *.safetensors files").
-  second.model_dir = ::testing::TempDir() + "/port-in-use-model-" + std::to_string(::getpid());
-  ASSERT_TRUE(std::filesystem::create_directories(second.model_dir));
-  absl::StatusOr<std::unique_ptr<DequantServer>> started = DequantServer::Start(second);
-  ASSERT_FALSE(started.ok());
-  EXPECT_EQ(started.status().code(), absl::StatusCode::kUnavailable) << started.status();
-  EXPECT_EQ(started.status().message(),
-            absl::StrCat("listen (--listen) \"", second.listen,
-                         "\": cannot serve gRPC there: Address already in use"));
+  const std::string empty_model =
+      ::testing::TempDir() + "/port-in-use-model-" + std::to_string(::getpid());
+  ASSERT_TRUE(std::filesystem::create_directories(empty_model));
+  for (const std::string& model_dir : {std::string(), empty_model}) {
+    SCOPED_TRACE(model_dir);
+    ServerOptions second;
+    second.listen = "127.0.0.1:" + std::to_string(server_->port());
+    second.metrics_listen = "";
+    second.backend = "cpu";
+    second.cpu_threads = 1;
+    second.model_dir = model_dir;
+    // Without SO_REUSEPORT off, gRPC would bind too and the two servers would split the traffic.
+    absl::StatusOr<std::unique_ptr<DequantServer>> started = DequantServer::Start(second);
+    ASSERT_FALSE(started.ok());
+    EXPECT_EQ(started.status().code(), absl::StatusCode::kUnavailable) << started.status();
+    EXPECT_EQ(started.status().message(),
+              absl::StrCat("listen (--listen) \"", second.listen,
+                           "\": cannot serve gRPC there: Address already in use"));
+  }
 }
 
 TEST_F(ServiceTest, ShutdownIsIdempotentAndWaitReturns) {
