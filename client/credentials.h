@@ -40,9 +40,8 @@ absl::StatusOr<std::string> ResolveToken(const std::string& token_file);
 // UNAVAILABLE "Socket closed" from a plaintext client (a TLS server closes a connection that
 // does not start with a handshake: "...; the server closed the connection: if it did so before
 // any answer and it serves TLS, pass --tls-ca FILE"), or an SSL "wrong version number" from a TLS
-// client (a plaintext server answered the handshake: "...; the server does not speak TLS: leave out
-// --tls-ca and
-// --tls-cert"). Used by dequantctl, whose flags the hints name.
+// client (a plaintext server answered the handshake: "...; the server does not speak TLS: leave
+// out --tls-ca and --tls-cert"). Used by dequantctl, whose flags the hints name.
 absl::Status WithTlsMismatchHint(const absl::Status& status, bool client_uses_tls);
 
 }  // namespace dequantd

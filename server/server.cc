@@ -464,14 +464,23 @@ std::string ListenFailure(const std::string& listen) {
                      : why;
 }
 
+// UNAVAILABLE naming --listen, or --health-listen, and why it cannot be served.
+absl::Status ListenError(const std::string& listen, const std::string& why) {
+  return absl::UnavailableError(
+      absl::StrCat("listen (--listen) \"", listen, "\": cannot serve gRPC there: ", why));
+}
+absl::Status HealthListenError(const std::string& health_listen, const std::string& why) {
+  return absl::UnavailableError(
+      absl::StrCat("--health-listen \"", health_listen, "\": cannot serve there: ", why));
+}
+
 // UNAVAILABLE naming the flag when --listen or --health-listen cannot be served now, as the
 // probes find it: checked before the model loads (minutes for a large checkpoint), so that a port
 // in use or a missing socket directory costs no load. BuildAndStart still reports an address
 // taken during the load.
 absl::Status CheckListenAddresses(const ServerOptions& options) {
   if (std::string in_use = UnixSocketInUse(options.listen); !in_use.empty()) {
-    return absl::UnavailableError(absl::StrCat("listen (--listen) \"", options.listen,
-                                               "\": cannot serve gRPC there: ", in_use));
+    return ListenError(options.listen, in_use);
   }
   // An address family the host lacks ("[::]:PORT" without IPv6) is left to gRPC, which falls
   // back to IPv4 for a wildcard host.
@@ -480,13 +489,11 @@ absl::Status CheckListenAddresses(const ServerOptions& options) {
     return why == std::strerror(EAFNOSUPPORT) ? std::string() : why;
   };
   if (std::string why = cannot(options.listen); !why.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("listen (--listen) \"", options.listen, "\": cannot serve gRPC there: ", why));
+    return ListenError(options.listen, why);
   }
   const std::string& health = options.security.health_listen;
   if (std::string why = cannot(health); !why.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("--health-listen \"", health, "\": cannot serve there: ", why));
+    return HealthListenError(health, why);
   }
   return absl::OkStatus();
 }
@@ -855,8 +862,7 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
   // gRPC unlinks whatever socket file is at a unix: path, live or stale: a second dequantd
   // would take a running one's clients without a word.
   if (std::string in_use = UnixSocketInUse(options.listen); !in_use.empty()) {
-    return absl::UnavailableError(absl::StrCat("listen (--listen) \"", options.listen,
-                                               "\": cannot serve gRPC there: ", in_use));
+    return ListenError(options.listen, in_use);
   }
   StartupTimeline::Phase listener_phase(&timeline, "grpc listener");
   server->server_ = builder.BuildAndStart();
@@ -866,18 +872,14 @@ absl::StatusOr<std::unique_ptr<DequantServer>> DequantServer::Start(const Server
     // Every port fails together: name the one that cannot be bound.
     if (!options.security.health_listen.empty() && WhyCannotListen(options.listen).empty() &&
         !WhyCannotListen(options.security.health_listen).empty()) {
-      return absl::UnavailableError(
-          absl::StrCat("--health-listen \"", options.security.health_listen,
-                       "\": cannot serve there: ", ListenFailure(options.security.health_listen)));
+      return HealthListenError(options.security.health_listen,
+                               ListenFailure(options.security.health_listen));
     }
-    return absl::UnavailableError(
-        absl::StrCat("listen (--listen) \"", options.listen,
-                     "\": cannot serve gRPC there: ", ListenFailure(options.listen)));
+    return ListenError(options.listen, ListenFailure(options.listen));
   }
   if (!options.security.health_listen.empty() && server->health_port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--health-listen \"", options.security.health_listen,
-                     "\": cannot serve there: ", ListenFailure(options.security.health_listen)));
+    return HealthListenError(options.security.health_listen,
+                             ListenFailure(options.security.health_listen));
   }
   LogSecurity(options, server->port_, *server->security_);
   timeline.Add("ready", std::chrono::steady_clock::now(), std::chrono::steady_clock::now());
