@@ -65,7 +65,8 @@ ABSL_FLAG(std::string, config, "",
 ABSL_FLAG(int64_t, group_size, 0,
           "dequantize --packed: group size (0 = from the shapes); benchmark: G (0 = 128)");
 ABSL_FLAG(std::string, out, "",
-          "dequantize: output file: *.npy, *.safetensors or raw bytes; empty = not written");
+          "dequantize: output file: *.npy, *.safetensors or raw bytes; - = raw bytes to standard "
+          "output; empty = not written");
 ABSL_FLAG(std::string, dtype, "",
           "output dtype: fp16 (default), bf16 or fp32; benchmark: comma-separated list");
 ABSL_FLAG(std::string, orientation, "",
@@ -343,6 +344,7 @@ int main(int argc, char** argv) {
                                      dequantize.group_size));
     }
     dequantize.out = absl::GetFlag(FLAGS_out);
+    if (dequantize.out == "-") dequantize.out = "/dev/stdout";  // raw bytes, as /dev/stdout
     if (!absl::GetFlag(FLAGS_dtype).empty()) dequantize.dtype = absl::GetFlag(FLAGS_dtype);
     dequantize.orientation = absl::GetFlag(FLAGS_orientation);
     dequantize.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);

@@ -286,16 +286,20 @@ TEST_F(DequantctlTest, OutDevNullAndOutThroughASymlink) {
   EXPECT_TRUE(FileBytes(target) == layer(0).Expected(DType::kF32));
 }
 
-// --out /dev/stdout: standard output holds the result's bytes and nothing else; the report line
-// goes to stderr.
+// --out /dev/stdout and --out - (its short form): standard output holds the result's bytes and
+// nothing else; the report line goes to stderr.
 TEST_F(DequantctlTest, OutDevStdoutHoldsOnlyTheResult) {
-  CommandResult run =
-      Ctl({"dequantize", "--tensor", layer(0).name, "--out", "/dev/stdout", "--dtype", "fp32"});
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_TRUE(std::vector<uint8_t>(run.out.begin(), run.out.end()) ==
-              layer(0).Expected(DType::kF32))
-      << run.out.size() << " bytes on stdout";
-  EXPECT_THAT(run.err, ::testing::HasSubstr(" -> /dev/stdout ("));
+  for (const std::string out : {"/dev/stdout", "-"}) {
+    SCOPED_TRACE(out);
+    CommandResult run =
+        Ctl({"dequantize", "--tensor", layer(0).name, "--out", out, "--dtype", "fp32"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_TRUE(std::vector<uint8_t>(run.out.begin(), run.out.end()) ==
+                layer(0).Expected(DType::kF32))
+        << run.out.size() << " bytes on stdout";
+    EXPECT_THAT(run.err, ::testing::HasSubstr(" -> /dev/stdout ("));
+    EXPECT_FALSE(fs::exists(fs::current_path() / "-"));
+  }
 }
 
 TEST_F(DequantctlTest, DequantizeLayersWritesOneNpyPerLayerOrOneSafetensors) {

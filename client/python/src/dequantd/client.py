@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import numbers
@@ -19,6 +18,7 @@ from . import dtypes
 from . import tensors as tensors_module
 from ._proto import dequant_pb2 as pb
 from ._proto import dequant_pb2_grpc as pb_grpc
+from ._parallel import run_all
 from .errors import DequantdError
 
 MiB = 1 << 20
@@ -610,9 +610,7 @@ class Client:
                     bar.update(len(message.data))
 
         try:
-            with concurrent.futures.ThreadPoolExecutor(n_streams) as pool:
-                for f in [pool.submit(fetch, b) for b in range(0, header.total_bytes, step)]:
-                    f.result()
+            run_all(fetch, range(0, header.total_bytes, step), n_streams)
         finally:
             bar.close()
         return result.result(as_torch, bf16_bits)

@@ -42,6 +42,7 @@ import numpy as np
 
 from . import _cuda
 from ._proto import dequant_pb2 as pb
+from ._parallel import run_all
 from .errors import DequantdError
 
 ORIENTATIONS = ("KN", "NK")
@@ -309,7 +310,6 @@ def run_stored(client: Any, targets: List[_Target], streams: int,
     remaining target streamed and copied in; one that lost our region (a restart) gets it
     registered again and the target retried once, after `before_retry()` (run once per call;
     what it raises, every retry raises)."""
-    import concurrent.futures  # pylint: disable=import-outside-toplevel
 
     import torch  # pylint: disable=import-outside-toplevel
 
@@ -357,15 +357,7 @@ def run_stored(client: Any, targets: List[_Target], streams: int,
                 recheck()
 
     ordered = sorted(targets, key=lambda t: -t.nbytes)
-    with concurrent.futures.ThreadPoolExecutor(max(1, streams)) as pool:
-        futures = [pool.submit(one, t) for t in ordered]
-        try:
-            for future in futures:
-                future.result()
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+    run_all(one, ordered, streams)
     for device in {t.tensor.device for t in targets}:
         torch.cuda.synchronize(device)  # the streamed fallback's copies
 

@@ -31,7 +31,6 @@ LoadReport.transposed says which path ran.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import time
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -39,6 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from . import dtypes
+from ._parallel import run_all
 from .client import Client, LayerInfo
 from .errors import DequantdError
 from .parameters import LayerParameter, layer_parameter
@@ -179,16 +179,8 @@ def _fill_stored_streamed(client: Client, params: Dict[str, torch.Tensor], store
     def fill(name: str) -> None:
         params[name].copy_(client.read_tensor(name, as_torch=True))
 
-    with concurrent.futures.ThreadPoolExecutor(READ_STREAMS) as pool:
-        futures = [pool.submit(fill, name) for name in
-                   sorted(stored, key=lambda n: -others[n].bytes)]
-        try:
-            for future in futures:
-                future.result()
-        except BaseException:
-            for future in futures:  # the first failure ends the load: start no further reads
-                future.cancel()
-            raise
+    run_all(fill, sorted(stored, key=lambda n: -others[n].bytes), READ_STREAMS)
+
 
 def _assign(model: torch.nn.Module, params: Dict[str, torch.Tensor],
             device: torch.device) -> torch.nn.Module:
