@@ -63,7 +63,8 @@ ABSL_FLAG(std::string, config, "",
           "dequantize --packed: the checkpoint's config.json (its quantization_config); default: "
           "FILE's <name>.config.json or config.json beside it, if there");
 ABSL_FLAG(int64_t, group_size, 0,
-          "dequantize --packed: group size (0 = from the shapes); benchmark: G (0 = 128)");
+          "dequantize --packed: group size, checked against the file's (0 = from the shapes); "
+          "benchmark: G (0 = 128)");
 ABSL_FLAG(std::string, out, "",
           "dequantize: output file: *.npy, *.safetensors or raw bytes; - = raw bytes to standard "
           "output; empty = not written");

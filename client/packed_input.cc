@@ -138,6 +138,13 @@ absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
   absl::StatusOr<QuantShape> shape =
       formats::QuantShapeFromTensors(format, layer, refs, {.packed_u32 = true, .config = config});
   if (!shape.ok()) return shape.status();
+  if (group_size != 0 && group_size != shape->group_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": group size ", group_size, " disagrees with layer '", layer,
+                     "' (format ", View(row.name), "), whose tensors",
+                     config != nullptr ? " and config" : "", " give group_size ", shape->group_size,
+                     " for K = ", shape->K, " (leave the group size out: it comes from the file)"));
+  }
   // The shape the server makes of the request (server/rpc/request.cc): these fields, the flags of
   // the optional roles left out and GPTQ's checkpoint_format. A layer whose stored tensors need
   // more (compressed-tensors' strategy tensor: one int scale) would be read with other tensor
@@ -170,7 +177,7 @@ absl::StatusOr<v1::InlinePackedTensor> LoadInlinePacked(const std::string& path,
   if (shape->experts != 1) out.set_experts(shape->experts);
   out.set_in_features(shape->K);
   out.set_out_features(shape->N);
-  out.set_group_size(group_size == 0 ? shape->group_size : group_size);
+  out.set_group_size(shape->group_size);
   if (format == Format::kAwqGemm) {  // AWQ in fields 5-7, which servers before issue 21 read
     absl::Status status = CopyBytes(**file, names[awq::kQweight], out.mutable_qweight());
     if (status.ok()) status = CopyBytes(**file, names[awq::kQzeros], out.mutable_qzeros());

@@ -50,7 +50,8 @@ absl::StatusOr<PackedDeclaration> FindPackedDeclaration(const std::string& packe
 // role the layer does not store (GPTQ g_idx, compressed_tensors weight_zero_point and
 // weight_g_idx) is left out of the request, which says the same; a compressed_tensors_fp8 scale
 // grid of several rows per scale (strategies tensor and block) goes in scale_block_rows.
-// `group_size`: 0 = G from the shapes; any other value is sent as given (the server judges it).
+// `group_size`: 0 = G from the shapes (and config); any other value must equal it, else
+// INVALID_ARGUMENT naming both (a contradicting value would reach the server as a byte count).
 // `config`: the checkpoint's quantization_config (FindPackedDeclaration), null = none.
 absl::StatusOr<::dequant::v1::InlinePackedTensor> LoadInlinePacked(
     const std::string& path, const std::string& prefix, int64_t group_size = 0,

@@ -158,8 +158,15 @@ TEST_F(PackedInputTest, ShapesAndBytesComeFromTheFile) {
   EXPECT_EQ(t->qweight(), std::string(reinterpret_cast<const char*>(qweight_.data()), 1024));
   EXPECT_EQ(t->qzeros().size(), 32u);
   EXPECT_EQ(t->scales().size(), 128u);
-  // An explicit group size is sent as given (the server judges it).
-  EXPECT_EQ(LoadInlinePacked(path, "m.l.", 64)->group_size(), 64);
+  // An explicit group size must be the file's: one that agrees is sent, one that does not is
+  // refused here naming both (the server would see only wrong byte counts).
+  EXPECT_EQ(LoadInlinePacked(path, "m.l.", 32)->group_size(), 32);
+  const absl::Status other = LoadInlinePacked(path, "m.l.", 64).status();
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(other.message()),
+            path +
+                ": group size 64 disagrees with layer 'm.l' (format awq_gemm), whose tensors give "
+                "group_size 32 for K = 128 (leave the group size out: it comes from the file)");
 }
 
 // A compressed-tensors float-quantized layer (weight E4M3 (2, 4), channel weight_scale (2, 1)
