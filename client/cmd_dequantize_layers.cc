@@ -218,6 +218,17 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   std::mutex dir_mu;
   bool dir_created = false;
   std::atomic<int64_t> bytes{0};
+  std::atomic<int64_t> npy_written{0};  // --out-dir: .npy files complete and in place
+  // A failure after some .npy files are in place says how many (each is whole: a file appears
+  // only once complete); --out's one file appears only at the end.
+  const auto failed = [&](const absl::Status& status) {
+    if (npy_written.load() == 0) return status;
+    return absl::Status(
+        status.code(),
+        absl::StrCat(status.message(), " (", npy_written.load(), " of ",
+                     layers.empty() ? tensors->size() : layers.size(), " layers were written to ",
+                     options.out_dir, " before the failure)"));
+  };
   const auto make_sink = [&](size_t stream) {
     StreamState& state = states[stream];
     LayersSink sink;
@@ -232,6 +243,7 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
       if (options.out_dir.empty()) return absl::OkStatus();
       if (state.npy) {
         if (absl::Status s = state.npy->Finish(); !s.ok()) return s;
+        ++npy_written;
       }
       {
         // The first result: a call that fails before it leaves no directory behind.
@@ -256,10 +268,11 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<std::vector<v1::DequantizeHeader>> headers =
       FetchLayerSubsets(clients, request, subsets, make_sink);
-  if (!headers.ok()) return headers.status();
+  if (!headers.ok()) return failed(headers.status());
   for (StreamState& state : states) {
     if (state.npy) {
-      if (absl::Status s = state.npy->Finish(); !s.ok()) return s;
+      if (absl::Status s = state.npy->Finish(); !s.ok()) return failed(s);
+      ++npy_written;
     }
   }
   if (file != nullptr) {

@@ -949,6 +949,40 @@ TEST(DequantctlNoServerTest, ServerWithoutAValidPortIsAUsageError) {
   EXPECT_THAT(run.err, StartsWith("dequantctl: UNAVAILABLE: "));
 }
 
+// A model of three layers, for what happens between layers of one call.
+class DequantctlThreeLayersTest : public SharedServerSuite<DequantctlThreeLayersTest> {
+ protected:
+  static void SetUpTestSuite() {
+    StartSharedServer("dequantctl_three",
+                      {MakeRandomLayer("model.layers.0.mlp.a", 128, 64, 32, DType::kF16, 41),
+                       MakeRandomLayer("model.layers.0.mlp.b", 128, 64, 32, DType::kF16, 42),
+                       MakeRandomLayer("model.layers.0.mlp.c", 128, 64, 32, DType::kF16, 43)},
+                      32);
+  }
+};
+
+// --out-dir, one stream: the third layer's .npy path is a directory, so the call fails there; the
+// message says that the first two files are in place (each whole), and they hold their layers.
+TEST_F(DequantctlThreeLayersTest, AFailureMidWaySaysHowManyLayersWereWritten) {
+  const std::string out_dir = *dir_ + "/mid_way";
+  ASSERT_TRUE(fs::create_directories(out_dir + "/" + layer(2).name + ".npy"));
+  const CommandResult run =
+      RunDequantctl(*dir_, {"--server", server_->address, "dequantize-layers", "--tensors",
+                            layer(0).name + "," + layer(1).name + "," + layer(2).name, "--streams",
+                            "1", "--dtype", "fp32", "--out-dir", out_dir});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.out, "");
+  EXPECT_THAT(run.err, StartsWith("dequantctl: FAILED_PRECONDITION: "));
+  EXPECT_THAT(run.err, HasSubstr(layer(2).name + ".npy"));
+  EXPECT_THAT(run.err, ::testing::EndsWith(" (2 of 3 layers were written to " + out_dir +
+                                           " before the failure)\n"));
+  for (size_t i = 0; i < 2; ++i) {
+    absl::StatusOr<npy::Array> array = npy::ReadFile(out_dir + "/" + layer(i).name + ".npy");
+    ASSERT_TRUE(array.ok()) << array.status();
+    EXPECT_TRUE(array->data == layer(i).Expected(DType::kF32)) << layer(i).name;
+  }
+}
+
 // With --packed, (K, N) is known before the call: a --compare reference that does not fit is
 // refused before any RPC. Against an address where nothing listens, the error is the reference's
 // (exit 1, INVALID_ARGUMENT), not UNAVAILABLE.
