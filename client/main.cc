@@ -144,13 +144,14 @@ usage:
         beside it, as the server reads a checkpoint's (--format names it when there is none;
         gptq needs the config); a layer the request cannot carry is refused, naming why
       --group-size: with --packed, the layer's group size (0, the default: from the tensors'
-        shapes; a value they contradict is refused, naming the tensor whose size disagrees)
+        shapes; a value they contradict is refused, naming both)
       --orientation: the result's layout, kn = (K, N) or nk = (N, K) (nn.Linear.weight),
         written by the server's kernel; default: the format's own (awq_gemm kn; gptq and
         compressed_tensors nk)
       --compare-layout: the reference's: kn = (K, N), nk = (N, K) (nn.Linear.weight); auto
         tells them apart by shape and refuses a square reference (K == N)
-      FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes; the
+      FILE: *.npy (NumPy; bf16 as raw <u2), *.safetensors, anything else = raw bytes; - (or
+        /dev/stdout) = raw bytes to standard output, this report then on stderr; the
         .safetensors tensor is named LAYER, or PREFIX without its trailing separator ('.';
         mxfp4 '_'; "weight" if empty)
   dequantctl [--server HOST:PORT] dequantize-layers [--tensors L,...] [--dtype fp16|bf16|fp32]
@@ -192,8 +193,9 @@ int UsageError(const std::string& message) {
   return Fail(absl::InvalidArgumentError(message + " (see dequantctl --help)"), kExitUsage);
 }
 
-// Rewrites "--group-size=4" as "--group_size=4" and checks that every flag exists, so an unknown
-// flag is a one-line usage error; appends each flag's name ("group_size", "hardware_counters" for
+// Rewrites "--group-size=4" as "--group_size=4" (and "--out -" as "--out=-") and checks that
+// every flag exists, so an unknown flag is a one-line usage error; appends each flag's name
+// ("group_size", "hardware_counters" for
 // --nohardware-counters) to `specified`. Arguments after a bare "--" are left alone.
 absl::Status NormalizeFlags(std::vector<std::string>* args, std::vector<std::string>* specified) {
   for (size_t i = 1; i < args->size(); ++i) {
@@ -207,8 +209,16 @@ absl::Status NormalizeFlags(std::vector<std::string>* args, std::vector<std::str
     std::string name =
         arg.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
     name = absl::StrReplaceAll(name, {{"-", "_"}});
-    if (absl::FindCommandLineFlag(name) != nullptr) {
+    if (const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name); flag != nullptr) {
       specified->push_back(name);
+      // "--out -": absl takes the value but warns that it looks like a flag; "--out=-" says the
+      // same without the warning.
+      if (eq == std::string::npos && i + 1 < args->size() && (*args)[i + 1] == "-" &&
+          !flag->IsOfType<bool>()) {
+        arg = absl::StrCat("--", name, "=-");
+        args->erase(args->begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        continue;
+      }
     } else if (absl::StartsWith(name, "no") &&
                absl::FindCommandLineFlag(name.substr(2)) != nullptr) {
       specified->push_back(name.substr(2));
@@ -288,7 +298,8 @@ int main(int argc, char** argv) {
   cargs.push_back(nullptr);
   std::atexit(ExitUsageIfParsing);
   g_parsing_flags = true;
-  const std::vector<char*> positional = absl::ParseCommandLine(argc, cargs.data());
+  const std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(args.size()), cargs.data());
   g_parsing_flags = false;
 
   if (positional.size() != 2) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace dequantd::formats {
@@ -32,7 +33,17 @@ constexpr int kMaxSymlinkHops = 40;  // Linux's own limit (MAXSYMLINKS)
 struct Resolved {
   std::string path;       // not a symlink (or absent) unless via_proc
   bool via_proc = false;  // stopped at a link in /proc: an open file's link, not a real path
+  int own_fd = -1;        // via_proc: this process's descriptor the link names, else -1
 };
+
+// N when `link` (in the canonical directory `dir`) is /proc/self/fd/N or /proc/<our pid>/fd/N,
+// the link behind /dev/stdout and /dev/fd/N; else -1.
+int OwnDescriptor(const std::string& dir, const std::string& link) {
+  if (dir != absl::StrCat("/proc/", ::getpid(), "/fd") && dir != "/proc/self/fd") return -1;
+  int fd = -1;
+  const std::string name = link.substr(link.rfind('/') + 1);
+  return absl::SimpleAtoi(name, &fd) && fd >= 0 ? fd : -1;
+}
 
 // Follows the symlinks of `path` (its last component, hop by hop). The directory part is made
 // canonical at each hop (realpath), so relative link targets resolve against the link's own
@@ -56,6 +67,7 @@ absl::StatusOr<Resolved> ResolveSymlinks(const std::string& path) {
     std::free(real_dir);
     if (absl::StartsWith(canonical_dir, "/proc/")) {
       r.via_proc = true;
+      r.own_fd = OwnDescriptor(canonical_dir, r.path);
       return r;
     }
     char buf[PATH_MAX];
@@ -119,6 +131,20 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(const std::string& pat
   w.path_ = path;
   if (IsDirect(*resolved)) {
     w.target_ = path;  // direct mode: written in place, never replaced
+    if (resolved->own_fd >= 0) {
+      // One of our own descriptors (/dev/stdout): written through a duplicate of it, so that the
+      // bytes land at its offset and move it (a file the shell opened with '>' gets what follows
+      // after them), and sockets, which cannot be opened by path, work too.
+      const int flags = ::fcntl(resolved->own_fd, F_GETFL);
+      if (flags < 0) return ErrnoError(errno, "use descriptor", path);
+      if ((flags & O_ACCMODE) == O_RDONLY) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("'", path, "' (descriptor ", resolved->own_fd, ") is open read-only"));
+      }
+      w.fd_ = ::fcntl(resolved->own_fd, F_DUPFD_CLOEXEC, 0);
+      if (w.fd_ < 0) return ErrnoError(errno, "use descriptor", path);
+      return w;
+    }
     w.fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY);
     if (w.fd_ < 0) return ErrnoError(errno, "open", path);
     return w;

@@ -12,9 +12,13 @@
 //   - anything else that exists (character or block device, FIFO, socket, directory), or a path
 //     that reaches a file through /proc (/dev/stdout, /dev/fd/N, /proc/self/fd/N): direct mode.
 //     `path` is opened O_WRONLY | O_APPEND (no O_CREAT, no O_TRUNC) and written in place; no
-//     temporary file, Commit only closes it, Abandon leaves what was written. So
-//     `--out /dev/null` and `--out /dev/stdout` (a pipe, a terminal, or a file the shell
-//     opened, `>` or `>>`) work and the device or link is never replaced.
+//     temporary file, Commit only closes it, Abandon leaves what was written. A link to one of
+//     this process's own descriptors (/dev/stdout, /dev/fd/N, /proc/self/fd/N) is not opened
+//     anew: a duplicate of that descriptor is written, so the bytes go where its offset is and
+//     move it (a shell's `{ a; dequantctl --out /dev/stdout; b; } > f` keeps all three in
+//     order) and a socket works; a descriptor open read-only is FAILED_PRECONDITION. So
+//     `--out /dev/null` and `--out /dev/stdout` (a pipe, a socket, a terminal, or a file the
+//     shell opened, `>` or `>>`) work and the device or link is never replaced.
 // No network code.
 #pragma once
 

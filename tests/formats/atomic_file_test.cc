@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -393,6 +394,49 @@ TEST_F(AtomicFileTest, ProcFdLinkOfARegularFileIsAppendedInPlace) {
   ::close(fd);
   EXPECT_EQ(ReadAll(log), "line 1\nline 2\n");
   EXPECT_EQ(Entries(), 1);
+}
+
+// /dev/fd/N of a file opened without O_APPEND (the shell's `> f` around several commands): the
+// bytes go at the descriptor's offset and move it, so what the caller writes next follows them
+// (a new open of the link would have its own offset: the next write would overwrite them).
+TEST_F(AtomicFileTest, OwnDescriptorIsWrittenAtItsOffsetAndMovesIt) {
+  const std::string out = Path("shell_out.txt");
+  const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "HEADER\n", 7), 7);
+  ASSERT_TRUE(WriteFileAtomically("/dev/fd/" + std::to_string(fd), "payload\n").ok());
+  ASSERT_EQ(::write(fd, "TRAILER\n", 8), 8);
+  ::close(fd);
+  EXPECT_EQ(ReadAll(out), "HEADER\npayload\nTRAILER\n");
+  EXPECT_EQ(Entries(), 1);
+}
+
+// /proc/self/fd/N of a socket, which cannot be opened by path: written through the descriptor.
+TEST_F(AtomicFileTest, OwnSocketDescriptorIsWritten) {
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  ASSERT_TRUE(
+      WriteFileAtomically("/proc/self/fd/" + std::to_string(pair[0]), "over a socket").ok());
+  ::close(pair[0]);
+  char buf[64] = {};
+  EXPECT_EQ(::read(pair[1], buf, sizeof buf), 13);
+  EXPECT_EQ(std::string(buf), "over a socket");
+  ::close(pair[1]);
+}
+
+// A descriptor open read-only (`1< file`) is refused by name; the file is untouched.
+TEST_F(AtomicFileTest, OwnReadOnlyDescriptorIsFailedPrecondition) {
+  const std::string in = Path("read_only_fd.txt");
+  ASSERT_TRUE(WriteFileAtomically(in, "keep").ok());
+  const int fd = ::open(in.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  const std::string link = "/dev/fd/" + std::to_string(fd);
+  const absl::Status s = WriteFileAtomically(link, "x");
+  ::close(fd);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(s.message()),
+            "'" + link + "' (descriptor " + std::to_string(fd) + ") is open read-only");
+  EXPECT_EQ(ReadAll(in), "keep");
 }
 
 // A new file gets 0666 less the umask: 0600 under umask 077, 0640 under 027.
