@@ -3,6 +3,7 @@ bit-exact against dequantctl (the C++ client's output of the same server) and ag
 package's numpy reference (which is itself checked against make-model's independently computed
 expected files), bf16, torch, error mapping."""
 
+import io
 import json
 import os
 import subprocess
@@ -350,3 +351,52 @@ def test_cli_list_prints_each_layers_format_shape_group_and_scale_dtype(client, 
     assert len(lines) == len(listing.layers) + len(listing.other_tensors)
     assert f"{LAYER_Q}\tawq_gemm\t(576, 576)\tG=64\tfp16" in lines
     assert f"{LAYER_DOWN}\tawq_gemm\t(1536, 576)\tG=128\tfp16" in lines
+
+
+def test_a_target_that_is_not_host_port_is_refused_before_any_call():
+    """gRPC reads a port of 506514 as 47762 and an empty target as a resolver error in its log:
+    Client refuses them (as dequantctl --server does) and passes targets with a scheme as they
+    are (fresh-user review)."""
+    for bad in ("127.0.0.1:506514", "127.0.0.1:0", "", "localhost", ":50051", "host:5o051",
+                "a:b:50051"):
+        with pytest.raises(ValueError, match="must be HOST:PORT with a port in 1..65535"):
+            dequantd.Client(bad)
+    with pytest.raises(TypeError, match="target must be a str"):
+        dequantd.Client(50051)
+    for good in ("127.0.0.1:65535", "[::1]:50051", "localhost:1", "unix:/tmp/d.sock",
+                 "dns:///example.com:443", "ipv4:127.0.0.1:50051"):
+        dequantd.Client(good).close()
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "info", "--server", ""],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == ("error: target '' must be HOST:PORT with a port in 1..65535 (e.g. "
+                           "'127.0.0.1:50051'), or a gRPC target such as 'unix:/path/to.sock'\n")
+
+
+def test_a_name_that_is_not_a_string_is_a_type_error_naming_the_argument(client):
+    with pytest.raises(TypeError,
+                       match=r"^layer must be a str \(a name from list\(\)\), got int 123$"):
+        client.dequantize(123)
+    with pytest.raises(TypeError, match=r"^name must be a str"):
+        client.read_tensor(b"model.norm.weight")
+    with pytest.raises(TypeError, match=r"^names\[1\] must be a str"):
+        list(client.dequantize_layers([LAYER_Q, 7]))
+
+
+def test_module_dequantize_out_dash_writes_the_npy_to_stdout_and_a_directory_is_refused(
+        client, server, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "dequantize", f"--server={server}",
+                           "--tensor", LAYER_Q, "--dtype", "fp32", "--out", "-"],
+                          capture_output=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = np.load(io.BytesIO(proc.stdout))
+    want = client.dequantize(LAYER_Q, dtype="fp32")
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert proc.stderr.decode().endswith(" fp32 -> standard output\n"), proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no file named '-' or '-.npy'
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "dequantize", f"--server={server}",
+                           "--tensor", LAYER_Q, "--out", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"--out {tmp_path} is a directory: give the .npy file to write" in proc.stderr
+    assert list(tmp_path.iterdir()) == []

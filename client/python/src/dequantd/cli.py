@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import List, Optional
 
@@ -53,8 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor", required=True, help="layer name from `list`")
     p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
     p.add_argument("--out", required=True,
-                   help=".npy file to write (bf16 as its uint16 bits: numpy has no bfloat16; "
-                        "ml-dtypes is not needed)")
+                   help=".npy file to write ('.npy' is added to a name without it; - = the .npy "
+                        "bytes to standard output, the report line then on stderr; bf16 as its "
+                        "uint16 bits: numpy has no bfloat16; ml-dtypes is not needed)")
     p.add_argument("--orientation", choices=["kn", "nk"], default=None,
                    help="the result's layout, written by the server's kernel: kn = (K, N), nk = "
                         "(N, K) (nn.Linear.weight); default: the format's own")
@@ -74,6 +76,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.timeout is not None and not args.timeout > 0:
         parser.error(f"--timeout must be > 0 seconds (inf: no deadline), got {args.timeout}")
+    if args.command == "dequantize" and args.out != "-" and os.path.isdir(args.out):
+        parser.error(f"--out {args.out} is a directory: give the .npy file to write")
     # A progress bar only where someone watches it (as dequantctl): never into a pipe or a log.
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     timeouts = {} if args.timeout is None else {"timeout": args.timeout,
@@ -101,11 +105,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                 # bf16: the raw bits (np.uint16), so that ml-dtypes is not needed.
                 w = client.dequantize(args.tensor, dtype=args.dtype, progress=progress,
                                       orientation=args.orientation, bf16_bits=True)
-                out = args.out if args.out.endswith(".npy") else args.out + ".npy"  # np.save's
-                np.save(out, w)
+                if args.out == "-":
+                    out = "standard output"
+                    np.save(sys.stdout.buffer, w)
+                    sys.stdout.buffer.flush()
+                else:
+                    out = args.out if args.out.endswith(".npy") else args.out + ".npy"  # np.save's
+                    np.save(out, w)
                 note = (" (bf16 as uint16 bits: numpy has no bfloat16; read with "
                         "np.load(...).view(ml_dtypes.bfloat16))" if args.dtype == "bf16" else "")
-                print(f"{args.tensor}: {w.shape} {args.dtype} -> {out}{note}")
+                print(f"{args.tensor}: {w.shape} {args.dtype} -> {out}{note}",
+                      file=sys.stderr if args.out == "-" else sys.stdout)
             else:
                 result = convert(client, args.out, dtype=args.dtype,
                                  max_shard_size=args.max_shard_size,

@@ -326,13 +326,45 @@ def _deadline(timeout: Optional[float], what: str) -> Optional[float]:
     return float(timeout)
 
 
+def _name(value: Any, what: str) -> str:
+    """A tensor name argument: a str, else TypeError naming the argument (protobuf's own error
+    for a wrong type says only "bad argument type for built-in operation")."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str (a name from list()), got "
+                        f"{type(value).__name__} {value!r}")
+    return value
+
+
 def _layer_names(names: Iterable[str]) -> List[str]:
     """`names` as a list of layer names. A single string is refused (TypeError): iterated, it
     would ask for one layer per character."""
     if isinstance(names, (str, bytes)):
         raise TypeError(f"names must be a list of layer names, not a single string: pass "
                         f"[{names!r}]")
-    return list(names)
+    return [_name(n, f"names[{i}]") for i, n in enumerate(names)]
+
+
+_TARGET_SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:", "xds:")
+
+
+def _check_target(target: Any) -> str:
+    """`target` as Client takes it: a gRPC target with a scheme (unix:PATH, dns:..., ...) as it
+    is, else HOST:PORT or [IPV6]:PORT with a port in 1..65535 (as dequantctl --server). ValueError
+    otherwise: gRPC itself reads a port of 506514 as 47762 and an empty target as a resolver
+    error in its log."""
+    if not isinstance(target, str):
+        raise TypeError(f"target must be a str such as '127.0.0.1:50051', got "
+                        f"{type(target).__name__}")
+    if "://" in target or any(target.startswith(s) and len(target) > len(s)
+                              for s in _TARGET_SCHEMES):
+        return target
+    host, colon, port = target.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]") and len(host) > 2
+    host_ok = bracketed or (host != "" and not any(c in host for c in "[]:"))
+    if colon and host_ok and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535:
+        return target
+    raise ValueError(f"target {target!r} must be HOST:PORT with a port in 1..65535 (e.g. "
+                     f"'127.0.0.1:50051'), or a gRPC target such as 'unix:/path/to.sock'")
 
 
 class Client:
@@ -340,7 +372,8 @@ class Client:
     manager or call close().
 
     Args:
-        target: "host:port" (e.g. "127.0.0.1:50051"), any gRPC target string.
+        target: "host:port" (e.g. "127.0.0.1:50051", port 1..65535), or a gRPC target with a
+            scheme ("unix:/path.sock", "dns:...", ...); ValueError otherwise.
         timeout: deadline in seconds for the short calls (info, list); None or inf = no
             deadline. Default 60. ValueError for 0, a negative number or NaN.
         stream_timeout: deadline in seconds for dequantize / read_tensor / dequantize_layers
@@ -363,7 +396,7 @@ class Client:
         merged = dict(DEFAULT_CHANNEL_OPTIONS)
         merged.update(dict(options))
         opts = list(merged.items())
-        self.target = target
+        self.target = _check_target(target)
         self._channel = (grpc.secure_channel(target, credentials, options=opts)
                          if credentials is not None else grpc.insecure_channel(target, options=opts))
         self._stub = pb_grpc.DequantServiceStub(self._channel)
@@ -521,7 +554,7 @@ class Client:
         if layer is not None:
             if any(a is not None for a in packed):
                 raise ValueError("pass either a layer name or qweight/qzeros/scales, not both")
-            request.tensor = layer
+            request.tensor = _name(layer, "layer")
             desc = layer
         else:
             if any(a is None for a in packed):
@@ -699,7 +732,7 @@ class Client:
 
     def _read_tensor(self, name: str, bar: Optional[_Progress] = None) -> _Assembler:
         """The ReadTensor stream as one complete _Assembler (raw bytes)."""
-        request = pb.ReadTensorRequest(name=name, chunk_bytes=self._chunk_bytes)
+        request = pb.ReadTensorRequest(name=_name(name, "name"), chunk_bytes=self._chunk_bytes)
         result: Optional[_Assembler] = None
         for message in self._stream(self._stub.ReadTensor, request):
             if message.HasField("header"):
