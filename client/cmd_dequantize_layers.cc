@@ -120,6 +120,11 @@ absl::Status CheckDequantizeLayersOptions(const DequantizeLayersOptions& options
   if (!options.out.empty() && !options.out_dir.empty()) {
     return absl::InvalidArgumentError("dequantize-layers takes --out or --out-dir, not both");
   }
+  if (options.out_dir == "-") {
+    return absl::InvalidArgumentError(
+        "dequantize-layers --out-dir -: standard output cannot hold a directory of .npy files; "
+        "name a directory");
+  }
   if (!options.out.empty() && !absl::EndsWith(options.out, ".safetensors")) {
     return absl::InvalidArgumentError("dequantize-layers --out must name a .safetensors file");
   }
@@ -219,10 +224,10 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   bool dir_created = false;
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> npy_written{0};  // --out-dir: .npy files complete and in place
-  // A failure after some .npy files are in place says how many (each is whole: a file appears
-  // only once complete); --out's one file appears only at the end.
+  // A failure after the directory was made says how many .npy files are in place (each is
+  // whole: a file appears only once complete); --out's one file appears only at the end.
   const auto failed = [&](const absl::Status& status) {
-    if (npy_written.load() == 0) return status;
+    if (npy_written.load() == 0 && !dir_created) return status;
     return absl::Status(
         status.code(),
         absl::StrCat(status.message(), " (", npy_written.load(), " of ",

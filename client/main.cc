@@ -5,11 +5,13 @@
 // to the subcommand (client/flag_scope.h) is a usage error. Exit status: 0 on
 // success, 2 for a usage error, 1 when the call (or local file I/O) fails. Errors are one line
 // on stderr: "dequantctl: <CODE>: <message>".
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -242,9 +244,10 @@ absl::Status CheckServerAddress(absl::string_view target) {
   bool valid = false;
   if (colon != absl::string_view::npos && colon > 0) {
     const absl::string_view host = target.substr(0, colon), port = target.substr(colon + 1);
-    const bool host_ok = host.front() == '[' ? host.size() > 2 && host.back() == ']' &&
-                                                   host.find_first_of("[]", 1) == host.size() - 1
-                                             : host.find_first_of("[]:") == absl::string_view::npos;
+    const bool host_ok = host.front() == '['
+                             ? host.size() > 2 && host.back() == ']' &&
+                                   host.find_first_of("[]", 1) == host.size() - 1
+                             : host.find_first_of("[]: \t\n\r") == absl::string_view::npos;
     int port_number = 0;
     valid = host_ok && !port.empty() && port.size() <= 5 &&
             port.find_first_not_of("0123456789") == absl::string_view::npos &&
@@ -281,7 +284,38 @@ bool WantsHelp(const std::vector<std::string>& args) {
 
 }  // namespace
 
+// Descriptors 0, 1 and 2 that the caller closed (`>&-`) are opened on /dev/null, so that no
+// descriptor the process opens later (a file, gRPC's event descriptors) takes their number and
+// receives what is meant for standard output. Returns whether standard output was closed.
+bool OccupyClosedStandardDescriptors() {
+  bool stdout_closed = false;
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    if (fd == STDOUT_FILENO) stdout_closed = true;
+    const int null_fd = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (null_fd >= 0 && null_fd != fd) {  // the lowest free number: fd itself, unless raced
+      ::dup2(null_fd, fd);
+      ::close(null_fd);
+    }
+  }
+  return stdout_closed;
+}
+
+// --out - or /dev/stdout: refused when standard output was closed, or is a terminal (binary
+// bytes on a screen; as gzip refuses). Empty when it is fine.
+std::string StdoutOutputProblem(const std::string& out, bool stdout_closed) {
+  if (out != "/dev/stdout") return "";
+  if (stdout_closed) return "--out " + out + ": standard output is closed";
+  if (::isatty(STDOUT_FILENO) == 1) {
+    return "--out " + out +
+           ": standard output is a terminal; redirect it to a file or a pipe for the result's "
+           "bytes";
+  }
+  return "";
+}
+
 int main(int argc, char** argv) {
+  const bool stdout_closed = OccupyClosedStandardDescriptors();
   dequantd::InstallTempFileSignalHandlers();  // INT/TERM/HUP/PIPE remove a half-written --out
   absl::SetProgramUsageMessage(kUsage);
   std::vector<std::string> args(argv, argv + argc);
@@ -357,6 +391,10 @@ int main(int argc, char** argv) {
     }
     dequantize.out = absl::GetFlag(FLAGS_out);
     if (dequantize.out == "-") dequantize.out = "/dev/stdout";  // raw bytes, as /dev/stdout
+    if (std::string problem = StdoutOutputProblem(dequantize.out, stdout_closed);
+        !problem.empty()) {
+      return UsageError(problem);
+    }
     if (!absl::GetFlag(FLAGS_dtype).empty()) dequantize.dtype = absl::GetFlag(FLAGS_dtype);
     dequantize.orientation = absl::GetFlag(FLAGS_orientation);
     dequantize.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -926,8 +927,9 @@ TEST(DequantctlUnixSocketTest, DequantizesOverAUnixSocket) {
 // -1 as 65535 and a missing port as 0. Exit 2 before any call.
 TEST(DequantctlNoServerTest, ServerWithoutAValidPortIsAUsageError) {
   const std::string dir = MakeTempDir("dequantctl_bad_server");
-  for (const char* server : {"127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1", "127.0.0.1:",
-                             "127.0.0.1:0", ":50051", "::1:50051", "[::1]", "unix:"}) {
+  for (const char* server :
+       {"127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1", "127.0.0.1:", "127.0.0.1:0", ":50051",
+        "::1:50051", "[::1]", "unix:", " 127.0.0.1:50051", "local host:50051"}) {
     SCOPED_TRACE(server);
     const CommandResult run = RunDequantctl(dir, {"--server", server, "--deadline", "10", "list"});
     EXPECT_EQ(run.exit_code, 2);
@@ -982,6 +984,37 @@ TEST_F(DequantctlThreeLayersTest, AFailureMidWaySaysHowManyLayersWereWritten) {
     ASSERT_TRUE(array.ok()) << array.status();
     EXPECT_TRUE(array->data == layer(i).Expected(DType::kF32)) << layer(i).name;
   }
+
+  // The first layer's path in the way: none written, and the message says so.
+  const std::string first = *dir_ + "/first_fails";
+  ASSERT_TRUE(fs::create_directories(first + "/" + layer(0).name + ".npy"));
+  const CommandResult none = RunDequantctl(
+      *dir_, {"--server", server_->address, "dequantize-layers", "--tensors",
+              layer(0).name + "," + layer(1).name, "--streams", "1", "--out-dir", first});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_THAT(none.err, ::testing::EndsWith(" (0 of 2 layers were written to " + first +
+                                            " before the failure)\n"));
+}
+
+// --out-dir - is a usage error (it made a directory named '-'); nothing is created.
+TEST_F(DequantctlThreeLayersTest, OutDirDashIsAUsageError) {
+  const CommandResult run =
+      RunDequantctl(*dir_, {"--server", server_->address, "dequantize-layers", "--out-dir", "-"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("--out-dir -: standard output cannot hold a directory"));
+  EXPECT_FALSE(fs::exists(*dir_ + "/-"));
+}
+
+// --out - with standard output closed (`>&-`): a usage error, and no byte goes to whatever
+// descriptor took number 1 (gRPC's event descriptors did, and got the result's bytes).
+TEST_F(DequantctlThreeLayersTest, OutDashWithStandardOutputClosedIsAUsageError) {
+  const std::string err = *dir_ + "/closed_stdout.err";
+  const std::string command = DequantctlPath() + " --server " + server_->address +
+                              " dequantize --tensor " + layer(0).name + " --out - >&- 2>" + err;
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_THAT(ReadAll(err), HasSubstr("--out /dev/stdout: standard output is closed"));
 }
 
 // With --packed, (K, N) is known before the call: a --compare reference that does not fit is

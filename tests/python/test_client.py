@@ -358,13 +358,14 @@ def test_a_target_that_is_not_host_port_is_refused_before_any_call():
     Client refuses them (as dequantctl --server does) and passes targets with a scheme as they
     are (fresh-user review)."""
     for bad in ("127.0.0.1:506514", "127.0.0.1:0", "", "localhost", ":50051", "host:5o051",
-                "a:b:50051"):
+                "a:b:50051", " 127.0.0.1:50051", "127.0.0.1:50051 ", "127.0.0.1:\uff15\uff10",
+                "127.0.0.1:\u00b2", "http://127.0.0.1:50051"):
         with pytest.raises(ValueError, match="must be HOST:PORT with a port in 1..65535"):
             dequantd.Client(bad)
     with pytest.raises(TypeError, match="target must be a str"):
         dequantd.Client(50051)
     for good in ("127.0.0.1:65535", "[::1]:50051", "localhost:1", "unix:/tmp/d.sock",
-                 "dns:///example.com:443", "ipv4:127.0.0.1:50051"):
+                 "dns:///example.com:443", "ipv4:127.0.0.1:50051", "unix-abstract:dequantd"):
         dequantd.Client(good).close()
     proc = subprocess.run([sys.executable, "-m", "dequantd", "info", "--server", ""],
                           capture_output=True, text=True)
@@ -394,9 +395,38 @@ def test_module_dequantize_out_dash_writes_the_npy_to_stdout_and_a_directory_is_
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     assert proc.stderr.decode().endswith(" fp32 -> standard output\n"), proc.stderr
     assert list(tmp_path.iterdir()) == []  # no file named '-' or '-.npy'
+    # /dev/stdout is the same as -, not a file /dev/stdout.npy.
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "dequantize", f"--server={server}",
+                           "--tensor", LAYER_Q, "--dtype", "fp32", "--out", "/dev/stdout"],
+                          capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert np.array_equal(np.load(io.BytesIO(proc.stdout)).view(np.uint32), want.view(np.uint32))
+    assert not os.path.exists("/dev/stdout.npy")
+    # Standard output closed (`>&-`): a usage error, not a traceback.
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "dequantize", f"--server={server}",
+                           "--tensor", LAYER_Q, "--out", "-"], stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 2
+    assert "--out -: standard output is closed" in proc.stderr, proc.stderr
+    # A reader that goes away early: one clear line, exit 1.
+    with subprocess.Popen([sys.executable, "-m", "dequantd", "dequantize", f"--server={server}",
+                           "--tensor", LAYER_Q, "--dtype", "fp32", "--out", "-"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False) as p:
+        p.stdout.read(10)
+        p.stdout.close()
+        err = p.stderr.read().decode()
+        assert p.wait() == 1
+    assert err == ("error: --out -: standard output was closed by its reader before the whole "
+                   ".npy was written\n"), err
     proc = subprocess.run([sys.executable, "-m", "dequantd", "dequantize", f"--server={server}",
                            "--tensor", LAYER_Q, "--out", str(tmp_path)],
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert f"--out {tmp_path} is a directory: give the .npy file to write" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+    os.mkdir(tmp_path / "w.npy")  # --out w: np.save would write w.npy, a directory here
+    proc = subprocess.run([sys.executable, "-m", "dequantd", "dequantize", f"--server={server}",
+                           "--tensor", LAYER_Q, "--out", str(tmp_path / "w")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"--out {tmp_path / 'w.npy'} is a directory" in proc.stderr, proc.stderr

@@ -10,10 +10,11 @@ arguments (argparse).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import List, Optional, TextIO
 
 import numpy as np
 
@@ -54,9 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor", required=True, help="layer name from `list`")
     p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
     p.add_argument("--out", required=True,
-                   help=".npy file to write ('.npy' is added to a name without it; - = the .npy "
-                        "bytes to standard output, the report line then on stderr; bf16 as its "
-                        "uint16 bits: numpy has no bfloat16; ml-dtypes is not needed)")
+                   help=".npy file to write ('.npy' is added to a name without it; - or "
+                        "/dev/stdout = the .npy bytes to standard output, the report line then "
+                        "on stderr; bf16 as its uint16 bits: numpy has no bfloat16; ml-dtypes is "
+                        "not needed)")
     p.add_argument("--orientation", choices=["kn", "nk"], default=None,
                    help="the result's layout, written by the server's kernel: kn = (K, N), nk = "
                         "(N, K) (nn.Linear.weight); default: the format's own")
@@ -71,13 +73,34 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _write_all(stream: TextIO, data: memoryview) -> None:
+    """Every byte of `data` to `stream`'s descriptor (os.write in a loop: sys.stdout.buffer.write
+    returned a partial count, no error, when a pipe's reader had gone). BrokenPipeError when the
+    reader is gone."""
+    stream.flush()
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(stream.fileno(), view):]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.timeout is not None and not args.timeout > 0:
         parser.error(f"--timeout must be > 0 seconds (inf: no deadline), got {args.timeout}")
-    if args.command == "dequantize" and args.out != "-" and os.path.isdir(args.out):
-        parser.error(f"--out {args.out} is a directory: give the .npy file to write")
+    if args.command == "dequantize":
+        if args.out == "/dev/stdout":
+            args.out = "-"
+        if args.out == "-" and sys.stdout is None:
+            parser.error("--out -: standard output is closed")
+        if args.out == "-" and sys.stdout.isatty():
+            parser.error("--out -: standard output is a terminal; redirect it to a file or a "
+                         "pipe for the .npy bytes")
+        if args.out != "-":
+            path = args.out if args.out.endswith(".npy") else args.out + ".npy"  # np.save's
+            if os.path.isdir(args.out) or os.path.isdir(path):
+                parser.error(f"--out {path if os.path.isdir(path) else args.out} is a directory: "
+                             "give the .npy file to write")
     # A progress bar only where someone watches it (as dequantctl): never into a pipe or a log.
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     timeouts = {} if args.timeout is None else {"timeout": args.timeout,
@@ -107,8 +130,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                                       orientation=args.orientation, bf16_bits=True)
                 if args.out == "-":
                     out = "standard output"
-                    np.save(sys.stdout.buffer, w)
-                    sys.stdout.buffer.flush()
+                    data = io.BytesIO()
+                    np.save(data, w)
+                    _write_all(sys.stdout, data.getbuffer())
                 else:
                     out = args.out if args.out.endswith(".npy") else args.out + ".npy"  # np.save's
                     np.save(out, w)
@@ -129,6 +153,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # --out -: the reader went away (e.g. `| head -c 10`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        print("error: --out -: standard output was closed by its reader before the whole .npy "
+              "was written", file=sys.stderr)
+        return 1
     except OSError as e:  # writing the output: a missing directory, a file in the way, a full disk
         print(f"error: {e}", file=sys.stderr)
         return 1

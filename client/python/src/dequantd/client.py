@@ -344,24 +344,26 @@ def _layer_names(names: Iterable[str]) -> List[str]:
     return [_name(n, f"names[{i}]") for i, n in enumerate(names)]
 
 
-_TARGET_SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:", "xds:")
+_TARGET_SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")
 
 
 def _check_target(target: Any) -> str:
-    """`target` as Client takes it: a gRPC target with a scheme (unix:PATH, dns:..., ...) as it
-    is, else HOST:PORT or [IPV6]:PORT with a port in 1..65535 (as dequantctl --server). ValueError
+    """`target` as Client takes it, by dequantctl --server's rule: a gRPC target with a scheme
+    (unix:PATH, unix-abstract:NAME, dns:..., ipv4:..., ipv6:...) as it is, else HOST:PORT or
+    [IPV6]:PORT with a port of ASCII digits in 1..65535 and a host without spaces. ValueError
     otherwise: gRPC itself reads a port of 506514 as 47762 and an empty target as a resolver
     error in its log."""
     if not isinstance(target, str):
         raise TypeError(f"target must be a str such as '127.0.0.1:50051', got "
                         f"{type(target).__name__}")
-    if "://" in target or any(target.startswith(s) and len(target) > len(s)
-                              for s in _TARGET_SCHEMES):
+    if any(target.startswith(s) and len(target) > len(s) for s in _TARGET_SCHEMES):
         return target
     host, colon, port = target.rpartition(":")
     bracketed = host.startswith("[") and host.endswith("]") and len(host) > 2
-    host_ok = bracketed or (host != "" and not any(c in host for c in "[]:"))
-    if colon and host_ok and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535:
+    host_ok = bracketed or (host != "" and not any(c in host for c in "[]:")
+                            and not any(c.isspace() for c in host))
+    if (colon and host_ok and port.isascii() and port.isdigit() and len(port) <= 5
+            and 1 <= int(port) <= 65535):
         return target
     raise ValueError(f"target {target!r} must be HOST:PORT with a port in 1..65535 (e.g. "
                      f"'127.0.0.1:50051'), or a gRPC target such as 'unix:/path/to.sock'")
