@@ -197,8 +197,8 @@ int UsageError(const std::string& message) {
 
 // Rewrites "--group-size=4" as "--group_size=4" (and "--out -" as "--out=-") and checks that
 // every flag exists, so an unknown flag is a one-line usage error; appends each flag's name
-// ("group_size", "hardware_counters" for
-// --nohardware-counters) to `specified`. Arguments after a bare "--" are left alone.
+// ("group_size", "hardware_counters" for --nohardware-counters) to `specified`. Arguments after
+// a bare "--" are left alone.
 absl::Status NormalizeFlags(std::vector<std::string>* args, std::vector<std::string>* specified) {
   for (size_t i = 1; i < args->size(); ++i) {
     std::string& arg = (*args)[i];
@@ -282,8 +282,6 @@ bool WantsHelp(const std::vector<std::string>& args) {
   return false;
 }
 
-}  // namespace
-
 // Descriptors 0, 1 and 2 that the caller closed (`>&-`) are opened on /dev/null, so that no
 // descriptor the process opens later (a file, gRPC's event descriptors) takes their number and
 // receives what is meant for standard output. Returns whether standard output was closed.
@@ -292,8 +290,9 @@ bool OccupyClosedStandardDescriptors() {
   for (int fd = 0; fd <= 2; ++fd) {
     if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
     if (fd == STDOUT_FILENO) stdout_closed = true;
+    // open() takes the lowest free number: `fd` itself, the ones below it being open by now.
     const int null_fd = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
-    if (null_fd >= 0 && null_fd != fd) {  // the lowest free number: fd itself, unless raced
+    if (null_fd >= 0 && null_fd != fd) {
       ::dup2(null_fd, fd);
       ::close(null_fd);
     }
@@ -313,6 +312,8 @@ std::string StdoutOutputProblem(const std::string& out, bool stdout_closed) {
   }
   return "";
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const bool stdout_closed = OccupyClosedStandardDescriptors();

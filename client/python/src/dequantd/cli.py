@@ -97,10 +97,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             parser.error("--out -: standard output is a terminal; redirect it to a file or a "
                          "pipe for the .npy bytes")
         if args.out != "-":
-            path = args.out if args.out.endswith(".npy") else args.out + ".npy"  # np.save's
-            if os.path.isdir(args.out) or os.path.isdir(path):
-                parser.error(f"--out {path if os.path.isdir(path) else args.out} is a directory: "
-                             "give the .npy file to write")
+            if os.path.isdir(args.out):
+                parser.error(f"--out {args.out} is a directory: give the .npy file to write")
+            if not args.out.endswith(".npy"):
+                args.out += ".npy"  # as np.save would add it
+            if os.path.isdir(args.out):
+                parser.error(f"--out {args.out} is a directory: give the .npy file to write")
     # A progress bar only where someone watches it (as dequantctl): never into a pipe or a log.
     progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     timeouts = {} if args.timeout is None else {"timeout": args.timeout,
@@ -134,7 +136,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     np.save(data, w)
                     _write_all(sys.stdout, data.getbuffer())
                 else:
-                    out = args.out if args.out.endswith(".npy") else args.out + ".npy"  # np.save's
+                    out = args.out
                     np.save(out, w)
                 note = (" (bf16 as uint16 bits: numpy has no bfloat16; read with "
                         "np.load(...).view(ml_dtypes.bfloat16))" if args.dtype == "bf16" else "")
