@@ -225,14 +225,14 @@ absl::Status RunDequantizeLayers(DequantClient& client, const DequantizeLayersOp
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> npy_written{0};  // --out-dir: .npy files complete and in place
   // A failure after the directory was made says how many .npy files are in place (each is
-  // whole: a file appears only once complete); --out's one file appears only at the end.
+  // whole: a file appears only once complete); --out's one file appears only at the end. With
+  // --out-dir every requested layer is in `layers` (listed above).
   const auto failed = [&](const absl::Status& status) {
     if (npy_written.load() == 0 && !dir_created) return status;
     return absl::Status(
         status.code(),
-        absl::StrCat(status.message(), " (", npy_written.load(), " of ",
-                     layers.empty() ? tensors->size() : layers.size(), " layers were written to ",
-                     options.out_dir, " before the failure)"));
+        absl::StrCat(status.message(), " (", npy_written.load(), " of ", layers.size(),
+                     " layers were written to ", options.out_dir, " before the failure)"));
   };
   const auto make_sink = [&](size_t stream) {
     StreamState& state = states[stream];
