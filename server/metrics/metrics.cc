@@ -13,6 +13,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "server/metrics/metrics_http.h"
+#include "server/metrics/series_cache.h"
 #if DEQUANTD_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -128,6 +129,17 @@ void Metrics::CreateFamilies(std::string_view version) {
   output_bytes_total_ = &counter("dequantd_dequantize_output_bytes_total",
                                  "Dequantized result bytes sent to clients, in bytes")
                              .Add({});
+  rpc_in_flight_by_ = std::make_unique<SeriesCache<prometheus::Gauge, 1>>(
+      rpc_in_flight_, std::array<std::string, 1>{"method"});
+  rpc_requests_by_ = std::make_unique<SeriesCache<prometheus::Counter, 2>>(
+      rpc_requests_total_, std::array<std::string, 2>{"method", "code"});
+  rpc_errors_by_ = std::make_unique<SeriesCache<prometheus::Counter, 2>>(
+      rpc_errors_total_, std::array<std::string, 2>{"method", "code"});
+  rpc_duration_by_ = std::make_unique<SeriesCache<prometheus::Histogram, 2>>(
+      std::array<std::string, 2>{"method", "code"},
+      [family = rpc_duration_seconds_](const prometheus::Labels& labels) -> Histogram& {
+        return family->Add(labels, LatencyBuckets());
+      });
   stage_duration_seconds_ = &histogram(
       "dequantd_dequantize_stage_duration_seconds",
       "Time one Dequantize spent in a stage (queue_wait, host_to_device, kernel, device_to_host, "
@@ -155,6 +167,23 @@ void Metrics::CreateFamilies(std::string_view version) {
                                         "Bytes read + written by kernels on the device, in bytes");
   device_calls_in_flight_ = &gauge("dequantd_device_calls_in_flight",
                                    "Calls on the device now (in a slot or waiting for one)");
+  kernel_read_bytes_by_ = std::make_unique<SeriesCache<prometheus::Counter, 2>>(
+      kernel_read_bytes_total_, std::array<std::string, 2>{"backend", "variant"});
+  kernel_written_bytes_by_ = std::make_unique<SeriesCache<prometheus::Counter, 2>>(
+      kernel_written_bytes_total_, std::array<std::string, 2>{"backend", "variant"});
+  kernel_duration_by_ = std::make_unique<SeriesCache<prometheus::Histogram, 1>>(
+      std::array<std::string, 1>{"variant"},
+      [family = kernel_duration_seconds_](const prometheus::Labels& labels) -> Histogram& {
+        return family->Add(labels, LatencyBuckets());
+      });
+  kernel_bandwidth_fraction_by_ = std::make_unique<SeriesCache<prometheus::Gauge, 1>>(
+      kernel_bandwidth_fraction_, std::array<std::string, 1>{"device"});
+  device_kernel_seconds_by_ = std::make_unique<SeriesCache<prometheus::Counter, 1>>(
+      device_kernel_seconds_total_, std::array<std::string, 1>{"device"});
+  device_kernel_bytes_by_ = std::make_unique<SeriesCache<prometheus::Counter, 1>>(
+      device_kernel_bytes_total_, std::array<std::string, 1>{"device"});
+  device_calls_in_flight_by_ = std::make_unique<SeriesCache<prometheus::Gauge, 1>>(
+      device_calls_in_flight_, std::array<std::string, 1>{"device"});
   device_serving_ = &gauge("dequantd_device_serving",
                            "1 while the device is in rotation, 0 once it was taken out");
   device_failures_total_ = &counter("dequantd_device_failures_total",
@@ -208,8 +237,10 @@ void Metrics::CreateFamilies(std::string_view version) {
       &counter("dequantd_delivered_bytes_total",
                "Dequantized result bytes delivered, by destination (stream: gRPC messages; "
                "host_region / device_region: written into a client's shared memory), in bytes");
+  delivered_bytes_by_ = std::make_unique<SeriesCache<prometheus::Counter, 1>>(
+      delivered_bytes_total_, std::array<std::string, 1>{"destination"});
   for (const char* destination : {"stream", "host_region", "device_region"}) {
-    delivered_bytes_total_->Add({{"destination", destination}});
+    delivered_bytes_by_->Get({destination});
   }
   shared_memory_regions_ = &gauge("dequantd_shared_memory_regions",
                                   "Shared-memory regions registered now, by kind (host, device)");
@@ -248,18 +279,14 @@ void Metrics::CreateSecurityFamilies() {
 
 Metrics::~Metrics() = default;
 
-void Metrics::RpcStarted(std::string_view method) {
-  rpc_in_flight_->Add({{"method", std::string(method)}}).Increment();
-}
+void Metrics::RpcStarted(std::string_view method) { rpc_in_flight_by_->Get({method}).Increment(); }
 
 void Metrics::RpcFinished(std::string_view method, int code, double seconds) {
-  const std::string method_name(method);
-  rpc_in_flight_->Add({{"method", method_name}}).Decrement();
+  rpc_in_flight_by_->Get({method}).Decrement();
   const std::string code_name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-  const prometheus::Labels labels = {{"method", method_name}, {"code", code_name}};
-  rpc_requests_total_->Add(labels).Increment();
-  if (code != 0) rpc_errors_total_->Add(labels).Increment();
-  rpc_duration_seconds_->Add(labels, LatencyBuckets()).Observe(seconds);
+  rpc_requests_by_->Get({method, code_name}).Increment();
+  if (code != 0) rpc_errors_by_->Get({method, code_name}).Increment();
+  rpc_duration_by_->Get({method, code_name}).Observe(seconds);
 }
 
 void Metrics::AddOutputBytes(int64_t bytes) {
@@ -268,8 +295,7 @@ void Metrics::AddOutputBytes(int64_t bytes) {
 }
 
 void Metrics::AddDeliveredBytes(std::string_view destination, int64_t bytes) {
-  delivered_bytes_total_->Add({{"destination", std::string(destination)}})
-      .Increment(static_cast<double>(bytes));
+  delivered_bytes_by_->Get({destination}).Increment(static_cast<double>(bytes));
 }
 
 void Metrics::SetSharedMemoryRegions(std::string_view kind, int64_t count, int64_t bytes) {
@@ -387,17 +413,12 @@ void Metrics::ObserveStage(DequantizeStage stage, double seconds) {
 void Metrics::ObserveKernel(std::string_view device, std::string_view backend,
                             std::string_view variant, int64_t read_bytes, int64_t written_bytes,
                             double seconds) {
-  const prometheus::Labels labels = {{"backend", std::string(backend)},
-                                     {"variant", std::string(variant)}};
-  kernel_read_bytes_total_->Add(labels).Increment(static_cast<double>(read_bytes));
-  kernel_written_bytes_total_->Add(labels).Increment(static_cast<double>(written_bytes));
-  kernel_duration_seconds_->Add({{"variant", std::string(variant)}}, LatencyBuckets())
-      .Observe(seconds);
-  const prometheus::Labels on_device = {{"device", std::string(device)}};
-  device_kernel_bytes_total_->Add(on_device).Increment(
-      static_cast<double>(read_bytes + written_bytes));
+  kernel_read_bytes_by_->Get({backend, variant}).Increment(static_cast<double>(read_bytes));
+  kernel_written_bytes_by_->Get({backend, variant}).Increment(static_cast<double>(written_bytes));
+  kernel_duration_by_->Get({variant}).Observe(seconds);
+  device_kernel_bytes_by_->Get({device}).Increment(static_cast<double>(read_bytes + written_bytes));
   if (seconds <= 0) return;
-  device_kernel_seconds_total_->Add(on_device).Increment(seconds);
+  device_kernel_seconds_by_->Get({device}).Increment(seconds);
   double copy_rate = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -406,7 +427,7 @@ void Metrics::ObserveKernel(std::string_view device, std::string_view backend,
   }
   if (copy_rate > 0) {
     const double rate = static_cast<double>(read_bytes + written_bytes) / seconds;
-    kernel_bandwidth_fraction_->Add({{"device", std::string(device)}}).Set(rate / copy_rate);
+    kernel_bandwidth_fraction_by_->Get({device}).Set(rate / copy_rate);
   }
 }
 
@@ -424,7 +445,7 @@ void Metrics::SetDeviceMemoryUsed(std::string_view device, DeviceMemoryKind kind
 }
 
 void Metrics::SetDeviceInFlight(std::string_view device, int64_t calls) {
-  device_calls_in_flight_->Add({{"device", std::string(device)}}).Set(static_cast<double>(calls));
+  device_calls_in_flight_by_->Get({device}).Set(static_cast<double>(calls));
 }
 
 void Metrics::SetDeviceServing(std::string_view device, bool serving) {

@@ -65,6 +65,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -91,6 +92,8 @@ class Histogram;
 namespace dequantd {
 
 class MetricsHttpServer;
+template <typename Metric, size_t kLabels>
+class SeriesCache;  // series_cache.h
 
 // Thread-safe: every method may be called from many threads at once.
 class Metrics final : public BackendObserver, public AutotuneObserver {
@@ -186,6 +189,20 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
   // lists only stages that ran, as before) and looked up here afterwards: Family::Add builds and
   // hashes a label map under the family's lock, about 0.6 us, five times per call after the kernel.
   std::array<std::atomic<prometheus::Histogram*>, 5> stage_series_{};
+  // The per-call series of the families above, by label values (series_cache.h): every RPC and
+  // every kernel report looks its series up here instead of through Family::Add.
+  std::unique_ptr<SeriesCache<prometheus::Gauge, 1>> rpc_in_flight_by_;
+  std::unique_ptr<SeriesCache<prometheus::Counter, 2>> rpc_requests_by_;
+  std::unique_ptr<SeriesCache<prometheus::Counter, 2>> rpc_errors_by_;
+  std::unique_ptr<SeriesCache<prometheus::Histogram, 2>> rpc_duration_by_;
+  std::unique_ptr<SeriesCache<prometheus::Counter, 2>> kernel_read_bytes_by_;
+  std::unique_ptr<SeriesCache<prometheus::Counter, 2>> kernel_written_bytes_by_;
+  std::unique_ptr<SeriesCache<prometheus::Histogram, 1>> kernel_duration_by_;
+  std::unique_ptr<SeriesCache<prometheus::Gauge, 1>> kernel_bandwidth_fraction_by_;
+  std::unique_ptr<SeriesCache<prometheus::Counter, 1>> device_kernel_seconds_by_;
+  std::unique_ptr<SeriesCache<prometheus::Counter, 1>> device_kernel_bytes_by_;
+  std::unique_ptr<SeriesCache<prometheus::Gauge, 1>> device_calls_in_flight_by_;
+  std::unique_ptr<SeriesCache<prometheus::Counter, 1>> delivered_bytes_by_;
 
   prometheus::Family<prometheus::Counter>* kernel_read_bytes_total_ = nullptr;
   prometheus::Family<prometheus::Counter>* kernel_written_bytes_total_ = nullptr;
