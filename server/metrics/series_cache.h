@@ -30,10 +30,9 @@ class SeriesCache {
   SeriesCache(std::array<std::string, kLabels> names, Adder add)
       : names_(std::move(names)), add_(std::move(add)) {}
   SeriesCache(prometheus::Family<Metric>* family, std::array<std::string, kLabels> names)
-      : SeriesCache(std::move(names),
-                    [family](const prometheus::Labels& labels) -> Metric& {
-                      return family->Add(labels);
-                    }) {}
+      : SeriesCache(std::move(names), [family](const prometheus::Labels& labels) -> Metric& {
+          return family->Add(labels);
+        }) {}
 
   // The series whose label values are `values`, in the order of the names given at construction.
   Metric& Get(const std::array<std::string_view, kLabels>& values) {
