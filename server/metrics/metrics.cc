@@ -184,6 +184,8 @@ void Metrics::CreateFamilies(std::string_view version) {
       device_kernel_bytes_total_, std::array<std::string, 1>{"device"});
   device_calls_in_flight_by_ = std::make_unique<SeriesCache<prometheus::Gauge, 1>>(
       device_calls_in_flight_, std::array<std::string, 1>{"device"});
+  device_memory_used_by_ = std::make_unique<SeriesCache<prometheus::Gauge, 2>>(
+      device_memory_used_bytes_, std::array<std::string, 2>{"device", "kind"});
   device_serving_ = &gauge("dequantd_device_serving",
                            "1 while the device is in rotation, 0 once it was taken out");
   device_failures_total_ = &counter("dequantd_device_failures_total",
@@ -440,8 +442,7 @@ void Metrics::SetDeviceCopyBandwidth(std::string_view device, double bytes_per_s
 }
 
 void Metrics::SetDeviceMemoryUsed(std::string_view device, DeviceMemoryKind kind, int64_t bytes) {
-  device_memory_used_bytes_->Add({{"device", std::string(device)}, {"kind", MemoryKindName(kind)}})
-      .Set(static_cast<double>(bytes));
+  device_memory_used_by_->Get({device, MemoryKindName(kind)}).Set(static_cast<double>(bytes));
 }
 
 void Metrics::SetDeviceInFlight(std::string_view device, int64_t calls) {

@@ -202,6 +202,7 @@ class Metrics final : public BackendObserver, public AutotuneObserver {
   std::unique_ptr<SeriesCache<prometheus::Counter, 1>> device_kernel_seconds_by_;
   std::unique_ptr<SeriesCache<prometheus::Counter, 1>> device_kernel_bytes_by_;
   std::unique_ptr<SeriesCache<prometheus::Gauge, 1>> device_calls_in_flight_by_;
+  std::unique_ptr<SeriesCache<prometheus::Gauge, 2>> device_memory_used_by_;
   std::unique_ptr<SeriesCache<prometheus::Counter, 1>> delivered_bytes_by_;
 
   prometheus::Family<prometheus::Counter>* kernel_read_bytes_total_ = nullptr;
