@@ -4,7 +4,8 @@
 // cache instead, which hashes the values under a shared lock and calls Add only the first time a
 // combination is seen. Label sets stay small (method x code, variant, device: no tensor names), so
 // the cache is never trimmed. Thread-safe. Series pointers stay valid for the family's life
-// (prometheus-cpp never removes a series unless Remove is called, which dequantd does not).
+// (prometheus-cpp removes a series only on Remove, which dequantd calls on the benchmark families
+// alone, none of which goes through a cache).
 #pragma once
 
 #include <array>
