@@ -380,8 +380,11 @@ def test_a_name_that_is_not_a_string_is_a_type_error_naming_the_argument(client)
         client.dequantize(123)
     with pytest.raises(TypeError, match=r"^name must be a str"):
         client.read_tensor(b"model.norm.weight")
+    # At the call, not at the first item of the iterator it returns.
     with pytest.raises(TypeError, match=r"^names\[1\] must be a str"):
-        list(client.dequantize_layers([LAYER_Q, 7]))
+        client.dequantize_layers([LAYER_Q, 7])
+    with pytest.raises(ValueError, match=r"^dtype must be one of"):
+        client.dequantize_layers([LAYER_Q], dtype="int8")
 
 
 def test_module_dequantize_out_dash_writes_the_npy_to_stdout_and_a_directory_is_refused(

@@ -665,8 +665,11 @@ class Client:
                 layers' bytes).
 
         Raises:
+            TypeError, ValueError: a name that is not a str, a bad dtype or orientation; at the
+                call, before anything is iterated.
             DequantdError: NOT_FOUND (a name), RESOURCE_EXHAUSTED (results over the server's
-                max_output_bytes), FAILED_PRECONDITION (no model loaded), ...
+                max_output_bytes), FAILED_PRECONDITION (no model loaded), ...; while iterating
+                (the call starts at the first item).
         """
         request = pb.DequantizeLayersRequest(output_dtype=dtypes.output_dtype(dtype),
                                              chunk_bytes=self._chunk_bytes,
@@ -674,7 +677,12 @@ class Client:
         if names is not None:
             request.tensors.extend(_layer_names(names))
             if not request.tensors:
-                return
+                return iter(())
+        return self._dequantize_layers(request, dtype, as_torch, progress)
+
+    def _dequantize_layers(self, request: Any, dtype: str, as_torch: bool,
+                           progress: bool) -> Iterator[Tuple[str, ArrayLike]]:
+        """dequantize_layers' results for its checked request."""
         total = None
         if progress:
             wanted = set(request.tensors)
