@@ -16,6 +16,8 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/family.h"
 #include "prometheus/labels.h"
@@ -37,20 +39,23 @@ class SeriesCache {
 
   // The series whose label values are `values`, in the order of the names given at construction.
   Metric& Get(const std::array<std::string_view, kLabels>& values) {
-    std::string key;
+    // The key is built on the stack (label values here are short) and looked up as a view: a
+    // hit allocates nothing.
+    absl::InlinedVector<char, 128> key;
     for (std::string_view value : values) {
-      key.append(value);
+      key.insert(key.end(), value.begin(), value.end());
       key.push_back('\x1f');  // (not in a label value dequantd sets)
     }
+    const absl::string_view key_view(key.data(), key.size());
     {
       absl::ReaderMutexLock lock(&mu_);
-      if (auto it = series_.find(key); it != series_.end()) return *it->second;
+      if (auto it = series_.find(key_view); it != series_.end()) return *it->second;
     }
     prometheus::Labels labels;
     for (size_t i = 0; i < kLabels; ++i) labels.emplace(names_[i], std::string(values[i]));
     Metric& series = add_(labels);  // Add returns the existing series for equal labels
     absl::MutexLock lock(&mu_);
-    series_.emplace(key, &series);
+    series_.emplace(std::string(key_view), &series);
     return series;
   }
 
