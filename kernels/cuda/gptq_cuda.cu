@@ -8,12 +8,10 @@
 //                   (coalesced loads and stores); (N, K): consecutive threads take consecutive
 //                   runs of one column (each stores 32 consecutive elements of output row n);
 //   v4_vec16:       4 bits, whole 16-byte result chunks, groups of whole words without g_idx:
-//                   every store a 16-byte chunk. (N, K): a thread per qweight word, its 8
-//                   elements one chunk of its result row, two lanes per row side by side (32
-//                   contiguous bytes), each group's scale and zero from shared memory
-//                   (GptqNkPairKernel); (K, N): a thread per 8 (fp32: 4) consecutive columns of
-//                   one qweight row, 8 result rows (GptqKnChunkKernel, packed 16-bit pair
-//                   decode). Other layers run v1's loop.
+//                   every store a 16-byte chunk, consecutive threads along a result row. (N, K):
+//                   a block per 32 columns (GptqNkSliceKernel, shared-memory tiles); (K, N): a
+//                   thread per 8 (fp32: 4) consecutive columns of one qweight row, 8 result rows
+//                   (GptqKnChunkKernel, packed 16-bit pair decode). Other layers run v1's loop.
 // None takes launch parameters (256-thread blocks, grid-stride loops, 64-bit indices).
 #include <algorithm>
 #include <cstdint>
@@ -76,47 +74,52 @@ __global__ void GptqPerRunKernel(GptqParams p) {
 
 // ---- v4 (4-bit): 16-byte stores of whole result chunks -----------------------------------------
 
-constexpr int kWarps = kBlock / 32;
+constexpr int kTileN = 32;  // (N, K) tile: 32 columns n ...
+constexpr int kTileWarps = kBlock / 32;
+// ... x 32 qweight rows (256 inputs k); 16 for fp32 results (shared memory under 48 KB).
+template <DType kOut>
+inline constexpr int kNkTileWords = kOut == DType::kF32 ? 16 : 32;
 
 // The zero (a 4-bit field) of column `i` of a zero word.
 __device__ __forceinline__ uint32_t ZeroField(uint32_t zero_word, int64_t i) {
   return (zero_word >> (4 * (i % 8))) & 0xFu;
 }
 
-// The most dynamic shared memory a GptqNkPairKernel block asks for (a layer with more groups
-// than fit runs v1): within every sm_90 GPU's 227 KB per block.
-constexpr int64_t kGptqNkMaxSharedBytes = int64_t{200} << 10;
-
-// (N, K) without a transpose: a qweight word (kw, n) is 8 consecutive elements of result row n,
-// one 16-byte chunk (fp32: two). Lane l of a warp takes column n0 + l / 2 and word row kw + l % 2,
-// so each pair of lanes stores 32 contiguous bytes of one result row (a whole sector) and a warp's
-// store instruction writes 16 whole sectors, as a coalesced row would; the words come 64 bytes per
-// row of qweight. Block x takes the kPairColumns columns [n0, n0 + 16) and y the y-th segment of
-// the word rows, kPairUnroll word-row pairs per warp at a time (all loads first).
-// Once per block, every group's scale and zero of these columns go to shared memory as one 32-bit
-// word each (the scale's 16 bits above the zero's 4: one conflict-free load per element), twice:
-// the lanes of even word rows read copy 0 (banks 0-15), those of odd rows copy 1 (banks 16-31), so
-// the two groups a warp reads at once never share a bank whatever they are (act-order: any).
-// Arithmetic: ((2^23 + q) - (2^23 + z)) * s, both terms exact floats (their low mantissa bits
-// hold q and z: no I2F), so this is GptqElement's __int2float_rn(q - z) * s bit for bit.
-constexpr int kPairColumns = 16;
-constexpr int kPairUnroll = 4;
-
-// Dynamic shared memory of GptqNkPairKernel for a layer of `groups` groups.
-inline int64_t GptqNkPairSharedBytes(int64_t groups) { return groups * 2 * kPairColumns * 4; }
-
+// (N, K): qweight word (kw, n) holds 8 consecutive elements of result row n, but consecutive
+// words of that row lie N words apart. Block (x, y) takes the 32 columns [n0, n0 + 32), n0 = 32 x,
+// and the y-th segment of the qweight rows, in tiles of W rows (8W inputs k):
+//  - once per block, every group's 32 scales (16-byte loads) and zeros (v1 bias added) of these
+//    columns go to shared memory as floats, the zeros biased by 2^23 (groups x 256 bytes: with
+//    act-order any group can occur);
+//  - per tile, each thread loads its W / 8 words (warp w: rows kw0 + w + 8i, lanes along n:
+//    coalesced) and the group of one input k (g_idx, or k / group_size), the next tile's while
+//    this one is stored; decodes them from shared memory (same arithmetic as GptqElement) into
+//    16-byte chunks of its result row n, kept in a shared-memory tile; then warp w stores result
+//    rows n0 + w + 8i, lanes along the row (512 contiguous bytes per store instruction).
+// Shared memory (dynamic): GptqNkSharedBytes.
 template <DType kScale, DType kOut>
-__global__ void __launch_bounds__(kBlock, 4) GptqNkPairKernel(GptqParams p) {
-  constexpr int kC = kChunk<kOut>;
-  constexpr int kChunksPerWord = 8 / kC;  // 1 (fp16/bf16) or 2 (fp32)
-  extern __shared__ uint32_t zs[];        // [groups][2][kPairColumns]
+__global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
+  constexpr int kWords = kNkTileWords<kOut>;
+  constexpr int kTileK = kWords * 8;                    // inputs k per tile: 256 or 128
+  constexpr int kWordsPerThread = kWords / kTileWarps;  // 4 or 2
+  constexpr int kPerWord = 8 / kChunk<kOut>;            // 16-byte chunks per word
+  constexpr int kRowChunks = kWords * kPerWord;         // 32
+  static_assert(kTileK <= kBlock && kRowChunks == 32);
+  extern __shared__ uint4 shared[];
+  // One padding chunk per row: the decode's writes (lanes along n) hit distinct banks.
+  auto* tile = reinterpret_cast<uint4(*)[kRowChunks + 1]>(shared);
+  auto* tile_groups = reinterpret_cast<int32_t*>(shared + kTileN * (kRowChunks + 1));
+  // Per group and column: the scale as a float and 2^23 + zero (the zero biased as the codes are).
+  auto* scales = reinterpret_cast<float(*)[kTileN]>(tile_groups + kTileK);
+  auto* zeros = scales + p.groups;
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kPairColumns;
-  for (int64_t i = tid; i < p.groups * (kPairColumns / 8); i += kBlock) {
-    const int64_t g = i / (kPairColumns / 8);
-    const int v = static_cast<int>(i % (kPairColumns / 8));
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  const int64_t n = n0 + lane;
+  for (int64_t i = tid; i < p.groups * (kTileN / 8); i += kBlock) {
+    const int64_t g = i / (kTileN / 8);
+    const int v = static_cast<int>(i % (kTileN / 8));
     if (n0 + 8 * v < p.N) {  // N % 8 == 0: whole 16-byte scale vectors and zero words
       const uint4 bits = __ldg(
           reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.scales) + g * p.N + n0) +
@@ -125,108 +128,87 @@ __global__ void __launch_bounds__(kBlock, 4) GptqNkPairKernel(GptqParams p) {
       const uint32_t zero_word = GptqZeroWord4(p, g, n0 / 8 + v);
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
-        const uint32_t scale_bits = (halves[c / 2] >> (16 * (c % 2))) & 0xFFFFu;
-        const uint32_t packed = (scale_bits << 16) | ZeroField(zero_word, c);
-        zs[(g * 2) * kPairColumns + 8 * v + c] = packed;
-        zs[(g * 2 + 1) * kPairColumns + 8 * v + c] = packed;
+        scales[g][8 * v + c] =
+            ScaleBitsToFloat<kScale>(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2))));
+        zeros[g][8 * v + c] = __uint_as_float(0x4B000000u | ZeroField(zero_word, c));
       }
     }
   }
-  __syncthreads();
-  const int col = lane / 2;
-  const int odd = lane % 2;
-  const int64_t n = n0 + col;
-  const bool live = n < p.N;
-  const uint32_t* my_zs = zs + odd * kPairColumns + col;  // + g * 2 * kPairColumns
   const int64_t words_k = p.K / 8;
-  // Word rows per block step: warps x unroll pairs.
-  constexpr int kStepRows = 2 * kWarps * kPairUnroll;
-  const int64_t steps = (words_k + kStepRows - 1) / kStepRows;
-  const int64_t per_segment = (steps + gridDim.y - 1) / gridDim.y;
-  const int64_t s_end = std::min<int64_t>(steps, (blockIdx.y + 1) * per_segment);
-  const unsigned* q_col = reinterpret_cast<const unsigned*>(p.qweight) + n;
-  const auto last = static_cast<int32_t>(p.groups - 1);
-  const bool gidx_vectors = reinterpret_cast<uintptr_t>(p.g_idx) % 16 == 0;
-  for (int64_t s = blockIdx.y * per_segment; s < s_end; ++s) {
-    // This thread's word rows of the step: kw0 + 2 kWarps u.
-    const int64_t kw0 = s * kStepRows + 2 * warp + odd;
-    uint32_t q[kPairUnroll];
+  const int64_t tiles_k = (words_k + kWords - 1) / kWords;
+  const int64_t per_segment = (tiles_k + gridDim.y - 1) / gridDim.y;
+  const int64_t t_end = std::min<int64_t>(tiles_k, (blockIdx.y + 1) * per_segment);
+  const auto* qweight = reinterpret_cast<const unsigned*>(p.qweight);
+  // This thread's loads for tile t: its words and (tid < kTileK) the group of input k0 + tid.
+  const auto load = [&](int64_t t, uint32_t(&q)[kWordsPerThread], int32_t& group) {
+    const int64_t kw0 = t * kWords;
 #pragma unroll
-    for (int u = 0; u < kPairUnroll; ++u) {
-      const int64_t kw = kw0 + 2 * kWarps * u;
-      q[u] = live && kw < words_k ? __ldg(q_col + kw * p.N) : 0u;
+    for (int i = 0; i < kWordsPerThread; ++i) {
+      const int64_t kw = kw0 + warp + kTileWarps * i;
+      q[i] = kw < words_k && n < p.N ? __ldg(qweight + kw * p.N + n) : 0u;
     }
+    const int64_t k = kw0 * 8 + tid;
+    group = tid < kTileK && k < p.K ? static_cast<int32_t>(GptqGroup(p, k)) : 0;
+  };
+  uint32_t q[kWordsPerThread];
+  int32_t group = 0;
+  int64_t t = blockIdx.y * per_segment;
+  if (t < t_end) load(t, q, group);
+  for (; t < t_end; ++t) {
+    if (tid < kTileK) tile_groups[tid] = group;
+    __syncthreads();  // groups (and, the first time, scales and zeros) in place
+    uint32_t q_next[kWordsPerThread];
+    int32_t group_next = 0;
+    if (t + 1 < t_end) load(t + 1, q_next, group_next);
+    const int64_t kw0 = t * kWords;
 #pragma unroll
-    for (int u = 0; u < kPairUnroll; ++u) {
-      const int64_t kw = kw0 + 2 * kWarps * u;
-      if (!live || kw >= words_k) continue;
-      int32_t groups[8];
-      if (p.g_idx != nullptr) {
-        // The 8 rows' groups, the same for every column (cached): two 16-byte loads when g_idx
-        // is 16-byte aligned (rows 8 kw.. start 32 bytes apart), else one by one; clamped as
-        // GptqGroup does.
-        const int32_t* row_groups = p.g_idx + kw * 8;
-        if (gidx_vectors) {
-          const int4 lo = __ldg(reinterpret_cast<const int4*>(row_groups));
-          const int4 hi = __ldg(reinterpret_cast<const int4*>(row_groups) + 1);
-          const int32_t loaded[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    for (int i = 0; i < kWordsPerThread; ++i) {
+      const int wl = warp + kTileWarps * i;  // the word's row in the tile
+      if (kw0 + wl < words_k && n < p.N) {
+        const int4 g_lo = reinterpret_cast<const int4*>(tile_groups)[2 * wl];
+        const int4 g_hi = reinterpret_cast<const int4*>(tile_groups)[2 * wl + 1];
+        const int32_t groups[8] = {g_lo.x, g_lo.y, g_lo.z, g_lo.w, g_hi.x, g_hi.y, g_hi.z, g_hi.w};
+        float v[8];
 #pragma unroll
-          for (int j = 0; j < 8; ++j) groups[j] = loaded[j];
-        } else {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) groups[j] = __ldg(row_groups + j);
+        for (int j = 0; j < 8; ++j) {
+          // ((2^23 + q) - (2^23 + z)) * s: both terms exact floats (their low mantissa bits hold
+          // q and z: no I2F), so this is GptqElement's __int2float_rn(q - z) * s bit for bit.
+          const float q_biased = __uint_as_float(0x4B000000u | ((q[i] >> (4 * j)) & 0xFu));
+          v[j] = (q_biased - zeros[groups[j]][lane]) * scales[groups[j]][lane];
         }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) groups[j] = min(max(groups[j], 0), last);
-      } else {
-        // group_size % 8 == 0 (launcher): the word's 8 rows share one group.
-        const auto g = static_cast<int32_t>(kw * 8 / p.group_size);
+        for (int c = 0; c < kPerWord; ++c) {
+          float part[kChunk<kOut>];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) groups[j] = g;
-      }
-      float v[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const uint32_t packed = my_zs[groups[j] * (2 * kPairColumns)];
-        const float scale = ScaleBitsToFloat<kScale>(static_cast<uint16_t>(packed >> 16));
-        const float zero = __uint_as_float(0x4B000000u | (packed & 0xFu));
-        const float q_biased = __uint_as_float(0x4B000000u | ((q[u] >> (4 * j)) & 0xFu));
-        v[j] = (q_biased - zero) * scale;
-      }
-      uint4* dst = static_cast<uint4*>(p.out) + (n * p.K + kw * 8) / kC;
-#pragma unroll
-      for (int c = 0; c < kChunksPerWord; ++c) {
-        float part[kC];
-#pragma unroll
-        for (int j = 0; j < kC; ++j) part[j] = v[c * kC + j];
-        dst[c] = PackChunk<kOut>(part);
+          for (int j = 0; j < kChunk<kOut>; ++j) part[j] = v[c * kChunk<kOut> + j];
+          tile[lane][wl * kPerWord + c] = PackChunk<kOut>(part);
+        }
       }
     }
+    __syncthreads();  // the tile decoded; tile_groups free for the next tile
+    const int64_t row_chunks = std::min<int64_t>(kWords, words_k - kw0) * kPerWord;
+    for (int r = warp; r < kTileN && n0 + r < p.N; r += kTileWarps) {
+      uint4* dst = static_cast<uint4*>(p.out) + ((n0 + r) * p.K + kw0 * 8) / kChunk<kOut>;
+      if (lane < row_chunks) dst[lane] = tile[r][lane];
+    }
+    __syncthreads();  // the tile stored: free for the next decode
+#pragma unroll
+    for (int i = 0; i < kWordsPerThread; ++i) q[i] = q_next[i];
+    group = group_next;
   }
 }
 
-// Launches GptqNkPairKernel: one block per 16 columns, the word rows split into as many segments
-// as give about kPairBlocks blocks (each segment stages the scales and zeros once).
-template <DType kScale, DType kOut>
-absl::Status LaunchGptqNkPairs(const GptqParams& p, cudaStream_t stream) {
-  constexpr int64_t kPairBlocks = 2048;
-  const int64_t bytes = GptqNkPairSharedBytes(p.groups);
-  if (bytes > (int64_t{48} << 10)) {
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(GptqNkPairKernel<kScale, kOut>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       static_cast<int>(bytes)));
-  }
-  const int64_t slices = (p.N + kPairColumns - 1) / kPairColumns;
-  constexpr int64_t kStepRows = 2 * kWarps * kPairUnroll;
-  const int64_t steps = (p.K / 8 + kStepRows - 1) / kStepRows;
-  const int64_t segments =
-      std::clamp<int64_t>(kPairBlocks / slices, 1, std::min<int64_t>(steps, 65535));
-  GptqNkPairKernel<kScale, kOut>
-      <<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(segments)), kBlock,
-         static_cast<size_t>(bytes), stream>>>(p);
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+// Dynamic shared memory of GptqNkSliceKernel<.., kOut> for a layer of `groups` groups.
+template <DType kOut>
+int64_t GptqNkSharedBytes(int64_t groups) {
+  constexpr int kWords = kNkTileWords<kOut>;
+  const int64_t tile = int64_t{kTileN} * (kWords * (8 / kChunk<kOut>)+1) * 16;
+  return tile + kWords * 8 * 4 + groups * kTileN * 8;
 }
+
+// The most dynamic shared memory a GptqNkSliceKernel block asks for (a layer with more groups
+// than fit runs v1): within every sm_90 GPU's 227 KB per block.
+constexpr int64_t kGptqNkMaxSharedBytes = int64_t{200} << 10;
 
 // (K, N) rows of one qweight row in packed 16-bit arithmetic (kernels/nibble_pairs.h,
 // kernels/cuda/half2_pairs.cuh). Result row j of a qweight word row holds field j of the thread's
@@ -411,6 +393,28 @@ absl::Status LaunchGptqKnChunks(const GptqParams& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+// Launches GptqNkSliceKernel: one block per 32 columns, the qweight rows split into as many
+// segments as give about kSliceBlocks blocks (each segment stages the scales and zeros once).
+template <DType kScale, DType kOut>
+absl::Status LaunchGptqNkSlices(const GptqParams& p, cudaStream_t stream) {
+  constexpr int64_t kSliceBlocks = 2048;
+  const int64_t bytes = GptqNkSharedBytes<kOut>(p.groups);
+  if (bytes > (int64_t{48} << 10)) {
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(GptqNkSliceKernel<kScale, kOut>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(bytes)));
+  }
+  const int64_t slices = (p.N + kTileN - 1) / kTileN;
+  const int64_t tiles_k = (p.K / 8 + kNkTileWords<kOut> - 1) / kNkTileWords<kOut>;
+  const int64_t segments =
+      std::clamp<int64_t>(kSliceBlocks / slices, 1, std::min<int64_t>(tiles_k, 65535));
+  GptqNkSliceKernel<kScale, kOut>
+      <<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(segments)), kBlock,
+         static_cast<size_t>(bytes), stream>>>(p);
+  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 constexpr KernelVariant kGptqVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord,
@@ -475,8 +479,8 @@ absl::Status GptqLaunch(KernelVariant v, const LaunchConfig&, const QuantView& i
         constexpr DType kOut = decltype(out_c)::value;
         switch (v) {
           case KernelVariant::kV4Vec16:
-            if (nk_tiles && GptqNkPairSharedBytes(p.groups) <= kGptqNkMaxSharedBytes) {
-              return LaunchGptqNkPairs<kScale, kOut>(p, stream);
+            if (nk_tiles && GptqNkSharedBytes<kOut>(p.groups) <= kGptqNkMaxSharedBytes) {
+              return LaunchGptqNkSlices<kScale, kOut>(p, stream);
             }
             if (kn_chunks) return LaunchGptqKnChunks<kScale, kOut>(p, stream);
             [[fallthrough]];

@@ -102,65 +102,6 @@ struct Mxfp4NkChunks {
   }
 };
 
-// Decodes one 16-byte block (32 inputs k) of each of kValuesPerWord rows n (`v`, with E8M0 scales
-// `s`) into the 32 result words of their column: word k (at col[k * stride]) holds row k's values
-// of those rows (16-bit results: the pair, the lower n in the low half; fp32: the one value), each
-// rounded once. Scales <= kMaxScale14 take one multiply per value, other finite scales two, 0xFF
-// Element's NaN path (the host conversion's bits).
-template <DType kOut, int kValuesPerWord>
-__device__ __forceinline__ void DecodeBlockColumn(const uint4 (&v)[kValuesPerWord],
-                                                  const uint8_t (&s)[kValuesPerWord], uint32_t* col,
-                                                  int stride) {
-  // The block's 16 bytes (inputs k = 2b, 2b + 1) of each row r with values(byte, r).
-  const auto decode = [&](auto values) {
-#pragma unroll
-    for (int b = 0; b < 16; ++b) {
-      float2 x[kValuesPerWord];
-#pragma unroll
-      for (int r = 0; r < kValuesPerWord; ++r) {
-        const uint32_t word = b < 4 ? v[r].x : b < 8 ? v[r].y : b < 12 ? v[r].z : v[r].w;
-        x[r] = values(ByteOf(word, b % 4), r);
-      }
-      if constexpr (kOut == DType::kF32) {
-        col[(2 * b) * stride] = __float_as_uint(x[0].x);
-        col[(2 * b + 1) * stride] = __float_as_uint(x[0].y);
-      } else {
-        col[(2 * b) * stride] = PackPair<kOut>(x[0].x, x[1].x);
-        col[(2 * b + 1) * stride] = PackPair<kOut>(x[0].y, x[1].y);
-      }
-    }
-  };
-  bool fast = true;  // every scale <= kMaxScale14: one multiply per value
-  bool finite = true;
-#pragma unroll
-  for (int r = 0; r < kValuesPerWord; ++r) {
-    fast &= s[r] <= kMaxScale14;
-    finite &= s[r] != mxfp4::kScaleNan;
-  }
-  if (fast) {
-    float scale14[kValuesPerWord];
-#pragma unroll
-    for (int r = 0; r < kValuesPerWord; ++r) scale14[r] = Scale14(s[r]);
-    decode([&](uint32_t byte, int r) { return ByteValues14(byte, scale14[r]); });
-  } else if (finite) {
-    float scale[kValuesPerWord];
-#pragma unroll
-    for (int r = 0; r < kValuesPerWord; ++r) scale[r] = mxfp4::ScaleToFloat(s[r]);
-    decode([&](uint32_t byte, int r) { return ByteValues(byte, scale[r]); });
-  } else {  // a scale 0xFF: NaNs (inf * 0) take the host conversion's bits (RoundOutBits)
-#pragma unroll 1
-    for (int j = 0; j < static_cast<int>(mxfp4::kBlockValues); ++j) {
-      uint32_t word = 0;
-#pragma unroll
-      for (int r = 0; r < kValuesPerWord; ++r) {
-        const uint32_t w4[4] = {v[r].x, v[r].y, v[r].z, v[r].w};
-        word |= RoundOutBits<kOut>(BlockValue(w4, j, s[r])) << (16 * r);
-      }
-      col[j * stride] = word;
-    }
-  }
-}
-
 // (E, K, N): a shared-memory transpose, one tile per block, its shape a launch configuration
 // (Mxfp4KnTile): the tile is kG blocks (32 inputs k each) of kRows rows n of one expert. Tiles are
 // numbered n first, so the blocks resident together write whole result rows k and read runs of
@@ -217,7 +158,55 @@ __global__ void __launch_bounds__(Mxfp4KnTile<kOut, kG, kRows>::kThreads)
       s[r] = __ldg(p.scales + b);
     }
     uint32_t* col = tile + (32 * g) * T::kWords + (c ^ (g << T::kSwizzleShift));
-    DecodeBlockColumn<kOut, T::kValuesPerWord>(v, s, col, T::kWords);
+    // Decodes the block's 16 bytes (inputs k = 2b, 2b + 1) of each row r with values(byte, r)
+    // into the 32 words of its column.
+    const auto decode = [&](auto values) {
+#pragma unroll
+      for (int b = 0; b < 16; ++b) {
+        float2 x[T::kValuesPerWord];
+#pragma unroll
+        for (int r = 0; r < T::kValuesPerWord; ++r) {
+          const uint32_t word = b < 4 ? v[r].x : b < 8 ? v[r].y : b < 12 ? v[r].z : v[r].w;
+          x[r] = values(ByteOf(word, b % 4), r);
+        }
+        if constexpr (kOut == DType::kF32) {
+          col[(2 * b) * T::kWords] = __float_as_uint(x[0].x);
+          col[(2 * b + 1) * T::kWords] = __float_as_uint(x[0].y);
+        } else {
+          col[(2 * b) * T::kWords] = PackPair<kOut>(x[0].x, x[1].x);
+          col[(2 * b + 1) * T::kWords] = PackPair<kOut>(x[0].y, x[1].y);
+        }
+      }
+    };
+    bool fast = true;  // every scale <= kMaxScale14: one multiply per value
+    bool finite = true;
+#pragma unroll
+    for (int r = 0; r < T::kValuesPerWord; ++r) {
+      fast &= s[r] <= kMaxScale14;
+      finite &= s[r] != mxfp4::kScaleNan;
+    }
+    if (fast) {
+      float scale14[T::kValuesPerWord];
+#pragma unroll
+      for (int r = 0; r < T::kValuesPerWord; ++r) scale14[r] = Scale14(s[r]);
+      decode([&](uint32_t byte, int r) { return ByteValues14(byte, scale14[r]); });
+    } else if (finite) {
+      float scale[T::kValuesPerWord];
+#pragma unroll
+      for (int r = 0; r < T::kValuesPerWord; ++r) scale[r] = mxfp4::ScaleToFloat(s[r]);
+      decode([&](uint32_t byte, int r) { return ByteValues(byte, scale[r]); });
+    } else {  // a scale 0xFF: NaNs (inf * 0) take the host conversion's bits (RoundOutBits)
+#pragma unroll 1
+      for (int j = 0; j < static_cast<int>(mxfp4::kBlockValues); ++j) {
+        uint32_t word = 0;
+#pragma unroll
+        for (int r = 0; r < T::kValuesPerWord; ++r) {
+          const uint32_t w4[4] = {v[r].x, v[r].y, v[r].z, v[r].w};
+          word |= RoundOutBits<kOut>(BlockValue(w4, j, s[r])) << (16 * r);
+        }
+        col[j * T::kWords] = word;
+      }
+    }
   }
   __syncthreads();
   // Thread tx stores chunk q = tx % kRowChunks of rows k = tx / kRowChunks + j * kRowsPerPass.
@@ -237,78 +226,6 @@ __global__ void __launch_bounds__(Mxfp4KnTile<kOut, kG, kRows>::kThreads)
     const int phys = (4 * q) ^ ((k / 32) << T::kSwizzleShift);
     *dst = *reinterpret_cast<const uint4*>(tile + k * T::kWords + phys);
   }
-}
-
-// (E, K, N) with one small tile per warp and no block-wide barrier (a candidate beside the tile
-// shapes above, launch configuration {256, 1, kValuesPerWord}): warp w of block (e, column run,
-// block run) decodes block g = 8 x (block run) + w (32 inputs k) of the kWarpColumns rows n of its
-// column run, lane l rows n0 + kValuesPerWord l (+ 1), into its own 32 x 32-word tile: word l of
-// tile row k is result row k's word at those columns (one conflict-free 32-bit store per word);
-// then, after __syncwarp, stores the tile's 32 rows as 16-byte chunks (lanes 8 r + c: row r, chunk
-// c; each row's 128 bytes contiguous in the result). A block's 8 warps read the same rows' 8
-// consecutive blocks (128-byte runs). 4 KB of shared memory per warp: the warps of 7 blocks fit
-// an SM, and no warp waits for another's phase.
-template <DType kOut>
-struct Mxfp4KnWarp {
-  static constexpr int kValuesPerWord = kOut == DType::kF32 ? 1 : 2;
-  static constexpr int kColumns = 32 * kValuesPerWord;  // rows n per warp
-  static constexpr int kWarps = 8;                      // blocks g per thread block
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kSharedBytes = kWarps * 32 * 32 * 4;
-};
-
-template <DType kOut>
-__global__ void __launch_bounds__(Mxfp4KnWarp<kOut>::kThreads) Mxfp4KnWarpKernel(Mxfp4Params p) {
-  using T = Mxfp4KnWarp<kOut>;
-  extern __shared__ __align__(16) uint32_t warp_tiles[];  // [kWarps][32 rows k][32 words]
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  uint32_t* tile = warp_tiles + warp * 32 * 32;
-  const int64_t runs_n = (p.N + T::kColumns - 1) / T::kColumns;
-  const int64_t runs_g = (p.groups + T::kWarps - 1) / T::kWarps;
-  const int64_t t = blockIdx.x;
-  const int64_t e = t / (runs_g * runs_n);
-  const int64_t g = t / runs_n % runs_g * T::kWarps + warp;
-  const int64_t n0 = t % runs_n * T::kColumns;
-  if (g >= p.groups) return;  // (warp-uniform; no block barrier follows)
-  const int64_t n = n0 + static_cast<int64_t>(lane) * T::kValuesPerWord;  // < N for both rows
-  if (n < p.N) {
-    uint4 v[T::kValuesPerWord];
-    uint8_t s[T::kValuesPerWord];
-#pragma unroll
-    for (int r = 0; r < T::kValuesPerWord; ++r) {
-      const int64_t b = (e * p.N + n + r) * p.groups + g;  // the block's index
-      v[r] = __ldg(reinterpret_cast<const uint4*>(p.blocks) + b);
-      s[r] = __ldg(p.scales + b);
-    }
-    uint32_t* col = tile + lane;
-    DecodeBlockColumn<kOut, T::kValuesPerWord>(v, s, col, 32);
-  }
-  __syncwarp();
-  // Lane 8 r + c stores chunk c of tile rows r, r + 4, ..., r + 28 (N % kChunk == 0: the chunks
-  // past N are whole and skipped).
-  const int c = lane % 8;
-  if (n0 + static_cast<int64_t>(c) * 4 * T::kValuesPerWord >= p.N) return;
-  uint4* dst = static_cast<uint4*>(p.out) +
-               ((e * p.K + g * mxfp4::kBlockValues + lane / 8) * p.N + n0) / kChunk<kOut> + c;
-  const int64_t four_rows = 4 * p.N / kChunk<kOut>;
-#pragma unroll
-  for (int i = 0; i < 8; ++i, dst += four_rows) {
-    *dst = *reinterpret_cast<const uint4*>(tile + (lane / 8 + 4 * i) * 32 + 4 * c);
-  }
-}
-
-template <DType kOut>
-absl::Status LaunchKnWarp(const Mxfp4Params& p, cudaStream_t stream) {
-  using T = Mxfp4KnWarp<kOut>;
-  const int64_t blocks = p.experts * ((p.groups + T::kWarps - 1) / T::kWarps) *
-                         ((p.N + T::kColumns - 1) / T::kColumns);
-  if (blocks == 0) return absl::OkStatus();
-  if (blocks > int64_t{0x7FFFFFFF}) return absl::InvalidArgumentError("too many mxfp4 tiles");
-  Mxfp4KnWarpKernel<kOut>
-      <<<static_cast<unsigned>(blocks), T::kThreads, T::kSharedBytes, stream>>>(p);
-  DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
 }
 
 // The (E, K, N) tile shapes the autotuner sweeps, as LaunchConfig{block_size = threads,
@@ -332,13 +249,6 @@ LaunchConfig KnTileConfig(DType out, const KnTileShape& s) {
       .block_size = KnTileThreads(out, s), .words_per_thread = s.g, .rows_per_thread = s.rows / 32};
 }
 
-// The warp-tile kernel's configuration (words = 1 block of 32 inputs k per warp, rows = rows n
-// per lane).
-LaunchConfig KnWarpConfig(DType out) {
-  return LaunchConfig{
-      .block_size = 256, .words_per_thread = 1, .rows_per_thread = out == DType::kF32 ? 1 : 2};
-}
-
 template <DType kOut, int kG, int kRows>
 absl::Status LaunchKnTile(const Mxfp4Params& p, cudaStream_t stream) {
   using T = Mxfp4KnTile<kOut, kG, kRows>;
@@ -358,7 +268,6 @@ absl::Status LaunchKnTile(const Mxfp4Params& p, cudaStream_t stream) {
 // The instance of `config`'s tile shape (CanImplement checked it is one of the list's).
 template <DType kOut>
 absl::Status LaunchKnTileOf(const LaunchConfig& config, const Mxfp4Params& p, cudaStream_t stream) {
-  if (config == KnWarpConfig(kOut)) return LaunchKnWarp<kOut>(p, stream);
   const int g = config.words_per_thread;
   const int rows = config.rows_per_thread * 32;
   constexpr int kR = kOut == DType::kF32 ? 32 : 64;  // the smaller of the two row counts
@@ -387,7 +296,6 @@ std::vector<LaunchConfig> KnTileConfigs(DType out) {
   const absl::Span<const KnTileShape> tiles =
       out == DType::kF32 ? absl::MakeConstSpan(kKnTiles32) : absl::MakeConstSpan(kKnTiles16);
   for (const KnTileShape& t : tiles) configs.push_back(KnTileConfig(out, t));
-  configs.push_back(KnWarpConfig(out));
   return configs;
 }
 

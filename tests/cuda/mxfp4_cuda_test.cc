@@ -110,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Mxfp4CudaTest,
                          CaseName);
 
 // No device needed: the variants mxfp4 implements and their launch parameters: none but for the
-// (E, K, N) v4 tile kernels, whose tile shape the autotuner chooses among six per output dtype.
+// (E, K, N) v4 tile kernel, whose tile shape the autotuner chooses among five per output dtype.
 TEST(Mxfp4CudaConfigTest, VariantsAndLaunchConfigurations) {
   const QuantShape kn = mxfp4::MakeShape(2880, 5760, 32);
   QuantShape nk = kn;
@@ -131,12 +131,11 @@ TEST(Mxfp4CudaConfigTest, VariantsAndLaunchConfigurations) {
   EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, nk, DType::kBF16),
             std::vector<LaunchConfig>{LaunchConfig{}});
 
-  // (E, K, N): block = threads, words = blocks of 32 inputs k per tile, rows = rows n / 32; last,
-  // the warp tiles (words 1: one block per warp, rows = rows n per lane).
-  const std::vector<LaunchConfig> half_tiles = {{256, 8, 4}, {256, 8, 2}, {256, 4, 4},
-                                                {128, 4, 2}, {128, 2, 4}, {256, 1, 2}};
-  const std::vector<LaunchConfig> f32_tiles = {{256, 8, 2}, {256, 8, 1}, {256, 4, 2},
-                                               {128, 4, 1}, {128, 2, 2}, {256, 1, 1}};
+  // (E, K, N): block = threads, words = blocks of 32 inputs k per tile, rows = rows n / 32.
+  const std::vector<LaunchConfig> half_tiles = {
+      {256, 8, 4}, {256, 8, 2}, {256, 4, 4}, {128, 4, 2}, {128, 2, 4}};
+  const std::vector<LaunchConfig> f32_tiles = {
+      {256, 8, 2}, {256, 8, 1}, {256, 4, 2}, {128, 4, 1}, {128, 2, 2}};
   for (DType out : {DType::kF16, DType::kBF16}) {
     EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, kn, out), half_tiles);
     EXPECT_EQ(DefaultConfig(KernelVariant::kV4Vec16, kn, out), half_tiles.front());
