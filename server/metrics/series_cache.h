@@ -16,7 +16,6 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/family.h"
@@ -39,23 +38,24 @@ class SeriesCache {
 
   // The series whose label values are `values`, in the order of the names given at construction.
   Metric& Get(const std::array<std::string_view, kLabels>& values) {
-    // The key is built on the stack (label values here are short) and looked up as a view: a
-    // hit allocates nothing.
-    absl::InlinedVector<char, 128> key;
+    // The key is built in this thread's buffer (reused: after a thread's first calls a hit
+    // allocates nothing) and looked up as a view.
+    thread_local std::string key;
+    key.clear();
     for (std::string_view value : values) {
-      key.insert(key.end(), value.begin(), value.end());
+      key.append(value);
       key.push_back('\x1f');  // (not in a label value dequantd sets)
     }
-    const absl::string_view key_view(key.data(), key.size());
     {
       absl::ReaderMutexLock lock(&mu_);
-      if (auto it = series_.find(key_view); it != series_.end()) return *it->second;
+      if (auto it = series_.find(absl::string_view(key)); it != series_.end()) return *it->second;
     }
+    std::string owned_key = key;  // before add_, which may use this thread's buffer again
     prometheus::Labels labels;
     for (size_t i = 0; i < kLabels; ++i) labels.emplace(names_[i], std::string(values[i]));
     Metric& series = add_(labels);  // Add returns the existing series for equal labels
     absl::MutexLock lock(&mu_);
-    series_.emplace(std::string(key_view), &series);
+    series_.emplace(std::move(owned_key), &series);
     return series;
   }
 
