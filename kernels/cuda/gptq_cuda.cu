@@ -89,9 +89,8 @@ __device__ __forceinline__ uint32_t ZeroField(uint32_t zero_word, int64_t i) {
 // words of that row lie N words apart. Block (x, y) takes the 32 columns [n0, n0 + 32), n0 = 32 x,
 // and the y-th segment of the qweight rows, in tiles of W rows (8W inputs k):
 //  - once per block, every group's 32 scales (16-byte loads) and zeros (v1 bias added) of these
-//    columns go to shared memory as float pairs {scale, 2^23 + zero} (groups x 256 bytes: with
-//    act-order any group can occur), so an element's scale and zero are one 8-byte load (lanes
-//    along n: two conflict-free wavefronts, half the load instructions of two 4-byte loads);
+//    columns go to shared memory as floats, the zeros biased by 2^23 (groups x 256 bytes: with
+//    act-order any group can occur);
 //  - per tile, each thread loads its W / 8 words (warp w: rows kw0 + w + 8i, lanes along n:
 //    coalesced) and the group of one input k (g_idx, or k / group_size), the next tile's while
 //    this one is stored; decodes them from shared memory (same arithmetic as GptqElement) into
@@ -110,8 +109,9 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
   // One padding chunk per row: the decode's writes (lanes along n) hit distinct banks.
   auto* tile = reinterpret_cast<uint4(*)[kRowChunks + 1]>(shared);
   auto* tile_groups = reinterpret_cast<int32_t*>(shared + kTileN * (kRowChunks + 1));
-  // Per group and column: {the scale as a float, 2^23 + zero} (the zero biased as the codes are).
-  auto* scale_zero = reinterpret_cast<float2(*)[kTileN]>(tile_groups + kTileK);
+  // Per group and column: the scale as a float and 2^23 + zero (the zero biased as the codes are).
+  auto* scales = reinterpret_cast<float(*)[kTileN]>(tile_groups + kTileK);
+  auto* zeros = scales + p.groups;
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;
@@ -128,9 +128,9 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
       const uint32_t zero_word = GptqZeroWord4(p, g, n0 / 8 + v);
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
-        scale_zero[g][8 * v + c] = make_float2(
-            ScaleBitsToFloat<kScale>(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2)))),
-            __uint_as_float(0x4B000000u | ZeroField(zero_word, c)));
+        scales[g][8 * v + c] =
+            ScaleBitsToFloat<kScale>(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2))));
+        zeros[g][8 * v + c] = __uint_as_float(0x4B000000u | ZeroField(zero_word, c));
       }
     }
   }
@@ -174,8 +174,7 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
           // ((2^23 + q) - (2^23 + z)) * s: both terms exact floats (their low mantissa bits hold
           // q and z: no I2F), so this is GptqElement's __int2float_rn(q - z) * s bit for bit.
           const float q_biased = __uint_as_float(0x4B000000u | ((q[i] >> (4 * j)) & 0xFu));
-          const float2 sz = scale_zero[groups[j]][lane];
-          v[j] = (q_biased - sz.y) * sz.x;
+          v[j] = (q_biased - zeros[groups[j]][lane]) * scales[groups[j]][lane];
         }
 #pragma unroll
         for (int c = 0; c < kPerWord; ++c) {
