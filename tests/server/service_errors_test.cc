@@ -41,6 +41,17 @@ TEST(QuotedNameTest, CutDoesNotSplitAUtf8Character) {
             "\"" + std::string(197, '\x80') + "...\" (300 bytes)");
 }
 
+TEST(QuotedNameTest, ControlCharactersQuotesAndBackslashesAreEscaped) {
+  EXPECT_EQ(QuotedName("a\x1b[31mRED"), "\"a\\x1b[31mRED\"");
+  EXPECT_EQ(QuotedName(std::string("nul\0end\nx\x7f", 10)), "\"nul\\x00end\\x0ax\\x7f\"");
+  EXPECT_EQ(QuotedName("say \"hi\" \\ bye"), "\"say \\\"hi\\\" \\\\ bye\"");
+  EXPECT_EQ(QuotedName("caf\xC3\xA9"), "\"caf\xC3\xA9\"");  // UTF-8 as it is
+  // A long name: the first 200 bytes escaped (each ESC 4 bytes), then the whole size.
+  std::string escaped;
+  for (int i = 0; i < 200; ++i) escaped += "\\x1b";
+  EXPECT_EQ(QuotedName(std::string(300, '\x1b')), "\"" + escaped + "...\" (300 bytes)");
+}
+
 // A server with no model (--model=) on the CPU backend, and a client of it.
 class NoModelServerTest : public ::testing::Test {
  protected:
