@@ -75,6 +75,11 @@ absl::Status CheckDequantizeOptions(const DequantizeOptions& options) {
   if (!options.format.empty() && options.packed.empty()) {
     return absl::InvalidArgumentError("--format applies to --packed only");
   }
+  if (!options.format.empty()) {
+    if (absl::StatusOr<Format> format = ParseFormatFlag(options.format); !format.ok()) {
+      return format.status();  // a usage error, before any file is read
+    }
+  }
   if (!options.config.empty() && options.packed.empty()) {
     return absl::InvalidArgumentError("--config applies to --packed only");
   }

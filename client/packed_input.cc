@@ -58,18 +58,24 @@ std::string KnownFormats() {
 
 }  // namespace
 
+absl::StatusOr<Format> ParseFormatFlag(const std::string& format_name) {
+  Format f = Format::kAwqGemm;
+  if (!ParseFormat(format_name, &f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format '", format_name, "' is not known; known: ", KnownFormats()));
+  }
+  return f;
+}
+
 absl::StatusOr<PackedDeclaration> FindPackedDeclaration(const std::string& packed_path,
                                                         const std::string& config_path,
                                                         const std::string& format_name) {
   PackedDeclaration out;
   std::optional<Format> named;
   if (!format_name.empty()) {
-    Format f = Format::kAwqGemm;
-    if (!ParseFormat(format_name, &f)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--format '", format_name, "' is not known; known: ", KnownFormats()));
-    }
-    named = f;
+    absl::StatusOr<Format> f = ParseFormatFlag(format_name);
+    if (!f.ok()) return f.status();
+    named = *f;
   }
   fs::path config = config_path;
   if (config.empty()) {

@@ -28,6 +28,10 @@ struct PackedDeclaration {
   std::string config_path;                   // where `config` came from; empty without one
 };
 
+// The format named by `format_name` (--format: a FormatName such as "gptq"). INVALID_ARGUMENT
+// naming the known ones when it is none of them.
+absl::StatusOr<Format> ParseFormatFlag(const std::string& format_name);
+
 // The declaration of `packed_path` as the server's checkpoint detection reads a checkpoint's
 // (formats::ParseQuantizationConfig: quantization_config.quant_method and the format's own
 // fields). `config_path` (--config) names the JSON file; empty = the first that exists of

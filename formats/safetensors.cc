@@ -171,8 +171,9 @@ absl::StatusOr<Header> ParseHeader(absl::Span<const uint8_t> file_bytes) {
   }
   const uint64_t n = ReadLe64(file_bytes.data());
   if (n > static_cast<uint64_t>(kMaxHeaderBytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("header length ", n, " is absurd (limit ", kMaxHeaderBytes, " bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat("header length ", n, " is absurd (limit ",
+                                                   kMaxHeaderBytes,
+                                                   " bytes): not a safetensors file?"));
   }
   if (static_cast<int64_t>(n) > total - 8) {
     return absl::DataLossError(absl::StrCat("header length ", n, " runs past the end of the ",

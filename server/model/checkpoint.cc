@@ -314,7 +314,9 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   for (const std::string& name : shards->files) {
     const fs::path path = root / name;
     if (!IsRegularFile(path)) {
-      return absl::NotFoundError(absl::StrCat("shard '", path.string(), "' not found"));
+      return absl::NotFoundError(absl::StrCat(
+          "shard '", path.string(), "' not found",
+          shards->weight_map.empty() ? "" : absl::StrCat(" (named in ", kIndexFile, ")")));
     }
     absl::StatusOr<std::unique_ptr<Shard>> shard = OpenShard(path);
     if (!shard.ok()) return shard.status();

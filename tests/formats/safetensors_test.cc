@@ -220,6 +220,10 @@ TEST(SafetensorsParseTest, AbsurdHeaderLengthIsInvalidArgument) {
   EXPECT_EQ(ParseCode(MakeFile(kGoodJson, 12, UINT64_MAX - 1)), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseCode(MakeFile(kGoodJson, 12, kMaxHeaderBytes + 1)),
             absl::StatusCode::kInvalidArgument);
+  // Another kind of file (a .npy's magic read as the length) is told as such.
+  absl::StatusOr<Header> h =
+      ParseHeader(absl::MakeConstSpan(MakeFile(kGoodJson, 12, 0x0159504D554E93ull)));
+  EXPECT_THAT(std::string(h.status().message()), HasSubstr("not a safetensors file?"));
 }
 
 TEST(SafetensorsParseTest, OffsetsPastEndOfDataIsDataLoss) {

@@ -715,11 +715,13 @@ TEST_F(DequantctlTest, PackedFormatAndConfigFlags) {
   run = Ctl({"dequantize", "--packed", fp8, "--prefix", prefix});
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_EQ(run.err, "dequantctl: NOT_FOUND: " + fp8 + ": no tensor '" + prefix + "qweight'\n");
+  // An unknown --format is a usage error (exit 2), found before any file is read.
   run = Ctl({"dequantize", "--packed", fp8, "--prefix", prefix, "--format", "fp9"});
-  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.exit_code, 2);
   EXPECT_EQ(run.err,
             "dequantctl: INVALID_ARGUMENT: --format 'fp9' is not known; known: 'awq_gemm', "
-            "'gptq', 'compressed_tensors', 'fp8_block', 'compressed_tensors_fp8', 'mxfp4'\n");
+            "'gptq', 'compressed_tensors', 'fp8_block', 'compressed_tensors_fp8', 'mxfp4' (see "
+            "dequantctl --help)\n");
 
   const std::string gptq = Path("alone_gptq.safetensors");
   fs::copy_file(vectors / "gptq/gptq_4bit_g32_asym_v1.safetensors", gptq,

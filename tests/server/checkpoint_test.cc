@@ -221,7 +221,8 @@ TEST_F(CheckpointTest, IndexNamingMissingShardIsNotFound) {
   WriteText(dir_ + "/model.safetensors.index.json",
             R"({"weight_map":{"a.qweight":"model-00001-of-00001.safetensors"}})");
   EXPECT_EQ(OpenCode(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(OpenMessage(), HasSubstr("model-00001-of-00001.safetensors"));
+  EXPECT_THAT(OpenMessage(), HasSubstr("model-00001-of-00001.safetensors' not found (named in "
+                                       "model.safetensors.index.json)"));
 }
 
 TEST_F(CheckpointTest, IndexPuttingTensorInWrongShardIsInvalidArgument) {
