@@ -85,12 +85,39 @@ __device__ __forceinline__ uint32_t ZeroField(uint32_t zero_word, int64_t i) {
   return (zero_word >> (4 * (i % 8))) & 0xFu;
 }
 
+// GptqNkSliceKernel's shared word of one group and column: the scale's 16 bits (fp16 or bf16)
+// above the zero (field i of the v1-biased zero word, 4 bits).
+__device__ __forceinline__ uint32_t GroupWord(uint16_t scale_bits, uint32_t zero_word, int64_t i) {
+  return static_cast<uint32_t>(scale_bits) << 16 | ZeroField(zero_word, i);
+}
+
+// The zero of a GroupWord biased as the codes are: 2^23 + z, an exact float.
+__device__ __forceinline__ float GroupWordZero(uint32_t word) {
+  return __uint_as_float(0x4B000000u | (word & 0xFu));
+}
+
+// The scale of a GroupWord as a float (exact): bf16 bits are a float's high half; fp16 is the
+// high half of a half2 (one conversion instruction).
+template <DType kScale>
+__device__ __forceinline__ float GroupWordScale(uint32_t word) {
+  static_assert(kScale == DType::kF16 || kScale == DType::kBF16);
+  if constexpr (kScale == DType::kF16) {
+    __half2 pair;
+    static_assert(sizeof pair == sizeof word);
+    memcpy(&pair, &word, sizeof pair);
+    return __high2float(pair);
+  } else {
+    return __uint_as_float(word & 0xFFFF0000u);
+  }
+}
+
 // (N, K): qweight word (kw, n) holds 8 consecutive elements of result row n, but consecutive
 // words of that row lie N words apart. Block (x, y) takes the 32 columns [n0, n0 + 32), n0 = 32 x,
 // and the y-th segment of the qweight rows, in tiles of W rows (8W inputs k):
 //  - once per block, every group's 32 scales (16-byte loads) and zeros (v1 bias added) of these
-//    columns go to shared memory as floats, the zeros biased by 2^23 (groups x 256 bytes: with
-//    act-order any group can occur);
+//    columns go to shared memory as one 32-bit word per group and column, the scale's 16 bits
+//    above the zero's 4 (GroupWord: groups x 128 bytes; with act-order any group can occur), so
+//    an element's scale and zero are one conflict-free shared load (32 lanes, one wavefront);
 //  - per tile, each thread loads its W / 8 words (warp w: rows kw0 + w + 8i, lanes along n:
 //    coalesced) and the group of one input k (g_idx, or k / group_size), the next tile's while
 //    this one is stored; decodes them from shared memory (same arithmetic as GptqElement) into
@@ -109,31 +136,13 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
   // One padding chunk per row: the decode's writes (lanes along n) hit distinct banks.
   auto* tile = reinterpret_cast<uint4(*)[kRowChunks + 1]>(shared);
   auto* tile_groups = reinterpret_cast<int32_t*>(shared + kTileN * (kRowChunks + 1));
-  // Per group and column: the scale as a float and 2^23 + zero (the zero biased as the codes are).
-  auto* scales = reinterpret_cast<float(*)[kTileN]>(tile_groups + kTileK);
-  auto* zeros = scales + p.groups;
+  // Per group and column: the scale's bits << 16 | the zero (GroupWord).
+  auto* group_words = reinterpret_cast<uint32_t(*)[kTileN]>(tile_groups + kTileK);
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
   const int64_t n = n0 + lane;
-  for (int64_t i = tid; i < p.groups * (kTileN / 8); i += kBlock) {
-    const int64_t g = i / (kTileN / 8);
-    const int v = static_cast<int>(i % (kTileN / 8));
-    if (n0 + 8 * v < p.N) {  // N % 8 == 0: whole 16-byte scale vectors and zero words
-      const uint4 bits = __ldg(
-          reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.scales) + g * p.N + n0) +
-          v);
-      const uint32_t halves[4] = {bits.x, bits.y, bits.z, bits.w};
-      const uint32_t zero_word = GptqZeroWord4(p, g, n0 / 8 + v);
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        scales[g][8 * v + c] =
-            ScaleBitsToFloat<kScale>(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2))));
-        zeros[g][8 * v + c] = __uint_as_float(0x4B000000u | ZeroField(zero_word, c));
-      }
-    }
-  }
   const int64_t words_k = p.K / 8;
   const int64_t tiles_k = (words_k + kWords - 1) / kWords;
   const int64_t per_segment = (tiles_k + gridDim.y - 1) / gridDim.y;
@@ -154,6 +163,23 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
   int32_t group = 0;
   int64_t t = blockIdx.y * per_segment;
   if (t < t_end) load(t, q, group);
+  // The scales and zeros of every group (the first tile's loads are in flight meanwhile).
+  for (int64_t i = tid; i < p.groups * (kTileN / 8); i += kBlock) {
+    const int64_t g = i / (kTileN / 8);
+    const int v = static_cast<int>(i % (kTileN / 8));
+    if (n0 + 8 * v < p.N) {  // N % 8 == 0: whole 16-byte scale vectors and zero words
+      const uint4 bits = __ldg(
+          reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.scales) + g * p.N + n0) +
+          v);
+      const uint32_t halves[4] = {bits.x, bits.y, bits.z, bits.w};
+      const uint32_t zero_word = GptqZeroWord4(p, g, n0 / 8 + v);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        group_words[g][8 * v + c] =
+            GroupWord(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2))), zero_word, c);
+      }
+    }
+  }
   for (; t < t_end; ++t) {
     if (tid < kTileK) tile_groups[tid] = group;
     __syncthreads();  // groups (and, the first time, scales and zeros) in place
@@ -173,8 +199,9 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
         for (int j = 0; j < 8; ++j) {
           // ((2^23 + q) - (2^23 + z)) * s: both terms exact floats (their low mantissa bits hold
           // q and z: no I2F), so this is GptqElement's __int2float_rn(q - z) * s bit for bit.
+          const uint32_t word = group_words[groups[j]][lane];
           const float q_biased = __uint_as_float(0x4B000000u | ((q[i] >> (4 * j)) & 0xFu));
-          v[j] = (q_biased - zeros[groups[j]][lane]) * scales[groups[j]][lane];
+          v[j] = (q_biased - GroupWordZero(word)) * GroupWordScale<kScale>(word);
         }
 #pragma unroll
         for (int c = 0; c < kPerWord; ++c) {
@@ -203,7 +230,7 @@ template <DType kOut>
 int64_t GptqNkSharedBytes(int64_t groups) {
   constexpr int kWords = kNkTileWords<kOut>;
   const int64_t tile = int64_t{kTileN} * (kWords * (8 / kChunk<kOut>)+1) * 16;
-  return tile + kWords * 8 * 4 + groups * kTileN * 8;
+  return tile + kWords * 8 * 4 + groups * kTileN * 4;
 }
 
 // The most dynamic shared memory a GptqNkSliceKernel block asks for (a layer with more groups
