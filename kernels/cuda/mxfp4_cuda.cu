@@ -102,29 +102,25 @@ struct Mxfp4NkChunks {
   }
 };
 
-// (E, K, N): a shared-memory transpose whose tile shape is a launch configuration (Mxfp4KnTile):
-// a tile is kG blocks (32 inputs k each) of kRows rows n of one expert. Tiles are numbered n
-// first; block b takes tiles b, b + gridDim.x, ... (kTilesPerBlock of them), so the blocks
-// resident together write whole result rows k and read runs of every block row.
+// (E, K, N): a shared-memory transpose, one tile per block, its shape a launch configuration
+// (Mxfp4KnTile): the tile is kG blocks (32 inputs k each) of kRows rows n of one expert. Tiles are
+// numbered n first, so the blocks resident together write whole result rows k and read runs of
+// every block row.
 //   Load: unit u = (word column c, block g), g fastest, so consecutive lanes read consecutive
 //   16-byte blocks of a row (runs of 16 kG bytes). A unit is the rows of one 32-bit word of the
-//   result (fp16 / bf16: rows n 2c and 2c + 1, the pair's low half the lower n; fp32: row c).
-//   A thread issues every load of its units first (Mxfp4KnLoads), and the next tile's while the
-//   current one is stored, so the memory system sees loads and stores of a block together.
-//   Decode: each unit's blocks into the 32 words of result rows k = 32 g .. 32 g + 31, column c,
-//   each value rounded once, one 32-bit shared store per word.
+//   result (fp16 / bf16: rows n 2c and 2c + 1, the pair's low half the lower n; fp32: row c): it
+//   decodes its blocks into the 32 words of result rows k = 32 g .. 32 g + 31, column c, each
+//   value rounded once, one 32-bit shared store per word.
 //   Store: result row k of the tile is kWords words (kRows n), read as 16-byte chunks, consecutive
 //   threads along the row, and stored to global memory the same way.
 // Word c of tile row k is kept at column c ^ (g(k) << kSwizzleShift) (g(k) = k / 32): the 32
 // lanes of a load-phase store then hit 32 banks, and 16-byte chunks stay whole (the shift is >= 2).
 template <DType kOut, int kG, int kRows>
 struct Mxfp4KnTile {
-  static constexpr int kBlocks = kG;  // blocks of 32 inputs k per row n of the tile
   static constexpr int kValuesPerWord = kOut == DType::kF32 ? 1 : 2;
   static constexpr int kWords = kRows / kValuesPerWord;  // words per tile row k
   static constexpr int kUnits = kWords * kG;
   static constexpr int kThreads = kUnits < 256 ? kUnits : 256;
-  static constexpr int kUnitsPerThread = kUnits / kThreads;
   static constexpr int kK = kG * static_cast<int>(mxfp4::kBlockValues);  // tile rows k
   static constexpr int kSwizzleShift = kG == 2 ? 4 : kG == 4 ? 3 : 2;    // log2(32 / kG)
   static constexpr int kSharedBytes = kK * kWords * 4;
@@ -133,73 +129,34 @@ struct Mxfp4KnTile {
   static_assert(kUnits % kThreads == 0);
 };
 
-// Tiles per block of Mxfp4KnTileKernel (the last block's may be fewer).
-constexpr int64_t kTilesPerBlock = 4;
-
-// Where tile t lies: expert e, first block g0 and first row n0, and how many of its kG blocks
-// exist (the last tile of a row may have fewer).
-struct KnTilePlace {
-  int64_t e;
-  int64_t g0;
-  int64_t n0;
-  int blocks_here;
-};
-
-template <int kG, int kRows>
-__device__ __forceinline__ KnTilePlace PlaceOfTile(const Mxfp4Params& p, int64_t t) {
+template <DType kOut, int kG, int kRows>
+__global__ void __launch_bounds__(Mxfp4KnTile<kOut, kG, kRows>::kThreads)
+    Mxfp4KnTileKernel(Mxfp4Params p) {
+  using T = Mxfp4KnTile<kOut, kG, kRows>;
+  extern __shared__ __align__(16) uint32_t tile[];  // [T::kK][T::kWords], swizzled
   const int64_t tiles_n = (p.N + kRows - 1) / kRows;
   const int64_t tiles_g = (p.groups + kG - 1) / kG;
-  KnTilePlace place;
-  place.e = t / (tiles_g * tiles_n);
-  place.g0 = t / tiles_n % tiles_g * kG;
-  place.n0 = t % tiles_n * kRows;
-  place.blocks_here = static_cast<int>(std::min<int64_t>(kG, p.groups - place.g0));
-  return place;
-}
-
-// One thread's loads for a tile: per unit and row r, the 16-byte block and its scale (a unit
-// outside the layer has valid == false).
-template <class T>
-struct Mxfp4KnLoads {
-  uint4 v[T::kUnitsPerThread][T::kValuesPerWord];
-  uint8_t s[T::kUnitsPerThread][T::kValuesPerWord];
-  bool valid[T::kUnitsPerThread];
-};
-
-template <class T>
-__device__ __forceinline__ void LoadKnTile(const Mxfp4Params& p, const KnTilePlace& place,
-                                           Mxfp4KnLoads<T>& loads) {
+  const int64_t t = blockIdx.x;
+  const int64_t e = t / (tiles_g * tiles_n);
+  const int64_t g0 = t / tiles_n % tiles_g * kG;
+  const int64_t n0 = t % tiles_n * kRows;
+  const int blocks_here = static_cast<int>(std::min<int64_t>(kG, p.groups - g0));
   const int tx = static_cast<int>(threadIdx.x);
 #pragma unroll
-  for (int i = 0; i < T::kUnitsPerThread; ++i) {
+  for (int i = 0; i < T::kUnits / T::kThreads; ++i) {
     const int u = tx + i * T::kThreads;
-    const int g = u % T::kBlocks;
-    const int c = u / T::kBlocks;
-    const int64_t n = place.n0 + static_cast<int64_t>(c) * T::kValuesPerWord;  // < N: both rows
-    loads.valid[i] = g < place.blocks_here && n < p.N;
+    const int g = u % kG;
+    const int c = u / kG;
+    const int64_t n = n0 + static_cast<int64_t>(c) * T::kValuesPerWord;  // < N for both rows
+    if (g >= blocks_here || n >= p.N) continue;
+    uint4 v[T::kValuesPerWord];
+    uint8_t s[T::kValuesPerWord];
 #pragma unroll
     for (int r = 0; r < T::kValuesPerWord; ++r) {
-      if (loads.valid[i]) {
-        const int64_t b = (place.e * p.N + n + r) * p.groups + place.g0 + g;  // the block's index
-        loads.v[i][r] = __ldg(reinterpret_cast<const uint4*>(p.blocks) + b);
-        loads.s[i][r] = __ldg(p.scales + b);
-      }
+      const int64_t b = (e * p.N + n + r) * p.groups + g0 + g;  // the block's index
+      v[r] = __ldg(reinterpret_cast<const uint4*>(p.blocks) + b);
+      s[r] = __ldg(p.scales + b);
     }
-  }
-}
-
-// Decodes a thread's loaded units into the tile (see Mxfp4KnTileKernel).
-template <DType kOut, class T>
-__device__ __forceinline__ void DecodeKnTile(const Mxfp4KnLoads<T>& loads, uint32_t* tile) {
-  const int tx = static_cast<int>(threadIdx.x);
-#pragma unroll
-  for (int i = 0; i < T::kUnitsPerThread; ++i) {
-    if (!loads.valid[i]) continue;
-    const int u = tx + i * T::kThreads;
-    const int g = u % T::kBlocks;
-    const int c = u / T::kBlocks;
-    const uint4(&v)[T::kValuesPerWord] = loads.v[i];
-    const uint8_t(&s)[T::kValuesPerWord] = loads.s[i];
     uint32_t* col = tile + (32 * g) * T::kWords + (c ^ (g << T::kSwizzleShift));
     // Decodes the block's 16 bytes (inputs k = 2b, 2b + 1) of each row r with values(byte, r)
     // into the 32 words of its column.
@@ -251,52 +208,23 @@ __device__ __forceinline__ void DecodeKnTile(const Mxfp4KnLoads<T>& loads, uint3
       }
     }
   }
-}
-
-// Stores the decoded tile's rows k: thread tx stores chunk q = tx % kRowChunks of rows k = tx /
-// kRowChunks + j * kRowsPerPass.
-template <DType kOut, class T>
-__device__ __forceinline__ void StoreKnTile(const Mxfp4Params& p, const KnTilePlace& place,
-                                            const uint32_t* tile) {
+  __syncthreads();
+  // Thread tx stores chunk q = tx % kRowChunks of rows k = tx / kRowChunks + j * kRowsPerPass.
   constexpr int kRowChunks = T::kWords / 4;  // 16-byte chunks per tile row
   static_assert(T::kThreads % kRowChunks == 0);
   constexpr int kRowsPerPass = T::kThreads / kRowChunks;
-  const int tx = static_cast<int>(threadIdx.x);
-  const int rows = place.blocks_here * static_cast<int>(mxfp4::kBlockValues);
-  const int64_t row_chunks = (p.N - place.n0) / kChunk<kOut>;  // of this tile (N % kChunk == 0)
+  const int rows = blocks_here * static_cast<int>(mxfp4::kBlockValues);
+  const int64_t row_chunks = (p.N - n0) / kChunk<kOut>;  // of this tile (N % kChunk == 0)
   const int64_t out_row_chunks = p.N / kChunk<kOut>;
   const int q = tx % kRowChunks;
   if (q >= row_chunks) return;
   int k = tx / kRowChunks;
-  uint4* dst =
-      static_cast<uint4*>(p.out) +
-      ((place.e * p.K + place.g0 * mxfp4::kBlockValues + k) * p.N + place.n0) / kChunk<kOut> + q;
+  uint4* dst = static_cast<uint4*>(p.out) +
+               ((e * p.K + g0 * mxfp4::kBlockValues + k) * p.N + n0) / kChunk<kOut> + q;
   const int64_t pass_stride = kRowsPerPass * out_row_chunks;
   for (; k < rows; k += kRowsPerPass, dst += pass_stride) {
     const int phys = (4 * q) ^ ((k / 32) << T::kSwizzleShift);
     *dst = *reinterpret_cast<const uint4*>(tile + k * T::kWords + phys);
-  }
-}
-
-template <DType kOut, int kG, int kRows>
-__global__ void __launch_bounds__(Mxfp4KnTile<kOut, kG, kRows>::kThreads)
-    Mxfp4KnTileKernel(Mxfp4Params p, int64_t tiles) {
-  using T = Mxfp4KnTile<kOut, kG, kRows>;
-  extern __shared__ __align__(16) uint32_t tile[];  // [T::kK][T::kWords], swizzled
-  int64_t t = blockIdx.x;
-  Mxfp4KnLoads<T> loads;
-  KnTilePlace place = PlaceOfTile<kG, kRows>(p, t);
-  LoadKnTile<T>(p, place, loads);
-  for (; t < tiles; t += gridDim.x) {
-    DecodeKnTile<kOut, T>(loads, tile);
-    __syncthreads();  // the tile decoded
-    const KnTilePlace here = place;
-    if (t + gridDim.x < tiles) {  // the next tile's loads in flight while this one is stored
-      place = PlaceOfTile<kG, kRows>(p, t + gridDim.x);
-      LoadKnTile<T>(p, place, loads);
-    }
-    StoreKnTile<kOut, T>(p, here, tile);
-    __syncthreads();  // the tile stored: free for the next decode
   }
 }
 
@@ -332,8 +260,7 @@ absl::Status LaunchKnTile(const Mxfp4Params& p, cudaStream_t stream) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes));
   }
-  const int64_t blocks = (tiles + kTilesPerBlock - 1) / kTilesPerBlock;
-  kernel<<<static_cast<unsigned>(blocks), T::kThreads, T::kSharedBytes, stream>>>(p, tiles);
+  kernel<<<static_cast<unsigned>(tiles), T::kThreads, T::kSharedBytes, stream>>>(p);
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
