@@ -16,14 +16,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <iterator>
-#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
@@ -77,13 +74,11 @@ __global__ void GptqPerRunKernel(GptqParams p) {
 
 // ---- v4 (4-bit): 16-byte stores of whole result chunks -----------------------------------------
 
-// (N, K) tiles (GptqNkSliceKernel): kW in {1, 2, 4} gives 32 / kW columns n x 32 kW qweight rows
-// (256 kW inputs k; fp32 results half as many rows: shared memory under 48 KB for the tile), so
-// each result row's piece of a tile is 512 kW contiguous bytes.
-template <int kW>
-inline constexpr int kNkTileN = 32 / kW;
-template <DType kOut, int kW>
-inline constexpr int kNkTileWords = (kOut == DType::kF32 ? 16 : 32) * kW;
+constexpr int kTileN = 32;  // (N, K) tile: 32 columns n ...
+constexpr int kTileWarps = kBlock / 32;
+// ... x 32 qweight rows (256 inputs k); 16 for fp32 results (shared memory under 48 KB).
+template <DType kOut>
+inline constexpr int kNkTileWords = kOut == DType::kF32 ? 16 : 32;
 
 // The zero (a 4-bit field) of column `i` of a zero word.
 __device__ __forceinline__ uint32_t ZeroField(uint32_t zero_word, int64_t i) {
@@ -117,75 +112,56 @@ __device__ __forceinline__ float GroupWordScale(uint32_t word) {
 }
 
 // (N, K): qweight word (kw, n) holds 8 consecutive elements of result row n, but consecutive
-// words of that row lie N words apart. A tile is kTileN = 32 / kW columns n x kWords qweight rows
-// (kNkTileN, kNkTileWords); block b takes the columns [n0, n0 + kTileN) of slice b / segments and
-// `tiles_per_block` consecutive tiles along K of segment b % segments (segments fastest: the
-// blocks resident together write whole result rows):
-//  - once per block, every group's scales (16-byte loads) and zeros (v1 bias added) of these
+// words of that row lie N words apart. Block (x, y) takes the 32 columns [n0, n0 + 32), n0 = 32 x,
+// and the y-th segment of the qweight rows, in tiles of W rows (8W inputs k):
+//  - once per block, every group's 32 scales (16-byte loads) and zeros (v1 bias added) of these
 //    columns go to shared memory as one 32-bit word per group and column, the scale's 16 bits
-//    above the zero's 4 (GroupWord), kW copies side by side (groups x 128 bytes; with act-order
-//    any group can occur), so that lane l reads its column's word at [g][l]: an element's scale
-//    and zero are one shared load, and the kW sub-warps (different groups) hit different banks;
-//  - per tile, each thread loads its words (rows kw0 + l / kTileN + 8 kW i of its warp's, lanes
-//    along n: kTileN x 4 contiguous bytes per row) and the groups of its inputs k (g_idx, or k /
-//    group_size), the next tile's while this one is stored; decodes them from shared memory
-//    (same arithmetic as GptqElement) into 16-byte chunks of its result row n, kept in a
-//    shared-memory tile; then the block stores the tile row by row, 32 consecutive chunks (512
-//    contiguous bytes) per warp store.
+//    above the zero's 4 (GroupWord: groups x 128 bytes; with act-order any group can occur), so
+//    an element's scale and zero are one conflict-free shared load (32 lanes, one wavefront);
+//  - per tile, each thread loads its W / 8 words (warp w: rows kw0 + w + 8i, lanes along n:
+//    coalesced) and the group of one input k (g_idx, or k / group_size), the next tile's while
+//    this one is stored; decodes them from shared memory (same arithmetic as GptqElement) into
+//    16-byte chunks of its result row n, kept in a shared-memory tile; then warp w stores result
+//    rows n0 + w + 8i, lanes along the row (512 contiguous bytes per store instruction).
 // Shared memory (dynamic): GptqNkSharedBytes.
-template <DType kScale, DType kOut, int kW>
-__global__ void __launch_bounds__(kBlock, kW == 1 ? 5 : 4)
-    GptqNkSliceKernel(GptqParams p, int64_t segments, int64_t tiles_per_block) {
-  constexpr int kTileN = kNkTileN<kW>;
-  constexpr int kWords = kNkTileWords<kOut, kW>;
-  constexpr int kTileK = kWords * 8;                           // inputs k per tile
-  constexpr int kRowsPerPass = kBlock / kTileN;                // word rows the block covers at once
-  constexpr int kWordsPerThread = kWords / kRowsPerPass;       // 4 (fp32: 2)
-  constexpr int kGroupLoads = (kTileK + kBlock - 1) / kBlock;  // groups per thread per tile
-  constexpr int kPerWord = 8 / kChunk<kOut>;                   // 16-byte chunks per word
-  constexpr int kRowChunks = kWords * kPerWord;                // 32 kW
-  static_assert(kWordsPerThread * kRowsPerPass == kWords && kRowChunks == 32 * kW);
+template <DType kScale, DType kOut>
+__global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
+  constexpr int kWords = kNkTileWords<kOut>;
+  constexpr int kTileK = kWords * 8;                    // inputs k per tile: 256 or 128
+  constexpr int kWordsPerThread = kWords / kTileWarps;  // 4 or 2
+  constexpr int kPerWord = 8 / kChunk<kOut>;            // 16-byte chunks per word
+  constexpr int kRowChunks = kWords * kPerWord;         // 32
+  static_assert(kTileK <= kBlock && kRowChunks == 32);
   extern __shared__ uint4 shared[];
   // One padding chunk per row: the decode's writes (lanes along n) hit distinct banks.
   auto* tile = reinterpret_cast<uint4(*)[kRowChunks + 1]>(shared);
   auto* tile_groups = reinterpret_cast<int32_t*>(shared + kTileN * (kRowChunks + 1));
-  // Per group and lane: the GroupWord of column lane % kTileN.
-  auto* group_words = reinterpret_cast<uint32_t(*)[32]>(tile_groups + kTileK);
+  // Per group and column: the scale's bits << 16 | the zero (GroupWord).
+  auto* group_words = reinterpret_cast<uint32_t(*)[kTileN]>(tile_groups + kTileK);
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
-  const int col = tid % kTileN;          // this thread's column in the tile
-  const int row_of_pass = tid / kTileN;  // its first word row
-  const int64_t slice = static_cast<int64_t>(blockIdx.x) / segments;
-  const int64_t segment = static_cast<int64_t>(blockIdx.x) % segments;
-  const int64_t n0 = slice * kTileN;
-  const int64_t n = n0 + col;
+  const int warp = tid / 32;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  const int64_t n = n0 + lane;
   const int64_t words_k = p.K / 8;
   const int64_t tiles_k = (words_k + kWords - 1) / kWords;
-  const int64_t t_end = std::min<int64_t>(tiles_k, (segment + 1) * tiles_per_block);
-  // Result rows r and r + kBlock / kRowChunks of the store phase lie this many chunks apart.
-  const int64_t out_pass_stride = kBlock / kRowChunks * p.K / kChunk<kOut>;
-  // This thread's column of qweight, from its first word row; its rows lie kRowsPerPass N apart.
-  const auto* qcol = reinterpret_cast<const unsigned*>(p.qweight) + row_of_pass * p.N + n;
-  const int64_t pass_stride = kRowsPerPass * p.N;
-  // This thread's loads for tile t: its words and the groups of inputs k0 + tid + 256 i.
-  const auto load = [&](int64_t t, uint32_t(&q)[kWordsPerThread], int32_t(&group)[kGroupLoads]) {
+  const int64_t per_segment = (tiles_k + gridDim.y - 1) / gridDim.y;
+  const int64_t t_end = std::min<int64_t>(tiles_k, (blockIdx.y + 1) * per_segment);
+  const auto* qweight = reinterpret_cast<const unsigned*>(p.qweight);
+  // This thread's loads for tile t: its words and (tid < kTileK) the group of input k0 + tid.
+  const auto load = [&](int64_t t, uint32_t(&q)[kWordsPerThread], int32_t& group) {
     const int64_t kw0 = t * kWords;
-    const unsigned* src = qcol + kw0 * p.N;
 #pragma unroll
     for (int i = 0; i < kWordsPerThread; ++i) {
-      const bool in = kw0 + row_of_pass + kRowsPerPass * i < words_k && n < p.N;
-      q[i] = in ? __ldg(src + i * pass_stride) : 0u;
+      const int64_t kw = kw0 + warp + kTileWarps * i;
+      q[i] = kw < words_k && n < p.N ? __ldg(qweight + kw * p.N + n) : 0u;
     }
-#pragma unroll
-    for (int i = 0; i < kGroupLoads; ++i) {
-      const int kt = tid + kBlock * i;
-      const int64_t k = kw0 * 8 + kt;
-      group[i] = kt < kTileK && k < p.K ? static_cast<int32_t>(GptqGroup(p, k)) : 0;
-    }
+    const int64_t k = kw0 * 8 + tid;
+    group = tid < kTileK && k < p.K ? static_cast<int32_t>(GptqGroup(p, k)) : 0;
   };
   uint32_t q[kWordsPerThread];
-  int32_t group[kGroupLoads] = {};
-  int64_t t = segment * tiles_per_block;
+  int32_t group = 0;
+  int64_t t = blockIdx.y * per_segment;
   if (t < t_end) load(t, q, group);
   // The scales and zeros of every group (the first tile's loads are in flight meanwhile).
   for (int64_t i = tid; i < p.groups * (kTileN / 8); i += kBlock) {
@@ -199,26 +175,21 @@ __global__ void __launch_bounds__(kBlock, kW == 1 ? 5 : 4)
       const uint32_t zero_word = GptqZeroWord4(p, g, n0 / 8 + v);
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
-        const uint32_t word =
+        group_words[g][8 * v + c] =
             GroupWord(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2))), zero_word, c);
-#pragma unroll
-        for (int copy = 0; copy < kW; ++copy) group_words[g][copy * kTileN + 8 * v + c] = word;
       }
     }
   }
   for (; t < t_end; ++t) {
-#pragma unroll
-    for (int i = 0; i < kGroupLoads; ++i) {
-      if (tid + kBlock * i < kTileK) tile_groups[tid + kBlock * i] = group[i];
-    }
+    if (tid < kTileK) tile_groups[tid] = group;
     __syncthreads();  // groups (and, the first time, scales and zeros) in place
     uint32_t q_next[kWordsPerThread];
-    int32_t group_next[kGroupLoads] = {};
+    int32_t group_next = 0;
     if (t + 1 < t_end) load(t + 1, q_next, group_next);
     const int64_t kw0 = t * kWords;
 #pragma unroll
     for (int i = 0; i < kWordsPerThread; ++i) {
-      const int wl = row_of_pass + kRowsPerPass * i;  // the word's row in the tile
+      const int wl = warp + kTileWarps * i;  // the word's row in the tile
       if (kw0 + wl < words_k && n < p.N) {
         const int4 g_lo = reinterpret_cast<const int4*>(tile_groups)[2 * wl];
         const int4 g_hi = reinterpret_cast<const int4*>(tile_groups)[2 * wl + 1];
@@ -237,36 +208,29 @@ __global__ void __launch_bounds__(kBlock, kW == 1 ? 5 : 4)
           float part[kChunk<kOut>];
 #pragma unroll
           for (int j = 0; j < kChunk<kOut>; ++j) part[j] = v[c * kChunk<kOut> + j];
-          tile[col][wl * kPerWord + c] = PackChunk<kOut>(part);
+          tile[lane][wl * kPerWord + c] = PackChunk<kOut>(part);
         }
       }
     }
     __syncthreads();  // the tile decoded; tile_groups free for the next tile
-    // Thread tid stores chunk c = tid % kRowChunks of rows r0 + kRowStep i of the tile.
-    constexpr int kRowStep = kBlock / kRowChunks;
-    const int c = tid % kRowChunks;
-    const int r0 = tid / kRowChunks;
-    if (c < std::min<int64_t>(kWords, words_k - kw0) * kPerWord) {
-      uint4* dst = static_cast<uint4*>(p.out) + ((n0 + r0) * p.K + kw0 * 8) / kChunk<kOut> + c;
-#pragma unroll
-      for (int i = 0; i < kTileN / kRowStep; ++i) {
-        if (n0 + r0 + kRowStep * i < p.N) dst[i * out_pass_stride] = tile[r0 + kRowStep * i][c];
-      }
+    const int64_t row_chunks = std::min<int64_t>(kWords, words_k - kw0) * kPerWord;
+    for (int r = warp; r < kTileN && n0 + r < p.N; r += kTileWarps) {
+      uint4* dst = static_cast<uint4*>(p.out) + ((n0 + r) * p.K + kw0 * 8) / kChunk<kOut>;
+      if (lane < row_chunks) dst[lane] = tile[r][lane];
     }
     __syncthreads();  // the tile stored: free for the next decode
 #pragma unroll
     for (int i = 0; i < kWordsPerThread; ++i) q[i] = q_next[i];
-#pragma unroll
-    for (int i = 0; i < kGroupLoads; ++i) group[i] = group_next[i];
+    group = group_next;
   }
 }
 
-// Dynamic shared memory of GptqNkSliceKernel<.., kOut, kW> for a layer of `groups` groups.
-template <DType kOut, int kW>
+// Dynamic shared memory of GptqNkSliceKernel<.., kOut> for a layer of `groups` groups.
+template <DType kOut>
 int64_t GptqNkSharedBytes(int64_t groups) {
-  constexpr int kWords = kNkTileWords<kOut, kW>;
-  const int64_t tile = int64_t{kNkTileN<kW>} * (kWords * (8 / kChunk<kOut>)+1) * 16;
-  return tile + kWords * 8 * 4 + groups * 32 * 4;
+  constexpr int kWords = kNkTileWords<kOut>;
+  const int64_t tile = int64_t{kTileN} * (kWords * (8 / kChunk<kOut>)+1) * 16;
+  return tile + kWords * 8 * 4 + groups * kTileN * 4;
 }
 
 // The most dynamic shared memory a GptqNkSliceKernel block asks for (a layer with more groups
@@ -456,63 +420,26 @@ absl::Status LaunchGptqKnChunks(const GptqParams& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-// Launches GptqNkSliceKernel<.., kW> with `tiles_per_block` tiles along K per block.
-template <DType kScale, DType kOut, int kW>
-absl::Status LaunchGptqNkSlices(const GptqParams& p, int64_t tiles_per_block, cudaStream_t stream) {
-  const auto kernel = GptqNkSliceKernel<kScale, kOut, kW>;
-  const int64_t bytes = GptqNkSharedBytes<kOut, kW>(p.groups);
+// Launches GptqNkSliceKernel: one block per 32 columns, the qweight rows split into as many
+// segments as give about kSliceBlocks blocks (each segment stages the scales and zeros once).
+template <DType kScale, DType kOut>
+absl::Status LaunchGptqNkSlices(const GptqParams& p, cudaStream_t stream) {
+  constexpr int64_t kSliceBlocks = 2048;
+  const int64_t bytes = GptqNkSharedBytes<kOut>(p.groups);
   if (bytes > (int64_t{48} << 10)) {
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(GptqNkSliceKernel<kScale, kOut>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(bytes)));
   }
-  const int64_t slices = (p.N + kNkTileN<kW> - 1) / kNkTileN<kW>;
-  const int64_t tiles_k = (p.K / 8 + kNkTileWords<kOut, kW> - 1) / kNkTileWords<kOut, kW>;
-  const int64_t segments = (tiles_k + tiles_per_block - 1) / tiles_per_block;
-  if (slices * segments > int64_t{0x7FFFFFFF}) {
-    return absl::InvalidArgumentError("too many gptq (N, K) tiles for one launch");
-  }
-  kernel<<<static_cast<unsigned>(slices * segments), kBlock, static_cast<size_t>(bytes), stream>>>(
-      p, segments, tiles_per_block);
+  const int64_t slices = (p.N + kTileN - 1) / kTileN;
+  const int64_t tiles_k = (p.K / 8 + kNkTileWords<kOut> - 1) / kNkTileWords<kOut>;
+  const int64_t segments =
+      std::clamp<int64_t>(kSliceBlocks / slices, 1, std::min<int64_t>(tiles_k, 65535));
+  GptqNkSliceKernel<kScale, kOut>
+      <<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(segments)), kBlock,
+         static_cast<size_t>(bytes), stream>>>(p);
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
-}
-
-// The (N, K) tile configurations the autotuner sweeps, as LaunchConfig{block_size = 256,
-// words_per_thread = kW (a tile of 32 / kW columns n x 32 kW qweight rows: 512 kW contiguous
-// bytes of each result row), rows_per_thread = tiles along K per block}. The first is the default
-// (untuned layers).
-constexpr LaunchConfig kNkTileConfigs[] = {
-    {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 16},
-    {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 4},
-    {.block_size = kBlock, .words_per_thread = 2, .rows_per_thread = 16},
-    {.block_size = kBlock, .words_per_thread = 2, .rows_per_thread = 4},
-    {.block_size = kBlock, .words_per_thread = 4, .rows_per_thread = 16},
-    {.block_size = kBlock, .words_per_thread = 4, .rows_per_thread = 4}};
-
-// Host copy of GptqNkSharedBytes for a run-time output dtype and kW.
-int64_t NkSharedBytes(DType out, int w, int64_t groups) {
-  const int64_t words = (out == DType::kF32 ? 16 : 32) * w;
-  const int64_t row_chunks = words * (out == DType::kF32 ? 2 : 1);
-  return (32 / w) * (row_chunks + 1) * 16 + words * 8 * 4 + groups * 32 * 4;
-}
-
-// Whether (v, shape, out) runs the (N, K) tile kernel, whose tile shape is the launch
-// configuration (when the pointers allow 16-byte loads and stores; otherwise v1's loop, which
-// takes none): 4 bits, K and N multiples of 8, groups of whole words or g_idx, and every
-// candidate's shared memory within kGptqNkMaxSharedBytes.
-bool UsesNkTiles(KernelVariant v, const QuantShape& shape, DType out) {
-  const bool has_gidx = (shape.format_flags & gptq::kNoGidx) == 0;
-  if (v != KernelVariant::kV4Vec16 || shape.orientation != Orientation::kNK || shape.bits != 4 ||
-      shape.K <= 0 || shape.K % 8 != 0 || shape.N <= 0 || shape.N % 8 != 0 ||
-      !(has_gidx || shape.group_size % 8 == 0)) {
-    return false;
-  }
-  for (const LaunchConfig& c : kNkTileConfigs) {
-    if (NkSharedBytes(out, c.words_per_thread, shape.groups()) > kGptqNkMaxSharedBytes) {
-      return false;
-    }
-  }
-  return true;
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -520,45 +447,27 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 constexpr KernelVariant kGptqVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord,
                                            KernelVariant::kV4Vec16};
 
-LaunchConfig GptqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out) {
-  return UsesNkTiles(v, shape, out) ? kNkTileConfigs[0] : LaunchConfig{};
+LaunchConfig GptqDefaultConfig(KernelVariant, const QuantShape&, DType) { return LaunchConfig{}; }
+
+std::vector<LaunchConfig> GptqCandidateConfigs(KernelVariant, const QuantShape&, DType) {
+  return {LaunchConfig{}};
 }
 
-std::vector<LaunchConfig> GptqCandidateConfigs(KernelVariant v, const QuantShape& shape,
-                                               DType out) {
-  if (!UsesNkTiles(v, shape, out)) return {LaunchConfig{}};
-  return std::vector<LaunchConfig>(std::begin(kNkTileConfigs), std::end(kNkTileConfigs));
-}
+bool GptqIsTunable(KernelVariant, const QuantShape&, DType) { return false; }
 
-bool GptqIsTunable(KernelVariant v, const QuantShape& shape, DType out) {
-  return UsesNkTiles(v, shape, out) && shape.K * shape.N >= (int64_t{1} << 22);
-}
-
-absl::Status GptqCanImplement(KernelVariant v, const LaunchConfig& config, const QuantShape& shape,
-                              DType out) {
-  if (UsesNkTiles(v, shape, out)) {
-    if (std::find(std::begin(kNkTileConfigs), std::end(kNkTileConfigs), config) !=
-        std::end(kNkTileConfigs)) {
-      return absl::OkStatus();
-    }
-    std::vector<std::string> names;
-    for (const LaunchConfig& c : kNkTileConfigs) names.push_back(c.ToString());
-    return absl::InvalidArgumentError(absl::StrCat(
-        "v4_vec16 of gptq (N, K) takes a tile shape (block = 256, words = W for tiles of 32 / W "
-        "columns n x 32 W qweight rows, rows = tiles along K per block), one of ",
-        absl::StrJoin(names, " | "), ": got ", config.ToString()));
-  }
+absl::Status GptqCanImplement(KernelVariant v, const LaunchConfig& config, const QuantShape&,
+                              DType) {
   if (!(config == LaunchConfig{})) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(VariantName(v)),
-                     " of gptq takes no launch parameters here: config must be the default, got ",
+                     " of gptq takes no launch parameters: config must be the default, got ",
                      config.ToString()));
   }
   return absl::OkStatus();
 }
 
-absl::Status GptqLaunch(KernelVariant v, const LaunchConfig& config, const QuantView& in,
-                        DType out_dtype, void* out, cudaStream_t stream) {
+absl::Status GptqLaunch(KernelVariant v, const LaunchConfig&, const QuantView& in, DType out_dtype,
+                        void* out, cudaStream_t stream) {
   const QuantShape& shape = in.shape;
   const bool has_gidx = (shape.format_flags & gptq::kNoGidx) == 0;
   if (gptq::Qweight(in) == nullptr || gptq::Qzeros(in) == nullptr || gptq::Scales(in) == nullptr ||
@@ -597,19 +506,8 @@ absl::Status GptqLaunch(KernelVariant v, const LaunchConfig& config, const Quant
         constexpr DType kOut = decltype(out_c)::value;
         switch (v) {
           case KernelVariant::kV4Vec16:
-            if (nk_tiles && UsesNkTiles(v, shape, kOut)) {
-              const int64_t tiles_per_block = config.rows_per_thread;
-              switch (config.words_per_thread) {
-                case 1:
-                  return LaunchGptqNkSlices<kScale, kOut, 1>(p, tiles_per_block, stream);
-                case 2:
-                  return LaunchGptqNkSlices<kScale, kOut, 2>(p, tiles_per_block, stream);
-                case 4:
-                  return LaunchGptqNkSlices<kScale, kOut, 4>(p, tiles_per_block, stream);
-                default:
-                  return absl::InvalidArgumentError(
-                      absl::StrCat("gptq (N, K) tile not instantiated: ", config.ToString()));
-              }
+            if (nk_tiles && GptqNkSharedBytes<kOut>(p.groups) <= kGptqNkMaxSharedBytes) {
+              return LaunchGptqNkSlices<kScale, kOut>(p, stream);
             }
             if (kn_chunks) return LaunchGptqKnChunks<kScale, kOut>(p, stream);
             [[fallthrough]];
