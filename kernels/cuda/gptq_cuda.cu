@@ -16,11 +16,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
@@ -112,8 +115,10 @@ __device__ __forceinline__ float GroupWordScale(uint32_t word) {
 }
 
 // (N, K): qweight word (kw, n) holds 8 consecutive elements of result row n, but consecutive
-// words of that row lie N words apart. Block (x, y) takes the 32 columns [n0, n0 + 32), n0 = 32 x,
-// and the y-th segment of the qweight rows, in tiles of W rows (8W inputs k):
+// words of that row lie N words apart. Block b takes the 32 columns [n0, n0 + 32) of slice b /
+// segments, n0 = 32 slice, and `tiles_per_block` consecutive tiles of W qweight rows (8W inputs k)
+// of segment b % segments (segments fastest: the blocks resident together cover whole result
+// rows; the launch configuration sets tiles_per_block):
 //  - once per block, every group's 32 scales (16-byte loads) and zeros (v1 bias added) of these
 //    columns go to shared memory as one 32-bit word per group and column, the scale's 16 bits
 //    above the zero's 4 (GroupWord: groups x 128 bytes; with act-order any group can occur), so
@@ -125,7 +130,8 @@ __device__ __forceinline__ float GroupWordScale(uint32_t word) {
 //    rows n0 + w + 8i, lanes along the row (512 contiguous bytes per store instruction).
 // Shared memory (dynamic): GptqNkSharedBytes.
 template <DType kScale, DType kOut>
-__global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
+__global__ void __launch_bounds__(kBlock)
+    GptqNkSliceKernel(GptqParams p, int64_t segments, int64_t tiles_per_block) {
   constexpr int kWords = kNkTileWords<kOut>;
   constexpr int kTileK = kWords * 8;                    // inputs k per tile: 256 or 128
   constexpr int kWordsPerThread = kWords / kTileWarps;  // 4 or 2
@@ -141,12 +147,12 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  const int64_t segment = static_cast<int64_t>(blockIdx.x) % segments;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) / segments * kTileN;
   const int64_t n = n0 + lane;
   const int64_t words_k = p.K / 8;
   const int64_t tiles_k = (words_k + kWords - 1) / kWords;
-  const int64_t per_segment = (tiles_k + gridDim.y - 1) / gridDim.y;
-  const int64_t t_end = std::min<int64_t>(tiles_k, (blockIdx.y + 1) * per_segment);
+  const int64_t t_end = std::min<int64_t>(tiles_k, (segment + 1) * tiles_per_block);
   const auto* qweight = reinterpret_cast<const unsigned*>(p.qweight);
   // This thread's loads for tile t: its words and (tid < kTileK) the group of input k0 + tid.
   const auto load = [&](int64_t t, uint32_t(&q)[kWordsPerThread], int32_t& group) {
@@ -161,7 +167,7 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
   };
   uint32_t q[kWordsPerThread];
   int32_t group = 0;
-  int64_t t = blockIdx.y * per_segment;
+  int64_t t = segment * tiles_per_block;
   if (t < t_end) load(t, q, group);
   // The scales and zeros of every group (the first tile's loads are in flight meanwhile).
   for (int64_t i = tid; i < p.groups * (kTileN / 8); i += kBlock) {
@@ -420,11 +426,9 @@ absl::Status LaunchGptqKnChunks(const GptqParams& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-// Launches GptqNkSliceKernel: one block per 32 columns, the qweight rows split into as many
-// segments as give about kSliceBlocks blocks (each segment stages the scales and zeros once).
+// Launches GptqNkSliceKernel with `tiles_per_block` tiles along K per block.
 template <DType kScale, DType kOut>
-absl::Status LaunchGptqNkSlices(const GptqParams& p, cudaStream_t stream) {
-  constexpr int64_t kSliceBlocks = 2048;
+absl::Status LaunchGptqNkSlices(const GptqParams& p, int64_t tiles_per_block, cudaStream_t stream) {
   const int64_t bytes = GptqNkSharedBytes<kOut>(p.groups);
   if (bytes > (int64_t{48} << 10)) {
     DEQUANTD_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(GptqNkSliceKernel<kScale, kOut>,
@@ -433,13 +437,43 @@ absl::Status LaunchGptqNkSlices(const GptqParams& p, cudaStream_t stream) {
   }
   const int64_t slices = (p.N + kTileN - 1) / kTileN;
   const int64_t tiles_k = (p.K / 8 + kNkTileWords<kOut> - 1) / kNkTileWords<kOut>;
-  const int64_t segments =
-      std::clamp<int64_t>(kSliceBlocks / slices, 1, std::min<int64_t>(tiles_k, 65535));
+  const int64_t segments = (tiles_k + tiles_per_block - 1) / tiles_per_block;
+  if (slices * segments > int64_t{0x7FFFFFFF}) {
+    return absl::InvalidArgumentError("too many gptq (N, K) tiles for one launch");
+  }
   GptqNkSliceKernel<kScale, kOut>
-      <<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(segments)), kBlock,
-         static_cast<size_t>(bytes), stream>>>(p);
+      <<<static_cast<unsigned>(slices * segments), kBlock, static_cast<size_t>(bytes), stream>>>(
+          p, segments, tiles_per_block);
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
+}
+
+// The (N, K) tile kernel's launch configurations, which the autotuner sweeps:
+// LaunchConfig{block_size = 256, words_per_thread = 1, rows_per_thread = tiles along K per block}.
+// The first is the default (untuned layers): the fastest on an H100 for 4096 x 14336, 8192 x
+// 28672 and 14336 x 4096 of those measured (2026-12-07, kernels/cuda/NOTES.md; wider tiles along
+// K, 1024 and 2048 bytes of each result row, were slower and are not kept).
+constexpr LaunchConfig kNkTileConfigs[] = {
+    {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 4},
+    {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 2},
+    {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 1},
+    {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 8},
+    {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 16}};
+
+// Whether (v, shape, out) runs the (N, K) tile kernel, whose tiles per block are the launch
+// configuration (when the pointers allow 16-byte loads and stores; otherwise v1's loop, which
+// takes none): 4 bits, K and N multiples of 8, groups of whole words or g_idx, and the block's
+// shared memory within kGptqNkMaxSharedBytes.
+bool UsesNkTiles(KernelVariant v, const QuantShape& shape, DType out) {
+  const bool has_gidx = (shape.format_flags & gptq::kNoGidx) == 0;
+  if (v != KernelVariant::kV4Vec16 || shape.orientation != Orientation::kNK || shape.bits != 4 ||
+      shape.K <= 0 || shape.K % 8 != 0 || shape.N <= 0 || shape.N % 8 != 0 ||
+      !(has_gidx || shape.group_size % 8 == 0)) {
+    return false;
+  }
+  const int64_t bytes = out == DType::kF32 ? GptqNkSharedBytes<DType::kF32>(shape.groups())
+                                           : GptqNkSharedBytes<DType::kBF16>(shape.groups());
+  return bytes <= kGptqNkMaxSharedBytes;
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -447,27 +481,45 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 constexpr KernelVariant kGptqVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord,
                                            KernelVariant::kV4Vec16};
 
-LaunchConfig GptqDefaultConfig(KernelVariant, const QuantShape&, DType) { return LaunchConfig{}; }
-
-std::vector<LaunchConfig> GptqCandidateConfigs(KernelVariant, const QuantShape&, DType) {
-  return {LaunchConfig{}};
+LaunchConfig GptqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out) {
+  return UsesNkTiles(v, shape, out) ? kNkTileConfigs[0] : LaunchConfig{};
 }
 
-bool GptqIsTunable(KernelVariant, const QuantShape&, DType) { return false; }
+std::vector<LaunchConfig> GptqCandidateConfigs(KernelVariant v, const QuantShape& shape,
+                                               DType out) {
+  if (!UsesNkTiles(v, shape, out)) return {LaunchConfig{}};
+  return std::vector<LaunchConfig>(std::begin(kNkTileConfigs), std::end(kNkTileConfigs));
+}
 
-absl::Status GptqCanImplement(KernelVariant v, const LaunchConfig& config, const QuantShape&,
-                              DType) {
+bool GptqIsTunable(KernelVariant v, const QuantShape& shape, DType out) {
+  return UsesNkTiles(v, shape, out) && shape.K * shape.N >= (int64_t{1} << 22);
+}
+
+absl::Status GptqCanImplement(KernelVariant v, const LaunchConfig& config, const QuantShape& shape,
+                              DType out) {
+  if (UsesNkTiles(v, shape, out)) {
+    if (std::find(std::begin(kNkTileConfigs), std::end(kNkTileConfigs), config) !=
+        std::end(kNkTileConfigs)) {
+      return absl::OkStatus();
+    }
+    std::vector<std::string> names;
+    for (const LaunchConfig& c : kNkTileConfigs) names.push_back(c.ToString());
+    return absl::InvalidArgumentError(absl::StrCat(
+        "v4_vec16 of gptq (N, K) takes the tiles along K per block (block = 256, words = 1, rows = "
+        "tiles), one of ",
+        absl::StrJoin(names, " | "), ": got ", config.ToString()));
+  }
   if (!(config == LaunchConfig{})) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(VariantName(v)),
-                     " of gptq takes no launch parameters: config must be the default, got ",
+                     " of gptq takes no launch parameters here: config must be the default, got ",
                      config.ToString()));
   }
   return absl::OkStatus();
 }
 
-absl::Status GptqLaunch(KernelVariant v, const LaunchConfig&, const QuantView& in, DType out_dtype,
-                        void* out, cudaStream_t stream) {
+absl::Status GptqLaunch(KernelVariant v, const LaunchConfig& config, const QuantView& in,
+                        DType out_dtype, void* out, cudaStream_t stream) {
   const QuantShape& shape = in.shape;
   const bool has_gidx = (shape.format_flags & gptq::kNoGidx) == 0;
   if (gptq::Qweight(in) == nullptr || gptq::Qzeros(in) == nullptr || gptq::Scales(in) == nullptr ||
@@ -506,8 +558,8 @@ absl::Status GptqLaunch(KernelVariant v, const LaunchConfig&, const QuantView& i
         constexpr DType kOut = decltype(out_c)::value;
         switch (v) {
           case KernelVariant::kV4Vec16:
-            if (nk_tiles && GptqNkSharedBytes<kOut>(p.groups) <= kGptqNkMaxSharedBytes) {
-              return LaunchGptqNkSlices<kScale, kOut>(p, stream);
+            if (nk_tiles && UsesNkTiles(v, shape, kOut)) {
+              return LaunchGptqNkSlices<kScale, kOut>(p, config.rows_per_thread, stream);
             }
             if (kn_chunks) return LaunchGptqKnChunks<kScale, kOut>(p, stream);
             [[fallthrough]];

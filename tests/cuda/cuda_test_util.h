@@ -93,11 +93,12 @@ class DeviceBuffer {
 // `nan_bits_may_differ` (inputs with inf / NaN scales), up to a NaN's bits (ExpectEqualOrBothNan;
 // the count of such elements is printed).
 inline void ExpectLaunchResult(KernelVariant v, const QuantView& device, DType out,
-                               const std::vector<uint8_t>& want, bool nan_bits_may_differ) {
+                               const std::vector<uint8_t>& want, bool nan_bits_may_differ,
+                               const LaunchConfig& config = LaunchConfig{}) {
   DeviceBuffer result(want.size());
   ASSERT_TRUE(result.ok());
   ASSERT_EQ(cudaMemset(result.get(), 0xFF, result.bytes()), cudaSuccess);
-  const absl::Status st = LaunchDequantize(v, LaunchConfig{}, device, out, result.get(), nullptr);
+  const absl::Status st = LaunchDequantize(v, config, device, out, result.get(), nullptr);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint8_t> got(want.size());

@@ -119,9 +119,12 @@ void CheckEveryVariant(const Case& c, bool nonfinite) {
             DequantizeReference(oriented.view(), out, 0, oriented.shape.result_rows(), want.data())
                 .ok());
         for (KernelVariant v : VariantsOf(Format::kGptq)) {
-          SCOPED_TRACE(std::string(VariantName(v)) + " " + std::string(OrientationName(o)) + " " +
-                       std::string(DTypeName(scale)) + "->" + std::string(DTypeName(out)));
-          ExpectLaunchResult(v, device, out, want, nonfinite);
+          for (const LaunchConfig& config : CandidateConfigs(v, oriented.shape, out)) {
+            SCOPED_TRACE(std::string(VariantName(v)) + " " + config.ToString() + " " +
+                         std::string(OrientationName(o)) + " " + std::string(DTypeName(scale)) +
+                         "->" + std::string(DTypeName(out)));
+            ExpectLaunchResult(v, device, out, want, nonfinite, config);
+          }
         }
       }
     }
@@ -199,23 +202,62 @@ TEST(GptqCudaV4Test, KnWithGidxNotSixteenByteAlignedBitExactToTheReference) {
   }
 }
 
-// No device needed: the variants GPTQ implements and their (absent) launch parameters.
+// No device needed: the variants GPTQ implements and their launch parameters: none but for the
+// (N, K) v4 tile kernel, whose tiles per block the autotuner chooses among five.
 TEST(GptqCudaConfigTest, VariantsAndLaunchConfigurations) {
-  const QuantShape shape = gptq::MakeShape(128, 64, 64, 4, 0);
+  const QuantShape nk = gptq::MakeShape(128, 64, 64, 4, 0);
+  ASSERT_EQ(nk.orientation, Orientation::kNK);
+  QuantShape kn = nk;
+  kn.orientation = Orientation::kKN;
+  const QuantShape nk_8bit = gptq::MakeShape(128, 64, 64, 8, 0);
   const std::vector<KernelVariant> variants = VariantsOf(Format::kGptq);
   EXPECT_EQ(variants,
             (std::vector<KernelVariant>{KernelVariant::kV1PerElement, KernelVariant::kV2PerWord,
                                         KernelVariant::kV4Vec16}));
   for (KernelVariant v : variants) {
-    EXPECT_TRUE(CanImplement(v, LaunchConfig{}, shape, DType::kF16).ok());
-    EXPECT_FALSE(IsTunable(v, shape, DType::kF16));
-    EXPECT_EQ(CandidateConfigs(v, shape, DType::kF16), std::vector<LaunchConfig>{LaunchConfig{}});
-    const absl::Status s = CanImplement(v, LaunchConfig{.block_size = 128}, shape, DType::kF16);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find("of gptq takes no launch parameters"), std::string::npos) << s;
+    for (const QuantShape& shape : {nk, kn, nk_8bit}) {
+      if (v == KernelVariant::kV4Vec16 && shape.orientation == Orientation::kNK &&
+          shape.bits == 4) {
+        continue;  // the tile shapes, below
+      }
+      EXPECT_TRUE(CanImplement(v, LaunchConfig{}, shape, DType::kF16).ok());
+      EXPECT_FALSE(IsTunable(v, shape, DType::kF16));
+      EXPECT_EQ(CandidateConfigs(v, shape, DType::kF16), std::vector<LaunchConfig>{LaunchConfig{}});
+      const absl::Status s = CanImplement(v, LaunchConfig{.block_size = 128}, shape, DType::kF16);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(s.message().find("of gptq takes no launch parameters here"), std::string::npos)
+          << s;
+    }
   }
+  // (N, K) 4-bit v4: block = 256, words = 1, rows = tiles along K per block; the first is the
+  // default.
+  const std::vector<LaunchConfig> tiles = {
+      {256, 1, 4}, {256, 1, 2}, {256, 1, 1}, {256, 1, 8}, {256, 1, 16}};
+  for (DType out : {DType::kF16, DType::kBF16, DType::kF32}) {
+    EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, nk, out), tiles);
+    EXPECT_EQ(DefaultConfig(KernelVariant::kV4Vec16, nk, out), tiles.front());
+    for (const LaunchConfig& c : tiles)
+      EXPECT_TRUE(CanImplement(KernelVariant::kV4Vec16, c, nk, out).ok());
+  }
+  for (const LaunchConfig& other : {LaunchConfig{.block_size = 256, .rows_per_thread = 3},
+                                    LaunchConfig{.block_size = 128, .rows_per_thread = 4},
+                                    LaunchConfig{.words_per_thread = 2, .rows_per_thread = 4}}) {
+    const absl::Status s = CanImplement(KernelVariant::kV4Vec16, other, nk, DType::kBF16);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << other.ToString();
+    EXPECT_NE(s.message().find("v4_vec16 of gptq (N, K) takes the tiles along K per block"),
+              std::string::npos)
+        << s;
+  }
+  // Tuned from 2^22 weights on: 4096 x 1024 is, 128 x 64 is not.
+  EXPECT_FALSE(IsTunable(KernelVariant::kV4Vec16, nk, DType::kBF16));
+  EXPECT_TRUE(
+      IsTunable(KernelVariant::kV4Vec16, gptq::MakeShape(4096, 1024, 128, 4, 0), DType::kBF16));
+  // More groups than the tiles' shared memory holds (K / G = 2048): no tiles, v1's loop.
+  const QuantShape many_groups = gptq::MakeShape(32768, 64, 16, 4, 0);
+  EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, many_groups, DType::kBF16),
+            std::vector<LaunchConfig>{LaunchConfig{}});
   const absl::Status v3 =
-      CanImplement(KernelVariant::kV3PerWordBlock, LaunchConfig{}, shape, DType::kF16);
+      CanImplement(KernelVariant::kV3PerWordBlock, LaunchConfig{}, nk, DType::kF16);
   EXPECT_EQ(v3.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(v3.message(), "kernel variant v3_per_word_block is not implemented for format gptq");
 }
