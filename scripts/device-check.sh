@@ -6,7 +6,9 @@
 # and travels with the call as a carried path). Runs what the bundle holds and writes logs under
 # $OUT (default ./out): device.txt, cuda_test.log/.xml, quick_bench.log, bench.log, server.log.
 # Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench formats mxfp4-profile
-#   grouped server counters (default: all). formats: every format's kernels beside the copy (dequantd_bench
+#   gptq-tiles grouped server counters (default: all). gptq-tiles: the GPTQ (N, K) kernel's
+#   tiles-per-block candidates, each timed by dequantd_tune_sweep, into gptq_tiles.txt.
+#   formats: every format's kernels beside the copy (dequantd_bench
 #   --formats, bf16 out, 8B- and 70B-shaped layers; gpt-oss-20b-shaped experts for mxfp4) into
 #   formats.md. Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS,
 #   GROUPED_ARGS, SERVER_TEST_FILTER, COUNTER_SHAPES (environment). The integration tests run dequantctl: set
@@ -16,7 +18,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench formats mxfp4-profile grouped server counters)
+[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench formats mxfp4-profile gptq-tiles grouped server counters)
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 have() { command -v "$1" >/dev/null 2>&1; }
 failed=()
@@ -78,6 +80,16 @@ if want mxfp4-profile && have dequantd_bench && have ncu; then
   grep -E "Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Shared Memory Config|Stall|L1/TEX Hit|Sectors" \
     "$OUT/mxfp4_ncu.txt" | head -40
   [ $rc -eq 0 ] || failed+=("ncu mxfp4($rc)")
+fi
+
+if want gptq-tiles && have dequantd_tune_sweep; then
+  # Issue 21's GPTQ act-order (N, K) gap: every tiles-per-block candidate's time per layer.
+  echo "== dequantd_tune_sweep --format gptq (${GPTQ_SHAPES:=4096x14336,8192x28672,14336x4096})"
+  dequantd_tune_sweep --format gptq --shapes "$GPTQ_SHAPES" --dtypes bf16,fp16 \
+    --objectives latency --tunings 1 >"$OUT/gptq_tiles.txt" 2>&1
+  rc=$?
+  grep -E "^\| gptq|^candidates" "$OUT/gptq_tiles.txt"
+  [ $rc -eq 0 ] || failed+=("dequantd_tune_sweep gptq($rc)")
 fi
 
 if want grouped && have dequantd_bench; then
