@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,7 +33,7 @@ struct FormatKernels {
 
 // AWQ GEMM: v1-v4 (awq_launch_config.cc, dequant_cuda.cu).
 extern const FormatKernels kAwqKernels;
-// GPTQ: v1, v2 (gptq_cuda.cu).
+// GPTQ: v1, v2, v4 (gptq_cuda.cu).
 extern const FormatKernels kGptqKernels;
 // compressed-tensors pack-quantized: v1, v2 (compressed_tensors_cuda.cu).
 extern const FormatKernels kCompressedTensorsKernels;
@@ -42,6 +43,12 @@ extern const FormatKernels kFp8BlockKernels;
 extern const FormatKernels kCompressedTensorsFp8Kernels;
 // MXFP4 (gpt-oss): v1, v4 (mxfp4_cuda.cu).
 extern const FormatKernels kMxfp4Kernels;
+
+// For a variant whose launch configurations are a fixed list: OK when `config` is one of
+// `configs`, otherwise INVALID_ARGUMENT "<what>, one of A | B | ...: got C" (what = the variant,
+// format and the list's meaning). Host code (launch_config.cc).
+absl::Status ConfigAmong(absl::Span<const LaunchConfig> configs, const LaunchConfig& config,
+                         std::string_view what);
 
 LaunchConfig AwqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype);
 std::vector<LaunchConfig> AwqCandidateConfigs(KernelVariant v, const QuantShape& shape,

@@ -23,7 +23,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
@@ -498,16 +497,9 @@ bool GptqIsTunable(KernelVariant v, const QuantShape& shape, DType out) {
 absl::Status GptqCanImplement(KernelVariant v, const LaunchConfig& config, const QuantShape& shape,
                               DType out) {
   if (UsesNkTiles(v, shape, out)) {
-    if (std::find(std::begin(kNkTileConfigs), std::end(kNkTileConfigs), config) !=
-        std::end(kNkTileConfigs)) {
-      return absl::OkStatus();
-    }
-    std::vector<std::string> names;
-    for (const LaunchConfig& c : kNkTileConfigs) names.push_back(c.ToString());
-    return absl::InvalidArgumentError(absl::StrCat(
-        "v4_vec16 of gptq (N, K) takes the tiles along K per block (block = 256, words = 1, rows = "
-        "tiles), one of ",
-        absl::StrJoin(names, " | "), ": got ", config.ToString()));
+    return ConfigAmong(kNkTileConfigs, config,
+                       "v4_vec16 of gptq (N, K) takes the tiles along K per block (block = 256, "
+                       "words = 1, rows = tiles)");
   }
   if (!(config == LaunchConfig{})) {
     return absl::InvalidArgumentError(

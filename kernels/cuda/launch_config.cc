@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/format_kernels.h"
@@ -94,6 +95,17 @@ absl::Status LaunchDequantize(KernelVariant v, const LaunchConfig& config, const
                               DType out_dtype, void* out, cudaStream_t stream) {
   if (absl::Status st = CanImplement(v, config, in.shape, out_dtype); !st.ok()) return st;
   return KernelsFor(in.shape.format, v)->launch(v, config, in, out_dtype, out, stream);
+}
+
+absl::Status ConfigAmong(absl::Span<const LaunchConfig> configs, const LaunchConfig& config,
+                         std::string_view what) {
+  for (const LaunchConfig& c : configs) {
+    if (c == config) return absl::OkStatus();
+  }
+  std::vector<std::string> names;
+  for (const LaunchConfig& c : configs) names.push_back(c.ToString());
+  return absl::InvalidArgumentError(absl::StrCat(
+      View(what), ", one of ", absl::StrJoin(names, " | "), ": got ", config.ToString()));
 }
 
 }  // namespace dequantd::cuda

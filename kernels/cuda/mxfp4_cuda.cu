@@ -18,7 +18,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dequant_cuda.h"
@@ -317,16 +316,9 @@ bool Mxfp4IsTunable(KernelVariant v, const QuantShape& shape, DType out) {
 absl::Status Mxfp4CanImplement(KernelVariant v, const LaunchConfig& config, const QuantShape& shape,
                                DType out) {
   if (UsesKnTile(v, shape, out)) {
-    const std::vector<LaunchConfig> configs = KnTileConfigs(out);
-    if (std::find(configs.begin(), configs.end(), config) != configs.end()) {
-      return absl::OkStatus();
-    }
-    std::vector<std::string> names;
-    for (const LaunchConfig& c : configs) names.push_back(c.ToString());
-    return absl::InvalidArgumentError(absl::StrCat(
-        "v4_vec16 of mxfp4 (E, K, N) takes a tile shape (block = threads, words = blocks of 32 "
-        "inputs k, rows = rows n / 32), one of ",
-        absl::StrJoin(names, " | "), ": got ", config.ToString()));
+    return ConfigAmong(KnTileConfigs(out), config,
+                       "v4_vec16 of mxfp4 (E, K, N) takes a tile shape (block = threads, words = "
+                       "blocks of 32 inputs k, rows = rows n / 32)");
   }
   if (!(config == LaunchConfig{})) {
     return absl::InvalidArgumentError(
