@@ -12,7 +12,8 @@
 //                   a block per 32 columns (GptqNkSliceKernel, shared-memory tiles); (K, N): a
 //                   thread per 8 (fp32: 4) consecutive columns of one qweight row, 8 result rows
 //                   (GptqKnChunkKernel, packed 16-bit pair decode). Other layers run v1's loop.
-// None takes launch parameters (256-thread blocks, grid-stride loops, 64-bit indices).
+// 256-thread blocks and 64-bit indices; the one launch parameter is the (N, K) tile kernel's tiles
+// along K per block (kNkTileConfigs, chosen by the autotuner); the others take none.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
