@@ -541,7 +541,9 @@ absl::Status GptqLaunch(KernelVariant v, const LaunchConfig& config, const Quant
       p.bits == 4 && p.K > 0 && p.K % 8 == 0 && p.N > 0 && (has_gidx || p.group_size % 8 == 0);
   // Both read whole 16-byte vectors of a scale row (N % 8 == 0, 16-byte aligned scales).
   const bool v4_loads = p.N % 8 == 0 && Aligned16(p.scales) && Aligned16(p.qweight);
-  const bool nk_tiles = v4 && v4_loads && p.nk && ChunkAligned(out, p.K, out_dtype);
+  // (N, K): the tile kernel's shape checks (UsesNkTiles), then the pointers'.
+  const bool nk_tiles =
+      UsesNkTiles(v, shape, out_dtype) && v4_loads && ChunkAligned(out, p.K, out_dtype);
   // (GptqKnChunkKernel's column arithmetic is 32-bit: N < 2^31.)
   const bool kn_chunks =
       v4 && v4_loads && !p.nk && ChunkAligned(out, p.N, out_dtype) && p.N < (int64_t{1} << 31);
@@ -551,7 +553,7 @@ absl::Status GptqLaunch(KernelVariant v, const LaunchConfig& config, const Quant
         constexpr DType kOut = decltype(out_c)::value;
         switch (v) {
           case KernelVariant::kV4Vec16:
-            if (nk_tiles && UsesNkTiles(v, shape, kOut)) {
+            if (nk_tiles) {
               return LaunchGptqNkSlices<kScale, kOut>(p, config.rows_per_thread, stream);
             }
             if (kn_chunks) return LaunchGptqKnChunks<kScale, kOut>(p, stream);
