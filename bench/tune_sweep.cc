@@ -11,9 +11,10 @@
 //   dequantd_tune_sweep [--shapes [Ex]KxN,...] [--dtypes fp16,bf16] [--objectives
 //   latency,throughput]
 //                       [--tunings 3] [--reference-rounds 11] [--group-size 128] [--device 0]
-//                       [--variant v4_vec16] [--format awq_gemm]
+//                       [--variant v4_vec16] [--format awq_gemm] [--orientation kn|nk]
 //     --format: the layers' format, each shape with the parameters of the checkpoints people run
 //     (measure/benchmark.h PresetShape, as dequantd_bench --formats); ExKxN for mxfp4's experts.
+//     --orientation: the result's layout (default: the format's own).
 //     After each row, a line lists every candidate's reference time.
 //
 // Where cuda::IsTunable is false (v4 on small layers) the tunings return DefaultConfig untimed;
@@ -25,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,7 @@ struct Options {
   int device = 0;
   cuda::KernelVariant variant = cuda::KernelVariant::kV4Vec16;
   Format format = Format::kAwqGemm;
+  std::optional<Orientation> orientation;  // unset: the format's own
 };
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -98,6 +101,10 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       ok = cuda::ParseVariant(value, &o->variant);
     } else if (flag == "--format") {
       ok = ParseFormat(value, &o->format);
+    } else if (flag == "--orientation") {
+      Orientation orientation;
+      ok = ParseOrientation(value, &orientation);
+      if (ok) o->orientation = orientation;
     } else {
       ok = false;
     }
@@ -205,8 +212,8 @@ int Run(const Options& o) {
   bool all_met = true;
   for (TuneObjective objective : o.objectives) {  // the served objective (latency) first
     for (const BenchmarkShape& s : o.shapes) {
-      const QuantShape shape =
-          ToQuantShape(PresetShape(o.format, s.K, s.N, o.group_size, s.experts));
+      QuantShape shape = ToQuantShape(PresetShape(o.format, s.K, s.N, o.group_size, s.experts));
+      if (o.orientation) shape.orientation = *o.orientation;
       for (DType out : o.dtypes) {
         absl::StatusOr<Row> row = SweepOne(o, *device, shape, out, objective);
         if (!row.ok()) {
@@ -233,7 +240,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: dequantd_tune_sweep [--shapes KxN,...] [--dtypes fp16,bf16] "
                  "[--objectives latency,throughput] [--tunings 3] [--reference-rounds 11] "
-                 "[--group-size 128] [--device 0] [--variant v4_vec16] [--format awq_gemm]\n");
+                 "[--group-size 128] [--device 0] [--variant v4_vec16] [--format awq_gemm] "
+                 "[--orientation kn|nk]\n");
     return 2;
   }
   return dequantd::bench::Run(options);

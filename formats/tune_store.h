@@ -1,8 +1,8 @@
 // The autotuner's cache file: a TuneStore (kernels/autotune.h) kept as versioned JSON, shared
 // safely between processes. Knows nothing of CUDA: the config is cuda::LaunchConfig's plain data.
 //
-// File format (version 2; written by this code only):
-//   {"version": 2,
+// File format (version 4; written by this code only):
+//   {"version": 4,
 //    "entries": [{"device": "NVIDIA H200", "compute_capability": 90, "variant": "v4_vec16",
 //                 "K": 4096, "N": 14336, "group_size": 128, "scale_dtype": "fp16",
 //                 "output_dtype": "fp16", "objective": "latency",
@@ -22,8 +22,10 @@
 
 namespace dequantd::formats {
 
-// Version 3: keys name the format (issue 21). Version 2 added the objective.
-inline constexpr int kTuneFileVersion = 3;
+// Version 4: the AWQ (N, K) kernel's launch configuration is tiles along K per block (a version-3
+// entry's block size would be refused). Version 3: keys name the format (issue 21). Version 2
+// added the objective.
+inline constexpr int kTuneFileVersion = 4;
 
 // A TuneStore on the file at `path`.
 //

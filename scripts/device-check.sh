@@ -5,9 +5,11 @@
 #       build-X/tests/cuda/cuda_quick_bench [build-X/bench/dequantd_bench] [server tests...]
 # and travels with the call as a carried path). Runs what the bundle holds and writes logs under
 # $OUT (default ./out): device.txt, cuda_test.log/.xml, quick_bench.log, bench.log, server.log.
-# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench formats mxfp4-profile
-#   gptq-tiles grouped server counters (default: all). gptq-tiles: the GPTQ (N, K) kernel's
-#   tiles-per-block candidates, each timed by dequantd_tune_sweep, into gptq_tiles.txt.
+# Usage: scripts/device-check.sh [STEP...]   STEP: tests quickbench bench formats awq-nk
+#   mxfp4-profile gptq-tiles grouped server counters (default: all). gptq-tiles: the GPTQ (N, K)
+#   kernel's tiles-per-block candidates, each timed by dequantd_tune_sweep, into gptq_tiles.txt.
+#   awq-nk: the AWQ (N, K) kernel (the model loader's orientation) beside the copy, and its
+#   tiles-per-block candidates, into awq_nk.md.
 #   formats: every format's kernels beside the copy (dequantd_bench
 #   --formats, bf16 out, 8B- and 70B-shaped layers; gpt-oss-20b-shaped experts for mxfp4) into
 #   formats.md. Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS,
@@ -18,7 +20,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench formats mxfp4-profile gptq-tiles grouped server counters)
+[ ${#steps[@]} -eq 0 ] && steps=(tests quickbench bench formats awq-nk mxfp4-profile gptq-tiles grouped server counters)
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 have() { command -v "$1" >/dev/null 2>&1; }
 failed=()
@@ -69,6 +71,17 @@ if want formats && have dequantd_bench; then
   [ $rc -eq 0 ] || { tail -5 "$OUT/formats.md"; failed+=("dequantd_bench --formats($rc)"); }
 fi
 
+if want awq-nk && have dequantd_bench && have dequantd_tune_sweep; then
+  echo "== AWQ (N, K) beside the copy, and its tiles per block (${AWQ_NK_SHAPES:=4096x14336,14336x4096,8192x28672,4096x4096,4096x1024})"
+  { dequantd_bench --formats awq_gemm --orientation nk --shapes "$AWQ_NK_SHAPES" --dtypes bf16,fp16 \
+      --trials 3 --runs 10 --markdown &&
+    dequantd_tune_sweep --format awq_gemm --orientation nk --shapes "$AWQ_NK_SHAPES" --dtypes bf16 \
+      --objectives latency --tunings 1; } >"$OUT/awq_nk.md" 2>&1
+  rc=$?
+  grep -E "^\| (v4|copy)|^\| awq|^candidates|^- (device|commit|peak)" "$OUT/awq_nk.md"
+  [ $rc -eq 0 ] || { tail -5 "$OUT/awq_nk.md"; failed+=("awq-nk($rc)"); }
+fi
+
 if want mxfp4-profile && have dequantd_bench && have ncu; then
   # Issue 21's open MXFP4 (E, K, N) gap: the tile kernel's stall reasons and memory sectors, one
   # launch of the default (fastest measured) tile shape, bf16, into mxfp4_ncu.txt.
@@ -117,6 +130,7 @@ fi
 
 if want counters && have dequantd_bench && have ncu; then
   echo "== hardware counters vs Nsight Compute"
+  # shellcheck disable=SC2086 # COUNTER_SHAPES is a list of arguments
   OUT="$OUT" bash "$(dirname "$0")/counters-vs-ncu.sh" ${COUNTER_SHAPES:-} | tee "$OUT/counters_table.md"
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("counters-vs-ncu")
 fi

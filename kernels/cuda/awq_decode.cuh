@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/awq_format.h"
 
@@ -142,35 +143,42 @@ class WordDequantizer {
     }
   }
 
-  __device__ __forceinline__ OutWord<kOut> operator()(uint32_t qword) const {
-    OutWord<kOut> out;
-    uint32_t pair[4];
-    float2 wide[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if constexpr (kNative && kOut == DType::kF16) {
-        const __half2 diff = __hsub2_rn(AsHalf2(Lop3Unpack(qword, j, kMagic)), AsHalf2(zero_[j]));
-        pair[j] = AsU32(__hmul2_rn(diff, AsHalf2(scale_[j])));
-      } else if constexpr (kNative) {
-        const __nv_bfloat162 diff =
-            __hsub2_rn(AsBfloat162(Lop3Unpack(qword, j, kMagic)), AsBfloat162(zero_[j]));
-        pair[j] = AsU32(__hmul2_rn(diff, AsBfloat162(scale_[j])));
+  // Output columns 2j and 2j + 1 of `qword` (j in [0, 4)): for fp16/bf16 output their rounded
+  // bits in one word (column 2j in the low half), for fp32 output the two values.
+  using PairOut = std::conditional_t<kOut == DType::kF32, float2, uint32_t>;
+  __device__ __forceinline__ PairOut Pair(uint32_t qword, int j) const {
+    if constexpr (kNative && kOut == DType::kF16) {
+      const __half2 diff = __hsub2_rn(AsHalf2(Lop3Unpack(qword, j, kMagic)), AsHalf2(zero_[j]));
+      return AsU32(__hmul2_rn(diff, AsHalf2(scale_[j])));
+    } else if constexpr (kNative) {
+      const __nv_bfloat162 diff =
+          __hsub2_rn(AsBfloat162(Lop3Unpack(qword, j, kMagic)), AsBfloat162(zero_[j]));
+      return AsU32(__hmul2_rn(diff, AsBfloat162(scale_[j])));
+    } else {
+      const float2 d =
+          __half22float2(__hsub2_rn(AsHalf2(Lop3Unpack(qword, j, kF16Magic)), AsHalf2(zero_[j])));
+      const float2 wide =
+          make_float2(__fmul_rn(d.x, scale_f_[2 * j]), __fmul_rn(d.y, scale_f_[2 * j + 1]));
+      if constexpr (kOut == DType::kF16) {
+        return AsU32(__floats2half2_rn(wide.x, wide.y));
+      } else if constexpr (kOut == DType::kBF16) {
+        return AsU32(__floats2bfloat162_rn(wide.x, wide.y));
       } else {
-        const float2 d =
-            __half22float2(__hsub2_rn(AsHalf2(Lop3Unpack(qword, j, kF16Magic)), AsHalf2(zero_[j])));
-        wide[j] = make_float2(__fmul_rn(d.x, scale_f_[2 * j]), __fmul_rn(d.y, scale_f_[2 * j + 1]));
-        if constexpr (kOut == DType::kF16) {
-          pair[j] = AsU32(__floats2half2_rn(wide[j].x, wide[j].y));
-        } else if constexpr (kOut == DType::kBF16) {
-          pair[j] = AsU32(__floats2bfloat162_rn(wide[j].x, wide[j].y));
-        }
+        return wide;
       }
     }
+  }
+
+  __device__ __forceinline__ OutWord<kOut> operator()(uint32_t qword) const {
+    OutWord<kOut> out;
+    PairOut pair[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) pair[j] = Pair(qword, j);
     if constexpr (kOut == DType::kF32) {
-      out.v[0] = make_uint4(__float_as_uint(wide[0].x), __float_as_uint(wide[0].y),
-                            __float_as_uint(wide[1].x), __float_as_uint(wide[1].y));
-      out.v[1] = make_uint4(__float_as_uint(wide[2].x), __float_as_uint(wide[2].y),
-                            __float_as_uint(wide[3].x), __float_as_uint(wide[3].y));
+      out.v[0] = make_uint4(__float_as_uint(pair[0].x), __float_as_uint(pair[0].y),
+                            __float_as_uint(pair[1].x), __float_as_uint(pair[1].y));
+      out.v[1] = make_uint4(__float_as_uint(pair[2].x), __float_as_uint(pair[2].y),
+                            __float_as_uint(pair[3].x), __float_as_uint(pair[3].y));
     } else {
       out.v[0] = make_uint4(pair[0], pair[1], pair[2], pair[3]);
     }

@@ -27,6 +27,14 @@ int LargestDivisor(int64_t n, std::initializer_list<int> options) {
   return 1;
 }
 
+// The (N, K) tile kernel's launch configurations (AwqNkTileKernel: 256-thread blocks, the tiles
+// along K per block as rows_per_thread), which the autotuner sweeps; the first is the default.
+constexpr LaunchConfig kNkTileConfigs[] = {
+    {.block_size = 256, .words_per_thread = 1, .rows_per_thread = 4},
+    {.block_size = 256, .words_per_thread = 1, .rows_per_thread = 2},
+    {.block_size = 256, .words_per_thread = 1, .rows_per_thread = 1},
+    {.block_size = 256, .words_per_thread = 1, .rows_per_thread = 8}};
+
 }  // namespace
 
 // Measured on the H200 (fp16 scales, group 128, cuda_quick_bench --sweep, 2026-11-30): one word
@@ -38,7 +46,7 @@ int LargestDivisor(int64_t n, std::initializer_list<int> options) {
 LaunchConfig AwqDefaultConfig(KernelVariant v, const QuantShape& shape, DType out_dtype) {
   LaunchConfig c;
   if (v != KernelVariant::kV4Vec16) return c;
-  if (shape.orientation == Orientation::kNK) return c;  // the tile transpose: 256 threads
+  if (shape.orientation == Orientation::kNK) return kNkTileConfigs[0];
   c.block_size = 128;
   c.words_per_thread = 1;
   const int64_t G = shape.group_size > 0 ? shape.group_size : 1;
@@ -74,8 +82,8 @@ std::vector<LaunchConfig> AwqCandidateConfigs(KernelVariant v, const QuantShape&
       for (int b : {64, 128, 256, 512, 1024}) add({.block_size = b});
       break;
     case KernelVariant::kV4Vec16:
-      if (shape.orientation == Orientation::kNK) {  // the tile transpose takes block_size only
-        for (int b : {128, 256, 512}) add({.block_size = b});
+      if (shape.orientation == Orientation::kNK) {
+        for (const LaunchConfig& nk : kNkTileConfigs) add(nk);
         break;
       }
       // At most 16: the sweep's leaders on every measured shape.
@@ -127,13 +135,9 @@ absl::Status AwqCanImplement(KernelVariant v, const LaunchConfig& config, const 
     return absl::OkStatus();
   }
   if (shape.orientation == Orientation::kNK) {
-    if (config.words_per_thread != 1 || config.rows_per_thread != 1)
-      return absl::InvalidArgumentError(
-          absl::StrCat(name,
-                       " for an (N, K) result (the tile transpose) takes only block_size: "
-                       "words_per_thread and rows_per_thread must be 1, got ",
-                       config.ToString()));
-    return absl::OkStatus();
+    return ConfigAmong(kNkTileConfigs, config,
+                       "v4_vec16 of awq_gemm (N, K) takes the tiles along K per block (block = "
+                       "256, words = 1, rows = tiles)");
   }
   const int64_t words_per_row = shape.N / awq::kPackFactor;
   if (!IsV4WordsPerThread(config.words_per_thread) || words_per_row % config.words_per_thread != 0)

@@ -41,6 +41,8 @@ bool AlignedTo(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+static_assert(kAwqNkBlock == 256, "awq_launch_config.cc's (N, K) configurations name 256 threads");
+
 constexpr KernelVariant kAwqVariants[] = {KernelVariant::kV1PerElement, KernelVariant::kV2PerWord,
                                           KernelVariant::kV3PerWordBlock, KernelVariant::kV4Vec16};
 
@@ -71,48 +73,49 @@ absl::Status AwqLaunch(KernelVariant v, const LaunchConfig& config, const QuantV
   p.group_size = shape.group_size;
   p.nk = shape.orientation == Orientation::kNK;
 
-  if (v == KernelVariant::kV4Vec16 && !p.nk && (!AlignedTo(scales, 16) || !AlignedTo(out, 16)))
-    return absl::InvalidArgumentError("v4_vec16 needs 16-byte aligned scales and out pointers");
+  if (v == KernelVariant::kV4Vec16 && (!AlignedTo(scales, 16) || (!p.nk && !AlignedTo(out, 16))))
+    return absl::InvalidArgumentError(
+        "v4_vec16 needs 16-byte aligned scales and, for a (K, N) result, out pointers");
 
-  return DispatchDTypes<DType::kF16,
-                        DType::kBF16>(shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
-    constexpr DType kScale = decltype(scale_c)::value;
-    constexpr DType kOut = decltype(out_c)::value;
-    switch (v) {
-      case KernelVariant::kV1PerElement:
-        return LaunchGridStride(DequantPerElementKernel<kScale, kOut>, shape.output_elements(), 256,
-                                p, stream);
-      case KernelVariant::kV2PerWord:
-        return LaunchGridStride(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row, 256,
-                                p, stream);
-      case KernelVariant::kV3PerWordBlock:
-        return LaunchGridStride(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row,
-                                config.block_size, p, stream);
-      case KernelVariant::kV4Vec16:
-        if (p.nk) {  // the tile transpose (CanImplement: words_per_thread = rows_per_thread = 1)
-          const int64_t tiles = (shape.K + kNkTileK - 1) / kNkTileK *
-                                ((p.words_per_row + kNkTileWords - 1) / kNkTileWords);
-          return LaunchGridStride(DequantNkTileKernel<kScale, kOut>, tiles * config.block_size,
-                                  config.block_size, p, stream);
+  return DispatchDTypes<DType::kF16, DType::kBF16>(
+      shape.scale_dtype, out_dtype, [&](auto scale_c, auto out_c) {
+        constexpr DType kScale = decltype(scale_c)::value;
+        constexpr DType kOut = decltype(out_c)::value;
+        switch (v) {
+          case KernelVariant::kV1PerElement:
+            return LaunchGridStride(DequantPerElementKernel<kScale, kOut>, shape.output_elements(),
+                                    256, p, stream);
+          case KernelVariant::kV2PerWord:
+            return LaunchGridStride(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row,
+                                    256, p, stream);
+          case KernelVariant::kV3PerWordBlock:
+            return LaunchGridStride(DequantPerWordKernel<kScale, kOut>, shape.K * p.words_per_row,
+                                    config.block_size, p, stream);
+          case KernelVariant::kV4Vec16:
+            if (p.nk) {  // the tile transpose (CanImplement: rows_per_thread = tiles along K)
+              DEQUANTD_CUDA_RETURN_IF_ERROR((LaunchAwqNkTiles<kScale, kOut>(
+                  p, config.rows_per_thread, UseProgrammaticLaunch(shape), stream)));
+              return absl::OkStatus();
+            }
+            return DispatchInt<1, 2, 4>(config.words_per_thread, "words_per_thread", [&](auto w_c) {
+              return DispatchInt<1, 2, 4, 8, 16>(
+                  config.rows_per_thread, "rows_per_thread", [&](auto r_c) -> absl::Status {
+                    constexpr int kWords = decltype(w_c)::value;
+                    constexpr int kRows = decltype(r_c)::value;
+                    if constexpr (kWords * kRows > kV4MaxTileWords) {
+                      return absl::InvalidArgumentError(
+                          "v4 tile too large");  // CanImplement refuses
+                    } else {
+                      DEQUANTD_CUDA_RETURN_IF_ERROR((LaunchVec16<kScale, kOut, kWords, kRows>(
+                          p, config.block_size, /*max_blocks=*/0, UseProgrammaticLaunch(shape),
+                          stream)));
+                      return absl::OkStatus();
+                    }
+                  });
+            });
         }
-        return DispatchInt<1, 2, 4>(config.words_per_thread, "words_per_thread", [&](auto w_c) {
-          return DispatchInt<1, 2, 4, 8, 16>(
-              config.rows_per_thread, "rows_per_thread", [&](auto r_c) -> absl::Status {
-                constexpr int kWords = decltype(w_c)::value;
-                constexpr int kRows = decltype(r_c)::value;
-                if constexpr (kWords * kRows > kV4MaxTileWords) {
-                  return absl::InvalidArgumentError("v4 tile too large");  // CanImplement refuses
-                } else {
-                  DEQUANTD_CUDA_RETURN_IF_ERROR((LaunchVec16<kScale, kOut, kWords, kRows>(
-                      p, config.block_size, /*max_blocks=*/0, UseProgrammaticLaunch(shape),
-                      stream)));
-                  return absl::OkStatus();
-                }
-              });
-        });
-    }
-    return absl::InvalidArgumentError("unknown kernel variant");
-  });
+        return absl::InvalidArgumentError("unknown kernel variant");
+      });
 }
 
 }  // namespace dequantd::cuda

@@ -71,79 +71,181 @@ __global__ void DequantPerWordKernel(DequantParams p) {
   }
 }
 
-// ---- v4_vec16 for an (N, K) result: a shared-memory transpose per tile ----------------------
+// ---- v4_vec16 for an (N, K) result: a register and shared-memory transpose per tile ---------
 
-// Tile of the (K, N) definition one block transposes at a time: kNkTileK rows of K by
-// kNkTileWords packed words (8 * kNkTileWords columns n). Eight words are 32 bytes of a qweight
-// row, one whole DRAM sector per row read (four, before 2026-12-06, used half of each; with the
-// 16-byte stores below the kernel went from 132.7 to 68.9 us on a 4096 x 14336 bf16 layer on the
-// H200, kernels/cuda/NOTES.md).
-inline constexpr int kNkTileWords = 8;
-inline constexpr int kNkTileK = 64;
-inline constexpr int kNkTileN = kNkTileWords * awq::kPackFactor;
+// A tile is kAwqNkTileN = 64 result rows n (8 qweight word columns: 32 bytes of each qweight row
+// read, one whole DRAM sector) by kAwqNkTileK<kOut> inputs k: 512 bytes of every result row (256
+// fp16/bf16 or 128 fp32 values, kAwqNkRowChunks 16-byte chunks). A block has one thread per (word
+// column, chunk) of the tile.
+inline constexpr int kAwqNkTileWords = 8;
+inline constexpr int kAwqNkTileN = kAwqNkTileWords * awq::kPackFactor;
+inline constexpr int kAwqNkRowChunks = 32;
+inline constexpr int kAwqNkBlock = kAwqNkTileWords * kAwqNkRowChunks;  // 256 threads
+template <DType kOut>
+inline constexpr int kAwqNkTileK = kAwqNkRowChunks* kChunk<kOut>;
 
-// v4 with Orientation::kNK: each block walks tiles (grid-stride). Phase 1: one thread per (k, word)
-// of the tile, words fastest (a warp reads 32 / kNkTileWords rows of 4 * kNkTileWords bytes),
-// decodes the word's 8 values exactly as v1-v3 do (float(q - z) * s, exact) into a shared (n, k)
-// tile (padded by one column against bank conflicts); phase 2: the block stores the tile row n by
-// row n, each thread one 16-byte chunk of kChunk consecutive k (8 fp16/bf16 or 4 fp32 values, each
-// rounded once to kOut: PackChunk's cvt.rn, StoreElement's rounding), consecutive threads along the
-// row. When K is not a multiple of kChunk or `out` is not 16-byte aligned, phase 2 stores element
-// by element, consecutive threads at consecutive k. Any block size that is a multiple of 32; edges
-// of K and N are masked.
+// One thread's inputs for one tile: kChunk<kOut> consecutive qweight words of one column (rows k
+// to k + kChunk - 1; 0 past K) and the zero word and 8 scales of row k's group.
+template <DType kOut>
+struct AwqNkLoads {
+  uint32_t q[kChunk<kOut>] = {};
+  uint32_t zword = 0;
+  uint4 scales = {};
+};
+
+// Component m (0..3) of a 16-byte vector; m is a constant after unrolling.
+__device__ __forceinline__ uint32_t Component(const uint4& v, int m) {
+  return m == 0 ? v.x : m == 1 ? v.y : m == 2 ? v.z : v.w;
+}
+
+// v4 with Orientation::kNK. Block b takes the 64 result rows of word columns [8 band, 8 band + 8),
+// band = b / segments, and `tiles_per_block` consecutive tiles along K of segment b % segments
+// (segments fastest: the blocks resident together write whole stretches of the same rows). Per
+// tile, thread (w, q) = (tid % 8, tid / 8):
+//  - loads the kChunk words of column 8 band + w at rows k = k0 + q kChunk ... (a warp reads 4
+//    rows x 32 bytes: whole sectors), and the zero word and 16 bytes of scales of row k's group;
+//  - decodes the words' values exactly as the (K, N) v4 kernel does (WordDequantizer: the same
+//    arithmetic and rounding), one column pair of all kChunk words at a time, transposes them in
+//    registers (PRMT) into chunks of kChunk consecutive k of result rows n = 8 (8 band + w) + i,
+//    and puts chunk i in the shared tile at [8 w + i][q ^ w] (the XOR swizzle spreads a
+//    quarter-warp's 16-byte stores, which share q and differ in w, over all banks); then issues
+//    the next tile's loads, which stay in flight while this tile is stored;
+//  - then warp v stores result rows 64 band + v + 8 j, lane l chunk l: 512 contiguous bytes per
+//    store instruction (element stores instead when K is not a multiple of kChunk or `out` is not
+//    16-byte aligned).
+// A chunk's rows share one group when group_size % kChunk == 0 (every checkpoint); otherwise each
+// element is decoded with its own row's group (v1's arithmetic, slow, for odd test shapes). Needs
+// 16-byte aligned scales (the launcher checks). Programmatic dependent launch as
+// DequantVec16Kernel.
 template <DType kScale, DType kOut>
-__global__ void __launch_bounds__(kV4MaxBlockSize) DequantNkTileKernel(DequantParams p) {
-  __shared__ float tile[kNkTileN][kNkTileK + 1];
+__global__ void __launch_bounds__(kAwqNkBlock)
+    AwqNkTileKernel(DequantParams p, int64_t segments, int64_t tiles_per_block) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
   constexpr int kC = kChunk<kOut>;
-  constexpr int kRowChunks = kNkTileK / kC;
+  constexpr int kTileK = kAwqNkTileK<kOut>;
+  __shared__ uint4 tile[kAwqNkTileN][kAwqNkRowChunks];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int w = tid % kAwqNkTileWords;
+  const int q = tid / kAwqNkTileWords;
+  const int64_t segment = static_cast<int64_t>(blockIdx.x) % segments;
+  const int64_t band = static_cast<int64_t>(blockIdx.x) / segments;
+  const int64_t c = band * kAwqNkTileWords + w;  // this thread's word column
+  const bool in_column = c < p.words_per_row;
+  const int64_t tiles_k = (p.K + kTileK - 1) / kTileK;
+  const int64_t t_end = min(tiles_k, (segment + 1) * tiles_per_block);
+  const bool uniform_groups = p.group_size % kC == 0;
   const bool chunked = p.K % kC == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
-  const int64_t tiles_k = (p.K + kNkTileK - 1) / kNkTileK;
-  const int64_t tiles_c = (p.words_per_row + kNkTileWords - 1) / kNkTileWords;
-  for (int64_t t = blockIdx.x; t < tiles_k * tiles_c; t += gridDim.x) {
-    const int64_t k0 = (t % tiles_k) * kNkTileK;
-    const int64_t c0 = (t / tiles_k) * kNkTileWords;
-    for (int idx = threadIdx.x; idx < kNkTileK * kNkTileWords; idx += blockDim.x) {
-      const int kl = idx / kNkTileWords;
-      const int wl = idx % kNkTileWords;
-      const int64_t k = k0 + kl;
-      const int64_t c = c0 + wl;
-      if (k < p.K && c < p.words_per_row) {
-        const int64_t g = k / p.group_size;
-        const uint32_t qword = __ldg(p.qweight + k * p.words_per_row + c);
-        const uint32_t zword = __ldg(p.qzeros + g * p.words_per_row + c);
+  const auto* scales = static_cast<const uint16_t*>(p.scales);
+  const auto group_inputs = [&](int64_t g, uint32_t& zword, uint4& s) {
+    zword = __ldg(p.qzeros + g * p.words_per_row + c);
+    s = __ldg(reinterpret_cast<const uint4*>(scales + g * p.N + c * awq::kPackFactor));
+  };
+  const auto load = [&](int64_t t, AwqNkLoads<kOut>& in) {
+    const int64_t k = t * kTileK + q * kC;
+    if (!in_column || k >= p.K) return;
 #pragma unroll
-        for (int i = 0; i < awq::kPackFactor; ++i) {
+    for (int j = 0; j < kC; ++j)
+      in.q[j] = k + j < p.K ? __ldcs(p.qweight + (k + j) * p.words_per_row + c) : 0u;
+    group_inputs(k / p.group_size, in.zword, in.scales);
+  };
+
+  int64_t t = segment * tiles_per_block;
+  AwqNkLoads<kOut> in;
+  if (t < t_end) load(t, in);
+  for (; t < t_end; ++t) {
+    const int64_t k0 = t * kTileK;
+    const int64_t k = k0 + q * kC;
+    uint4* const row = &tile[w * awq::kPackFactor][0];  // this thread's 8 result rows
+    const int at = q ^ w;                               // its chunk in each, swizzled
+    if (in_column && k < p.K && uniform_groups) {
+      // Column pairs (2m, 2m + 1) of the kC words (WordDequantizer: v4's arithmetic), then the
+      // two chunks of kC consecutive k they hold.
+      const WordDequantizer<kScale, kOut> dq(in.zword, in.scales);
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        typename WordDequantizer<kScale, kOut>::PairOut pair[kC];
+#pragma unroll
+        for (int j = 0; j < kC; ++j) pair[j] = dq.Pair(in.q[j], m);
+        if constexpr (kOut == DType::kF32) {
+          row[(2 * m) * kAwqNkRowChunks + at] =
+              make_uint4(__float_as_uint(pair[0].x), __float_as_uint(pair[1].x),
+                         __float_as_uint(pair[2].x), __float_as_uint(pair[3].x));
+          row[(2 * m + 1) * kAwqNkRowChunks + at] =
+              make_uint4(__float_as_uint(pair[0].y), __float_as_uint(pair[1].y),
+                         __float_as_uint(pair[2].y), __float_as_uint(pair[3].y));
+        } else {  // PRMT: the low halves (column 2m) of rows (j, j + 1), then the high halves
+          row[(2 * m) * kAwqNkRowChunks + at] = make_uint4(
+              __byte_perm(pair[0], pair[1], 0x5410u), __byte_perm(pair[2], pair[3], 0x5410u),
+              __byte_perm(pair[4], pair[5], 0x5410u), __byte_perm(pair[6], pair[7], 0x5410u));
+          row[(2 * m + 1) * kAwqNkRowChunks + at] = make_uint4(
+              __byte_perm(pair[0], pair[1], 0x7632u), __byte_perm(pair[2], pair[3], 0x7632u),
+              __byte_perm(pair[4], pair[5], 0x7632u), __byte_perm(pair[6], pair[7], 0x7632u));
+        }
+      }
+    } else if (in_column && k < p.K) {
+      // A group size that is not a multiple of kC: each element with its own row's group, v1's
+      // arithmetic and rounding (rows past K are never stored; they repeat row K - 1's group).
+#pragma unroll 1
+      for (int i = 0; i < awq::kPackFactor; ++i) {
+        uint32_t bits[kC];
+#pragma unroll
+        for (int j = 0; j < kC; ++j) {
+          const int64_t g = min(k + j, p.K - 1) / p.group_size;
+          const uint32_t zword = __ldg(p.qzeros + g * p.words_per_row + c);
           const float s = LoadScaleAsFloat<kScale>(p.scales, g * p.N + c * awq::kPackFactor + i);
-          tile[wl * awq::kPackFactor + i][kl] = DequantElement(qword, zword, i, s);
+          bits[j] = RoundBits<kOut>(DequantElement(in.q[j], zword, i, s));
         }
+        row[i * kAwqNkRowChunks + at] = PackBits<kOut>(bits);
       }
     }
-    __syncthreads();
-    if (chunked) {
-      auto* out = static_cast<uint4*>(p.out);
-      for (int idx = threadIdx.x; idx < kNkTileN * kRowChunks; idx += blockDim.x) {
-        const int nl = idx / kRowChunks;
-        const int q = idx % kRowChunks;
-        const int64_t n = c0 * awq::kPackFactor + nl;
-        const int64_t k = k0 + q * kC;  // k < K: the whole chunk is (K % kC == 0)
-        if (n < p.N && k < p.K) {
-          float v[kC];
+    if (t + 1 < t_end) load(t + 1, in);  // in flight while this tile is stored
+    __syncthreads();                     // the tile decoded
+    const int lane = tid % 32;
+    const int64_t ks = k0 + lane * kC;  // this lane's chunk of every row
+    for (int r = tid / 32; r < kAwqNkTileN; r += kAwqNkBlock / 32) {
+      const int64_t n = band * kAwqNkTileN + r;
+      if (n >= p.N || ks >= p.K) break;  // rows ascend with r
+      const uint4 chunk = tile[r][lane ^ (r / awq::kPackFactor)];
+      if (chunked) {
+        __stcs(static_cast<uint4*>(p.out) + (n * p.K + ks) / kC, chunk);
+      } else {
 #pragma unroll
-          for (int j = 0; j < kC; ++j) v[j] = tile[nl][q * kC + j];
-          out[(n * p.K + k) / kC] = PackChunk<kOut>(v);
+        for (int e = 0; e < kC; ++e) {
+          if (ks + e >= p.K) break;
+          if constexpr (kOut == DType::kF32) {
+            static_cast<uint32_t*>(p.out)[n * p.K + ks + e] = Component(chunk, e);
+          } else {
+            static_cast<uint16_t*>(p.out)[n * p.K + ks + e] =
+                static_cast<uint16_t>(Component(chunk, e / 2) >> (16 * (e % 2)));
+          }
         }
       }
-    } else {
-      for (int idx = threadIdx.x; idx < kNkTileN * kNkTileK; idx += blockDim.x) {
-        const int nl = idx / kNkTileK;
-        const int kl = idx % kNkTileK;
-        const int64_t n = c0 * awq::kPackFactor + nl;
-        const int64_t k = k0 + kl;
-        if (n < p.N && k < p.K) StoreElement<kOut>(p.out, n * p.K + k, tile[nl][kl]);
-      }
     }
-    __syncthreads();
+    __syncthreads();  // the tile stored: free for the next decode
   }
+}
+
+// Launches AwqNkTileKernel with `tiles_per_block` tiles along K per block (one block per segment
+// of every band of 64 result rows), as a programmatic dependent launch when `pdl`.
+template <DType kScale, DType kOut>
+cudaError_t LaunchAwqNkTiles(const DequantParams& p, int64_t tiles_per_block, bool pdl,
+                             cudaStream_t stream) {
+  const int64_t tiles_k = (p.K + kAwqNkTileK<kOut> - 1) / kAwqNkTileK<kOut>;
+  const int64_t bands = (p.words_per_row + kAwqNkTileWords - 1) / kAwqNkTileWords;
+  const int64_t segments = (tiles_k + tiles_per_block - 1) / tiles_per_block;
+  if (bands * segments == 0) return cudaSuccess;
+  if (bands * segments > int64_t{0x7FFFFFFF}) return cudaErrorInvalidConfiguration;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(bands * segments));
+  config.blockDim = dim3(kAwqNkBlock);
+  config.stream = stream;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, AwqNkTileKernel<kScale, kOut>, p, segments, tiles_per_block);
 }
 
 // ---- v4_vec16 ---------------------------------------------------------------------------------

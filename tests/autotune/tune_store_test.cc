@@ -54,7 +54,7 @@ TEST_F(TuneFileTest, MissingFileLoadsEmptyWithoutWarning) {
 }
 
 TEST_F(TuneFileTest, ParsesHandWrittenVersion3File) {
-  WriteText(R"({"version": 3, "entries": [
+  WriteText(R"({"version": 4, "entries": [
     {"device": "NVIDIA H200", "compute_capability": 90, "format": "awq_gemm", "variant": "v4_vec16",
      "K": 4096, "N": 14336, "group_size": 128, "scale_dtype": "fp16", "output_dtype": "bf16",
      "objective": "throughput",
@@ -80,7 +80,7 @@ TEST_F(TuneFileTest, Version1FileIsIgnoredWithWarningAndReplaced) {
   absl::StatusOr<TuneEntries> loaded = file.Load();
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(loaded.status().message().find(path_), std::string::npos) << loaded.status();
-  EXPECT_NE(loaded.status().message().find("version 1, expected 3"), std::string::npos)
+  EXPECT_NE(loaded.status().message().find("version 1, expected 4"), std::string::npos)
       << loaded.status();
 
   absl::StatusOr<TuneEntries> others = file.Merge({{Key(1536, 1536), Entry(128, 1, 4, 3e-6)}});
@@ -131,7 +131,7 @@ TEST_F(TuneFileTest, MergeCreatesMissingDirectories) {
 }
 
 TEST_F(TuneFileTest, CorruptFileWarnsLoadsNothingAndIsReplacedByMerge) {
-  WriteText("{\"version\": 3, \"entries\": [{\"device\": ");  // truncated
+  WriteText("{\"version\": 4, \"entries\": [{\"device\": ");  // truncated
   TuneFile file(path_);
   absl::StatusOr<TuneEntries> loaded = file.Load();
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << loaded.status();
@@ -148,25 +148,25 @@ TEST_F(TuneFileTest, MalformedEntriesAreDataLoss) {
   const char* kBad[] = {
       "[]",                                             // not an object
       R"({"entries": []})",                             // no version
-      R"({"version": 3})",                              // no entries
-      R"({"version": 3, "entries": {}})",               // entries not an array
-      R"({"version": 3, "entries": [{"device": 3}]})",  // wrong type, missing fields
-      R"({"version": 3, "entries": [{"device": "d", "compute_capability": 90, "variant": "v",
+      R"({"version": 4})",                              // no entries
+      R"({"version": 4, "entries": {}})",               // entries not an array
+      R"({"version": 4, "entries": [{"device": 3}]})",  // wrong type, missing fields
+      R"({"version": 4, "entries": [{"device": "d", "compute_capability": 90, "variant": "v",
           "K": 1, "N": 8, "group_size": 1, "scale_dtype": "fp16", "output_dtype": "fp16",
           "objective": "latency",
           "config": {"block_size": 1, "words_per_thread": 1, "rows_per_thread": 1},
           "seconds": 1}]})",                            // no format (a version-2 entry)
-      R"({"version": 3, "entries": [{"device": "d", "compute_capability": 90, "format": "f", "variant": "v",
+      R"({"version": 4, "entries": [{"device": "d", "compute_capability": 90, "format": "f", "variant": "v",
           "K": 1, "N": 8, "group_size": 1, "scale_dtype": "fp8", "output_dtype": "fp16",
           "objective": "latency",
           "config": {"block_size": 1, "words_per_thread": 1, "rows_per_thread": 1},
           "seconds": 1}]})",                            // unknown dtype
-      R"({"version": 3, "entries": [{"device": "d", "compute_capability": 90, "format": "f", "variant": "v",
+      R"({"version": 4, "entries": [{"device": "d", "compute_capability": 90, "format": "f", "variant": "v",
           "K": 1, "N": 8, "group_size": 1, "scale_dtype": "fp16", "output_dtype": "fp16",
           "objective": "fastest",
           "config": {"block_size": 1, "words_per_thread": 1, "rows_per_thread": 1},
           "seconds": 1}]})",                            // unknown objective
-      R"({"version": 3, "entries": [{"device": "d", "compute_capability": 90, "format": "f", "variant": "v",
+      R"({"version": 4, "entries": [{"device": "d", "compute_capability": 90, "format": "f", "variant": "v",
           "K": 1, "N": 8, "group_size": 1, "scale_dtype": "fp16", "output_dtype": "fp16",
           "config": {"block_size": 1, "words_per_thread": 1, "rows_per_thread": 1},
           "seconds": 1}]})",                            // no objective
@@ -176,11 +176,11 @@ TEST_F(TuneFileTest, MalformedEntriesAreDataLoss) {
   }
 }
 
-// Version 2 (keys without the format, before issue 21) and any later version are ignored the same
-// way.
+// Version 2 (keys without the format, before issue 21), version 3 (AWQ (N, K) entries whose
+// config was a block size) and any later version are ignored the same way.
 TEST_F(TuneFileTest, OtherVersionIsIgnoredWithWarning) {
-  for (const char* text :
-       {R"({"version": 2, "entries": []})", R"({"version": 4, "entries": []})"}) {
+  for (const char* text : {R"({"version": 2, "entries": []})", R"({"version": 3, "entries": []})",
+                           R"({"version": 5, "entries": []})"}) {
     WriteText(text);
     EXPECT_EQ(TuneFile(path_).Load().status().code(), absl::StatusCode::kFailedPrecondition)
         << text;

@@ -228,8 +228,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaDequantRandomTest, ::testing::ValuesIn(Rand
 
 // Every variant and configuration writes the (N, K) transpose bit for bit as the reference does
 // (whose transpose property tests/kernels/cpu_dequant_test.cc checks against the (K, N) result).
-// Shapes include K not a multiple of v4's 64-row transpose tile and N not a multiple of its 32
-// columns.
+// Shapes include K not a multiple of v4's transpose tile (256 k, 128 for fp32) nor of its 16-byte
+// chunks, N not a multiple of its 64 rows, and group sizes that split a chunk.
 class CudaDequantNkRandomTest : public ::testing::TestWithParam<RandomCase> {};
 
 TEST_P(CudaDequantNkRandomTest, EveryVariantAndConfigBitExact) {
@@ -267,7 +267,8 @@ std::vector<RandomCase> NkRandomCases() {
   struct Shape {
     int64_t K, N, G;
   };
-  const Shape shapes[] = {{1, 8, 1},        {64, 24, 32},      {130, 40, 65},
+  // {96, 64, 12}: groups of whole 4-value fp32 chunks but not of 8-value fp16/bf16 ones.
+  const Shape shapes[] = {{1, 8, 1},        {64, 24, 32},      {130, 40, 65},   {96, 64, 12},
                           {128, 1440, 128}, {10944, 1440, 64}, {256, 4096, 128}};
   std::vector<RandomCase> cases;
   for (const Shape& s : shapes)
