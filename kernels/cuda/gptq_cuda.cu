@@ -88,15 +88,25 @@ __device__ __forceinline__ uint32_t ZeroField(uint32_t zero_word, int64_t i) {
   return (zero_word >> (4 * (i % 8))) & 0xFu;
 }
 
-// GptqNkSliceKernel's shared word of one group and column: the scale's 16 bits (fp16 or bf16)
-// above the zero (field i of the v1-biased zero word, 4 bits).
-__device__ __forceinline__ uint32_t GroupWord(uint16_t scale_bits, uint32_t zero_word, int64_t i) {
-  return static_cast<uint32_t>(scale_bits) << 16 | ZeroField(zero_word, i);
-}
+// GptqNkSliceKernel's decode: pairs of consecutive inputs (2p, 2p + 1) of one qweight word at a
+// time in the nibble-pair forms (kernels/nibble_pairs.h), each code less its own row's zero (the
+// two rows may lie in different groups under act-order) in one SubPairs, exact. When the scale
+// dtype is the output dtype (kGptqNkNative), one MulPairs by the two rows' scales is the result
+// pair, correctly rounded (half2_pairs.cuh); otherwise the difference is widened and multiplied in
+// fp32 (exact) and rounded once by PackChunk.
+template <DType kScale, DType kOut>
+inline constexpr bool kGptqNkNative = kScale == kOut;
+// The form of the codes and zeros: kBf16Lo (128 + v) for the bf16 multiply, else kF16Lo (1024 + v).
+template <DType kScale, DType kOut>
+inline constexpr uint32_t kGptqNkForm =
+    kGptqNkNative<kScale, kOut>&& kOut == DType::kBF16 ? nibble_pairs::kBf16Lo
+                                                       : nibble_pairs::kF16Lo;
 
-// The zero of a GroupWord biased as the codes are: 2^23 + z, an exact float.
-__device__ __forceinline__ float GroupWordZero(uint32_t word) {
-  return __uint_as_float(0x4B000000u | (word & 0xFu));
+// GptqNkSliceKernel's shared word of one group and column: the scale's 16 bits (fp16 or bf16)
+// above the zero (field i of the v1-biased zero word) in the codes' 16-bit form (`form` | z).
+__device__ __forceinline__ uint32_t GroupWord(uint16_t scale_bits, uint32_t zero_word, int64_t i,
+                                              uint32_t form) {
+  return static_cast<uint32_t>(scale_bits) << 16 | form | ZeroField(zero_word, i);
 }
 
 // The scale of a GroupWord as a float (exact): bf16 bits are a float's high half; fp16 is the
@@ -121,12 +131,15 @@ __device__ __forceinline__ float GroupWordScale(uint32_t word) {
 // rows; the launch configuration sets tiles_per_block):
 //  - once per block, every group's 32 scales (16-byte loads) and zeros (v1 bias added) of these
 //    columns go to shared memory as one 32-bit word per group and column, the scale's 16 bits
-//    above the zero's 4 (GroupWord: groups x 128 bytes; with act-order any group can occur), so
-//    an element's scale and zero are one conflict-free shared load (32 lanes, one wavefront);
+//    above the zero in the codes' 16-bit form (GroupWord: groups x 128 bytes; with act-order any
+//    group can occur), so an element's scale and zero are one conflict-free shared load (32
+//    lanes, one wavefront);
 //  - per tile, each thread loads its W / 8 words (warp w: rows kw0 + w + 8i, lanes along n:
 //    coalesced) and the group of one input k (g_idx, or k / group_size), the next tile's while
-//    this one is stored; decodes them from shared memory (same arithmetic as GptqElement) into
-//    16-byte chunks of its result row n, kept in a shared-memory tile; then warp w stores result
+//    this one is stored; decodes each word a pair of rows at a time (kGptqNkNative: PRMT of the
+//    two rows' group words gives the zero pair and the scale pair, then one SubPairs and one
+//    MulPairs; bit for bit GptqElement's round_out(float(q - z) * s)) into 16-byte chunks of its
+//    result row n, kept in a shared-memory tile; then warp w stores result
 //    rows n0 + w + 8i, lanes along the row (512 contiguous bytes per store instruction).
 // Shared memory (dynamic): GptqNkSharedBytes.
 template <DType kScale, DType kOut>
@@ -182,7 +195,8 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
         group_words[g][8 * v + c] =
-            GroupWord(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2))), zero_word, c);
+            GroupWord(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2))), zero_word, c,
+                      kGptqNkForm<kScale, kOut>);
       }
     }
   }
@@ -200,21 +214,42 @@ __global__ void __launch_bounds__(kBlock)
         const int4 g_lo = reinterpret_cast<const int4*>(tile_groups)[2 * wl];
         const int4 g_hi = reinterpret_cast<const int4*>(tile_groups)[2 * wl + 1];
         const int32_t groups[8] = {g_lo.x, g_lo.y, g_lo.z, g_lo.w, g_hi.x, g_hi.y, g_hi.z, g_hi.w};
-        float v[8];
+        uint32_t words[8];  // the group words of the word's 8 rows, this column
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          // ((2^23 + q) - (2^23 + z)) * s: both terms exact floats (their low mantissa bits hold
-          // q and z: no I2F), so this is GptqElement's __int2float_rn(q - z) * s bit for bit.
-          const uint32_t word = group_words[groups[j]][lane];
-          const float q_biased = __uint_as_float(0x4B000000u | ((q[i] >> (4 * j)) & 0xFu));
-          v[j] = (q_biased - GroupWordZero(word)) * GroupWordScale<kScale>(word);
+        for (int j = 0; j < 8; ++j) words[j] = group_words[groups[j]][lane];
+        const uint32_t q_shr4 = q[i] >> 4;
+        uint32_t pairs[4];  // the word's 8 results as 4 pairs of kScale (native) or kF16 values
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          constexpr uint32_t kForm = kGptqNkForm<kScale, kOut>;
+          const uint32_t codes = kForm == nibble_pairs::kBf16Lo
+                                     ? nibble_pairs::SeqPairBf16(q[i], q_shr4, m)
+                                     : nibble_pairs::SeqPairF16Lo(q[i], q_shr4, m);
+          const uint32_t zeros = nibble_pairs::Prmt(words[2 * m], words[2 * m + 1], 0x5410u);
+          if constexpr (kGptqNkNative<kScale, kOut>) {
+            const uint32_t scales = nibble_pairs::Prmt(words[2 * m], words[2 * m + 1], 0x7632u);
+            pairs[m] = MulPairs<kOut>(SubPairs<kOut>(codes, zeros), scales);
+          } else {
+            pairs[m] = SubPairs<DType::kF16>(codes, zeros);
+          }
         }
 #pragma unroll
         for (int c = 0; c < kPerWord; ++c) {
-          float part[kChunk<kOut>];
+          uint4 chunk;
+          if constexpr (kGptqNkNative<kScale, kOut>) {
+            chunk = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);  // kPerWord == 1
+          } else {
+            float part[kChunk<kOut>];
 #pragma unroll
-          for (int j = 0; j < kChunk<kOut>; ++j) part[j] = v[c * kChunk<kOut> + j];
-          tile[lane][wl * kPerWord + c] = PackChunk<kOut>(part);
+            for (int h = 0; h < kChunk<kOut> / 2; ++h) {
+              const int m = c * kChunk<kOut> / 2 + h;
+              const float2 d = WidenPair<DType::kF16>(pairs[m]);
+              part[2 * h] = __fmul_rn(d.x, GroupWordScale<kScale>(words[2 * m]));
+              part[2 * h + 1] = __fmul_rn(d.y, GroupWordScale<kScale>(words[2 * m + 1]));
+            }
+            chunk = PackChunk<kOut>(part);
+          }
+          tile[lane][wl * kPerWord + c] = chunk;
         }
       }
     }
