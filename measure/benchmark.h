@@ -108,6 +108,7 @@ struct BenchmarkRow {
   Format format = Format::kAwqGemm;
   int64_t experts = 1;  // matrices stacked (mxfp4's E)
   std::string layout;   // FormatLabel of the layer: "awq_gemm", "gptq/f1", "mxfp4/e32", ...
+  Orientation orientation = Orientation::kKN;  // the timed result's layout
   int64_t K = 0;
   int64_t N = 0;
   int64_t group_size = 0;

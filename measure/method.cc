@@ -62,6 +62,7 @@ absl::StatusOr<std::vector<BenchmarkRow>> RunMethod(const std::vector<Runner*>& 
     row.format = shape.format;
     row.experts = shape.experts;
     row.layout = FormatLabel(shape);
+    row.orientation = shape.orientation;
     row.K = shape.K;
     row.N = shape.N;
     row.group_size = shape.group_size;

@@ -110,6 +110,13 @@ absl::StatusOr<bench::BenchmarkRequest> BenchmarkRequestFromProto(
       fields.push_back(absl::StrCat("default shape ", s.K, "x", s.N));
     }
   }
+  if (request.orientation() != v1::ORIENTATION_UNSPECIFIED) {
+    for (bench::BenchmarkShape& s : out.shapes) {
+      absl::StatusOr<Orientation> o = OrientationFromProto(request.orientation(), s.format);
+      if (!o.ok()) return o.status();
+      s.orientation = *o;
+    }
+  }
   for (size_t i = 0; i < out.shapes.size(); ++i) {
     bench::BenchmarkShape& s = out.shapes[i];
     if (s.group_size == 0) s.group_size = out.group_size;
@@ -143,6 +150,7 @@ v1::BenchmarkResponse BenchmarkResponseToProto(const bench::BenchmarkResult& res
     row->set_out_features(r.N);
     row->set_format(std::string(FormatName(r.format)));
     row->set_experts(r.experts);
+    row->set_orientation(OrientationToProto(r.orientation));
     row->set_group_size(r.group_size);
     row->set_output_dtype(DTypeToProto(r.output_dtype));
     row->set_bytes_moved(r.bytes_moved);

@@ -283,6 +283,19 @@ def test_benchmark_runs_on_the_cpu_backend(client):
         assert float(row["median_seconds"]) > 0
 
 
+def test_benchmark_times_the_orientation_asked_for(client):
+    # A given shape and a loaded layer (bench/time_to_model.py times the loader's kernel so).
+    for orientation, wire in (("NK", "ORIENTATION_NK"), ("kn", "ORIENTATION_KN")):
+        r = client.benchmark(shapes=[(256, 128)], tensors=[LAYER_Q], trials=1, runs=1,
+                             output_dtypes=["bf16"], orientation=orientation)
+        assert r["rows"]
+        for row in r["rows"]:
+            assert row["orientation"] == wire, row
+            assert row.get("correct") is True, row  # against the reference in that layout
+    with pytest.raises(ValueError, match="orientation must be"):
+        client.benchmark(shapes=[(256, 128)], orientation="MN")
+
+
 @pytest.mark.parametrize("streams", [0, -1, 65, 100000])
 def test_streams_outside_1_to_64_is_a_value_error_before_any_call(client, streams):
     # 100000 used to open ~98000 one-element range RPCs, one thread each (new-user review).

@@ -107,6 +107,34 @@ void ExpectInvalid(const v1::BenchmarkRequest& request, const std::string& field
   EXPECT_THAT(s.message(), HasSubstr(field));
 }
 
+// `orientation` sets every timed shape's result layout, the given shapes' and the defaults';
+// UNSPECIFIED leaves each its format's own; an unknown number is INVALID_ARGUMENT naming it.
+TEST(BenchmarkRequestFromProtoTest, OrientationAppliesToEveryShape) {
+  v1::BenchmarkRequest request = ShapesRequest({{128, 256}, {256, 64}});
+  request.set_orientation(v1::ORIENTATION_NK);
+  absl::StatusOr<bench::BenchmarkRequest> r = BenchmarkRequestFromProto(request, Cpu());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->shapes.size(), 2u);
+  for (const bench::BenchmarkShape& s : r->shapes) EXPECT_EQ(s.orientation, Orientation::kNK);
+  EXPECT_EQ(bench::ToQuantShape(r->shapes[1]).orientation, Orientation::kNK);
+
+  v1::BenchmarkRequest defaults;
+  defaults.set_orientation(v1::ORIENTATION_NK);
+  r = BenchmarkRequestFromProto(defaults, Cpu());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_FALSE(r->shapes.empty());
+  EXPECT_EQ(r->shapes[0].orientation, Orientation::kNK);
+
+  request.set_orientation(v1::ORIENTATION_UNSPECIFIED);
+  r = BenchmarkRequestFromProto(request, Cpu());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->shapes[0].orientation, std::nullopt);
+  EXPECT_EQ(bench::ToQuantShape(r->shapes[0]).orientation, Orientation::kKN);  // AWQ's own
+
+  request.set_orientation(static_cast<v1::Orientation>(7));
+  ExpectInvalid(request, "orientation");
+}
+
 TEST(BenchmarkRequestFromProtoTest, EachLimitIsInvalidArgumentNamingItsField) {
   v1::BenchmarkRequest r = ShapesRequest({{128, 256}});
   r.set_trials(kMaxBenchmarkTrials);
@@ -259,6 +287,13 @@ TEST(BenchmarkResponseToProtoTest, EveryRowFieldIsCarried) {
   EXPECT_TRUE(r.counters().empty());
   EXPECT_EQ(r.format(), "awq_gemm");
   EXPECT_EQ(r.experts(), 1);
+  EXPECT_EQ(r.orientation(), v1::ORIENTATION_KN);
+}
+
+TEST(BenchmarkResponseToProtoTest, RowSaysItsOrientation) {
+  bench::BenchmarkResult result = SampleResult();
+  result.rows[0].orientation = Orientation::kNK;
+  EXPECT_EQ(BenchmarkResponseToProto(result, false).rows(0).orientation(), v1::ORIENTATION_NK);
 }
 
 TEST(BenchmarkResponseToProtoTest, Mxfp4RowNamesFormatAndExperts) {

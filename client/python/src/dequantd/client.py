@@ -1094,13 +1094,16 @@ class Client:
     def benchmark(self, *, shapes: Sequence[Tuple[int, int]] = (), tensors: Sequence[str] = (),
                   group_size: int = 0, variants: Sequence[str] = (),
                   output_dtypes: Sequence[str] = (), trials: int = 0, runs: int = 0,
-                  hardware_counters: bool = False,
+                  hardware_counters: bool = False, orientation: Optional[str] = None,
                   timeout: Optional[float] = None) -> Dict[str, Any]:
         """Times the server's kernel variants (the Benchmark RPC; fields as in the proto).
 
         Args:
             shapes: (K, N) pairs with random inputs; tensors: layer names; none = server default.
             output_dtypes: output dtype names ("fp16", ...); empty = fp16.
+            orientation: every timed result's layout, "KN" or "NK" (nn.Linear's, what
+                dequantd.torch asks for); None = each layer's format's own. Each row says its
+                own ("orientation": "ORIENTATION_KN" / "ORIENTATION_NK").
             timeout: deadline in seconds; None (default) = none (a GPU benchmark with hardware
                 counters can take minutes).
 
@@ -1117,7 +1120,7 @@ class Client:
             shapes=[pb.BenchmarkShape(in_features=k, out_features=n) for k, n in shapes],
             tensors=list(tensors), group_size=group_size, variants=list(variants),
             output_dtypes=[dtypes.output_dtype(d) for d in output_dtypes], trials=trials, runs=runs,
-            hardware_counters=hardware_counters)
+            hardware_counters=hardware_counters, orientation=_orientation(orientation))
         r = self._unary(self._stub.Benchmark, request, timeout)
         out = json_format.MessageToDict(r, preserving_proto_field_name=True)
         out.setdefault("rows", [])
