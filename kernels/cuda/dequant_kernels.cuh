@@ -12,7 +12,7 @@
 #include "kernels/cuda/awq_decode.cuh"
 #include "kernels/cuda/dequant_cuda.h"
 #include "kernels/cuda/fast_divmod.h"
-#include "kernels/cuda/launch_helpers.cuh"    // GlobalThreadIndex, GridThreads
+#include "kernels/cuda/launch_helpers.cuh"    // GlobalThreadIndex, GridThreads, LaunchProgrammatic
 #include "kernels/cuda/row_chunk_kernel.cuh"  // kChunk, PackChunk
 
 namespace dequantd::cuda {
@@ -236,16 +236,8 @@ cudaError_t LaunchAwqNkTiles(const DequantParams& p, int64_t tiles_per_block, bo
   const int64_t segments = (tiles_k + tiles_per_block - 1) / tiles_per_block;
   if (bands * segments == 0) return cudaSuccess;
   if (bands * segments > int64_t{0x7FFFFFFF}) return cudaErrorInvalidConfiguration;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(bands * segments));
-  config.blockDim = dim3(kAwqNkBlock);
-  config.stream = stream;
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&config, AwqNkTileKernel<kScale, kOut>, p, segments, tiles_per_block);
+  return LaunchProgrammatic(AwqNkTileKernel<kScale, kOut>, bands * segments, kAwqNkBlock, pdl,
+                            stream, p, segments, tiles_per_block);
 }
 
 // ---- v4_vec16 ---------------------------------------------------------------------------------
@@ -400,17 +392,9 @@ cudaError_t LaunchVec16(const DequantParams& p, int block_size, int64_t max_bloc
     v.units = static_cast<uint32_t>(units);
     int64_t blocks = (units + block_size - 1) / block_size;
     if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(blocks));
-    config.blockDim = dim3(static_cast<unsigned>(block_size));
-    config.stream = stream;
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = pdl ? 1 : 0;
     if (cudaError_t err =
-            cudaLaunchKernelEx(&config, DequantVec16Kernel<kScale, kOut, kWords, kRows, Policy>, v);
+            LaunchProgrammatic(DequantVec16Kernel<kScale, kOut, kWords, kRows, Policy>, blocks,
+                               block_size, pdl, stream, v);
         err != cudaSuccess)
       return err;
   }

@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dequant_kernels.cuh"
 #include "kernels/cuda/grouped_dequant.h"
+#include "kernels/cuda/launch_helpers.cuh"
 
 namespace dequantd::cuda {
 namespace {
@@ -231,21 +232,12 @@ absl::Status LaunchKernel(const GroupedLayout& layout, DType out_dtype,
                           const GroupedOptions& options, const void* table, size_t buckets_at,
                           cudaStream_t stream) {
   if (layout.total_blocks == 0) return absl::OkStatus();
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(layout.total_blocks));
-  config.blockDim = dim3(static_cast<unsigned>(options.block_size));
-  config.stream = stream;
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = options.programmatic_launch ? 1 : 0;
   const auto* base = static_cast<const uint8_t*>(table);
-  DEQUANTD_CUDA_RETURN_IF_ERROR(
-      cudaLaunchKernelEx(&config, KernelFor(out_dtype, options.rows_per_thread),
-                         reinterpret_cast<const SegmentDesc*>(base),
-                         reinterpret_cast<const uint32_t*>(base + buckets_at), layout.bucket_shift,
-                         static_cast<uint32_t>(options.units_per_thread)));
+  DEQUANTD_CUDA_RETURN_IF_ERROR(LaunchProgrammatic(
+      KernelFor(out_dtype, options.rows_per_thread), layout.total_blocks, options.block_size,
+      options.programmatic_launch, stream, reinterpret_cast<const SegmentDesc*>(base),
+      reinterpret_cast<const uint32_t*>(base + buckets_at), layout.bucket_shift,
+      static_cast<uint32_t>(options.units_per_thread)));
   return absl::OkStatus();
 }
 

@@ -1,7 +1,8 @@
 // What every format's CUDA launcher shares (no format knowledge here): the grid-stride thread
 // indices of its kernels, the dispatch of a run-time (scale dtype, output dtype) pair to kernel
-// template instances, and the launch of a grid-stride kernel. Included by dequant_cuda.cu (AWQ),
-// gptq_cuda.cu and ct_cuda.cu; dequant_kernels.cuh uses the thread indices.
+// template instances, the launch of a grid-stride kernel and of a programmatic dependent one.
+// Included by dequant_cuda.cu (AWQ), gptq_cuda.cu and ct_cuda.cu; dequant_kernels.cuh uses the
+// thread indices.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/cuda_status.h"
@@ -58,6 +60,24 @@ absl::Status DispatchDTypes(DType scale, DType out, F&& f) {
     }
   };
   return DispatchScaleDType<kScales...>(scale, with_out);
+}
+
+// Launches kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent launch when
+// `pdl` (it may then start while the stream's previous grid drains: the kernel must execute
+// griddepcontrol.wait before it touches memory). Returns the launch's error.
+template <class... KernelArgs, class... Args>
+cudaError_t LaunchProgrammatic(void (*kernel)(KernelArgs...), int64_t grid, int block, bool pdl,
+                               cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(block));
+  config.stream = stream;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // Launches kernel<<<blocks, block_size, 0, stream>>>(params) with enough blocks for `work_items`
