@@ -13,7 +13,8 @@
 #   formats: every format's kernels beside the copy (dequantd_bench
 #   --formats, bf16 out, 8B- and 70B-shaped layers; gpt-oss-20b-shaped experts for mxfp4) into
 #   formats.md. Extra arguments for a step: CUDA_TEST_ARGS, QUICK_BENCH_ARGS, BENCH_ARGS,
-#   GROUPED_ARGS, SERVER_TEST_FILTER, COUNTER_SHAPES (environment). The integration tests run dequantctl: set
+#   GROUPED_ARGS, SERVER_TEST_FILTER, COUNTER_SHAPES, FORMAT_SHAPES, MXFP4_SHAPES, AWQ_NK_SHAPES,
+#   GPTQ_SHAPES (environment). The integration tests run dequantctl: set
 #   DEQUANTCTL to the bundle's copy (the build tree's path does not exist there).
 # Exit status: non-zero when any step that ran failed.
 set -uo pipefail

@@ -31,7 +31,8 @@ int LargestDivisor(int64_t n, std::initializer_list<int> options) {
 // along K per block as rows_per_thread), which the autotuner sweeps; the first is the default.
 // Measured on an H100 (2026-12-07, bf16, docs/performance.md "H100 call at 3bb903e"): one tile per
 // block is the fastest on 4096 x 14336, 14336 x 4096, 8192 x 28672, 4096 x 4096 and 4096 x 1024
-// (2 tiles 1-4% slower, 4 tiles 4-7%, 8 tiles 12-17% and 2.4x on 4096 x 1024: not kept).
+// (2 tiles 1-4% slower; 4 tiles 6-7%, 43% on 4096 x 1024; 8 tiles 12-19%, 2.4x on 4096 x 1024,
+// not kept).
 constexpr LaunchConfig kNkTileConfigs[] = {
     {.block_size = 256, .words_per_thread = 1, .rows_per_thread = 1},
     {.block_size = 256, .words_per_thread = 1, .rows_per_thread = 2},

@@ -53,7 +53,7 @@ TEST_F(TuneFileTest, MissingFileLoadsEmptyWithoutWarning) {
   EXPECT_EQ(file.Describe(), path_);
 }
 
-TEST_F(TuneFileTest, ParsesHandWrittenVersion3File) {
+TEST_F(TuneFileTest, ParsesHandWrittenVersion4File) {
   WriteText(R"({"version": 4, "entries": [
     {"device": "NVIDIA H200", "compute_capability": 90, "format": "awq_gemm", "variant": "v4_vec16",
      "K": 4096, "N": 14336, "group_size": 128, "scale_dtype": "fp16", "output_dtype": "bf16",

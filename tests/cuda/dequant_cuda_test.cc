@@ -281,6 +281,48 @@ std::vector<RandomCase> NkRandomCases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaDequantNkRandomTest, ::testing::ValuesIn(NkRandomCases()),
                          CaseName);
 
+// v4's (N, K) tile kernel into an output one element past 16-byte alignment: the fast decode with
+// element stores (K a multiple of the chunk), every candidate, bit for bit; the element before the
+// result and the bytes after it stay untouched.
+TEST(CudaDequantNkTest, MisalignedOutputTakesElementStoresBitExact) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  const QuantShape shape{.K = 96,
+                         .N = 136,
+                         .group_size = 32,
+                         .scale_dtype = DType::kBF16,
+                         .orientation = Orientation::kNK};
+  const HostLayer host = RandomLayer(shape, 96136);
+  DeviceLayer dev(host);
+  ASSERT_TRUE(dev.ok());
+  for (DType out_dtype : {DType::kBF16, DType::kF32}) {
+    SCOPED_TRACE(DTypeTag(out_dtype));
+    const int64_t elem = DTypeSize(out_dtype);
+    const size_t bytes = static_cast<size_t>(shape.output_bytes(out_dtype));
+    std::vector<uint8_t> want(bytes);
+    ASSERT_TRUE(DequantizeReference(host.view(), out_dtype, 0, shape.N, want.data()).ok());
+    DeviceBuffer out(bytes + 32);
+    ASSERT_TRUE(out.ok());
+    for (const LaunchConfig& config : CandidateConfigs(KernelVariant::kV4Vec16, shape, out_dtype)) {
+      SCOPED_TRACE(config.ToString());
+      ASSERT_EQ(cudaMemset(out.get(), 0xFF, out.bytes()), cudaSuccess);
+      void* at = static_cast<uint8_t*>(out.get()) + elem;
+      const absl::Status st =
+          LaunchDequantize(KernelVariant::kV4Vec16, config, dev.view(), out_dtype, at, nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<uint8_t> all(out.bytes());
+      ASSERT_EQ(cudaMemcpy(all.data(), out.get(), all.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      const std::vector<uint8_t> got(all.begin() + elem, all.begin() + elem + bytes);
+      const int64_t bad = FirstMismatch(got, want, elem);
+      EXPECT_EQ(bad, -1) << "first mismatch at row n = " << bad / shape.K
+                         << " column k = " << bad % shape.K;
+      for (int64_t i = 0; i < elem; ++i) EXPECT_EQ(all[static_cast<size_t>(i)], 0xFF);
+      for (size_t i = static_cast<size_t>(elem) + bytes; i < all.size(); ++i)
+        EXPECT_EQ(all[i], 0xFF) << "byte " << i;
+    }
+  }
+}
+
 // ---- More than 2^34 output elements ------------------------------------------------------------
 
 uint64_t SplitMix64(uint64_t& state) {
@@ -409,6 +451,16 @@ TEST(LaunchDequantizeTest, RefusesNullAndMisalignedPointers) {
       absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
       LaunchDequantize(KernelVariant::kV4Vec16, {}, good, DType::kF16, out + 1, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
+  // (N, K): v4's 16-byte scale loads need aligned scales too (a misaligned out is allowed:
+  // MisalignedOutputTakesElementStoresBitExact).
+  QuantView nk_odd_scales = odd_scales;
+  nk_odd_scales.shape.orientation = Orientation::kNK;
+  EXPECT_EQ(
+      LaunchDequantize(KernelVariant::kV4Vec16,
+                       DefaultConfig(KernelVariant::kV4Vec16, nk_odd_scales.shape, DType::kF16),
+                       nk_odd_scales, DType::kF16, out, nullptr)
+          .code(),
       absl::StatusCode::kInvalidArgument);
 }
 

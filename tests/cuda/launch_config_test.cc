@@ -1,8 +1,11 @@
 // Host-only checks of the CUDA kernel API: names, CanImplement, DefaultConfig, CandidateConfigs.
 // No device needed.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "kernels/cuda/dequant_cuda.h"
 
@@ -106,6 +109,27 @@ TEST(CanImplementTest, RejectsInvalidShapeForEveryVariant) {
                   .code(),
               absl::StatusCode::kInvalidArgument)
         << VariantName(v);
+  }
+}
+
+// AWQ (N, K): v4 is the tile transpose, whose one parameter is the tiles along K per block
+// (rows_per_thread) in 256-thread blocks; 1 (the fastest measured) is the default.
+TEST(CanImplementTest, V4NkTakesTilesAlongKPerBlock) {
+  QuantShape nk{.K = 4096, .N = 14336, .group_size = 128, .scale_dtype = DType::kF16};
+  nk.orientation = Orientation::kNK;
+  const LaunchConfig one{.block_size = 256, .words_per_thread = 1, .rows_per_thread = 1};
+  const LaunchConfig two{.block_size = 256, .words_per_thread = 1, .rows_per_thread = 2};
+  const LaunchConfig four{.block_size = 256, .words_per_thread = 1, .rows_per_thread = 4};
+  EXPECT_EQ(DefaultConfig(KernelVariant::kV4Vec16, nk, DType::kBF16), one);
+  EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, nk, DType::kBF16),
+            (std::vector<LaunchConfig>{one, two, four}));
+  EXPECT_TRUE(IsTunable(KernelVariant::kV4Vec16, nk, DType::kBF16));
+  for (const LaunchConfig& bad : {LaunchConfig{.block_size = 128}, LaunchConfig{.block_size = 512},
+                                  LaunchConfig{.block_size = 256, .rows_per_thread = 8},
+                                  LaunchConfig{.block_size = 256, .words_per_thread = 2}}) {
+    const absl::Status s = CanImplement(KernelVariant::kV4Vec16, bad, nk, DType::kBF16);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.ToString();
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("tiles along K per block"));
   }
 }
 

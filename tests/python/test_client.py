@@ -296,6 +296,19 @@ def test_benchmark_times_the_orientation_asked_for(client):
         client.benchmark(shapes=[(256, 128)], orientation="MN")
 
 
+def test_benchmark_refuses_a_server_that_timed_another_orientation(client, monkeypatch):
+    # A server older than BenchmarkRequest.orientation ignores it: its rows say no orientation.
+    from dequantd._proto import dequant_pb2 as pb  # pylint: disable=import-outside-toplevel
+    older = pb.BenchmarkResponse(
+        rows=[pb.BenchmarkRow(variant="cpu_threads", in_features=256, out_features=128)])
+    monkeypatch.setattr(client, "_unary", lambda *args, **kwargs: older)
+    with pytest.raises(dequantd.DequantdError) as e:
+        client.benchmark(shapes=[(256, 128)], orientation="NK")
+    assert e.value.code == grpc.StatusCode.UNIMPLEMENTED
+    assert "predates BenchmarkRequest.orientation" in str(e.value)
+    assert client.benchmark(shapes=[(256, 128)])["rows"]  # not asked: the rows as they are
+
+
 @pytest.mark.parametrize("streams", [0, -1, 65, 100000])
 def test_streams_outside_1_to_64_is_a_value_error_before_any_call(client, streams):
     # 100000 used to open ~98000 one-element range RPCs, one thread each (new-user review).

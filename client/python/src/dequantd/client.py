@@ -1103,7 +1103,8 @@ class Client:
             output_dtypes: output dtype names ("fp16", ...); empty = fp16.
             orientation: every timed result's layout, "KN" or "NK" (nn.Linear's, what
                 dequantd.torch asks for); None = each layer's format's own. Each row says its
-                own ("orientation": "ORIENTATION_KN" / "ORIENTATION_NK").
+                own ("orientation": "ORIENTATION_KN" / "ORIENTATION_NK"); a server that times
+                another (one older than the field, which ignores it) is UNIMPLEMENTED.
             timeout: deadline in seconds; None (default) = none (a GPU benchmark with hardware
                 counters can take minutes).
 
@@ -1122,6 +1123,15 @@ class Client:
             output_dtypes=[dtypes.output_dtype(d) for d in output_dtypes], trials=trials, runs=runs,
             hardware_counters=hardware_counters, orientation=_orientation(orientation))
         r = self._unary(self._stub.Benchmark, request, timeout)
+        if request.orientation != pb.ORIENTATION_UNSPECIFIED:
+            for row in r.rows:
+                if row.orientation != request.orientation:
+                    raise DequantdError(
+                        grpc.StatusCode.UNIMPLEMENTED,
+                        f"Benchmark: asked for orientation {orientation!r}, the server timed "
+                        f"{pb.Orientation.Name(row.orientation)} ({row.variant} "
+                        f"{row.in_features}x{row.out_features}); it predates "
+                        "BenchmarkRequest.orientation")
         out = json_format.MessageToDict(r, preserving_proto_field_name=True)
         out.setdefault("rows", [])
         return out
