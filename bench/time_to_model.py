@@ -170,8 +170,8 @@ def main():
 
     # Ceiling: the kernel alone, from the Benchmark RPC (best variant per distinct shape), in the
     # layers' own orientation ((K, N) for AWQ) and in the loader's, (N, K) (the kernel its
-    # dequantize phase runs; an older server without Benchmark's orientation times (K, N) and
-    # says so in its rows, and the row is left out).
+    # dequantize phase runs; Client.benchmark refuses a server older than Benchmark's orientation,
+    # and the row is left out).
     shapes = {}
     for l in listing.layers:
         shapes.setdefault((l.in_features, l.out_features), []).append(l.name)
@@ -182,8 +182,6 @@ def main():
             best = {}
             for row in bench["rows"]:
                 if row.get("variant") == "copy" or not row.get("correct", False):
-                    continue
-                if orientation is not None and row.get("orientation") != "ORIENTATION_NK":
                     continue
                 key = (int(row["in_features"]), int(row["out_features"]))
                 best[key] = min(best.get(key, 1e9), float(row["median_seconds"]))
