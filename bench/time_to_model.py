@@ -15,7 +15,11 @@ Rows:
   device-to-device copy of the bf16 bytes.
 
   time_to_model.py --server HOST:PORT --model AWQ_DIR --work DIR [--device cuda:0]
-      [--max-shard-size 5GB] [--json OUT.json]
+      [--max-shard-size 5GB] [--metrics URL] [--json OUT.json]
+
+With --metrics (the server's /metrics URL) the loader's and the one-buffer rows also say how long
+the server's kernels ran during them (dequantd_device_kernel_seconds_total: from the call's first
+launch to its last kernel's end, CUDA events), so the call's time splits into kernel and the rest.
 
 The server must serve AWQ_DIR (CUDA: --backend=cuda --shared-memory=cuda|all). bench/
 time_to_model.sh makes the 8B-shaped checkpoint, starts the server and runs this on the H200
@@ -28,6 +32,7 @@ import glob
 import json
 import os
 import time
+import urllib.request
 
 import torch
 
@@ -66,6 +71,27 @@ def read_files(paths, chunk=64 << 20):
     return total
 
 
+def kernel_seconds(url):
+    """The server's dequantd_device_kernel_seconds_total summed over its devices (None without
+    --metrics)."""
+    if not url:
+        return None
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        body = reply.read().decode()
+    total = 0.0
+    for line in body.splitlines():
+        if line.startswith("dequantd_device_kernel_seconds_total"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def kernel_note(before, after, calls=1):
+    """", server kernel X ms" per call from two kernel_seconds readings, or ""."""
+    if before is None or after is None:
+        return ""
+    return f", server kernel {(after - before) / calls * 1e3:.1f} ms"
+
+
 def free(device):
     gc.collect()
     if device.type == "cuda":
@@ -79,6 +105,8 @@ def main():
     parser.add_argument("--work", required=True, help="where the converted checkpoint goes")
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--max-shard-size", default="5GB")
+    parser.add_argument("--metrics", default=None,
+                        help="the server's metrics URL, e.g. http://127.0.0.1:9400/metrics")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -103,15 +131,18 @@ def main():
     # (a) the loader, twice.
     for attempt in ("first", "second"):
         free(device)
+        k0 = kernel_seconds(args.metrics)
         t0 = time.perf_counter()
         model = dtorch.load_model(client, device=device, dtype=torch.bfloat16)
         sync(device)
         seconds = time.perf_counter() - t0
+        k1 = kernel_seconds(args.metrics)
         r = model.dequantd_load_report
         rows.append((f"(a) dequantd.torch.load_model, {attempt} load", seconds, bf16_bytes,
                      f"build {r.build_seconds:.2f} s, allocate {r.allocate_seconds:.2f} s, "
                      f"dequantize {r.dequantize_seconds:.3f} s (registration "
                      f"{r.register_seconds:.3f} s; {r.dequantize_calls} calls"
+                     f"{kernel_note(k0, k1)}"
                      f"{', (K, N) staging + device transpose' if r.transposed else ''}), "
                      f"ReadTensor {r.read_seconds:.2f} s ({r.other_bytes / 1e9:.2f} GB), "
                      f"assemble {r.assemble_seconds:.2f} s, in place {r.in_place}"))
@@ -128,14 +159,16 @@ def main():
         off += n
     client.dequantize_into_tensors(views)  # registration, tuning
     times = []
+    k0 = kernel_seconds(args.metrics)
     for _ in range(5):
         t0 = time.perf_counter()
-        client.dequantize_into_tensors(views)
+        client.dequantize_into_tensors(views, listing=listing)
         sync(device)
         times.append(time.perf_counter() - t0)
-    rows.append(("ceiling: dequantize_into_tensors, every layer into one buffer (median of 5)",
-                 sorted(times)[2], bf16_layers, "one DequantizeLayers call into a region"
-                 if device.type == "cuda" else "streamed"))
+    k1 = kernel_seconds(args.metrics)
+    rows.append(("ceiling: dequantize_into_tensors, every layer into one buffer, listing passed (median of 5)",
+                 sorted(times)[2], bf16_layers, ("one DequantizeLayers call into a region"
+                 if device.type == "cuda" else "streamed") + kernel_note(k0, k1, 5)))
     # The same call in the loader's orientation, (N, K) (nn.Linear's): the loader's call differs
     # from the row above in orientation and in writing 224 separate parameters; this row
     # separates the two.
@@ -146,14 +179,18 @@ def main():
         off += n
     client.dequantize_into_tensors(nk_views, orientation="NK")  # tuning of the (N, K) shapes
     times = []
+    k0 = kernel_seconds(args.metrics)
     for _ in range(5):
         t0 = time.perf_counter()
-        client.dequantize_into_tensors(nk_views, orientation="NK")
+        client.dequantize_into_tensors(nk_views, orientation="NK", listing=listing)
         sync(device)
         times.append(time.perf_counter() - t0)
-    rows.append(("ceiling: the same, (N, K) as the loader asks (median of 5)", sorted(times)[2],
-                 bf16_layers, "one DequantizeLayers call into a region, orientation NK"
-                 if device.type == "cuda" else "streamed, orientation NK"))
+    k1 = kernel_seconds(args.metrics)
+    rows.append(("ceiling: the same, (N, K) as the loader asks, listing passed (median of 5)",
+                 sorted(times)[2], bf16_layers,
+                 ("one DequantizeLayers call into a region, orientation NK"
+                  if device.type == "cuda" else "streamed, orientation NK")
+                 + kernel_note(k0, k1, 5)))
     del nk_views
     if device.type == "cuda":
         dst = torch.empty_like(flat)

@@ -21,7 +21,9 @@ t0=$(date +%s)
 python3 "$HERE/awq_model.py" "$WORK/awq" --preset "$PRESET" ${2:+--blocks "$2"} || exit 1
 echo "checkpoint written in $(( $(date +%s) - t0 )) s: $(du -sh "$WORK/awq" | cut -f1)"
 port=50661
-dequantd --backend=cuda --model="$WORK/awq" --listen=127.0.0.1:$port --metrics-listen= \
+metrics=50662
+dequantd --backend=cuda --model="$WORK/awq" --listen=127.0.0.1:$port \
+  --metrics-listen=127.0.0.1:$metrics \
   --shared-memory=cuda ${DEQUANTD_FLAGS:-} >"$OUT/server.log" 2>&1 &
 server=$!
 for _ in $(seq 1 600); do
@@ -30,8 +32,8 @@ for _ in $(seq 1 600); do
   sleep 0.2
 done
 python3 "$HERE/time_to_model.py" --server 127.0.0.1:$port --model "$WORK/awq" --work "$WORK" \
-  --device cuda:0 --json "$OUT/time_to_model.json" 2>&1 | grep -v "Loading weights" \
-  | tee "$OUT/time_to_model.log"
+  --device cuda:0 --metrics "http://127.0.0.1:$metrics/metrics" --json "$OUT/time_to_model.json" \
+  2>&1 | grep -v "Loading weights" | tee "$OUT/time_to_model.log"
 rc=${PIPESTATUS[0]}
 kill -TERM $server; wait $server
 rm -rf "$WORK"

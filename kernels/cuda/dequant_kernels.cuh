@@ -115,21 +115,21 @@ __device__ __forceinline__ uint32_t Component(const uint4& v, int m) {
 //    16-byte aligned).
 // A chunk's rows share one group when group_size % kChunk == 0 (every checkpoint); otherwise each
 // element is decoded with its own row's group (v1's arithmetic, slow, for odd test shapes). Needs
-// 16-byte aligned scales (the launcher checks). Programmatic dependent launch as
-// DequantVec16Kernel.
+// 16-byte aligned scales (the launcher checks). AwqNkTileBlock is block `block`'s work (blocks of
+// kAwqNkBlock threads) in the kernel's shared `tile`, shared by the one-layer kernel below and
+// the grouped launch (grouped_dequant.cu).
+using AwqNkSharedTile = uint4[kAwqNkTileN][kAwqNkRowChunks];
 template <DType kScale, DType kOut>
-__global__ void __launch_bounds__(kAwqNkBlock)
-    AwqNkTileKernel(DequantParams p, int64_t segments, int64_t tiles_per_block) {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
+__device__ __forceinline__ void AwqNkTileBlock(const DequantParams& p, int64_t segments,
+                                               int64_t tiles_per_block, int64_t block,
+                                               AwqNkSharedTile& tile) {
   constexpr int kC = kChunk<kOut>;
   constexpr int kTileK = kAwqNkTileK<kOut>;
-  __shared__ uint4 tile[kAwqNkTileN][kAwqNkRowChunks];
   const int tid = static_cast<int>(threadIdx.x);
   const int w = tid % kAwqNkTileWords;
   const int q = tid / kAwqNkTileWords;
-  const int64_t segment = static_cast<int64_t>(blockIdx.x) % segments;
-  const int64_t band = static_cast<int64_t>(blockIdx.x) / segments;
+  const int64_t segment = block % segments;
+  const int64_t band = block / segments;
   const int64_t c = band * kAwqNkTileWords + w;  // this thread's word column
   const bool in_column = c < p.words_per_row;
   const int64_t tiles_k = (p.K + kTileK - 1) / kTileK;
@@ -224,6 +224,18 @@ __global__ void __launch_bounds__(kAwqNkBlock)
     }
     __syncthreads();  // the tile stored: free for the next decode
   }
+}
+
+// One layer's (N, K) result: block b is AwqNkTileBlock's block b. Programmatic dependent launch as
+// DequantVec16Kernel.
+template <DType kScale, DType kOut>
+__global__ void __launch_bounds__(kAwqNkBlock)
+    AwqNkTileKernel(DequantParams p, int64_t segments, int64_t tiles_per_block) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  __shared__ AwqNkSharedTile tile;
+  AwqNkTileBlock<kScale, kOut>(p, segments, tiles_per_block, static_cast<int64_t>(blockIdx.x),
+                               tile);
 }
 
 // Launches AwqNkTileKernel with `tiles_per_block` tiles along K per block (one block per segment

@@ -1,8 +1,10 @@
 // Grouped dequantization (grouped_dequant.h): the layout on the host, the descriptor table, and
-// the one kernel that runs v4_vec16's tile decode (dequant_kernels.cuh) for every item.
+// the two kernels that run, for every item, v4_vec16's tile decode ((K, N) results) or the (N, K)
+// tile kernel's block (dequant_kernels.cuh).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -24,6 +26,9 @@ constexpr int64_t kMaxBuckets = int64_t{1} << 16;       // grows the bucket befo
 
 int64_t LanesPerWord(DType out) { return out == DType::kF32 ? 2 : 1; }  // kVec16LanesPerWord
 
+// kAwqNkTileK<out>: the K of one (N, K) tile, 512 bytes of a result row.
+int64_t NkTileK(DType out) { return kAwqNkRowChunks * 16 / DTypeSize(out); }
+
 bool AlignedTo(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -44,9 +49,7 @@ absl::Status CheckOptions(const GroupedOptions& o) {
 
 }  // namespace
 
-bool GroupedImplements(const QuantShape& shape) {
-  return shape.format == Format::kAwqGemm && shape.orientation == Orientation::kKN;
-}
+bool GroupedImplements(const QuantShape& shape) { return shape.format == Format::kAwqGemm; }
 
 namespace {
 
@@ -55,9 +58,6 @@ absl::Status CheckItem(const GroupedItem& item, DType out_dtype) {
   if (item.in.shape.format != Format::kAwqGemm)
     return absl::FailedPreconditionError(
         "the grouped launch implements the awq_gemm format only (other formats launch per layer)");
-  if (item.in.shape.orientation != Orientation::kKN)
-    return absl::FailedPreconditionError(
-        "the grouped launch writes (K, N) results only ((N, K) results launch per layer)");
   const int32_t* qweight = awq::Qweight(item.in);
   const int32_t* qzeros = awq::Qzeros(item.in);
   const void* scales = awq::Scales(item.in);
@@ -75,7 +75,8 @@ absl::Status CheckItem(const GroupedItem& item, DType out_dtype) {
 // One segment as the kernel reads it: v4's parameters for the slab (pointers offset to its first
 // row/group, kWords = 1) and the blocks that work on it.
 struct SegmentDesc {
-  Vec16Params v;
+  Vec16Params v;           // (N, K) items: v.p alone, the whole layer's
+  int64_t nk_tiles_k = 0;  // (N, K) items: tiles along K, AwqNkTileBlock's `segments`
   uint32_t block_begin = 0;
   uint32_t block_end = 0;
   uint32_t rows_per_thread = 1;  // the kernel's kRows, or 1
@@ -143,6 +144,30 @@ __global__ void __launch_bounds__(kV4MaxBlockSize)
   }
 }
 
+// The (N, K) twin: block b runs AwqNkTileBlock (one tile per block) on its item's layer. Four
+// blocks per SM, as the one-layer kernel gets (64 registers; without the bound the two scale
+// dtypes' code in one kernel took 80, three blocks).
+template <DType kOut>
+__global__ void __launch_bounds__(kAwqNkBlock, 4)
+    GroupedAwqNkKernel(const SegmentDesc* __restrict__ segments,
+                       const uint32_t* __restrict__ bucket_first, int bucket_shift,
+                       uint32_t /*units_per_thread*/) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  const uint32_t b = blockIdx.x;
+  uint32_t i = __ldg(bucket_first + (b >> bucket_shift));
+  while (b >= __ldg(&segments[i].block_end)) ++i;
+  const SegmentDesc& s = segments[i];
+  const DequantParams& p = s.v.p;  // read where used (L1), not held in registers
+  const int64_t block = b - s.block_begin;
+  __shared__ AwqNkSharedTile tile;  // one for both scale dtypes
+  if (s.scale_dtype == DType::kF16) {
+    AwqNkTileBlock<DType::kF16, kOut>(p, s.nk_tiles_k, 1, block, tile);
+  } else {
+    AwqNkTileBlock<DType::kBF16, kOut>(p, s.nk_tiles_k, 1, block, tile);
+  }
+}
+
 using GroupedKernel = void (*)(const SegmentDesc*, const uint32_t*, int, uint32_t);
 
 template <DType kOut>
@@ -161,7 +186,17 @@ GroupedKernel KernelForRows(int rows) {
   }
 }
 
-GroupedKernel KernelFor(DType out, int rows) {
+GroupedKernel KernelFor(DType out, int rows, Orientation orientation) {
+  if (orientation == Orientation::kNK) {
+    switch (out) {
+      case DType::kF16:
+        return GroupedAwqNkKernel<DType::kF16>;
+      case DType::kBF16:
+        return GroupedAwqNkKernel<DType::kBF16>;
+      default:
+        return GroupedAwqNkKernel<DType::kF32>;
+    }
+  }
   switch (out) {
     case DType::kF16:
       return KernelForRows<DType::kF16>(rows);
@@ -186,6 +221,24 @@ std::vector<SegmentDesc> MakeDescriptors(absl::Span<const GroupedItem> items,
     const int64_t g0 = seg.row_begin / shape.group_size;
     SegmentDesc d;
     DequantParams& p = d.v.p;
+    d.block_begin = static_cast<uint32_t>(seg.block_begin);
+    d.block_end = static_cast<uint32_t>(seg.block_end);
+    d.scale_dtype = shape.scale_dtype;
+    if (layout.orientation == Orientation::kNK) {  // the whole layer, as LaunchAwqNkTiles
+      p.qweight = reinterpret_cast<const uint32_t*>(awq::Qweight(in));
+      p.qzeros = reinterpret_cast<const uint32_t*>(awq::Qzeros(in));
+      p.scales = awq::Scales(in);
+      p.out = items[seg.item].out;
+      p.K = shape.K;
+      p.N = shape.N;
+      p.words_per_row = words_per_row;
+      p.group_size = shape.group_size;
+      p.nk = true;
+      d.nk_tiles_k = (shape.K + NkTileK(out_dtype) - 1) / NkTileK(out_dtype);
+      d.rows_per_thread = 1;
+      descs.push_back(d);
+      continue;
+    }
     p.qweight = reinterpret_cast<const uint32_t*>(awq::Qweight(in)) + seg.row_begin * words_per_row;
     p.qzeros = reinterpret_cast<const uint32_t*>(awq::Qzeros(in)) + g0 * words_per_row;
     p.scales = static_cast<const uint16_t*>(awq::Scales(in)) + g0 * shape.N;
@@ -200,10 +253,7 @@ std::vector<SegmentDesc> MakeDescriptors(absl::Span<const GroupedItem> items,
     d.v.by_chunks = FastDivmod::Make(static_cast<uint32_t>(words_per_row * lanes));
     d.v.by_row_blocks =
         FastDivmod::Make(static_cast<uint32_t>(shape.group_size / seg.rows_per_thread));
-    d.block_begin = static_cast<uint32_t>(seg.block_begin);
-    d.block_end = static_cast<uint32_t>(seg.block_end);
     d.rows_per_thread = static_cast<uint32_t>(seg.rows_per_thread);
-    d.scale_dtype = shape.scale_dtype;
     descs.push_back(d);
   }
   return descs;
@@ -233,9 +283,11 @@ absl::Status LaunchKernel(const GroupedLayout& layout, DType out_dtype,
                           cudaStream_t stream) {
   if (layout.total_blocks == 0) return absl::OkStatus();
   const auto* base = static_cast<const uint8_t*>(table);
+  const bool nk = layout.orientation == Orientation::kNK;
   DEQUANTD_CUDA_RETURN_IF_ERROR(LaunchProgrammatic(
-      KernelFor(out_dtype, options.rows_per_thread), layout.total_blocks, options.block_size,
-      options.programmatic_launch, stream, reinterpret_cast<const SegmentDesc*>(base),
+      KernelFor(out_dtype, options.rows_per_thread, layout.orientation), layout.total_blocks,
+      nk ? kAwqNkBlock : options.block_size, options.programmatic_launch, stream,
+      reinterpret_cast<const SegmentDesc*>(base),
       reinterpret_cast<const uint32_t*>(base + buckets_at), layout.bucket_shift,
       static_cast<uint32_t>(options.units_per_thread)));
   return absl::OkStatus();
@@ -249,12 +301,38 @@ absl::StatusOr<GroupedLayout> PlanGroupedLayout(absl::Span<const GroupedItem> it
   const int64_t lanes = LanesPerWord(out_dtype);
   const int64_t units_per_block = int64_t{options.block_size} * options.units_per_thread;
   GroupedLayout layout;
+  if (!items.empty()) layout.orientation = items[0].in.shape.orientation;
   for (size_t i = 0; i < items.size(); ++i) {
     const auto item_error = [i](const absl::Status& st) {
       return absl::InvalidArgumentError(absl::StrCat("item ", i, ": ", st.message()));
     };
     if (absl::Status st = CheckItem(items[i], out_dtype); !st.ok()) return item_error(st);
     const QuantShape& shape = items[i].in.shape;
+    if (shape.orientation != layout.orientation) {
+      return item_error(absl::InvalidArgumentError(
+          absl::StrCat("orientation ", std::string(OrientationName(shape.orientation)),
+                       " differs from item 0's ", std::string(OrientationName(layout.orientation)),
+                       " (one grouped launch writes one orientation)")));
+    }
+    if (layout.orientation == Orientation::kNK) {
+      // One segment, one block per tile: bands of 64 result rows x tiles of NkTileK along K.
+      const int64_t bands = (shape.N / awq::kPackFactor + kAwqNkTileWords - 1) / kAwqNkTileWords;
+      const int64_t tiles = bands * ((shape.K + NkTileK(out_dtype) - 1) / NkTileK(out_dtype));
+      GroupedSegment seg;
+      seg.item = static_cast<int64_t>(i);
+      seg.row_begin = 0;
+      seg.row_end = shape.K;
+      seg.rows_per_thread = 1;
+      seg.units = tiles;
+      seg.block_begin = layout.total_blocks;
+      seg.block_end = seg.block_begin + tiles;
+      layout.total_blocks = seg.block_end;
+      if (layout.total_blocks > kMaxBlocks)
+        return absl::InvalidArgumentError("the items need 2^31 blocks or more ((N, K) tiles)");
+      layout.segments.push_back(seg);
+      layout.bytes_moved += shape.bytes_moved(out_dtype);
+      continue;
+    }
     const int rows = shape.group_size % options.rows_per_thread == 0 ? options.rows_per_thread : 1;
     const int64_t units_per_group = shape.group_size / rows * (shape.N / awq::kPackFactor) * lanes;
     if (units_per_group > kMaxUnits)

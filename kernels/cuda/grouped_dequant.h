@@ -1,12 +1,14 @@
 // Grouped dequantization: many AWQ layers in ONE kernel launch (issue 3, part 5). Host types
 // only; compiled only when DEQUANTD_HAVE_CUDA.
 //
-// Every item (layer) is cut into v4_vec16 work units (rows_per_thread rows x one packed word, two
-// threads per word for fp32 output; see dequant_kernels.cuh), units into blocks, and the items'
-// blocks are laid end to end in one grid. A block finds its item through a small bucket table
-// (first item of every 2^bucket_shift blocks) and runs v4's decode on its units, so small layers
-// stop paying one launch each. Items may differ in K, N, group_size and scale dtype; the output
-// dtype is one per call. Results are bit-exact to DequantizeReference (kernels/dequant.h).
+// (K, N) results: every item (layer) is cut into v4_vec16 work units (rows_per_thread rows x one
+// packed word, two threads per word for fp32 output; see dequant_kernels.cuh), units into blocks.
+// (N, K) results: every item's blocks are the (N, K) tile kernel's (AwqNkTileBlock: 64 result rows
+// x 512 bytes of K per block, one tile each, 256 threads). Either way the items' blocks are laid
+// end to end in one grid; a block finds its item through a small bucket table (first item of
+// every 2^bucket_shift blocks) and runs that kernel's decode, so small layers stop paying one
+// launch each. Items may differ in K, N, group_size and scale dtype; the output dtype and the
+// orientation are one per call. Results are bit-exact to DequantizeReference (kernels/dequant.h).
 //
 // Two entry points:
 //   * GroupedPlan: validates the items, computes the layout and uploads the descriptor table
@@ -40,7 +42,9 @@ struct GroupedItem {
 
 // Launch parameters of a grouped call. Defaults: the best or within 0.5 points of the best of a
 // 60-candidate sweep (block 64-512 x rows 1-16 x units 1-4) on the H200 for a Qwen2.5-1.5B-shaped
-// model (196 layers), fp16, bf16 and fp32 output alike (kernels/cuda/NOTES.md).
+// model (196 layers), fp16, bf16 and fp32 output alike (kernels/cuda/NOTES.md). block_size,
+// rows_per_thread and units_per_thread shape (K, N) launches only (they are still checked);
+// (N, K) launches have the tile kernel's fixed blocks, the one-layer kernel's tuned default.
 struct GroupedOptions {
   int block_size = 256;  // threads per block: a multiple of 32 in [32, 512]
   // Rows per work unit: 1, 2, 4, 8 or 16. An item whose group_size this does not divide uses
@@ -57,7 +61,8 @@ struct GroupedOptions {
 };
 
 // A slab of one item: whole groups whose unit count is below 2^31 (32-bit index arithmetic, as
-// v4's launcher splits a layer), dequantized by blocks [block_begin, block_end) of the grid.
+// v4's launcher splits a layer), dequantized by blocks [block_begin, block_end) of the grid. An
+// (N, K) item is one segment: rows [0, K), rows_per_thread 1, units = its tiles, one block each.
 struct GroupedSegment {
   int64_t item = 0;         // index into the item list
   int64_t row_begin = 0;    // first row of K (a multiple of group_size)
@@ -76,16 +81,18 @@ struct GroupedLayout {
   // bucket_first[j]: index of the segment holding block j << bucket_shift.
   std::vector<uint32_t> bucket_first;
   int64_t bytes_moved = 0;  // sum of the items' QuantShape::bytes_moved(out_dtype)
+  Orientation orientation = Orientation::kKN;  // every item's result layout
 };
 
-// Whether the grouped launch implements `shape`: awq_gemm with a (K, N) result. Other shapes
-// (other formats, Orientation::kNK) are FAILED_PRECONDITION for PlanGroupedLayout and are
-// launched one layer at a time (LaunchDequantize).
+// Whether the grouped launch implements `shape`: awq_gemm, either orientation. Other formats are
+// FAILED_PRECONDITION for PlanGroupedLayout and are launched one layer at a time
+// (LaunchDequantize).
 bool GroupedImplements(const QuantShape& shape);
 
 // Checks the items and the options and computes the layout; touches no memory behind the
 // pointers (no device needed). INVALID_ARGUMENT naming the item ("item 3: N must be ...") for a
-// shape ValidateShape refuses, a null or misaligned pointer, or a group of 2^31 units or more;
+// shape ValidateShape refuses, a null or misaligned pointer, an orientation other than item 0's,
+// or a group of 2^31 units or more;
 // INVALID_ARGUMENT for bad options or a grid of 2^31 blocks or more. An empty list gives an
 // empty layout. Thread-safe.
 absl::StatusOr<GroupedLayout> PlanGroupedLayout(absl::Span<const GroupedItem> items,

@@ -194,6 +194,68 @@ TEST(GroupedLayoutTest, SplitsAnItemOf2To32Units) {
   ExpectLayoutConsistent(items, DType::kF32, o, *layout);
 }
 
+// (N, K) items: one segment each, one block per tile of 64 result rows x 512 bytes of K
+// (kAwqNkTileK: 256 fp16/bf16 or 128 fp32 values), whatever the options; counts by hand.
+TEST(GroupedLayoutTest, NkItemsOneBlockPerTile) {
+  QuantShape a{4096, 1024, 128, DType::kBF16};  // 1024 / 64 = 16 bands
+  QuantShape b{130, 24, 65, DType::kF16};       // 1 band (24 rows); K 130: 1 tile, fp32 2
+  QuantShape c{8, 16, 8, DType::kF16};
+  for (QuantShape* s : {&a, &b, &c}) s->orientation = Orientation::kNK;
+  const std::vector<GroupedItem> items = {FakeItem(a), FakeItem(b), FakeItem(c)};
+  struct Want {
+    DType out;
+    int64_t a_tiles;  // 16 bands x tiles along K
+    int64_t b_tiles;
+  };
+  for (const Want& want : {Want{DType::kBF16, 16 * 16, 1}, Want{DType::kF16, 16 * 16, 1},
+                           Want{DType::kF32, 16 * 32, 2}}) {
+    for (const GroupedOptions& o :
+         {GroupedOptions{}, GroupedOptions{.block_size = 32, .rows_per_thread = 1}}) {
+      absl::StatusOr<GroupedLayout> layout = PlanGroupedLayout(items, want.out, o);
+      ASSERT_TRUE(layout.ok()) << layout.status();
+      EXPECT_EQ(layout->orientation, Orientation::kNK);
+      ASSERT_EQ(layout->segments.size(), 3u);
+      const int64_t total = want.a_tiles + want.b_tiles + 1;
+      const int64_t ends[] = {want.a_tiles, want.a_tiles + want.b_tiles, total};
+      int64_t begin = 0;
+      for (size_t i = 0; i < 3; ++i) {
+        const GroupedSegment& seg = layout->segments[i];
+        EXPECT_EQ(seg.item, static_cast<int64_t>(i));
+        EXPECT_EQ(seg.row_begin, 0);
+        EXPECT_EQ(seg.row_end, items[i].in.shape.K);
+        EXPECT_EQ(seg.block_begin, begin);
+        EXPECT_EQ(seg.block_end, ends[i]);
+        EXPECT_EQ(seg.units, ends[i] - begin);
+        begin = ends[i];
+      }
+      EXPECT_EQ(layout->total_blocks, total);
+      EXPECT_EQ(layout->bytes_moved,
+                a.bytes_moved(want.out) + b.bytes_moved(want.out) + c.bytes_moved(want.out));
+      ASSERT_EQ(layout->bucket_shift, 5);
+      ASSERT_EQ(static_cast<int64_t>(layout->bucket_first.size()), CeilDiv(total, 32));
+      for (size_t j = 0; j < layout->bucket_first.size(); ++j) {
+        const int64_t first = static_cast<int64_t>(j) * 32;
+        const GroupedSegment& seg = layout->segments[layout->bucket_first[j]];
+        EXPECT_LE(seg.block_begin, first) << j;
+        EXPECT_GT(seg.block_end, first) << j;
+      }
+    }
+  }
+}
+
+TEST(GroupedLayoutTest, RefusesItemsOfTwoOrientations) {
+  QuantShape nk{64, 16, 32, DType::kF16};
+  nk.orientation = Orientation::kNK;
+  const std::vector<GroupedItem> items = {FakeItem({64, 16, 32, DType::kF16}), FakeItem(nk)};
+  absl::StatusOr<GroupedLayout> layout = PlanGroupedLayout(items, DType::kF16, {});
+  ASSERT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(layout.status().message().find("item 1: orientation nk differs from item 0's kn"),
+            std::string::npos)
+      << layout.status();
+  EXPECT_EQ(GroupedPlan::Create(items, DType::kF16).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(GroupedLayoutTest, RefusesGridOf2To31Blocks) {
   // 2^32 units in blocks of 32 units: 2^27 blocks per item; 16 items reach 2^31.
   const std::vector<GroupedItem> items(16, FakeItem({524288, 65536, 128, DType::kF16}));
@@ -413,6 +475,25 @@ TEST(GroupedDequantTest, OneHugeishItem) {
   ASSERT_TRUE(c.ok());
   RunAllWays(c, DType::kF32, GroupedOptions{}, "10944x4672 fp32");
   RunAllWays(c, DType::kF16, GroupedOptions{.rows_per_thread = 16}, "10944x4672 fp16 rows 16");
+}
+
+// (N, K) results: the brief's shapes plus odd ones (K not a multiple of a chunk: element stores;
+// group sizes 65 and 12: each element with its own row's group), every output dtype, with and
+// without programmatic launch.
+TEST(GroupedDequantTest, NkMixedListEveryOutputDtype) {
+  DEQUANTD_SKIP_WITHOUT_GPU();
+  std::vector<QuantShape> shapes = MixedShapes();
+  shapes.push_back({130, 24, 65, DType::kBF16});
+  shapes.push_back({36, 40, 12, DType::kF16});
+  shapes.push_back({4096, 1024, 128, DType::kF16});
+  for (QuantShape& s : shapes) s.orientation = Orientation::kNK;
+  GroupedCase c(shapes, 5000);
+  ASSERT_TRUE(c.ok());
+  for (DType out : {DType::kF16, DType::kBF16, DType::kF32}) {
+    RunAllWays(c, out, GroupedOptions{}, std::string("nk ") + std::string(DTypeName(out)));
+    RunAllWays(c, out, GroupedOptions{.programmatic_launch = false},
+               std::string("nk no pdl ") + std::string(DTypeName(out)));
+  }
 }
 
 TEST(GroupedDequantTest, EmptyListOnDevice) {

@@ -210,17 +210,20 @@ class DeviceWorker {
     // copies on the stream, not after another kernel.
     cuda::GroupedOptions grouped = options_.grouped;
     grouped.programmatic_launch = false;
+    // (N, K) results: the tile kernel's fixed blocks, one tile each (grouped_dequant.h).
     const std::string kernel =
-        absl::StrCat("grouped block=", grouped.block_size, ",rows=", grouped.rows_per_thread,
-                     ",units=", grouped.units_per_thread, " layers=", distinct);
+        orientation == Orientation::kNK
+            ? absl::StrCat("grouped nk_tiles=1 layers=", distinct)
+            : absl::StrCat("grouped block=", grouped.block_size, ",rows=", grouped.rows_per_thread,
+                           ",units=", grouped.units_per_thread, " layers=", distinct);
     // Plans launched by this call, held until the pipeline has drained the stream (a plan's table
     // is freed when its last holder lets go).
     std::vector<std::shared_ptr<const cuda::GroupedPlan>> launched;
     const cuda::SlabLauncher launch =
         [&](const cuda::SlabLaunch& slab) -> absl::StatusOr<std::string> {
       if (absl::Status s = InjectedLaunchFailure(); !s.ok()) return s;
-      // Layers the grouped launch does not implement ((N, K) results, other formats): the slab's
-      // items one launch each, on the same stream.
+      // Layers the grouped launch does not implement (formats other than AWQ): the slab's items
+      // one launch each, on the same stream.
       bool grouped_implements = true;
       for (const cuda::GroupedItem& item : slab.items)
         grouped_implements &= cuda::GroupedImplements(item.in.shape);
