@@ -140,8 +140,9 @@ def main():
         r = model.dequantd_load_report
         rows.append((f"(a) dequantd.torch.load_model, {attempt} load", seconds, bf16_bytes,
                      f"build {r.build_seconds:.2f} s, allocate {r.allocate_seconds:.2f} s, "
-                     f"dequantize {r.dequantize_seconds:.3f} s (registration "
-                     f"{r.register_seconds:.3f} s; {r.dequantize_calls} calls"
+                     f"dequantize {r.dequantize_seconds * 1e3:.1f} ms (registration "
+                     f"{r.register_seconds * 1e3:.1f} ms, checks {r.check_seconds * 1e3:.1f} ms, "
+                     f"calls {r.call_seconds * 1e3:.1f} ms; {r.dequantize_calls} calls"
                      f"{kernel_note(k0, k1)}"
                      f"{', (K, N) staging + device transpose' if r.transposed else ''}), "
                      f"ReadTensor {r.read_seconds:.2f} s ({r.other_bytes / 1e9:.2f} GB), "
@@ -294,7 +295,7 @@ def main():
 
     print("\n| row | GB (bf16) | seconds | GB/s | note |\n| --- | --- | --- | --- | --- |")
     for label, seconds, nbytes, note in rows:
-        print(f"| {label} | {nbytes / 1e9:.2f} | {seconds:.3f} | {nbytes / seconds / 1e9:.1f} | "
+        print(f"| {label} | {nbytes / 1e9:.2f} | {seconds:.4f} | {nbytes / seconds / 1e9:.1f} | "
               f"{note} |")
     a = min(s for label, s, _, _ in rows if label.startswith("(a)"))
     b = next(s for label, s, _, _ in rows if label.startswith("(b)") and "warm" in label)

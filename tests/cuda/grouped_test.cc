@@ -397,7 +397,9 @@ class GroupedCase {
       if (k == key) return v;
     const QuantShape& s = host_[i].shape;
     std::vector<uint8_t> want(static_cast<size_t>(s.output_bytes(out)));
-    const absl::Status st = DequantizeReference(host_[i].view(), out, 0, s.K, want.data());
+    // The reference's row range is over the result's rows: K of (K, N), N of (N, K).
+    const int64_t rows = s.orientation == Orientation::kNK ? s.N : s.K;
+    const absl::Status st = DequantizeReference(host_[i].view(), out, 0, rows, want.data());
     EXPECT_TRUE(st.ok()) << st;
     refs_.emplace_back(key, std::move(want));
     return refs_.back().second;

@@ -132,6 +132,7 @@ class FakeServer:
             return self._lost(request)
         names = list(request.tensors)
         self.written.append((region.name, region.offset, names))
+        names = names or sorted(self.layers)  # empty: every layer, in ListTensors order
         size = {pb.DTYPE_FP16: 2, pb.DTYPE_BF16: 2, pb.DTYPE_FP32: 4}[request.output_dtype]
         total = sum(self.layers[n][0] * self.layers[n][1] * size for n in names)
         return FakeCall([pb.DequantizeResponse(region_summary=pb.RegionSummary(
@@ -260,6 +261,44 @@ def test_225_tensors_in_one_buffer_ask_the_driver_once(driver):
     # One storage: one finalizer on the region (not one per view).
     region = next(iter(c._regions_cache()._regions.values()))
     assert len(region.storages) == 1
+
+
+def test_every_layer_in_listing_order_is_sent_as_the_empty_list(driver):
+    # The listing's order (sorted names here, as FakeServer lists them): the request carries no
+    # names (the server's "every layer, in ListTensors order"); the summary is still checked.
+    server = FakeServer(LAYERS)
+    c = make_client(server)
+    ordered = dict(sorted(LAYERS.items()))
+    _, views = one_buffer(driver, layers=ordered, orientation="NK")
+    times = dt.IntoTimes()
+    dt.dequantize_into(c, views, "NK", c.list(), times)
+    assert server.written == [(c.cuda_regions()[0], 0, [])]
+    assert times.check_seconds > 0 and times.call_seconds > 0
+    # The same layers in another order, or all but one: their names.
+    server.written.clear()
+    _, views = one_buffer(driver, orientation="NK")
+    c.dequantize_into_tensors(views, orientation="NK")
+    assert server.written[0][2] == list(LAYERS)
+    server.written.clear()
+    fewer = dict(list(ordered.items())[1:])
+    _, views = one_buffer(driver, layers=fewer, orientation="NK")
+    c.dequantize_into_tensors(views, orientation="NK")
+    assert server.written[0][2] == list(fewer)
+
+
+def test_an_empty_list_summary_of_other_bytes_is_data_loss(driver):
+    # A server whose "every layer" is not what the listing said (here: one layer more) is caught
+    # by the summary check.
+    server = FakeServer(LAYERS)
+    c = make_client(server)
+    ordered = dict(sorted(LAYERS.items()))
+    listing = c.list()
+    server.layers["model.zz.extra"] = (32, 16)
+    _, views = one_buffer(driver, layers=ordered, orientation="NK")
+    with pytest.raises(dequantd.DequantdError) as e:
+        dt.dequantize_into(c, views, "NK", listing)
+    assert e.value.code == grpc.StatusCode.DATA_LOSS
+    assert "226 layers, expected 225" in e.value.message
 
 
 def test_tensors_of_several_allocations_ask_once_per_allocation(driver):

@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from . import dtypes
+from . import tensors as tensors_module
 from ._parallel import run_all
 from .client import Client, LayerInfo
 from .errors import DequantdError
@@ -56,7 +57,9 @@ _FLOATING = ("F16", "BF16", "F32", "F64")
 class LoadReport:
     """What load_model did: seconds per phase (`build`: meta model; `allocate`: parameter
     memory; `dequantize`: every quantized layer, registration included (`register`: the part of
-    it spent exporting and registering the parameters' memory with the server); `read`: every other
+    it spent exporting and registering the parameters' memory with the server; `check`: the
+    parameters checked against the listing; `call`: the DequantizeLayers RPCs, the server's
+    kernel and work and the transport); `read`: every other
     tensor; `assemble`: those tensors made the parameters of the model built in `build`, tied,
     its buffers moved to the device), the bytes written per
     kind, the number of calls, whether the layers went through a (K, N) staging buffer and a
@@ -67,6 +70,8 @@ class LoadReport:
     allocate_seconds: float = 0.0
     dequantize_seconds: float = 0.0
     register_seconds: float = 0.0
+    check_seconds: float = 0.0
+    call_seconds: float = 0.0
     read_seconds: float = 0.0
     total_seconds: float = 0.0
     layer_bytes: int = 0
@@ -320,7 +325,11 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     # server has (N, K) results; stacked experts' (E, K, N), their format's own, always) into
     # views of one buffer, one call per orientation. Linear weights of a server without (N, K)
     # results are each their own tensor, filled from a (K, N) staging buffer.
-    direct = [q for q in quantized if nk or q[2].orientation == "KN"]
+    # In the listing's order: a call of every layer in that order sends the empty list, not 224
+    # names (tensors.run).
+    rank = {layer.name: i for i, layer in enumerate(listing.layers)}
+    direct = sorted((q for q in quantized if nk or q[2].orientation == "KN"),
+                    key=lambda q: rank[q[1].name])
     staged = [q for q in quantized if not (nk or q[2].orientation == "KN")]
     flat = torch.empty(sum(_elements(p.shape) for _, _, p in direct), dtype=dtype, device=device)
     params: Dict[str, torch.Tensor] = {}
@@ -345,11 +354,12 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     regions = client._regions_cache() if device.type == "cuda" else None
     registered = regions.register_seconds if regions is not None else 0.0
     t0 = time.perf_counter()
+    times = tensors_module.IntoTimes()
     for orientation in ("NK", "KN"):
         group = {layer.name: params[name] for name, layer, wanted in direct
                  if wanted.orientation == orientation}
         if group:
-            client.dequantize_into_tensors(group, orientation=orientation, listing=listing)
+            tensors_module.dequantize_into(client, group, orientation, listing, times)
             report.dequantize_calls += 1
     if staged:
         report.transposed = True
@@ -366,7 +376,7 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
                 views[layer.name] = staging[offset:offset + count].view(layer.in_features,
                                                                         layer.out_features)
                 offset += count
-            client.dequantize_into_tensors(views, orientation="KN", listing=listing)
+            tensors_module.dequantize_into(client, views, "KN", listing, times)
             report.dequantize_calls += 1
             for name, layer in batch:
                 params[name].copy_(views[layer.name].t())  # on `device`; exact
@@ -374,6 +384,7 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     report.dequantize_seconds = time.perf_counter() - t0
+    report.check_seconds, report.call_seconds = times.check_seconds, times.call_seconds
     if regions is not None:
         report.register_seconds = regions.register_seconds - registered
     report.layers = len(quantized)
