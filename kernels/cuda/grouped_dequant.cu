@@ -219,7 +219,7 @@ std::vector<SegmentDesc> MakeDescriptors(absl::Span<const GroupedItem> items,
     const QuantShape& shape = in.shape;
     const int64_t words_per_row = shape.N / awq::kPackFactor;
     const int64_t g0 = seg.row_begin / shape.group_size;
-    SegmentDesc d;
+    SegmentDesc d{};
     DequantParams& p = d.v.p;
     d.block_begin = static_cast<uint32_t>(seg.block_begin);
     d.block_end = static_cast<uint32_t>(seg.block_end);

@@ -85,8 +85,8 @@ struct GroupedLayout {
 };
 
 // Whether the grouped launch implements `shape`: awq_gemm, either orientation. Other formats are
-// FAILED_PRECONDITION for PlanGroupedLayout and are launched one layer at a time
-// (LaunchDequantize).
+// refused by PlanGroupedLayout (INVALID_ARGUMENT naming the item) and are launched one layer at a
+// time (LaunchDequantize).
 bool GroupedImplements(const QuantShape& shape);
 
 // Checks the items and the options and computes the layout; touches no memory behind the

@@ -278,6 +278,17 @@ absl::StatusOr<std::unique_ptr<regions::RegionSink>> RegionService::MakeSink(
                          ? absl::StrCat(": the offset must be >= 0 and a multiple of ", kAlignment)
                          : " run past its end"));
   }
+  if (output.expected_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output_region.expected_bytes must be >= 0, got ", output.expected_bytes()));
+  }
+  if (output.expected_bytes() != 0 && output.expected_bytes() != total) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "output_region.expected_bytes = ", output.expected_bytes(), ", but the results are ", total,
+        " bytes (", result_bytes.size(),
+        " results): the client's listing does not describe this server's model; nothing was "
+        "written"));
+  }
   Metrics* metrics = metrics_;
   return std::make_unique<regions::RegionSink>(
       std::move(*lease), output.offset(), std::move(result_bytes), std::move(cancelled),

@@ -476,7 +476,24 @@ TEST_F(SharedMemoryTest, OutputRegionErrorsNameRegionOffsetAndBytes) {
   header = regions().DequantizeInto(request);
   EXPECT_EQ(header.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(header.status().message(), HasSubstr("output_region.name: no region \"nope\""));
+  // expected_bytes: the client's own total must be the results' (a stale listing's is refused).
+  request.mutable_output_region()->set_name("small");
+  request.mutable_output_region()->set_offset(0);
+  request.mutable_output_region()->set_expected_bytes(bytes - 16);
+  header = regions().DequantizeInto(request);
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(header.status().message(),
+              HasSubstr(absl::StrCat("output_region.expected_bytes = ", bytes - 16,
+                                     ", but the results are ", bytes, " bytes (1 results)")));
+  request.mutable_output_region()->set_expected_bytes(-1);
+  header = regions().DequantizeInto(request);
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(header.status().message(), HasSubstr("output_region.expected_bytes must be >= 0"));
   EXPECT_EQ(Bytes(*shm, 0, bytes), std::vector<uint8_t>(bytes, 0));  // nothing written
+  request.mutable_output_region()->set_expected_bytes(bytes);
+  header = regions().DequantizeInto(request);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_NE(Bytes(*shm, 0, bytes), std::vector<uint8_t>(bytes, 0));
 }
 
 // A client that truncates its object while the server writes into it (issue 9, the SIGBUS

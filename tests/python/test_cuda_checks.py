@@ -130,11 +130,16 @@ class FakeServer:
         region = request.output_region
         if self._lost(request):
             return self._lost(request)
-        names = list(request.tensors)
-        self.written.append((region.name, region.offset, names))
-        names = names or sorted(self.layers)  # empty: every layer, in ListTensors order
+        asked = list(request.tensors)
+        names = asked or sorted(self.layers)  # empty: every layer, in ListTensors order
         size = {pb.DTYPE_FP16: 2, pb.DTYPE_BF16: 2, pb.DTYPE_FP32: 4}[request.output_dtype]
         total = sum(self.layers[n][0] * self.layers[n][1] * size for n in names)
+        if region.expected_bytes and region.expected_bytes != total:  # before any write
+            return FakeCall([], RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                                         f"output_region.expected_bytes = "
+                                         f"{region.expected_bytes}, but the results are {total} "
+                                         f"bytes"))
+        self.written.append((region.name, region.offset, asked))
         return FakeCall([pb.DequantizeResponse(region_summary=pb.RegionSummary(
             layer_count=len(names), total_bytes=total, region=region.name,
             region_offset=region.offset, dtype=request.output_dtype,
@@ -286,9 +291,10 @@ def test_every_layer_in_listing_order_is_sent_as_the_empty_list(driver):
     assert server.written[0][2] == list(fewer)
 
 
-def test_an_empty_list_summary_of_other_bytes_is_data_loss(driver):
-    # A server whose "every layer" is not what the listing said (here: one layer more) is caught
-    # by the summary check.
+def test_a_stale_listing_is_refused_before_anything_is_written(driver):
+    # A server whose "every layer" is not what the caller's listing said (here: one layer more,
+    # as after a restart on another model) refuses the call by its expected_bytes: nothing is
+    # written past the caller's tensors. Names (a subset) carry the same bound.
     server = FakeServer(LAYERS)
     c = make_client(server)
     ordered = dict(sorted(LAYERS.items()))
@@ -297,8 +303,17 @@ def test_an_empty_list_summary_of_other_bytes_is_data_loss(driver):
     _, views = one_buffer(driver, layers=ordered, orientation="NK")
     with pytest.raises(dequantd.DequantdError) as e:
         dt.dequantize_into(c, views, "NK", listing)
-    assert e.value.code == grpc.StatusCode.DATA_LOSS
-    assert "226 layers, expected 225" in e.value.message
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "expected_bytes = 230400, but the results are 231424 bytes" in e.value.message
+    assert not server.written
+    # A layer whose shape changed under a stale listing: refused the same way.
+    server.layers["model.layers.0.mlp.down_proj"] = (64, 16)
+    first = dict(list(ordered.items())[:2])
+    _, views = one_buffer(driver, layers=first, orientation="NK")
+    with pytest.raises(dequantd.DequantdError) as e:
+        dt.dequantize_into(c, views, "NK", listing)
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert not server.written
 
 
 def test_tensors_of_several_allocations_ask_once_per_allocation(driver):

@@ -505,15 +505,18 @@ class FakeRegionServer(FakeServer):
     # What the fake server's summary says: 32 bytes per layer unless a test changes it.
     bytes_per_layer = 32
 
-    def _region_layers_summary(self, region, names, offset, dtype, orientation):
+    def _region_layers_summary(self, region, names, offset, dtype, orientation,
+                               expected_bytes=0):
         if region not in self.held:
             raise dequantd.DequantdError(grpc.StatusCode.NOT_FOUND, f'output_region.name: no '
                                          f'region "{region}" is registered')
+        assert names is not None and expected_bytes > 0  # these tests' runs are not the listing
         self.calls.append((region, list(names), offset))
         return dequantd.RegionSummary(len(names), self.bytes_per_layer * len(names), region,
                                       offset, dtype, "KN", "cuda", "k")
 
-    def _region_call_into(self, region, layer, offset, dtype, orientation):
+    def _region_call_into(self, region, layer, offset, dtype, orientation, expected_bytes=0):
+        assert expected_bytes > 0
         self.calls.append((region, [layer], offset))
         return dequantd.RegionHeader("", (4, 4), dtype, 32, region, offset, "cuda", "k")
 

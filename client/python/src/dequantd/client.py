@@ -912,9 +912,11 @@ class Client:
                                       None if orientation is None else _orientation(orientation))
 
     def _region_call_into(self, region: str, layer: str, offset: int, dtype: str,
-                          orientation: Optional[int]) -> RegionHeader:
+                          orientation: Optional[int], expected_bytes: int = 0) -> RegionHeader:
         request = pb.DequantizeRequest(tensor=layer, output_dtype=dtypes.output_dtype(dtype),
-                                       output_region=pb.OutputRegion(name=region, offset=offset))
+                                       output_region=pb.OutputRegion(
+                                           name=region, offset=offset,
+                                           expected_bytes=expected_bytes))
         if orientation is not None:
             setattr(request, "orientation", orientation)
         reply = self._region_reply(self._stub.Dequantize, request, region)
@@ -987,12 +989,15 @@ class Client:
         return headers
 
     def _region_layers_summary(self, region: str, names: Optional[Sequence[str]], offset: int,
-                               dtype: str, orientation: Optional[int]) -> RegionSummary:
+                               dtype: str, orientation: Optional[int],
+                               expected_bytes: int = 0) -> RegionSummary:
         """DequantizeLayers into `region` with REGION_REPLY_SUMMARY; the summary, checked to name
         the region and `offset` with one result per requested name (an older server's headers
         summed, see _summary_of_headers). An empty `names` list returns a summary of nothing
-        without a call."""
+        without a call. `expected_bytes` (0: none): the results' total as the caller worked it
+        out; the server refuses any other before writing (FAILED_PRECONDITION)."""
         request = self._region_layers_request(region, names, offset, dtype, orientation)
+        request.output_region.expected_bytes = expected_bytes
         if names is not None and not request.tensors:
             return RegionSummary(0, 0, region, offset, dtype, "", "", "")
         request.region_reply = pb.REGION_REPLY_SUMMARY

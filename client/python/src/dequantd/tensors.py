@@ -720,16 +720,19 @@ def _run_regions(client: Any, targets: List[_Target], wire: Optional[int],
     the summary alone (REGION_REPLY_SUMMARY, issue 23): each tensor's place was worked out before
     the call from ListTensors (check_targets: K * N * element bytes) and _runs (one after another
     from the first tensor's offset, the server's placement rule), so the summary only has to
-    confirm the count, the bytes, the region, the offset, the dtype and the orientation. A run of
-    every layer in `every_layer`'s order sends no names (the request stays ~100 bytes instead of
-    ~30 per layer, and the server skips the name lookups)."""
+    confirm the count, the bytes, the region, the offset, the dtype and the orientation. Every
+    call says the bytes it expects (output_region.expected_bytes): a server whose model is not
+    the listing's (restarted on another model) refuses before writing, so memory past the
+    tensors is never touched (a server older than the field ignores it). A run of every layer in `every_layer`'s order sends no names (the
+    request stays ~100 bytes instead of ~30 per layer, and the server skips the name lookups)."""
     cache = client._regions_cache()  # pylint: disable=protected-access
     for run_ in _runs(targets):
         region = cache.region_for_run(run_)  # tracks every storage of the run
         first = run_[0]
         t0 = time.perf_counter()
         if len(run_) == 1:
-            header = client._region_call_into(region, first.name, first.offset, first.dtype, wire)  # pylint: disable=protected-access
+            header = client._region_call_into(region, first.name, first.offset, first.dtype, wire,  # pylint: disable=protected-access
+                                              first.nbytes)
             header = dataclasses.replace(header, tensor=first.name)
             if (header.region_offset != first.offset or tuple(header.shape) != first.shape
                     or header.total_bytes != first.nbytes):
@@ -743,7 +746,8 @@ def _run_regions(client: Any, targets: List[_Target], wire: Optional[int],
             if every_layer is not None and names == list(every_layer):
                 names = None  # every layer, in ListTensors order
             summary = client._region_layers_summary(region, names, first.offset,  # pylint: disable=protected-access
-                                                    first.dtype, wire)
+                                                    first.dtype, wire,
+                                                    sum(t.nbytes for t in run_))
             check_summary(summary, run_, region, wire)
         if times is not None:
             times.call_seconds += time.perf_counter() - t0
