@@ -117,20 +117,28 @@ __device__ __forceinline__ void DequantSegmentBlock(const Vec16Params& v, bool w
   }
 }
 
-// Block b works on the segment whose [block_begin, block_end) holds b: bucket_first gives the
-// segment of the bucket's first block, and a short forward scan the rest (segments of fewer blocks
-// than a bucket are the only reason to step). All branches are uniform across the block.
+// The segment whose [block_begin, block_end) holds block b: bucket_first gives the segment of the
+// bucket's first block, and a short forward scan the rest (segments of fewer blocks than a bucket
+// are the only reason to step). Uniform across the block. Both grouped kernels start here, after
+// the programmatic-launch handshake.
+__device__ __forceinline__ const SegmentDesc& SegmentOfBlock(
+    const SegmentDesc* __restrict__ segments, const uint32_t* __restrict__ bucket_first,
+    int bucket_shift, uint32_t b) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  uint32_t i = __ldg(bucket_first + (b >> bucket_shift));
+  while (b >= __ldg(&segments[i].block_end)) ++i;
+  return segments[i];
+}
+
+// Block b runs v4's units of its segment. All branches are uniform across the block.
 template <DType kOut, int kRows>
 __global__ void __launch_bounds__(kV4MaxBlockSize)
     GroupedVec16Kernel(const SegmentDesc* __restrict__ segments,
                        const uint32_t* __restrict__ bucket_first, int bucket_shift,
                        uint32_t units_per_thread) {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
   const uint32_t b = blockIdx.x;
-  uint32_t i = __ldg(bucket_first + (b >> bucket_shift));
-  while (b >= __ldg(&segments[i].block_end)) ++i;
-  const SegmentDesc& s = segments[i];
+  const SegmentDesc& s = SegmentOfBlock(segments, bucket_first, bucket_shift, b);
   const Vec16Params v = s.v;
   const uint32_t units_per_block = blockDim.x * units_per_thread;
   const uint32_t first = (b - s.block_begin) * units_per_block;  // < units < 2^31
@@ -145,19 +153,14 @@ __global__ void __launch_bounds__(kV4MaxBlockSize)
 }
 
 // The (N, K) twin: block b runs AwqNkTileBlock (one tile per block) on its item's layer. Four
-// blocks per SM, as the one-layer kernel gets (64 registers; without the bound the two scale
-// dtypes' code in one kernel took 80, three blocks).
+// blocks per SM, as the one-layer kernel gets (64 registers, no spill; NOTES.md).
 template <DType kOut>
 __global__ void __launch_bounds__(kAwqNkBlock, 4)
     GroupedAwqNkKernel(const SegmentDesc* __restrict__ segments,
                        const uint32_t* __restrict__ bucket_first, int bucket_shift,
                        uint32_t /*units_per_thread*/) {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
   const uint32_t b = blockIdx.x;
-  uint32_t i = __ldg(bucket_first + (b >> bucket_shift));
-  while (b >= __ldg(&segments[i].block_end)) ++i;
-  const SegmentDesc& s = segments[i];
+  const SegmentDesc& s = SegmentOfBlock(segments, bucket_first, bucket_shift, b);
   const DequantParams& p = s.v.p;  // read where used (L1), not held in registers
   const int64_t block = b - s.block_begin;
   __shared__ AwqNkSharedTile tile;  // one for both scale dtypes
