@@ -84,6 +84,21 @@ inline constexpr int kAwqNkBlock = kAwqNkTileWords * kAwqNkRowChunks;  // 256 th
 template <DType kOut>
 inline constexpr int kAwqNkTileK = kAwqNkRowChunks* kChunk<kOut>;
 
+// A layer's (N, K) tile grid, on the host (the one-layer launcher and the grouped layout): tiles
+// along K for a result of `out` (kAwqNkTileK), and bands of kAwqNkTileN result rows for N / 8 =
+// `words_per_row` word columns.
+constexpr int64_t AwqNkTilesAlongK(int64_t K, DType out) {
+  const int64_t tile_k = int64_t{kAwqNkRowChunks} * 16 / DTypeSize(out);
+  return (K + tile_k - 1) / tile_k;
+}
+constexpr int64_t AwqNkBands(int64_t words_per_row) {
+  return (words_per_row + kAwqNkTileWords - 1) / kAwqNkTileWords;
+}
+static_assert(AwqNkTilesAlongK(kAwqNkTileK<DType::kF16>, DType::kF16) == 1 &&
+              AwqNkTilesAlongK(kAwqNkTileK<DType::kBF16> + 1, DType::kBF16) == 2 &&
+              AwqNkTilesAlongK(kAwqNkTileK<DType::kF32>, DType::kF32) == 1 &&
+              AwqNkTilesAlongK(kAwqNkTileK<DType::kF32> + 1, DType::kF32) == 2);
+
 // One thread's inputs for one tile: kChunk<kOut> consecutive qweight words of one column (rows k
 // to k + kChunk - 1; 0 past K) and the zero word and 8 scales of row k's group.
 template <DType kOut>
@@ -243,8 +258,8 @@ __global__ void __launch_bounds__(kAwqNkBlock)
 template <DType kScale, DType kOut>
 cudaError_t LaunchAwqNkTiles(const DequantParams& p, int64_t tiles_per_block, bool pdl,
                              cudaStream_t stream) {
-  const int64_t tiles_k = (p.K + kAwqNkTileK<kOut> - 1) / kAwqNkTileK<kOut>;
-  const int64_t bands = (p.words_per_row + kAwqNkTileWords - 1) / kAwqNkTileWords;
+  const int64_t tiles_k = AwqNkTilesAlongK(p.K, kOut);
+  const int64_t bands = AwqNkBands(p.words_per_row);
   const int64_t segments = (tiles_k + tiles_per_block - 1) / tiles_per_block;
   if (bands * segments == 0) return cudaSuccess;
   if (bands * segments > int64_t{0x7FFFFFFF}) return cudaErrorInvalidConfiguration;

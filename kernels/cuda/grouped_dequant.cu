@@ -26,9 +26,6 @@ constexpr int64_t kMaxBuckets = int64_t{1} << 16;       // grows the bucket befo
 
 int64_t LanesPerWord(DType out) { return out == DType::kF32 ? 2 : 1; }  // kVec16LanesPerWord
 
-// kAwqNkTileK<out>: the K of one (N, K) tile, 512 bytes of a result row.
-int64_t NkTileK(DType out) { return kAwqNkRowChunks * 16 / DTypeSize(out); }
-
 bool AlignedTo(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -237,7 +234,7 @@ std::vector<SegmentDesc> MakeDescriptors(absl::Span<const GroupedItem> items,
       p.words_per_row = words_per_row;
       p.group_size = shape.group_size;
       p.nk = true;
-      d.nk_tiles_k = (shape.K + NkTileK(out_dtype) - 1) / NkTileK(out_dtype);
+      d.nk_tiles_k = AwqNkTilesAlongK(shape.K, out_dtype);
       d.rows_per_thread = 1;
       descs.push_back(d);
       continue;
@@ -318,9 +315,9 @@ absl::StatusOr<GroupedLayout> PlanGroupedLayout(absl::Span<const GroupedItem> it
                        " (one grouped launch writes one orientation)")));
     }
     if (layout.orientation == Orientation::kNK) {
-      // One segment, one block per tile: bands of 64 result rows x tiles of NkTileK along K.
-      const int64_t bands = (shape.N / awq::kPackFactor + kAwqNkTileWords - 1) / kAwqNkTileWords;
-      const int64_t tiles = bands * ((shape.K + NkTileK(out_dtype) - 1) / NkTileK(out_dtype));
+      // One segment, one block per tile.
+      const int64_t tiles =
+          AwqNkBands(shape.N / awq::kPackFactor) * AwqNkTilesAlongK(shape.K, out_dtype);
       GroupedSegment seg;
       seg.item = static_cast<int64_t>(i);
       seg.row_begin = 0;

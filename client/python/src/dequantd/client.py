@@ -957,10 +957,12 @@ class Client:
         return self._region_layers_into(region, names, offset, dtype, wire)
 
     def _region_layers_request(self, region: str, names: Optional[Sequence[str]], offset: int,
-                               dtype: str, orientation: Optional[int]) -> Any:
+                               dtype: str, orientation: Optional[int],
+                               expected_bytes: int = 0) -> Any:
         request = pb.DequantizeLayersRequest(output_dtype=dtypes.output_dtype(dtype),
-                                             output_region=pb.OutputRegion(name=region,
-                                                                           offset=offset))
+                                             output_region=pb.OutputRegion(
+                                                 name=region, offset=offset,
+                                                 expected_bytes=expected_bytes))
         if orientation is not None:
             setattr(request, "orientation", orientation)
         if names is not None:
@@ -996,8 +998,8 @@ class Client:
         summed, see _summary_of_headers). An empty `names` list returns a summary of nothing
         without a call. `expected_bytes` (0: none): the results' total as the caller worked it
         out; the server refuses any other before writing (FAILED_PRECONDITION)."""
-        request = self._region_layers_request(region, names, offset, dtype, orientation)
-        request.output_region.expected_bytes = expected_bytes
+        request = self._region_layers_request(region, names, offset, dtype, orientation,
+                                              expected_bytes)
         if names is not None and not request.tensors:
             return RegionSummary(0, 0, region, offset, dtype, "", "", "")
         request.region_reply = pb.REGION_REPLY_SUMMARY

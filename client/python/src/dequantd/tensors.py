@@ -648,7 +648,7 @@ def _torch_bytes(tensor: Any) -> np.ndarray:
 def run(client: Any, targets: List[_Target], orientation: str,
         before_retry: Optional[Callable[[], Any]] = None,
         times: Optional[IntoTimes] = None,
-        every_layer: Optional[Sequence[str]] = None) -> None:
+        every_layer: Optional[List[str]] = None) -> None:
     """Writes every target: CUDA ones through regions (consecutive tensors of one allocation in
     one DequantizeLayers call), CPU ones through one streamed DequantizeLayers per dtype. After
     a server restart (NOT_FOUND for one of our regions) the regions are registered again and
@@ -715,7 +715,7 @@ def _runs(targets: List[_Target]) -> List[List[_Target]]:
 
 def _run_regions(client: Any, targets: List[_Target], wire: Optional[int],
                  times: Optional[IntoTimes] = None,
-                 every_layer: Optional[Sequence[str]] = None) -> None:
+                 every_layer: Optional[List[str]] = None) -> None:
     """One region call per run. A run of several tensors is one DequantizeLayers whose reply is
     the summary alone (REGION_REPLY_SUMMARY, issue 23): each tensor's place was worked out before
     the call from ListTensors (check_targets: K * N * element bytes) and _runs (one after another
@@ -723,8 +723,9 @@ def _run_regions(client: Any, targets: List[_Target], wire: Optional[int],
     confirm the count, the bytes, the region, the offset, the dtype and the orientation. Every
     call says the bytes it expects (output_region.expected_bytes): a server whose model is not
     the listing's (restarted on another model) refuses before writing, so memory past the
-    tensors is never touched (a server older than the field ignores it). A run of every layer in `every_layer`'s order sends no names (the
-    request stays ~100 bytes instead of ~30 per layer, and the server skips the name lookups)."""
+    tensors is never touched (a server older than the field ignores it). A run of every layer in
+    `every_layer`'s order sends no names (the request stays ~100 bytes instead of ~30 per layer,
+    and the server skips the name lookups)."""
     cache = client._regions_cache()  # pylint: disable=protected-access
     for run_ in _runs(targets):
         region = cache.region_for_run(run_)  # tracks every storage of the run
@@ -743,7 +744,7 @@ def _run_regions(client: Any, targets: List[_Target], wire: Optional[int],
                                     f"({first.nbytes} bytes) at {first.offset}")
         else:
             names: Optional[List[str]] = [t.name for t in run_]
-            if every_layer is not None and names == list(every_layer):
+            if names == every_layer:
                 names = None  # every layer, in ListTensors order
             summary = client._region_layers_summary(region, names, first.offset,  # pylint: disable=protected-access
                                                     first.dtype, wire,
