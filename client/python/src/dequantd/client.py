@@ -32,12 +32,20 @@ MAX_STREAMS = 64
 # server's max_request_bytes (256 MiB by default). Keepalive every 5 minutes: gRPC servers by
 # default refuse pings more often than that on a connection without data (GOAWAY "too_many_pings"),
 # which would kill a long Benchmark call; 5 minutes still finds a dead peer.
+# "SingleThreadedUnaryStream" (grpc.experimental.ChannelOptions, grpcio >= 1.26, read by grpcio's
+# Python layer, not passed to core): a server-streaming call is polled on the calling thread
+# instead of handed over from a background thread. Every dequantd call that writes into a region
+# (the model loader's) is a server stream of one message; this cuts its client side from about
+# 750 to 450 us on a 2-core host (docs/performance.md, "Python region calls"), and streamed data
+# arrives as fast. Its calls are not grpc.Future objects; the client uses none.
+SINGLE_THREADED_UNARY_STREAM = "SingleThreadedUnaryStream"
 DEFAULT_CHANNEL_OPTIONS: Tuple[Tuple[str, Any], ...] = (
     ("grpc.max_receive_message_length", 64 * MiB),
     ("grpc.max_send_message_length", 512 * MiB),
     ("grpc.keepalive_time_ms", 300_000),
     ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 0),
+    (SINGLE_THREADED_UNARY_STREAM, 1),
 )
 
 ArrayLike = Any  # numpy.ndarray or torch.Tensor
@@ -386,7 +394,8 @@ class Client:
         metadata: extra (key, value) metadata sent with every call: the bearer token of a
             server run with --auth-tokens, ("authorization", "Bearer TOKEN"), as
             security_options(...) gives it, or headers for a proxy in front of dequantd.
-        options: extra gRPC channel options, overriding DEFAULT_CHANNEL_OPTIONS by name.
+        options: extra gRPC channel options, overriding DEFAULT_CHANNEL_OPTIONS by name
+            (("SingleThreadedUnaryStream", 0) turns grpcio's single-threaded streams off).
         chunk_bytes: payload bytes per streamed message asked for; 0 = the server's default.
     """
 
@@ -397,7 +406,9 @@ class Client:
                  options: Sequence[Tuple[str, Any]] = (), chunk_bytes: int = 0):
         merged = dict(DEFAULT_CHANNEL_OPTIONS)
         merged.update(dict(options))
-        opts = list(merged.items())
+        # grpcio turns the single-threaded path on when the key is present, whatever its value:
+        # ("SingleThreadedUnaryStream", 0) in `options` turns it off here.
+        opts = [(k, v) for k, v in merged.items() if v or k != SINGLE_THREADED_UNARY_STREAM]
         self.target = _check_target(target)
         self._channel = (grpc.secure_channel(target, credentials, options=opts)
                          if credentials is not None else grpc.insecure_channel(target, options=opts))
