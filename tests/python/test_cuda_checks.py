@@ -167,6 +167,11 @@ class FakeServer:
         count = 1
         for d in shape:
             count *= d
+        if region.expected_bytes and region.expected_bytes != 2 * count:  # before any write
+            return FakeCall([], RpcError(grpc.StatusCode.FAILED_PRECONDITION,
+                                         f"output_region.expected_bytes = "
+                                         f"{region.expected_bytes}, but the results are "
+                                         f"{2 * count} bytes"))
         self.written.append((region.name, region.offset, [request.name]))
         return FakeCall([pb.ReadTensorResponse(
             header=pb.RawTensorInfo(name=request.name, dtype=dtype, shape=shape,
@@ -405,6 +410,24 @@ def test_a_passed_listing_makes_no_list_tensors_call(driver, monkeypatch):
     c.read_tensors_into({"model.norm.weight": on_cuda(norm[:16])}, listing=listing)
     assert server.calls["ListTensors"] == 1  # the caller's own
     assert server.calls["ReadTensor"] == 1 and server.calls["DequantizeLayers"] == 1
+
+
+def test_a_stale_listing_of_a_stored_tensor_is_refused_before_anything_is_written(driver,
+                                                                                  monkeypatch):
+    # ReadTensor into a region says the bytes the caller's listing promised: a server whose
+    # tensor is larger now (restarted on another model) refuses before writing past the tensor.
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    server = FakeServer(LAYERS, others={"model.norm.weight": ("BF16", [16])})
+    c = make_client(server)
+    listing = c.list()
+    server.others["model.norm.weight"] = ("BF16", [24])
+    norm = torch.empty(64, dtype=torch.bfloat16)
+    driver.add(norm, buffer_id=7)
+    with pytest.raises(dequantd.DequantdError) as e:
+        c.read_tensors_into({"model.norm.weight": on_cuda(norm[:16])}, listing=listing)
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "expected_bytes = 32, but the results are 48 bytes" in e.value.message
+    assert server.calls["ReadTensor"] == 1 and not server.written
 
 
 def test_a_server_restart_gets_fresh_facts_and_a_fresh_listing_before_the_retry(driver):

@@ -22,6 +22,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "dequant/v1/dequant.grpc.pb.h"
 #include "formats/safetensors.h"
@@ -474,11 +475,12 @@ TEST_F(RawTensorServiceTest, ReadsIntoARegionAsOneReplyWithTheStoredBytes) {
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   auto read_into = [&](const std::string& name, const std::string& region, int64_t offset,
-                       std::vector<v1::ReadTensorResponse>* messages) {
+                       std::vector<v1::ReadTensorResponse>* messages, int64_t expected_bytes = 0) {
     v1::ReadTensorRequest request;
     request.set_name(name);
     request.mutable_output_region()->set_name(region);
     request.mutable_output_region()->set_offset(offset);
+    request.mutable_output_region()->set_expected_bytes(expected_bytes);
     grpc::ClientContext context;
     auto reader = stub_->ReadTensor(&context, request);
     v1::ReadTensorResponse message;
@@ -486,11 +488,12 @@ TEST_F(RawTensorServiceTest, ReadsIntoARegionAsOneReplyWithTheStoredBytes) {
     return reader->Finish();
   };
   std::vector<v1::ReadTensorResponse> messages;
-  const grpc::Status ok = read_into(embed.name, "raw", kOffset, &messages);
+  const auto embed_bytes = static_cast<int64_t>(embed.bytes.size());
+  const grpc::Status ok = read_into(embed.name, "raw", kOffset, &messages, embed_bytes);
   ASSERT_TRUE(ok.ok()) << ok.error_message();
   ASSERT_EQ(messages.size(), 1u);
   EXPECT_EQ(messages[0].header().name(), embed.name);
-  EXPECT_EQ(messages[0].header().bytes(), static_cast<int64_t>(embed.bytes.size()));
+  EXPECT_EQ(messages[0].header().bytes(), embed_bytes);
   EXPECT_EQ(messages[0].region(), "raw");
   EXPECT_EQ(messages[0].region_offset(), kOffset);
   EXPECT_TRUE(messages[0].data().empty());
@@ -505,21 +508,30 @@ TEST_F(RawTensorServiceTest, ReadsIntoARegionAsOneReplyWithTheStoredBytes) {
     int64_t offset;
     grpc::StatusCode code;
     std::string says;
+    int64_t expected_bytes = 0;
   };
   const Bad bad[] = {
       {embed.name, "nope", 0, grpc::StatusCode::NOT_FOUND, "nope"},
       {embed.name, "raw", 8, grpc::StatusCode::INVALID_ARGUMENT, "multiple of 16"},
       {embed.name, "raw", 32 * 1024, grpc::StatusCode::INVALID_ARGUMENT, "run past its end"},
       {"model.layers.0.mlp.down_proj", "raw", 0, grpc::StatusCode::NOT_FOUND, "quantized layer"},
+      // A stale listing's size (the server restarted on another model): refused before writing.
+      {embed.name, "raw", 0, grpc::StatusCode::FAILED_PRECONDITION,
+       absl::StrCat("output_region.expected_bytes = ", embed_bytes - 2, ", but the results are ",
+                    embed_bytes, " bytes"),
+       embed_bytes - 2},
+      {embed.name, "raw", 0, grpc::StatusCode::INVALID_ARGUMENT,
+       "output_region.expected_bytes must be >= 0", -1},
   };
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.says);
     messages.clear();
-    const grpc::Status s = read_into(b.name, b.region, b.offset, &messages);
+    const grpc::Status s = read_into(b.name, b.region, b.offset, &messages, b.expected_bytes);
     EXPECT_EQ(s.error_code(), b.code) << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr(b.says));
     EXPECT_TRUE(messages.empty());
   }
+  EXPECT_EQ(shm.Read(0, kOffset), std::string(kOffset, '\0'));  // the refused calls wrote nothing
 }
 
 TEST_F(RawTensorServiceTest, ReadIntoARegionWithRegionsOffIsFailedPrecondition) {

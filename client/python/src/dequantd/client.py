@@ -769,22 +769,28 @@ class Client:
             raise DequantdError(grpc.StatusCode.DATA_LOSS, f"{name}: the stream had no header")
         return result.check()
 
-    def read_tensor_into(self, region: str, name: str, *, offset: int = 0) -> TensorInfo:
+    def read_tensor_into(self, region: str, name: str, *, offset: int = 0,
+                         expected_bytes: int = 0) -> TensorInfo:
         """Copies stored tensor `name` (list().other_tensors), its bytes unchanged, into
         registered region `region` at byte `offset` (a multiple of 16) instead of streaming it
         (issue 23: the loader's embeddings, norms and lm_head reach GPU memory without crossing
         gRPC). When this returns every byte is in the region; the tensor fills
-        [offset, offset + bytes).
+        [offset, offset + bytes). `expected_bytes` (0: unchecked): the tensor's size as the
+        caller's listing says; a server whose tensor has another size (restarted on another
+        model) refuses before writing.
 
         Raises:
             DequantdError: the server's status (NOT_FOUND: name or region; INVALID_ARGUMENT: the
-                tensor does not fit at `offset`; FAILED_PRECONDITION: regions off; ABORTED: the
+                tensor does not fit at `offset`; FAILED_PRECONDITION: regions off, or the tensor
+                is not `expected_bytes` long; ABORTED: the
                 region was unregistered during the call); UNIMPLEMENTED when the server predates
                 ReadTensor into a region (it streamed the bytes instead: use read_tensor);
                 DATA_LOSS when the reply does not name the region and offset.
         """
         request = pb.ReadTensorRequest(name=name,
-                                       output_region=pb.OutputRegion(name=region, offset=offset))
+                                       output_region=pb.OutputRegion(
+                                           name=region, offset=offset,
+                                           expected_bytes=expected_bytes))
         messages = []
         for message in self._stream(self._stub.ReadTensor, request):
             messages.append(message)

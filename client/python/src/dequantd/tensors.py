@@ -361,7 +361,7 @@ def run_stored(client: Any, targets: List[_Target], streams: int,
         for attempt in range(2):
             region = cache.region_for(t)
             try:
-                client.read_tensor_into(region, t.name, offset=t.offset)
+                client.read_tensor_into(region, t.name, offset=t.offset, expected_bytes=t.nbytes)
                 return
             except DequantdError as e:
                 if e.code == grpc.StatusCode.UNIMPLEMENTED:
