@@ -449,6 +449,7 @@ absl::StatusOr<v1::DequantizeHeader> DequantizeThroughShm(DequantClient& client,
   v1::DequantizeRequest into = request;
   into.mutable_output_region()->set_name(name);
   into.mutable_output_region()->set_offset(0);
+  into.mutable_output_region()->set_expected_bytes(*bytes);  // a changed layer: refused unwritten
   absl::StatusOr<v1::DequantizeHeader> header = regions.DequantizeInto(into);
   if (!header.ok()) return header.status();
   if (header->total_bytes() != *bytes || header->region_offset() != 0) {
