@@ -108,8 +108,10 @@ def probe_orientation(client: Any) -> Tuple[bool, str]:
 class IntoTimes:
     """Where dequantize_into's seconds went, summed over calls: `check` (the tensors checked
     against the listing and the server's facts, no RPC unless those were not cached) and `call`
-    (the region DequantizeLayers / Dequantize RPCs, request sent to reply checked: the server's
-    work, its kernel included, and the transport). Registration is RegionCache.register_seconds."""
+    (the DequantizeLayers / Dequantize RPCs, request sent to reply checked: the server's work,
+    its kernel included, and the transport; region calls of CUDA tensors, failed attempts before
+    a retry included, and the streamed calls of CPU tensors). Registration is
+    RegionCache.register_seconds."""
     check_seconds: float = 0.0
     call_seconds: float = 0.0
 
@@ -658,6 +660,7 @@ def run(client: Any, targets: List[_Target], orientation: str,
     the retry always sends names."""
     wire = orientation_wire(orientation)  # None: a proto before orientations (KN only)
     cpu = [t for t in targets if t.allocation is None]
+    t0 = time.perf_counter()
     for dtype in sorted({t.dtype for t in cpu}):
         group = {t.name: _torch_bytes(t.tensor) for t in cpu if t.dtype == dtype}
         request = pb.DequantizeLayersRequest(output_dtype=_wire(dtype), tensors=list(group),
@@ -675,6 +678,8 @@ def run(client: Any, targets: List[_Target], orientation: str,
         if seen != list(group):
             raise DequantdError(grpc.StatusCode.DATA_LOSS,
                                 f"streamed layers {seen} != the requested {list(group)}")
+    if times is not None and cpu:
+        times.call_seconds += time.perf_counter() - t0
     cuda = [t for t in targets if t.allocation is not None]
     if not cuda:
         return
@@ -729,29 +734,38 @@ def _run_regions(client: Any, targets: List[_Target], wire: Optional[int],
     cache = client._regions_cache()  # pylint: disable=protected-access
     for run_ in _runs(targets):
         region = cache.region_for_run(run_)  # tracks every storage of the run
-        first = run_[0]
         t0 = time.perf_counter()
-        if len(run_) == 1:
-            header = client._region_call_into(region, first.name, first.offset, first.dtype, wire,  # pylint: disable=protected-access
-                                              first.nbytes)
-            header = dataclasses.replace(header, tensor=first.name)
-            if (header.region_offset != first.offset or tuple(header.shape) != first.shape
-                    or header.total_bytes != first.nbytes):
-                raise DequantdError(grpc.StatusCode.DATA_LOSS,
-                                    f"{first.name}: the server wrote {header.shape} "
-                                    f"({header.total_bytes} bytes) at offset "
-                                    f"{header.region_offset}, expected {first.shape} "
-                                    f"({first.nbytes} bytes) at {first.offset}")
-        else:
-            names: Optional[List[str]] = [t.name for t in run_]
-            if names == every_layer:
-                names = None  # every layer, in ListTensors order
-            summary = client._region_layers_summary(region, names, first.offset,  # pylint: disable=protected-access
-                                                    first.dtype, wire,
-                                                    sum(t.nbytes for t in run_))
-            check_summary(summary, run_, region, wire)
-        if times is not None:
-            times.call_seconds += time.perf_counter() - t0
+        try:
+            _run_region_call(client, run_, region, wire, every_layer)
+        finally:  # a failed call's seconds too (a retry follows it)
+            if times is not None:
+                times.call_seconds += time.perf_counter() - t0
+
+
+def _run_region_call(client: Any, run_: List[_Target], region: str, wire: Optional[int],
+                     every_layer: Optional[List[str]]) -> None:
+    """_run_regions' call for one run: Dequantize for one tensor, else DequantizeLayers with
+    the summary reply; DATA_LOSS when the reply does not describe the run."""
+    first = run_[0]
+    if len(run_) == 1:
+        header = client._region_call_into(region, first.name, first.offset, first.dtype, wire,  # pylint: disable=protected-access
+                                          first.nbytes)
+        header = dataclasses.replace(header, tensor=first.name)
+        if (header.region_offset != first.offset or tuple(header.shape) != first.shape
+                or header.total_bytes != first.nbytes):
+            raise DequantdError(grpc.StatusCode.DATA_LOSS,
+                                f"{first.name}: the server wrote {header.shape} "
+                                f"({header.total_bytes} bytes) at offset "
+                                f"{header.region_offset}, expected {first.shape} "
+                                f"({first.nbytes} bytes) at {first.offset}")
+    else:
+        names: Optional[List[str]] = [t.name for t in run_]
+        if names == every_layer:
+            names = None  # every layer, in ListTensors order
+        summary = client._region_layers_summary(region, names, first.offset,  # pylint: disable=protected-access
+                                                first.dtype, wire,
+                                                sum(t.nbytes for t in run_))
+        check_summary(summary, run_, region, wire)
 
 
 def check_summary(summary: Any, run_: Sequence[_Target], region: str,
