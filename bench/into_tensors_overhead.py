@@ -328,6 +328,7 @@ def main():
     client = dequantd.Client("127.0.0.1:9")  # never connected: the stub below answers
     stub = FakeStub(shapes, UUID if args.uuid else "")
     client._stub = stub  # pylint: disable=protected-access
+    client._region_stub = stub  # pylint: disable=protected-access
     client._orientation = (True, "")  # pylint: disable=protected-access  (probed once per client)
     flat, views = make_views(shapes, driver)
     takes_listing = "listing" in inspect.signature(client.dequantize_into_tensors).parameters

@@ -166,28 +166,6 @@ def test_timeouts_inf_means_none_and_nonpositive_or_nan_is_a_value_error(server)
     assert proc.returncode == 2 and "--timeout must be > 0" in proc.stderr, proc.stderr
 
 
-def test_streams_are_single_threaded_unless_the_caller_turns_it_off(server, monkeypatch):
-    """grpcio reads "SingleThreadedUnaryStream" by its presence: the client passes it by
-    default (a region call's client side ~300 us shorter, docs/performance.md) and leaves it out
-    when the caller's options set it to 0, other options kept; calls work either way."""
-    seen = []
-    real = grpc.insecure_channel
-
-    def spy(target, options=None, **kwargs):
-        seen.append(dict(options or ()))
-        return real(target, options=options, **kwargs)
-
-    monkeypatch.setattr(grpc, "insecure_channel", spy)
-    for options, single in (((), True), ((("SingleThreadedUnaryStream", 0),), False),
-                            ((("SingleThreadedUnaryStream", 1),), True)):
-        with dequantd.Client(server, options=options) as c:
-            assert ("SingleThreadedUnaryStream" in seen[-1]) == single, seen[-1]
-            assert seen[-1]["grpc.max_receive_message_length"] == 64 << 20
-            assert seen[-1]["grpc.keepalive_permit_without_calls"] == 0
-            layer = dict(c.dequantize_layers([LAYER_Q]))[LAYER_Q]
-            assert layer.shape == (576, 576)
-
-
 def test_module_dequantize_orientation_and_no_progress_into_a_pipe(client, server, tmp_path):
     """python -m dequantd dequantize: --orientation nk is the kernel's (N, K), and with stderr a
     pipe there is no progress bar (tqdm drew one into pipes and logs: new-user review)."""

@@ -235,6 +235,7 @@ def driver(monkeypatch):
 def make_client(server):
     c = dequantd.Client("127.0.0.1:9")  # never connected: the fake server answers
     c._stub = server
+    c._region_stub = server
     c._orientation = (True, "")
     return c
 

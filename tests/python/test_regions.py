@@ -164,3 +164,42 @@ def test_shared_memory_status_lists_the_registered_regions(regions, shm):
     finally:
         assert regions.unregister_system_shared_memory("listed") == 1
     assert regions.shared_memory_status().regions == []
+
+
+def test_region_calls_go_over_a_single_threaded_channel_of_their_own(regions, shm, monkeypatch):
+    """grpcio reads "SingleThreadedUnaryStream" by its presence. The client's main channel goes
+    without it (grpcio never frees a single-threaded stream cancelled before its end); the
+    region calls' channel, opened at the first region call, has it (a region call's client side
+    ~300 us shorter, docs/performance.md) unless the caller's options set it to 0. Other options
+    go to both; calls work either way and the bytes are the streamed ones."""
+    seen = []
+    real = grpc.insecure_channel
+
+    def spy(target, options=None, **kwargs):
+        seen.append(dict(options or ()))
+        return real(target, options=options, **kwargs)
+
+    monkeypatch.setattr(grpc, "insecure_channel", spy)
+    layer = regions.list().layers[0]
+    expected = result_bytes(regions, layer.name, "bf16")
+    s = shm(len(expected))
+    regions.register_system_shared_memory("single", "/" + s.name, s.size)
+    try:
+        for options, single in (((), True), ((("SingleThreadedUnaryStream", 0),), False)):
+            seen.clear()
+            with dequantd.Client(regions.target, options=options) as c:
+                assert len(seen) == 1 and "SingleThreadedUnaryStream" not in seen[0], seen
+                streamed = dict(c.dequantize_layers([layer.name], dtype="bf16"))[layer.name]
+                assert streamed.tobytes() == expected
+                s.buf[:len(expected)] = b"\0" * len(expected)
+                c.dequantize_into("single", layer.name, dtype="bf16")
+                assert len(seen) == 2, seen  # the region channel, opened once
+                c.dequantize_layers_into("single", [layer.name], dtype="bf16", reply="summary")
+                assert len(seen) == 2
+                assert ("SingleThreadedUnaryStream" in seen[1]) == single, seen[1]
+                for channel in seen:
+                    assert channel["grpc.max_receive_message_length"] == 64 << 20
+                    assert channel["grpc.keepalive_permit_without_calls"] == 0
+                assert bytes(s.buf[:len(expected)]) == expected
+    finally:
+        regions.unregister_system_shared_memory("single")

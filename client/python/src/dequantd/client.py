@@ -32,21 +32,26 @@ MAX_STREAMS = 64
 # server's max_request_bytes (256 MiB by default). Keepalive every 5 minutes: gRPC servers by
 # default refuse pings more often than that on a connection without data (GOAWAY "too_many_pings"),
 # which would kill a long Benchmark call; 5 minutes still finds a dead peer.
-# "SingleThreadedUnaryStream" (grpc.experimental.ChannelOptions, grpcio >= 1.26, read by grpcio's
-# Python layer, not passed to core): a server-streaming call is polled on the calling thread
-# instead of handed over from a background thread. Every dequantd call that writes into a region
-# (the model loader's) is a server stream of one message; this cuts its client side from about
-# 750 to 450 us on a 2-core host (docs/performance.md, "Python region calls"), and streamed data
-# arrives as fast. Its calls are not grpc.Future objects; the client uses none.
-SINGLE_THREADED_UNARY_STREAM = "SingleThreadedUnaryStream"
 DEFAULT_CHANNEL_OPTIONS: Tuple[Tuple[str, Any], ...] = (
     ("grpc.max_receive_message_length", 64 * MiB),
     ("grpc.max_send_message_length", 512 * MiB),
     ("grpc.keepalive_time_ms", 300_000),
     ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 0),
-    (SINGLE_THREADED_UNARY_STREAM, 1),
 )
+
+# The calls that write into a region (the model loader's) go over a channel of their own, opened
+# at the first such call, with these options over the client's: "SingleThreadedUnaryStream"
+# (grpc.experimental.ChannelOptions, grpcio >= 1.26, read by grpcio's Python layer) polls a
+# server stream on the calling thread instead of handing each message over from a background
+# thread. A region call is a server stream of one message: its client side is ~300 us shorter
+# so (docs/performance.md, "Python region calls"). Not on the main channel: grpcio never frees
+# such a call once it is cancelled before its end (~20 KB per abandoned stream, a caller that
+# stops reading dequantize_layers early), and region calls are always read to their end.
+# grpcio reads the key by its presence, whatever its value: ("SingleThreadedUnaryStream", 0) in
+# a Client's `options` leaves it out of both channels.
+SINGLE_THREADED_UNARY_STREAM = "SingleThreadedUnaryStream"
+REGION_CHANNEL_OPTIONS: Tuple[Tuple[str, Any], ...] = ((SINGLE_THREADED_UNARY_STREAM, 1),)
 
 ArrayLike = Any  # numpy.ndarray or torch.Tensor
 
@@ -395,7 +400,8 @@ class Client:
             server run with --auth-tokens, ("authorization", "Bearer TOKEN"), as
             security_options(...) gives it, or headers for a proxy in front of dequantd.
         options: extra gRPC channel options, overriding DEFAULT_CHANNEL_OPTIONS by name
-            (("SingleThreadedUnaryStream", 0) turns grpcio's single-threaded streams off).
+            (region calls go over a second channel with REGION_CHANNEL_OPTIONS over these;
+            ("SingleThreadedUnaryStream", 0) turns grpcio's single-threaded streams off there).
         chunk_bytes: payload bytes per streamed message asked for; 0 = the server's default.
     """
 
@@ -404,15 +410,15 @@ class Client:
                  credentials: Optional[grpc.ChannelCredentials] = None,
                  metadata: Sequence[Tuple[str, str]] = (),
                  options: Sequence[Tuple[str, Any]] = (), chunk_bytes: int = 0):
-        merged = dict(DEFAULT_CHANNEL_OPTIONS)
-        merged.update(dict(options))
-        # grpcio turns the single-threaded path on when the key is present, whatever its value:
-        # ("SingleThreadedUnaryStream", 0) in `options` turns it off here.
-        opts = [(k, v) for k, v in merged.items() if v or k != SINGLE_THREADED_UNARY_STREAM]
         self.target = _check_target(target)
-        self._channel = (grpc.secure_channel(target, credentials, options=opts)
-                         if credentials is not None else grpc.insecure_channel(target, options=opts))
+        self._credentials = credentials
+        self._options = dict(DEFAULT_CHANNEL_OPTIONS)
+        self._options.update(dict(options))
+        self._channel = self._open_channel(self._options)
         self._stub = pb_grpc.DequantServiceStub(self._channel)
+        # Region calls' channel (REGION_CHANNEL_OPTIONS), opened by _regions_stub.
+        self._region_channel: Optional[grpc.Channel] = None
+        self._region_stub: Any = None
         self._timeout = _deadline(timeout, "timeout")
         self._stream_timeout = _deadline(stream_timeout, "stream_timeout")
         self._metadata = tuple(metadata)
@@ -432,7 +438,29 @@ class Client:
         cancelled."""
         if self._cuda_regions is not None:
             self._cuda_regions.close()
+        with self._lock:
+            if self._region_channel is not None:
+                self._region_channel.close()
         self._channel.close()
+
+    def _open_channel(self, options: Dict[str, Any]) -> grpc.Channel:
+        # grpcio turns the single-threaded path on when the key is present, whatever its value.
+        opts = [(k, v) for k, v in options.items() if v or k != SINGLE_THREADED_UNARY_STREAM]
+        if self._credentials is not None:
+            return grpc.secure_channel(self.target, self._credentials, options=opts)
+        return grpc.insecure_channel(self.target, options=opts)
+
+    def _regions_stub(self) -> Any:
+        """The stub of the region calls' channel (REGION_CHANNEL_OPTIONS over the client's
+        options), opened at the first call."""
+        if self._region_stub is None:
+            with self._lock:
+                if self._region_stub is None:
+                    options = dict(REGION_CHANNEL_OPTIONS)
+                    options.update(self._options)
+                    self._region_channel = self._open_channel(options)
+                    self._region_stub = pb_grpc.DequantServiceStub(self._region_channel)
+        return self._region_stub
 
     def __enter__(self) -> "Client":
         return self
@@ -792,7 +820,7 @@ class Client:
                                            name=region, offset=offset,
                                            expected_bytes=expected_bytes))
         messages = []
-        for message in self._stream(self._stub.ReadTensor, request):
+        for message in self._stream(self._regions_stub().ReadTensor, request):
             messages.append(message)
             if message.data:
                 break  # _stream cancels the rest
@@ -936,7 +964,7 @@ class Client:
                                            expected_bytes=expected_bytes))
         if orientation is not None:
             setattr(request, "orientation", orientation)
-        reply = self._region_reply(self._stub.Dequantize, request, region)
+        reply = self._region_reply(self._regions_stub().Dequantize, request, region)
         if not reply.HasField("header") or reply.layer_headers or reply.header.region != region:
             raise DequantdError(grpc.StatusCode.DATA_LOSS,
                                 f"reply of a Dequantize into region {region!r}: no header naming "
@@ -991,7 +1019,7 @@ class Client:
         request = self._region_layers_request(region, names, offset, dtype, orientation)
         if names is not None and not request.tensors:
             return []
-        reply = self._region_reply(self._stub.DequantizeLayers, request, region)
+        reply = self._region_reply(self._regions_stub().DequantizeLayers, request, region)
         return self._checked_headers(reply, request, region)
 
     @staticmethod
@@ -1020,7 +1048,7 @@ class Client:
         if names is not None and not request.tensors:
             return RegionSummary(0, 0, region, offset, dtype, "", "", "")
         request.region_reply = pb.REGION_REPLY_SUMMARY
-        reply = self._region_reply(self._stub.DequantizeLayers, request, region)
+        reply = self._region_reply(self._regions_stub().DequantizeLayers, request, region)
         if not reply.HasField("region_summary"):  # a server before issue 23
             headers = self._checked_headers(reply, request, region)
             said = {pb.ORIENTATION_KN: "KN", pb.ORIENTATION_NK: "NK"}.get(
