@@ -268,16 +268,7 @@ absl::StatusOr<std::unique_ptr<regions::RegionSink>> RegionService::MakeSink(
   const regions::Region& region = lease->region();
   int64_t total = 0;
   for (int64_t bytes : result_bytes) total += bytes;
-  const int64_t size = region.spec().byte_size;
-  if (output.offset() < 0 || output.offset() % kAlignment != 0 || output.offset() > size ||
-      total > size - output.offset()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("output_region: region \"", output.name(), "\" is ", size, " bytes; ", total,
-                     " bytes of results at offset ", output.offset(),
-                     output.offset() % kAlignment != 0 || output.offset() < 0
-                         ? absl::StrCat(": the offset must be >= 0 and a multiple of ", kAlignment)
-                         : " run past its end"));
-  }
+  // The caller's own total first: a stale listing is named as such, not as a misfit.
   if (output.expected_bytes() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("output_region.expected_bytes must be >= 0, got ", output.expected_bytes()));
@@ -288,6 +279,16 @@ absl::StatusOr<std::unique_ptr<regions::RegionSink>> RegionService::MakeSink(
         " bytes (", result_bytes.size(),
         " results): the client's listing does not describe this server's model; nothing was "
         "written"));
+  }
+  const int64_t size = region.spec().byte_size;
+  if (output.offset() < 0 || output.offset() % kAlignment != 0 || output.offset() > size ||
+      total > size - output.offset()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output_region: region \"", output.name(), "\" is ", size, " bytes; ", total,
+                     " bytes of results at offset ", output.offset(),
+                     output.offset() % kAlignment != 0 || output.offset() < 0
+                         ? absl::StrCat(": the offset must be >= 0 and a multiple of ", kAlignment)
+                         : " run past its end"));
   }
   Metrics* metrics = metrics_;
   return std::make_unique<regions::RegionSink>(

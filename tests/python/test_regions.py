@@ -203,3 +203,40 @@ def test_region_calls_go_over_a_single_threaded_channel_of_their_own(regions, sh
                 assert bytes(s.buf[:len(expected)]) == expected
     finally:
         regions.unregister_system_shared_memory("single")
+
+
+def test_expected_bytes_refuses_another_total_before_writing(regions, shm):
+    """expected_bytes (0: unchecked) is the caller's own total: another is FAILED_PRECONDITION
+    and nothing is written, also where the results would not fit (a stale listing is named as
+    such); a bad argument is refused before any call."""
+    layers = regions.list().layers[:2]
+    names = [layer.name for layer in layers]
+    sizes = [layer.in_features * layer.out_features * 2 for layer in layers]  # bf16
+    s = shm(sum(sizes))
+    regions.register_system_shared_memory("expected", "/" + s.name, s.size)
+    try:
+        calls = (
+            lambda e: regions.dequantize_into("expected", names[0], dtype="bf16",
+                                              expected_bytes=e),
+            lambda e: regions.dequantize_layers_into("expected", names, dtype="bf16",
+                                                     expected_bytes=e),
+            lambda e: regions.dequantize_layers_into("expected", names, dtype="bf16",
+                                                     reply="summary", expected_bytes=e),
+        )
+        for call, total in zip(calls, (sizes[0], sum(sizes), sum(sizes))):
+            for wrong in (total - 2, total + 16, total * 4):
+                with pytest.raises(dequantd.DequantdError) as e:
+                    call(wrong)
+                assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION, e.value
+                assert (f"output_region.expected_bytes = {wrong}, but the results are {total} "
+                        "bytes") in e.value.message
+                assert bytes(s.buf) == b"\0" * s.size
+            for bad, error in ((-1, ValueError), (1 << 63, ValueError), (None, TypeError),
+                               (1.0, TypeError), (True, TypeError)):
+                with pytest.raises(error, match="expected_bytes must be"):
+                    call(bad)
+        regions.dequantize_layers_into("expected", names, dtype="bf16", reply="summary",
+                                       expected_bytes=sum(sizes))
+        assert bytes(s.buf) == b"".join(result_bytes(regions, n, "bf16") for n in names)
+    finally:
+        regions.unregister_system_shared_memory("expected")

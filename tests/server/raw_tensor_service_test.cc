@@ -522,6 +522,11 @@ TEST_F(RawTensorServiceTest, ReadsIntoARegionAsOneReplyWithTheStoredBytes) {
        embed_bytes - 2},
       {embed.name, "raw", 0, grpc::StatusCode::INVALID_ARGUMENT,
        "output_region.expected_bytes must be >= 0", -1},
+      // The caller's total is checked before the fit: a stale listing is named as such.
+      {embed.name, "raw", 32 * 1024, grpc::StatusCode::FAILED_PRECONDITION,
+       "the client's listing does not describe this server's model", embed_bytes + 16},
+      {embed.name, "raw", 8, grpc::StatusCode::INVALID_ARGUMENT,
+       "output_region.expected_bytes must be >= 0", -1},
   };
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.says);

@@ -348,6 +348,17 @@ def _name(value: Any, what: str) -> str:
     return value
 
 
+def _expected_bytes(value: Any) -> int:
+    """A region call's expected_bytes argument: an int >= 0 (0: unchecked) that fits the
+    proto's int64, else TypeError / ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"expected_bytes must be an int (bytes; 0 = unchecked), got "
+                        f"{type(value).__name__} {value!r}")
+    if not 0 <= value < 1 << 63:
+        raise ValueError(f"expected_bytes must be >= 0 and < 2**63 (0 = unchecked), got {value}")
+    return int(value)
+
+
 def _layer_names(names: Iterable[str]) -> List[str]:
     """`names` as a list of layer names. A single string is refused (TypeError): iterated, it
     would ask for one layer per character."""
@@ -808,6 +819,7 @@ class Client:
         model) refuses before writing.
 
         Raises:
+            TypeError / ValueError: `name` not a str; `expected_bytes` not an int >= 0.
             DequantdError: the server's status (NOT_FOUND: name or region; INVALID_ARGUMENT: the
                 tensor does not fit at `offset`; FAILED_PRECONDITION: regions off, or the tensor
                 is not `expected_bytes` long; ABORTED: the
@@ -815,10 +827,10 @@ class Client:
                 ReadTensor into a region (it streamed the bytes instead: use read_tensor);
                 DATA_LOSS when the reply does not name the region and offset.
         """
-        request = pb.ReadTensorRequest(name=name,
+        request = pb.ReadTensorRequest(name=_name(name, "name"),
                                        output_region=pb.OutputRegion(
                                            name=region, offset=offset,
-                                           expected_bytes=expected_bytes))
+                                           expected_bytes=_expected_bytes(expected_bytes)))
         messages = []
         for message in self._stream(self._regions_stub().ReadTensor, request):
             messages.append(message)
@@ -942,19 +954,26 @@ class Client:
         return messages[0]
 
     def dequantize_into(self, region: str, layer: str, *, offset: int = 0,
-                        dtype: str = "fp16", orientation: Optional[str] = None) -> RegionHeader:
+                        dtype: str = "fp16", orientation: Optional[str] = None,
+                        expected_bytes: int = 0) -> RegionHeader:
         """Dequantizes layer `layer` of the loaded model into registered region `region` at byte
         `offset` (a multiple of 16) instead of streaming it. When this returns, every byte is in
-        the region (a device region: visible to later work on that device).
+        the region (a device region: visible to later work on that device). `expected_bytes`
+        (0: unchecked): the result's size as the caller's listing says (K * N * element bytes);
+        a server whose layer has another size (restarted on another model) refuses before
+        writing.
 
         Raises:
+            TypeError / ValueError: `layer` not a str; `expected_bytes` not an int >= 0.
             DequantdError: the server's status (NOT_FOUND: layer or region; INVALID_ARGUMENT: the
-                result does not fit at `offset`, naming region, offset and bytes; ABORTED: the
+                result does not fit at `offset`, naming region, offset and bytes;
+                FAILED_PRECONDITION: the result is not `expected_bytes` long; ABORTED: the
                 region was unregistered during the call; ...), DATA_LOSS when the reply is not
                 one header naming the region.
         """
-        return self._region_call_into(region, layer, offset, dtype,
-                                      None if orientation is None else _orientation(orientation))
+        return self._region_call_into(region, _name(layer, "layer"), offset, dtype,
+                                      None if orientation is None else _orientation(orientation),
+                                      _expected_bytes(expected_bytes))
 
     def _region_call_into(self, region: str, layer: str, offset: int, dtype: str,
                           orientation: Optional[int], expected_bytes: int = 0) -> RegionHeader:
@@ -974,7 +993,8 @@ class Client:
     def dequantize_layers_into(self, region: str, names: Optional[Sequence[str]] = None, *,
                                offset: int = 0, dtype: str = "fp16",
                                orientation: Optional[str] = None,
-                               reply: str = "headers") -> Union[List[RegionHeader], RegionSummary]:
+                               reply: str = "headers",
+                               expected_bytes: int = 0) -> Union[List[RegionHeader], RegionSummary]:
         """Dequantizes layers of the loaded model (None = every layer, in list() order; an
         empty list writes nothing and returns [] without a call, as dequantize_layers) into
         registered region `region`, one after another in request order from byte `offset` (on
@@ -987,9 +1007,13 @@ class Client:
         (REGION_REPLY_SUMMARY, issue 23: one small message whatever the layer count, which is
         what makes a whole-model call cost no more than the kernel) and returns a RegionSummary.
         A server that predates the summary answers with headers; their sum is returned then.
+        `expected_bytes` (0: unchecked): the results' total as the caller's listing says; a
+        server whose layers add up to another (restarted on another model) refuses before
+        writing (FAILED_PRECONDITION).
 
         Raises:
-            ValueError: `reply` is neither "headers" nor "summary".
+            ValueError: `reply` is neither "headers" nor "summary"; `expected_bytes` < 0.
+            TypeError: `expected_bytes` not an int.
             DequantdError: as dequantize_into; DATA_LOSS when the reply is not one message with
                 a header per requested layer, in order, naming the region (or, for "summary", a
                 summary naming the region and `offset` with one result per requested layer).
@@ -997,9 +1021,10 @@ class Client:
         if reply not in ("headers", "summary"):
             raise ValueError(f"reply must be 'headers' or 'summary', not {reply!r}")
         wire = None if orientation is None else _orientation(orientation)
+        expected = _expected_bytes(expected_bytes)
         if reply == "summary":
-            return self._region_layers_summary(region, names, offset, dtype, wire)
-        return self._region_layers_into(region, names, offset, dtype, wire)
+            return self._region_layers_summary(region, names, offset, dtype, wire, expected)
+        return self._region_layers_into(region, names, offset, dtype, wire, expected)
 
     def _region_layers_request(self, region: str, names: Optional[Sequence[str]], offset: int,
                                dtype: str, orientation: Optional[int],
@@ -1015,8 +1040,10 @@ class Client:
         return request
 
     def _region_layers_into(self, region: str, names: Optional[Sequence[str]], offset: int,
-                            dtype: str, orientation: Optional[int]) -> List[RegionHeader]:
-        request = self._region_layers_request(region, names, offset, dtype, orientation)
+                            dtype: str, orientation: Optional[int],
+                            expected_bytes: int = 0) -> List[RegionHeader]:
+        request = self._region_layers_request(region, names, offset, dtype, orientation,
+                                              expected_bytes)
         if names is not None and not request.tensors:
             return []
         reply = self._region_reply(self._regions_stub().DequantizeLayers, request, region)
