@@ -1,11 +1,14 @@
 """dequantd._parallel.run_all: every client path that runs calls on several threads stops the same
 way, so its stopping rule is pinned here without a server."""
 
+import signal
+import sys
 import threading
+import time
 
 import pytest
 
-from dequantd._parallel import run_all
+from dequantd._parallel import CallGroup, current_group, run_all
 
 
 def test_every_item_runs_once_when_nothing_fails():
@@ -56,3 +59,72 @@ def test_zero_threads_means_one():
     seen = []
     run_all(seen.append, [3, 1, 2], 0)
     assert seen == [3, 1, 2]
+
+
+class StalledCall:
+    """A streamed RPC whose server stopped answering: it ends only when cancelled."""
+
+    def __init__(self):
+        self.cancelled = threading.Event()
+
+    def cancel(self):
+        self.cancelled.set()
+        return True
+
+
+def test_an_interrupted_caller_cancels_the_streams_in_flight_and_no_worker_is_left():
+    # Every worker's call hangs until cancelled (a stopped server, no stream deadline). The
+    # caller's thread gets KeyboardInterrupt: run_all cancels the calls its workers registered
+    # (Client._stream does so through current_group()), the workers end, and the interrupt
+    # reaches the caller; a call registered after that is cancelled at once.
+    calls, started = [], threading.Semaphore(0)
+
+    def stalled(_item):
+        call = StalledCall()
+        calls.append(call)
+        current_group().add(call)
+        started.release()
+        assert call.cancelled.wait(30), "never cancelled"
+
+    main = threading.main_thread().ident
+
+    def interrupt():  # SIGINT to the main thread, as a terminal's Ctrl-C, once it waits
+        for _ in range(4):
+            started.acquire()
+        while sys._current_frames()[main].f_code.co_name != "wait":  # pylint: disable=protected-access
+            time.sleep(0.01)
+        time.sleep(0.05)  # into the lock's wait, which the signal interrupts
+        signal.pthread_kill(main, signal.SIGINT)
+
+    before = threading.active_count()
+    interrupter = threading.Thread(target=interrupt)
+    interrupter.start()
+    with pytest.raises(KeyboardInterrupt):
+        run_all(stalled, range(4), 4)
+    interrupter.join()
+    assert len(calls) == 4 and all(c.cancelled.is_set() for c in calls)
+    assert threading.active_count() <= before  # the pool's threads have ended
+    assert current_group() is None  # not a worker
+    late = StalledCall()
+    group = CallGroup()
+    group.cancel()
+    group.add(late)
+    assert late.cancelled.is_set()
+
+
+def test_a_failing_call_does_not_cancel_the_others():
+    # A call's own failure keeps the rule above: the running calls finish on their own.
+    release, cancelled = threading.Event(), []
+
+    def work(item):
+        call = StalledCall()
+        current_group().add(call)
+        if item == 1:
+            raise ValueError("item 1")
+        release.wait(5)
+        cancelled.append(call.cancelled.is_set())
+
+    threading.Timer(0.2, release.set).start()
+    with pytest.raises(ValueError, match="item 1"):
+        run_all(work, range(2), 2)
+    assert cancelled == [False]

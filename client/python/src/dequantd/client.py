@@ -18,7 +18,7 @@ from . import dtypes
 from . import tensors as tensors_module
 from ._proto import dequant_pb2 as pb
 from ._proto import dequant_pb2_grpc as pb_grpc
-from ._parallel import run_all
+from ._parallel import current_group, run_all
 from .errors import DequantdError
 
 MiB = 1 << 20
@@ -490,12 +490,17 @@ class Client:
 
     def _stream(self, method: Callable, request: Any) -> Iterator[Any]:
         call = method(request, timeout=self._stream_timeout, metadata=self._metadata)
+        group = current_group()  # a run_all worker's: cancelled when its caller is interrupted
+        if group is not None:
+            group.add(call)
         try:
             yield from call
         except grpc.RpcError as e:
             raise self._error(e) from None
         finally:
             call.cancel()  # no-op when finished; stops the server when the caller stops early
+            if group is not None:
+                group.discard(call)
 
     def _error(self, e: grpc.RpcError) -> DequantdError:
         error = DequantdError.from_rpc_error(e)
