@@ -459,3 +459,27 @@ def test_module_dequantize_out_dash_writes_the_npy_to_stdout_and_a_directory_is_
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert f"--out {tmp_path / 'w.npy'} is a directory" in proc.stderr, proc.stderr
+
+
+def test_cli_ctrl_c_during_a_call_exits_130_without_a_traceback(tmp_path):
+    """A peer that accepts the connection and never answers: the CLI's call waits; SIGINT then
+    ends it with exit status 130 and one line on stderr, as a shell reports Ctrl-C."""
+    import signal
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "dequantd", "dequantize",
+                                 f"--server=127.0.0.1:{port}", f"--tensor={LAYER_Q}",
+                                 f"--out={tmp_path / 'w.npy'}"],
+                                stderr=subprocess.PIPE, text=True)
+        listener.settimeout(60)
+        conn, _ = listener.accept()  # the client is connecting: its call has started
+        with conn:
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip() == "interrupted" and "Traceback" not in stderr, stderr
+    assert not (tmp_path / "w.npy").exists()

@@ -283,6 +283,13 @@ def throughput(args, replicas, calls):
               f"{s['bytes'] / 2**20 / s['seconds']:.1f} | {rate / base:.2f}x |")
 
 
+def rotation_counters():
+    """dequantctl's per-target rotation counters of this user in /dev/shm
+    (client/address_rotation.h RotationKey)."""
+    prefix = f"dequantctl-rotation.{os.geteuid()}."
+    return {p.name for p in pathlib.Path("/dev/shm").glob(prefix + "*")}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dequantd", required=True)
@@ -302,6 +309,7 @@ def main():
                                                                        f"{LAYER}.weight"))
         port, metrics_port = free_port(), free_port()
         replicas = [Replica(args, host, port, metrics_port, tmp) for host in HOSTS]
+        counters = rotation_counters()
         try:
             for replica in replicas:
                 replica.start()
@@ -319,6 +327,8 @@ def main():
         finally:
             for replica in replicas:
                 replica.stop()
+            for name in rotation_counters() - counters:  # this run's ports: never used again
+                pathlib.Path("/dev/shm", name).unlink(missing_ok=True)
     print("PASS")
     return 0
 

@@ -163,4 +163,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except OSError as e:  # writing the output: a missing directory, a file in the way, a full disk
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the calls in flight were cancelled on the way out
+        print("interrupted", file=sys.stderr)
+        return 130  # as a shell reports SIGINT
     return 0
