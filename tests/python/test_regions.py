@@ -201,6 +201,9 @@ def test_region_calls_go_over_a_single_threaded_channel_of_their_own(regions, sh
                     assert channel["grpc.max_receive_message_length"] == 64 << 20
                     assert channel["grpc.keepalive_permit_without_calls"] == 0
                 assert bytes(s.buf[:len(expected)]) == expected
+            with pytest.raises(ValueError, match="closed"):  # as every call of a closed client
+                c.dequantize_into("single", layer.name, dtype="bf16")
+            assert len(seen) == 2  # no channel opened anew
     finally:
         regions.unregister_system_shared_memory("single")
 

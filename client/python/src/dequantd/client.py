@@ -452,6 +452,9 @@ class Client:
         with self._lock:
             if self._region_channel is not None:
                 self._region_channel.close()
+            # A region call after close() fails as every other call does (grpc's closed-channel
+            # error), instead of opening the region channel anew.
+            self._region_stub = self._stub
         self._channel.close()
 
     def _open_channel(self, options: Dict[str, Any]) -> grpc.Channel:
