@@ -35,9 +35,9 @@ def test_one_thread_starts_no_item_after_the_first_failure():
     assert started == [0, 1, 2, 3, 4, 5]
 
 
-def test_the_first_failure_in_item_order_is_raised_and_the_running_calls_finish():
-    # Item 0 waits until item 1 has failed, then fails itself: both failures happen, and the one
-    # raised is item 0's (item order), after item 0's call has finished.
+def test_the_failure_that_stopped_the_run_is_raised_not_what_followed_it():
+    # Item 1 fails first; item 0 fails afterwards (as a call cancelled by the stop would, with
+    # CANCELLED): raised is item 1's, the cause. Two failures before any stop: item order.
     one_failed = threading.Event()
     finished = []
 
@@ -47,12 +47,27 @@ def test_the_first_failure_in_item_order_is_raised_and_the_running_calls_finish(
             raise KeyError("second")
         if item == 0:
             assert one_failed.wait(10)
+            group = current_group()
+            for _ in range(10_000):  # until item 1's failure has stopped the run
+                if group.cancelled:
+                    break
+                time.sleep(0.001)
+            assert group.cancelled
             finished.append(0)
             raise ValueError("first")
 
-    with pytest.raises(ValueError, match="first"):
+    with pytest.raises(KeyError, match="second"):
         run_all(call, [0, 1, 2, 3], 2)
     assert finished == [0]
+
+    both_started = threading.Barrier(2)
+
+    def both_fail(item):
+        both_started.wait(10)
+        raise ValueError(f"item {item}")
+
+    with pytest.raises(ValueError, match="item [01]"):
+        run_all(both_fail, [0, 1], 2)
 
 
 def test_zero_threads_means_one():
@@ -112,19 +127,20 @@ def test_an_interrupted_caller_cancels_the_streams_in_flight_and_no_worker_is_le
     assert late.cancelled.is_set()
 
 
-def test_a_failing_call_does_not_cancel_the_others():
-    # A call's own failure keeps the rule above: the running calls finish on their own.
-    release, cancelled = threading.Event(), []
+def test_a_failing_call_cancels_the_others_in_flight_and_is_the_one_raised():
+    # A stalled sibling (a server that stopped answering) would otherwise keep the run, and the
+    # caller, waiting for ever: the first failure cancels it, and its CANCELLED is not raised.
+    registered = threading.Event()
 
     def work(item):
-        call = StalledCall()
-        current_group().add(call)
-        if item == 1:
-            raise ValueError("item 1")
-        release.wait(5)
-        cancelled.append(call.cancelled.is_set())
+        if item == 0:
+            call = StalledCall()
+            current_group().add(call)
+            registered.set()
+            assert call.cancelled.wait(30), "never cancelled"
+            raise RuntimeError("CANCELLED")
+        assert registered.wait(10)
+        raise ValueError("item 1")
 
-    threading.Timer(0.2, release.set).start()
     with pytest.raises(ValueError, match="item 1"):
         run_all(work, range(2), 2)
-    assert cancelled == [False]

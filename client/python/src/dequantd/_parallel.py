@@ -3,11 +3,13 @@
 Every parallel path of the client (ranges of one Dequantize, ReadTensor streams, tensors into
 CUDA regions) uses it, so they all stop the same way: the first call that raises ends the run.
 No call is started after a failure is seen (a shared flag that each call checks before it
-starts, so not even a worker that is already free takes the next item), the calls already
-running finish, and the first failure in item order is raised to the caller. When the caller's
-own thread is interrupted (KeyboardInterrupt, SystemExit) the streamed RPCs still in flight are
-cancelled too (`CallGroup`: Client._stream registers each stream a worker starts), so that the
-run ends at once even when the server has stopped answering, not when its calls end.
+starts, so not even a worker that is already free takes the next item), and the RPCs still in
+flight are cancelled (`CallGroup`: Client._stream and Client._unary register each RPC a worker
+starts), so a run ends at once even where the server has stopped answering. Raised is the first
+failure in item order among the calls that failed before the run was stopped (a call that fails
+afterwards, typically CANCELLED, is a consequence, not the cause). When the caller's own thread
+is interrupted (KeyboardInterrupt, SystemExit) the RPCs in flight are cancelled the same way and
+the interrupt is raised once the workers have ended.
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ _worker = threading.local()  # .group: the CallGroup of the run_all this thread 
 
 
 class CallGroup:
-    """The streamed RPCs (grpc call objects) the workers of one run_all have in flight."""
+    """The RPCs (grpc call or future objects) the workers of one run_all have in flight."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._calls: Set[Any] = set()
         self._cancelled = False
+
+    @property
+    def cancelled(self) -> bool:
+        with self._lock:
+            return self._cancelled
 
     def add(self, call: Any) -> None:
         """Tracks `call`; cancels it at once when the group already was."""
@@ -59,36 +66,48 @@ def run_all(fn: Callable[[T], None], items: Iterable[T], threads: int) -> None:
     """Calls fn(item) for every item on max(1, threads) threads, in item order of start.
 
     Raises:
-        the first exception (in item order) of a call that failed; after it is seen no
-        further call is started. KeyboardInterrupt / SystemExit of the caller's thread, after
-        cancelling the streams in flight.
+        the first exception, in item order, of a call that failed before the run was stopped;
+        after it no further call is started and the RPCs in flight are cancelled.
+        KeyboardInterrupt / SystemExit of the caller's thread, after cancelling them.
     """
     failed = threading.Event()
     group = CallGroup()
+    after_stop: Set[int] = set()  # items whose failure came after the run was stopped
 
-    def guarded(item: T) -> None:
+    def guarded(index: int, item: T) -> None:
         if failed.is_set():
             return
         _worker.group = group
         try:
             fn(item)
         except BaseException:
+            if group.cancelled:
+                after_stop.add(index)
             failed.set()
+            group.cancel()
             raise
         finally:
             _worker.group = None
 
-    with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
-        futures: List["concurrent.futures.Future[None]"] = []
-        try:
-            for item in items:  # an interrupt may come while the first calls already run
-                futures.append(pool.submit(guarded, item))
-            for future in futures:
-                future.result()
-        except BaseException as e:
-            if not isinstance(e, Exception):  # the caller's thread, not a call, was stopped
-                group.cancel()
-            failed.set()
+    pool = concurrent.futures.ThreadPoolExecutor(max(1, threads))
+    futures: List["concurrent.futures.Future[None]"] = []
+    try:
+        for index, item in enumerate(items):  # an interrupt may come while calls already run
+            futures.append(pool.submit(guarded, index, item))
+        concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+        if failed.is_set():
             for future in futures:
                 future.cancel()
-            raise
+            concurrent.futures.wait(futures)  # the cancelled RPCs end their calls
+            errors = [(i, f.exception()) for i, f in enumerate(futures)
+                      if not f.cancelled() and f.exception() is not None]
+            cause = [e for i, e in errors if i not in after_stop] or [e for _, e in errors]
+            raise cause[0]
+    except BaseException:
+        failed.set()
+        group.cancel()
+        for future in futures:
+            future.cancel()
+        raise
+    finally:
+        pool.shutdown(wait=True)  # quick: every RPC still in flight was cancelled

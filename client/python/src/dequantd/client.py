@@ -486,10 +486,23 @@ class Client:
 
     def _unary(self, method: Callable, request: Any, timeout: Optional[float]) -> Any:
         timeout = _deadline(timeout, "timeout")
+        group = current_group()  # a run_all worker's: a future, so that the run can cancel it
+        future = getattr(method, "future", None)  # grpc's multicallables have it; fakes may not
         try:
-            return method(request, timeout=timeout, metadata=self._metadata)
+            if group is None or future is None:
+                return method(request, timeout=timeout, metadata=self._metadata)
+            call = future(request, timeout=timeout, metadata=self._metadata)
+            group.add(call)
+            try:
+                return call.result()
+            finally:
+                group.discard(call)
         except grpc.RpcError as e:
             raise self._error(e) from None
+        except grpc.FutureCancelledError:
+            raise DequantdError(grpc.StatusCode.CANCELLED,
+                                "cancelled: another call of the same operation failed, or the "
+                                "caller was interrupted") from None
 
     def _stream(self, method: Callable, request: Any) -> Iterator[Any]:
         call = method(request, timeout=self._stream_timeout, metadata=self._metadata)
