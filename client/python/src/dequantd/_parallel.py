@@ -70,12 +70,11 @@ def run_all(fn: Callable[[T], None], items: Iterable[T], threads: int) -> None:
         after it no further call is started and the RPCs in flight are cancelled.
         KeyboardInterrupt / SystemExit of the caller's thread, after cancelling them.
     """
-    failed = threading.Event()
-    group = CallGroup()
+    group = CallGroup()  # cancelled: the run is stopped (a call failed or the caller stopped)
     after_stop: Set[int] = set()  # items whose failure came after the run was stopped
 
     def guarded(index: int, item: T) -> None:
-        if failed.is_set():
+        if group.cancelled:
             return
         _worker.group = group
         try:
@@ -83,7 +82,6 @@ def run_all(fn: Callable[[T], None], items: Iterable[T], threads: int) -> None:
         except BaseException:
             if group.cancelled:
                 after_stop.add(index)
-            failed.set()
             group.cancel()
             raise
         finally:
@@ -95,7 +93,7 @@ def run_all(fn: Callable[[T], None], items: Iterable[T], threads: int) -> None:
         for index, item in enumerate(items):  # an interrupt may come while calls already run
             futures.append(pool.submit(guarded, index, item))
         concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
-        if failed.is_set():
+        if group.cancelled:
             for future in futures:
                 future.cancel()
             concurrent.futures.wait(futures)  # the cancelled RPCs end their calls
@@ -104,7 +102,6 @@ def run_all(fn: Callable[[T], None], items: Iterable[T], threads: int) -> None:
             cause = [e for i, e in errors if i not in after_stop] or [e for _, e in errors]
             raise cause[0]
     except BaseException:
-        failed.set()
         group.cancel()
         for future in futures:
             future.cancel()

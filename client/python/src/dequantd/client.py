@@ -506,7 +506,7 @@ class Client:
 
     def _stream(self, method: Callable, request: Any) -> Iterator[Any]:
         call = method(request, timeout=self._stream_timeout, metadata=self._metadata)
-        group = current_group()  # a run_all worker's: cancelled when its caller is interrupted
+        group = current_group()  # a run_all worker's: cancelled when the run is stopped
         if group is not None:
             group.add(call)
         try:
