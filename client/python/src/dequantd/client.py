@@ -930,8 +930,14 @@ class Client:
                                                        byte_size=byte_size),
                     self._timeout if timeout is ... else timeout)
         # A new region may be the first call to a server that restarted within
-        # SERVER_FACTS_SECONDS (other GPUs, other modes): the next checks ask again.
+        # SERVER_FACTS_SECONDS (other GPUs, other modes): the next checks ask for its GPUs
+        # again. Its mode they need not ask: a server that registered a CUDA region runs with
+        # --shared-memory=cuda or all now (it refuses one otherwise), so a known cuda or all is
+        # kept, as fresh as this reply (the loader's next load skips a SharedMemoryStatus).
+        mode = self._mode_cache
         self._forget_server_facts()
+        if mode is not None and mode[1] in ("cuda", "all"):
+            self._mode_cache = (time.monotonic(), mode[1])
 
     def unregister_cuda_shared_memory(
             self, name: str = "", *,
