@@ -474,6 +474,8 @@ def _check_cuda_targets(client: Any, targets: Sequence[_Target]) -> bool:
     import torch  # pylint: disable=import-outside-toplevel
 
     by_index, reused = _check_server_facts(client, targets, {})
+    # Region calls follow these checks: the region channel connects meanwhile (a new client's).
+    client._connect_region_channel()  # pylint: disable=protected-access
     found = _Allocations()
     ok: Dict[int, bool] = {}
     # The allocation of the previous target, which passed the device and export checks: a
