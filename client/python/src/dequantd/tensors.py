@@ -723,21 +723,38 @@ def _runs(targets: List[_Target]) -> List[List[_Target]]:
     """Targets grouped into runs of one allocation, one dtype, each tensor starting where the
     previous one ends, at most MAX_CALL_BYTES each (one DequantizeLayers call each), in memory
     order."""
-    ordered = sorted(targets, key=lambda t: (t.allocation.device, t.allocation.base, t.offset))
+    ordered = targets
+    if not _in_memory_order(targets):
+        ordered = sorted(targets, key=lambda t: (t.allocation.device, t.allocation.base,
+                                                 t.offset))
     runs: List[List[_Target]] = []
-    run_bytes = 0  # of runs[-1]
+    current: List[_Target] = []  # runs[-1]
+    run_bytes = 0  # of current
+    last: Optional[_Target] = None  # current[-1]
     for t in ordered:
-        last = runs[-1][-1] if runs else None
-        if (last is not None and last.allocation.base == t.allocation.base
-                and last.allocation.device == t.allocation.device and last.dtype == t.dtype
-                and last.offset + last.nbytes == t.offset
+        a = t.allocation
+        if (last is not None and (a is last.allocation or (a.base == last.allocation.base
+                                                           and a.device == last.allocation.device))
+                and last.dtype == t.dtype and last.offset + last.nbytes == t.offset
                 and run_bytes + t.nbytes <= MAX_CALL_BYTES):
-            runs[-1].append(t)
+            current.append(t)
             run_bytes += t.nbytes
         else:
-            runs.append([t])
+            current = [t]
+            runs.append(current)
             run_bytes = t.nbytes
+        last = t
     return runs
+
+
+def _in_memory_order(targets: Sequence[_Target]) -> bool:
+    """Whether `targets` are already in _runs' order: each of one allocation object with the
+    one before it at a higher offset (the loader's views, laid out in its order), so that the
+    sort, a key tuple per target, is skipped. False sends any other case through the sort."""
+    for before, t in zip(targets, targets[1:]):
+        if t.allocation is not before.allocation or t.offset <= before.offset:
+            return False
+    return True
 
 
 def _run_regions(client: Any, targets: List[_Target], wire: Optional[int],
