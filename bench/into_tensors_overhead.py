@@ -73,7 +73,7 @@ HIDDEN, INTERMEDIATE, BLOCKS, KV, VOCAB = 4096, 14336, 32, 1024, 128256
 
 
 def layer_shapes(scale: int):
-    """[(name, K, N)] in the loader's order (named_parameters: block by block), / scale."""
+    """[(name, K, N)] block by block (named_parameters' order), / scale."""
     h, i, kv, v = HIDDEN // scale, INTERMEDIATE // scale, KV // scale, VOCAB // scale
     out = []
     for b in range(BLOCKS):
@@ -87,12 +87,17 @@ def layer_shapes(scale: int):
 
 
 class FakeCudaTensor(torch.Tensor):
-    """A CPU tensor that says it is on cuda:0 (everything else as a plain tensor's)."""
+    """A CPU tensor that says it is on cuda:0, by `device` and `is_cuda` (everything else as a
+    plain tensor's)."""
     __torch_function__ = torch._C._disabled_torch_function_impl  # pylint: disable=protected-access
 
     @property
     def device(self):  # pylint: disable=invalid-overridden-method
         return CUDA0
+
+    @property
+    def is_cuda(self):  # pylint: disable=invalid-overridden-method
+        return True
 
 
 class Counts(collections.Counter):
@@ -231,7 +236,7 @@ class FakeStub:
 
     def DequantizeLayers(self, request, timeout=None, metadata=None):  # pylint: disable=invalid-name
         self._count("DequantizeLayers")
-        count = len(request.tensors)
+        count = len(request.tensors) or len(self.nbytes)  # no names: every layer
         total = (self.all_bytes if count == len(self.nbytes)
                  else sum(self.nbytes[n] for n in request.tensors))
         region = request.output_region
@@ -243,12 +248,14 @@ class FakeStub:
 
 
 def make_views(shapes, driver):
-    """The loader's parameters: (N, K) views of one flat bf16 buffer, as FakeCudaTensors."""
+    """The loader's parameters: (N, K) views of one flat bf16 buffer, as FakeCudaTensors, laid
+    out in the listing's order (sorted by name, FakeStub's) as load_model lays them out: its
+    call of every layer in that order sends the empty list of names."""
     total = sum(k * n for _, k, n in shapes)
     flat = torch.empty(total, dtype=torch.bfloat16)  # untouched: no pages are committed
     driver.add(flat.data_ptr(), total * 2, buffer_id=1)
     views, offset = {}, 0
-    for name, k, n in shapes:
+    for name, k, n in sorted(shapes):
         views[name] = flat[offset:offset + k * n].view(n, k).as_subclass(FakeCudaTensor)
         offset += k * n
     return flat, views

@@ -375,17 +375,33 @@ def test_server_facts_are_reused_for_a_few_seconds_then_asked_again(driver, monk
     _, views = one_buffer(driver)
     c.dequantize_into_tensors(views)
     assert server.calls["RegisterCudaSharedMemory"] == 1
-    # A registration forgets the facts (the server may have restarted changed): asked again once.
+    # A registration forgets the GPUs (the server may have restarted changed): asked again once.
+    # The mode it confirms (a CUDA region registered: cuda or all) is kept, renewed.
+    assert c._mode_cache[1] == "cuda"
     c.dequantize_into_tensors(views)
-    assert (server.calls["GetServerInfo"], server.calls["SharedMemoryStatus"]) == (2, 2)
+    assert (server.calls["GetServerInfo"], server.calls["SharedMemoryStatus"]) == (2, 1)
     c.dequantize_into_tensors(views)
     c.dequantize_into_tensors(views)
     assert server.calls["RegisterCudaSharedMemory"] == 1
-    assert (server.calls["GetServerInfo"], server.calls["SharedMemoryStatus"]) == (2, 2)
+    assert (server.calls["GetServerInfo"], server.calls["SharedMemoryStatus"]) == (2, 1)
     assert server.calls["ListTensors"] == 4  # no listing passed: asked every call
     monkeypatch.setattr(client_module, "SERVER_FACTS_SECONDS", -1.0)  # every fact too old
     c.dequantize_into_tensors(views)
-    assert (server.calls["GetServerInfo"], server.calls["SharedMemoryStatus"]) == (3, 3)
+    assert (server.calls["GetServerInfo"], server.calls["SharedMemoryStatus"]) == (3, 2)
+
+
+def test_a_registration_keeps_only_a_mode_that_accepts_cuda_regions(driver):
+    """The mode a registration renews is the one the client knew (cuda or all); an unknown one
+    stays unknown (asked by the next check), as do the GPUs."""
+    server = FakeServer(LAYERS)
+    server.mode = "all"
+    c = make_client(server)
+    c.shared_memory_status()
+    c.register_cuda_shared_memory("r", bytes(64), 0, 1 << 20)
+    assert c._info_cache is None and c._mode_cache[1] == "all"
+    c._forget_server_facts()
+    c.register_cuda_shared_memory("s", bytes(64), 0, 1 << 20)
+    assert c._info_cache is None and c._mode_cache is None
 
 
 def test_info_and_shared_memory_status_calls_refresh_the_facts(driver):
@@ -487,7 +503,9 @@ def test_any_server_error_forgets_the_facts(driver):
         c.dequantize_into_tensors(more)
     server.mode = "cuda"
     c.dequantize_into_tensors(more)
-    assert server.calls["GetServerInfo"] == 3  # first call, the re-check, the next call
+    # The first call; the second's check (the mode kept from the first's registration: the
+    # refused registration is the server error), its re-check; the next call.
+    assert server.calls["GetServerInfo"] == 4
 
 
 def test_unavailable_forgets_the_facts(driver):

@@ -208,6 +208,59 @@ def test_region_calls_go_over_a_single_threaded_channel_of_their_own(regions, sh
         regions.unregister_system_shared_memory("single")
 
 
+def _states_within(channel, seconds):
+    """The connectivity states `channel` reports within `seconds`, watched without asking it to
+    connect (until READY)."""
+    import threading  # pylint: disable=import-outside-toplevel
+
+    states, ready = [], threading.Event()
+
+    def watch(state):
+        states.append(state)
+        if state == grpc.ChannelConnectivity.READY:
+            ready.set()
+
+    channel.subscribe(watch, try_to_connect=False)
+    ready.wait(seconds)
+    channel.unsubscribe(watch)
+    return states
+
+
+def test_the_region_channel_connects_before_the_first_region_call(regions, shm):
+    """_connect_region_channel (load_model for a CUDA device, the CUDA checks) opens the region
+    calls' channel and has it connect with no region call made: READY, where a channel that
+    nothing asked to connect stays IDLE. It opens one channel once; the region call then uses
+    it and writes the streamed bytes."""
+    with dequantd.Client(regions.target) as c:
+        c.info()
+        assert c._region_channel is None
+        c._connect_region_channel()
+        channel = c._region_channel
+        assert channel is not None
+        assert _states_within(channel, 5.0)[-1] == grpc.ChannelConnectivity.READY
+        c._connect_region_channel()
+        assert c._region_channel is channel  # not opened anew
+        layer = regions.list().layers[0]
+        expected = result_bytes(regions, layer.name, "bf16")
+        s = shm(len(expected))
+        regions.register_system_shared_memory("early", "/" + s.name, s.size)
+        try:
+            c.dequantize_into("early", layer.name, dtype="bf16")
+            assert c._region_channel is channel
+            assert bytes(s.buf[:len(expected)]) == expected
+        finally:
+            regions.unregister_system_shared_memory("early")
+    with dequantd.Client(regions.target) as c:  # the control: opened, never asked to connect
+        c.info()
+        with c._lock:
+            idle = c._open_region_channel()
+        assert set(_states_within(idle, 0.5)) == {grpc.ChannelConnectivity.IDLE}
+    closed = dequantd.Client(regions.target)
+    closed.close()
+    closed._connect_region_channel()  # a closed client opens nothing
+    assert closed._region_channel is None
+
+
 def test_expected_bytes_refuses_another_total_before_writing(regions, shm):
     """expected_bytes (0: unchecked) is the caller's own total: another is FAILED_PRECONDITION
     and nothing is written, also where the results would not fit (a stale listing is named as

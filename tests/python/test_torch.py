@@ -469,6 +469,24 @@ def test_back_to_back_tensors_of_one_allocation_make_one_call():
     assert [[x.name for x in run] for run in runs] == [["l0", "l1", "l2"], ["l3"], ["o"]]
 
 
+def test_targets_already_in_memory_order_make_the_runs_the_sort_makes():
+    """The checks give views of one buffer one allocation object, in the loader's order: _runs
+    then skips its sort (_in_memory_order) and splits the same runs as after one."""
+    flat = torch.empty(64, dtype=torch.bfloat16)
+    first = fake_target(flat[:16], 0x1000, 1, name="l0")
+    t = [first] + [fake_target(flat[i * 16:(i + 1) * 16], 0x1000, 1, name=f"l{i}")
+                   for i in range(1, 4)]
+    for i, target in enumerate(t):
+        target.allocation, target.offset, target.nbytes = first.allocation, i * 32, 32
+    t[2].dtype = "fp16"  # another dtype: a run of its own
+    t[3].offset = 160  # a gap before the last
+    assert dt._in_memory_order(t)
+    assert [[x.name for x in run] for run in dt._runs(t)] == [["l0", "l1"], ["l2"], ["l3"]]
+    shuffled = [t[3], t[0], t[2], t[1]]
+    assert not dt._in_memory_order(shuffled)
+    assert [[x.name for x in run] for run in dt._runs(shuffled)] == [["l0", "l1"], ["l2"], ["l3"]]
+
+
 def test_a_run_is_split_below_the_servers_output_limit(monkeypatch):
     monkeypatch.setattr(dt, "MAX_CALL_BYTES", 64)
     flat = torch.empty(64, dtype=torch.bfloat16)

@@ -41,7 +41,7 @@ DEFAULT_CHANNEL_OPTIONS: Tuple[Tuple[str, Any], ...] = (
 )
 
 # The calls that write into a region (the model loader's) go over a channel of their own, opened
-# at the first such call, with these options over the client's: "SingleThreadedUnaryStream"
+# at the first such call (or before it, Client._connect_region_channel), with these options over the client's: "SingleThreadedUnaryStream"
 # (grpc.experimental.ChannelOptions, grpcio >= 1.26, read by grpcio's Python layer) polls a
 # server stream on the calling thread instead of handing each message over from a background
 # thread. A region call is a server stream of one message: its client side is ~300 us shorter
@@ -371,6 +371,11 @@ def _layer_names(names: Iterable[str]) -> List[str]:
 _TARGET_SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")
 
 
+def _ignore_connectivity(state: grpc.ChannelConnectivity) -> None:
+    """The subscriber of Client._connect_region_channel (it wants the connection, not the
+    states)."""
+
+
 def _check_target(target: Any) -> str:
     """`target` as Client takes it, by dequantctl --server's rule: a gRPC target with a scheme
     (unix:PATH, unix-abstract:NAME, dns:..., ipv4:..., ipv6:...) as it is, else HOST:PORT or
@@ -466,15 +471,38 @@ class Client:
 
     def _regions_stub(self) -> Any:
         """The stub of the region calls' channel (REGION_CHANNEL_OPTIONS over the client's
-        options), opened at the first call."""
+        options), opened at the first call unless _connect_region_channel opened it before."""
         if self._region_stub is None:
             with self._lock:
                 if self._region_stub is None:
-                    options = dict(REGION_CHANNEL_OPTIONS)
-                    options.update(self._options)
-                    self._region_channel = self._open_channel(options)
-                    self._region_stub = pb_grpc.DequantServiceStub(self._region_channel)
+                    self._open_region_channel()
         return self._region_stub
+
+    def _open_region_channel(self) -> grpc.Channel:
+        """Opens the region calls' channel and its stub (self._lock held)."""
+        options = dict(REGION_CHANNEL_OPTIONS)
+        options.update(self._options)
+        self._region_channel = self._open_channel(options)
+        self._region_stub = pb_grpc.DequantServiceStub(self._region_channel)
+        return self._region_channel
+
+    def _connect_region_channel(self) -> None:
+        """Opens the region calls' channel now, if it is not open yet, and starts its connection
+        without waiting for it: called where a region call is coming (load_model, the CUDA
+        checks), so that the first region call of a client does not wait for the channel's TCP
+        and HTTP/2 setup (0.25-0.4 ms of a new client's first region call against the CPU
+        dequantd on the 2-core build VM). A channel already open (or closed) is left as it is; a
+        connection that fails is tried again by the call, as for a channel opened at the call."""
+        if self._region_stub is not None:
+            return
+        with self._lock:
+            if self._region_stub is not None:
+                return
+            channel = self._open_region_channel()
+        # grpcio's public way to ask a channel to connect: a subscription with try_to_connect,
+        # dropped at once (its polling thread asks once, then ends within 0.2 s).
+        channel.subscribe(_ignore_connectivity, try_to_connect=True)
+        channel.unsubscribe(_ignore_connectivity)
 
     def __enter__(self) -> "Client":
         return self
@@ -930,8 +958,14 @@ class Client:
                                                        byte_size=byte_size),
                     self._timeout if timeout is ... else timeout)
         # A new region may be the first call to a server that restarted within
-        # SERVER_FACTS_SECONDS (other GPUs, other modes): the next checks ask again.
+        # SERVER_FACTS_SECONDS (other GPUs, other modes): the next checks ask for its GPUs
+        # again. Its mode they need not ask: a server that registered a CUDA region runs with
+        # --shared-memory=cuda or all now (it refuses one otherwise), so a known cuda or all is
+        # kept, as fresh as this reply (the loader's next load skips a SharedMemoryStatus).
+        mode = self._mode_cache
         self._forget_server_facts()
+        if mode is not None and mode[1] in ("cuda", "all"):
+            self._mode_cache = (time.monotonic(), mode[1])
 
     def unregister_cuda_shared_memory(
             self, name: str = "", *,

@@ -120,7 +120,7 @@ class IntoTimes:
 class _Target:
     """One (layer, tensor) pair, checked. `nbytes` of the result; `cuda` whether the tensor is
     on a CUDA device; for CUDA tensors `allocation` and `offset` (bytes from the allocation's
-    base)."""
+    base); `ptr` the tensor's data_ptr() (asked once, by the check that makes the target)."""
     name: str
     tensor: Any
     dtype: str
@@ -129,6 +129,7 @@ class _Target:
     allocation: Optional[_cuda.Allocation] = None
     offset: int = 0
     cuda: bool = False
+    ptr: int = 0
 
 
 def dequantize_into(client: Any, tensors: Mapping[str, Any], orientation: str,
@@ -234,35 +235,25 @@ def _check_targets(client: Any, tensors: Mapping[str, Any], orientation: str,
         if dtype is None:
             raise TypeError(f"{name}: dtype {tensor.dtype} is not one dequantd writes; use "
                             "torch.float16, torch.bfloat16 or torch.float32")
-        k, n = layer.in_features, layer.out_features
+        k, n, experts = layer.in_features, layer.out_features, layer.experts
         # A layer of stacked experts (mxfp4's MoE projections, E > 1) is E matrices, one after
-        # another: its tensor is (E, K, N) or (E, N, K).
-        experts = layer.experts  # list() gives 1 for an older server's 0
-        stack = (experts,) if experts > 1 else ()
-        want = stack + ((k, n) if orientation == "KN" else (n, k))
-        other = stack + ((n, k) if orientation == "KN" else (k, n))
-        got = tuple(tensor.shape)
-        if got != want:
-            hint = ""
-            if orientation == "KN" and got == other:
-                hint = (": that is nn.Linear's (N, K) orientation; pass orientation='NK' (needs a "
-                        "server that writes (N, K) results) or a (K, N) tensor")
-            elif orientation == "NK" and got == other:
-                hint = ": that is AWQ's (K, N) orientation; pass orientation='KN'"
-            elif stack and got == want[1:]:
-                hint = f": the layer stacks {experts} experts, one matrix each"
-            axes = "(K, N)" if orientation == "KN" else "(N, K)"
-            raise ValueError(f"{name}: tensor shape {got} != the layer's "
-                             f"{'(E, ' + axes[1:] if stack else axes} = {want}{hint}")
+        # another: its tensor is (E, K, N) or (E, N, K). list() gives 1 for an older server's 0.
+        want = (k, n) if orientation == "KN" else (n, k)
+        if experts > 1:
+            want = (experts,) + want
+        # torch.Size compares as the tuple it is: no copy of the shape unless it differs.
+        if tensor.shape != want:
+            _raise_shape(name, tuple(tensor.shape), want, orientation, experts)
         if not tensor.is_contiguous():
             raise ValueError(f"{name}: tensor is not contiguous (strides {tuple(tensor.stride())}); "
                              "dequantd writes row-major bytes: pass a contiguous tensor")
-        device_type = tensor.device.type
-        if device_type not in ("cuda", "cpu"):
+        # is_cuda answers without building a torch.device (the loader's tensors are all CUDA).
+        cuda = tensor.is_cuda or tensor.device.type == "cuda"
+        if not cuda and tensor.device.type != "cpu":
             raise ValueError(f"{name}: tensor on {tensor.device}; dequantd writes CUDA tensors "
                              "(through CUDA IPC) and CPU tensors (streamed)")
         targets.append(_Target(name, tensor, dtype, experts * k * n * _ELEMENT_BYTES[dtype],
-                               want, cuda=device_type == "cuda"))
+                               want, None, 0, cuda, tensor.data_ptr()))
 
     if orientation == "NK":
         supported, reason = client._orientation_support()  # pylint: disable=protected-access
@@ -273,6 +264,25 @@ def _check_targets(client: Any, tensors: Mapping[str, Any], orientation: str,
     reused = _check_cuda_targets(client, cuda) if cuda else False
     _check_no_overlap(targets)
     return targets, reused
+
+
+def _raise_shape(name: str, got: Tuple[int, ...], want: Tuple[int, ...], orientation: str,
+                 experts: int) -> None:
+    """The ValueError of a tensor whose shape `got` is not the layer's `want`, with a hint when
+    `got` is the other orientation's shape or one expert's matrix."""
+    stack = want[:-2]
+    other = stack + (want[-1], want[-2])
+    hint = ""
+    if orientation == "KN" and got == other:
+        hint = (": that is nn.Linear's (N, K) orientation; pass orientation='NK' (needs a "
+                "server that writes (N, K) results) or a (K, N) tensor")
+    elif orientation == "NK" and got == other:
+        hint = ": that is AWQ's (K, N) orientation; pass orientation='KN'"
+    elif stack and got == want[1:]:
+        hint = f": the layer stacks {experts} experts, one matrix each"
+    axes = "(K, N)" if orientation == "KN" else "(N, K)"
+    raise ValueError(f"{name}: tensor shape {got} != the layer's "
+                     f"{'(E, ' + axes[1:] if stack else axes} = {want}{hint}")
 
 
 def check_stored_targets(client: Any, tensors: Mapping[str, Any],
@@ -319,7 +329,7 @@ def _check_stored_targets(client: Any, tensors: Mapping[str, Any],
             raise ValueError(f"{name}: tensor on {tensor.device}; read_tensors_into fills CUDA "
                              "tensors (read_tensor streams to the host)")
         targets.append(_Target(name, tensor, info.dtype, info.bytes, tuple(info.shape),
-                               cuda=True))
+                               cuda=True, ptr=tensor.data_ptr()))
     reused = _check_cuda_targets(client, targets)
     _check_no_overlap(targets)
     return targets, reused
@@ -464,12 +474,24 @@ def _check_cuda_targets(client: Any, targets: Sequence[_Target]) -> bool:
     import torch  # pylint: disable=import-outside-toplevel
 
     by_index, reused = _check_server_facts(client, targets, {})
+    # Region calls follow these checks: the region channel connects meanwhile (a new client's).
+    client._connect_region_channel()  # pylint: disable=protected-access
     found = _Allocations()
     ok: Dict[int, bool] = {}
+    # The allocation of the previous target, which passed the device and export checks: a
+    # target inside it passes them too (live allocations do not overlap) and needs only its
+    # alignment checked. Views of one buffer (the loader's) are all in it: a range test each.
+    last: Optional[_cuda.Allocation] = None
+    last_end = 0
     with contextlib.ExitStack() as current:
         current_device = None
         for t in targets:
-            ptr = t.tensor.data_ptr()
+            ptr = t.ptr
+            if last is not None and last.base <= ptr < last_end:
+                offset = ptr - last.base
+                if not offset % ALIGNMENT:  # else _check_export raises, naming the tensor
+                    t.allocation, t.offset = last, offset
+                    continue
             allocation = found.get(ptr)
             if allocation is None:
                 try:
@@ -485,6 +507,7 @@ def _check_cuda_targets(client: Any, targets: Sequence[_Target]) -> bool:
                 found.add(allocation)
             _check_device(client, t, allocation, by_index, ok)
             _check_export(t, allocation, ptr)
+            last, last_end = allocation, allocation.base + allocation.size
     return reused
 
 
@@ -503,8 +526,7 @@ def _check_export(t: _Target, allocation: _cuda.Allocation, ptr: int) -> None:
 
 
 def _check_no_overlap(targets: Sequence[_Target]) -> None:
-    spans = sorted((t.tensor.data_ptr(), t.tensor.data_ptr() + t.nbytes, t.name)
-                   for t in targets)
+    spans = sorted((t.ptr, t.ptr + t.nbytes, t.name) for t in targets)
     for (_, end, a), (begin, _, b) in zip(spans, spans[1:]):
         if begin < end:
             raise ValueError(f"{a} and {b}: their tensors overlap in memory")
@@ -701,21 +723,38 @@ def _runs(targets: List[_Target]) -> List[List[_Target]]:
     """Targets grouped into runs of one allocation, one dtype, each tensor starting where the
     previous one ends, at most MAX_CALL_BYTES each (one DequantizeLayers call each), in memory
     order."""
-    ordered = sorted(targets, key=lambda t: (t.allocation.device, t.allocation.base, t.offset))
+    ordered = targets
+    if not _in_memory_order(targets):
+        ordered = sorted(targets, key=lambda t: (t.allocation.device, t.allocation.base,
+                                                 t.offset))
     runs: List[List[_Target]] = []
-    run_bytes = 0  # of runs[-1]
+    current: List[_Target] = []  # runs[-1]
+    run_bytes = 0  # of current
+    last: Optional[_Target] = None  # current[-1]
     for t in ordered:
-        last = runs[-1][-1] if runs else None
-        if (last is not None and last.allocation.base == t.allocation.base
-                and last.allocation.device == t.allocation.device and last.dtype == t.dtype
-                and last.offset + last.nbytes == t.offset
+        a = t.allocation
+        if (last is not None and (a is last.allocation or (a.base == last.allocation.base
+                                                           and a.device == last.allocation.device))
+                and last.dtype == t.dtype and last.offset + last.nbytes == t.offset
                 and run_bytes + t.nbytes <= MAX_CALL_BYTES):
-            runs[-1].append(t)
+            current.append(t)
             run_bytes += t.nbytes
         else:
-            runs.append([t])
+            current = [t]
+            runs.append(current)
             run_bytes = t.nbytes
+        last = t
     return runs
+
+
+def _in_memory_order(targets: Sequence[_Target]) -> bool:
+    """Whether `targets` are already in _runs' order: each of one allocation object with the
+    one before it at a higher offset (the loader's views, laid out in its order), so that the
+    sort, a key tuple per target, is skipped. False sends any other case through the sort."""
+    for before, t in zip(targets, targets[1:]):
+        if t.allocation is not before.allocation or t.offset <= before.offset:
+            return False
+    return True
 
 
 def _run_regions(client: Any, targets: List[_Target], wire: Optional[int],

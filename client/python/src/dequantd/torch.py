@@ -287,6 +287,10 @@ def _load(client: Client, model_source: Optional[str], device: torch.device,
           dtype: torch.dtype, report: LoadReport) -> torch.nn.Module:
     t0 = time.perf_counter()
     config = server_config(client, model_source)
+    if device.type == "cuda":
+        # The region calls' channel connects while the model is built (a new client's: one made
+        # for this load from a target string) instead of inside the first region call.
+        client._connect_region_channel()  # pylint: disable=protected-access
     meta = _model_on_meta(config, dtype)
     listing = client.list()
     layers = {layer.name: layer for layer in listing.layers}
