@@ -2,8 +2,8 @@
 #include "server/backend/result_slabs.h"
 
 #include <algorithm>
-#include <unordered_map>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace dequantd {
@@ -26,11 +26,17 @@ std::vector<Slab> PlanSlabs(absl::Span<const SlabEntry> entries, int64_t slab_by
                             int64_t staged_limit) {
   auto aligned = [align](int64_t bytes) { return (bytes + align - 1) / align * align; };
   std::vector<Slab> slabs;
-  std::unordered_map<int64_t, int64_t> offset_of;  // result -> offset in the current slab
+  // Result -> offset in the current slab. Open addressing, sized for the call at once: a node
+  // map allocated one node per entry, on every call (225 for a whole 8B-shaped model).
+  absl::flat_hash_map<int64_t, int64_t> offset_of;
+  offset_of.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     const SlabEntry& entry = entries[i];
-    const bool seen = !slabs.empty() && offset_of.contains(entry.result);
-    if (!seen) {
+    const auto seen = offset_of.find(entry.result);  // (empty while there is no slab)
+    int64_t offset = 0;
+    if (seen != offset_of.end()) {
+      offset = seen->second;
+    } else {
       const int64_t need = aligned(entry.result_bytes);
       const bool full =
           !slabs.empty() && ((slabs.back().bytes > 0 && slabs.back().bytes + need > slab_bytes) ||
@@ -41,12 +47,13 @@ std::vector<Slab> PlanSlabs(absl::Span<const SlabEntry> entries, int64_t slab_by
             .first = i, .end = i, .bytes = 0, .staged_bytes = 0, .offsets = {}, .distinct = {}});
         offset_of.clear();
       }
-      offset_of[entry.result] = slabs.back().bytes;
+      offset = slabs.back().bytes;
+      offset_of.emplace(entry.result, offset);
       slabs.back().bytes += need;
       slabs.back().staged_bytes += entry.staged_bytes;
       slabs.back().distinct.push_back(i);
     }
-    slabs.back().offsets.push_back(offset_of[entry.result]);
+    slabs.back().offsets.push_back(offset);
     slabs.back().end = i + 1;
   }
   return slabs;
