@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "kernels/format_registry.h"
 #include "server/rpc/grpc_result_sink.h"
 #include "server/rpc/protobuf_errors.h"
@@ -25,12 +26,21 @@ namespace {
 
 namespace v1 = ::dequant::v1;
 
+std::vector<const QuantizedLayer*> AllLayers(const Checkpoint* checkpoint) {
+  std::vector<const QuantizedLayer*> layers;
+  if (checkpoint == nullptr) return layers;
+  layers.reserve(checkpoint->layers().size());
+  for (const QuantizedLayer& layer : checkpoint->layers()) layers.push_back(&layer);
+  return layers;
+}
+
 }  // namespace
 
 DequantService::DequantService(ServiceOptions options, const Checkpoint* checkpoint,
                                Backend* backend, Metrics* metrics, BenchmarkRunner benchmark)
     : options_(std::move(options)),
       checkpoint_(checkpoint),
+      all_layers_(AllLayers(checkpoint)),
       backend_(backend),
       metrics_(metrics),
       benchmark_(std::move(benchmark)),
@@ -324,18 +334,20 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   absl::StatusOr<RegionReplyKind> reply_kind =
       RegionReplyFromProto(request.region_reply(), request.has_output_region());
   if (!reply_kind.ok()) return reply_kind.status();
-  std::vector<const QuantizedLayer*> layers;
-  if (request.tensors().empty()) {
-    for (const QuantizedLayer& layer : checkpoint_->layers()) layers.push_back(&layer);
-  } else {
+  // The empty list: the model's layers, listed once at construction (no copy per call).
+  std::vector<const QuantizedLayer*> named_layers;
+  absl::Span<const QuantizedLayer* const> layers = all_layers_;
+  if (!request.tensors().empty()) {
+    named_layers.reserve(static_cast<size_t>(request.tensors_size()));
     for (const std::string& name : request.tensors()) {
       const QuantizedLayer* layer = checkpoint_->Find(name);
       if (layer == nullptr) {
         return absl::NotFoundError(absl::StrCat(
             "tensor ", QuotedName(name), " is not a layer of the loaded model (see ListTensors)"));
       }
-      layers.push_back(layer);
+      named_layers.push_back(layer);
     }
+    layers = named_layers;
   }
   // max_output_bytes bounds each tensor's result, what a call holds at once (the CUDA pipeline's
   // slab buffers are max(slab, largest single result)); the sum over the layers holds nothing

@@ -145,6 +145,9 @@ class DequantService final : public dequant::v1::DequantService::Service {
 
   const ServiceOptions options_;
   const Checkpoint* const checkpoint_;
+  // Every layer of the checkpoint in its order (what an empty DequantizeLayers list asks for),
+  // listed once here rather than on every such call; empty without a model.
+  const std::vector<const QuantizedLayer*> all_layers_;
   Backend* const backend_;
   Metrics* const metrics_;
   const BenchmarkRunner benchmark_;
