@@ -293,7 +293,9 @@ class DeviceWorker {
     if (layer != nullptr) {
       if (resident.has_value()) {
         entry.in = model_.view(*resident);
-        entry.in.shape.orientation = view.shape.orientation;
+        entry.in.shape.orientation =
+            view.shape.orientation;  // (not a property of the stored tensors)
+        entry.packed_bytes = model_.packed_bytes(*resident);
         return absl::OkStatus();
       }
       if (view.tensors[0] == nullptr) return NotHeld(*layer);
