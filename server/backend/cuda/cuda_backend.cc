@@ -293,8 +293,8 @@ class DeviceWorker {
     if (layer != nullptr) {
       if (resident.has_value()) {
         entry.in = model_.view(*resident);
-        entry.in.shape.orientation =
-            view.shape.orientation;  // (not a property of the stored tensors)
+        entry.in.shape.orientation = view.shape.orientation;
+        // (The stored tensors, and so their bytes, do not depend on the orientation.)
         entry.packed_bytes = model_.packed_bytes(*resident);
         return absl::OkStatus();
       }
