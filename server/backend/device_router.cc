@@ -109,15 +109,11 @@ std::vector<int64_t> DeviceRouter::loads() const {
   return in_flight_;
 }
 
-namespace {
-
-// PlanLayerParts over `n` entries whose candidates are candidates_of(i) (a const reference).
-template <typename CandidatesOf>
-absl::StatusOr<std::vector<LayerPart>> PlanParts(size_t n, const CandidatesOf& candidates_of,
-                                                 absl::Span<const int64_t> result_bytes,
-                                                 absl::Span<const int64_t> loads,
-                                                 int64_t min_part_bytes) {
-  if (n != result_bytes.size() || min_part_bytes < 1) {
+absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(absl::Span<const std::vector<int>> candidates,
+                                                      absl::Span<const int64_t> result_bytes,
+                                                      absl::Span<const int64_t> loads,
+                                                      int64_t min_part_bytes) {
+  if (candidates.size() != result_bytes.size() || min_part_bytes < 1) {
     return absl::InvalidArgumentError("PlanLayerParts: one candidate list and size per entry");
   }
   std::vector<int64_t> load(loads.begin(), loads.end());
@@ -129,18 +125,13 @@ absl::StatusOr<std::vector<LayerPart>> PlanParts(size_t n, const CandidatesOf& c
       parts.push_back(LayerPart{.begin = begin, .end = end, .worker = worker});
     }
   };
-  for (size_t run_begin = 0; run_begin < n;) {
-    const std::vector<int>& run = candidates_of(run_begin);
-    if (run.empty()) {
+  for (size_t run_begin = 0; run_begin < candidates.size();) {
+    if (candidates[run_begin].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("entry ", run_begin, " has no worker"));
     }
     size_t run_end = run_begin + 1;
-    while (run_end < n) {
-      const std::vector<int>& next = candidates_of(run_end);
-      if (&next != &run && next != run) break;
-      ++run_end;
-    }
-    std::vector<int> order = run;
+    while (run_end < candidates.size() && candidates[run_end] == candidates[run_begin]) ++run_end;
+    std::vector<int> order = candidates[run_begin];
     for (int w : order) {
       if (w < 0 || static_cast<size_t>(w) >= load.size()) {
         return absl::InvalidArgumentError(
@@ -179,35 +170,6 @@ absl::StatusOr<std::vector<LayerPart>> PlanParts(size_t n, const CandidatesOf& c
     run_begin = run_end;
   }
   return parts;
-}
-
-}  // namespace
-
-absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(absl::Span<const std::vector<int>> candidates,
-                                                      absl::Span<const int64_t> result_bytes,
-                                                      absl::Span<const int64_t> loads,
-                                                      int64_t min_part_bytes) {
-  return PlanParts(
-      candidates.size(),
-      [candidates](size_t i) -> const std::vector<int>& { return candidates[i]; }, result_bytes,
-      loads, min_part_bytes);
-}
-
-absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(absl::Span<const std::vector<int>> lists,
-                                                      absl::Span<const size_t> list_of,
-                                                      absl::Span<const int64_t> result_bytes,
-                                                      absl::Span<const int64_t> loads,
-                                                      int64_t min_part_bytes) {
-  for (size_t i = 0; i < list_of.size(); ++i) {
-    if (list_of[i] >= lists.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("entry ", i, ": candidate list ", list_of[i], " of ", lists.size()));
-    }
-  }
-  return PlanParts(
-      list_of.size(),
-      [lists, list_of](size_t i) -> const std::vector<int>& { return lists[list_of[i]]; },
-      result_bytes, loads, min_part_bytes);
 }
 
 }  // namespace dequantd

@@ -94,13 +94,5 @@ absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(absl::Span<const std::vect
                                                       absl::Span<const int64_t> result_bytes,
                                                       absl::Span<const int64_t> loads,
                                                       int64_t min_part_bytes);
-// The same, with entry i's candidates given as lists[list_of[i]]: entries with the same workers
-// share one list instead of each holding a copy (a whole-model call's layers mostly have one).
-// INVALID_ARGUMENT also for a list_of value outside `lists`.
-absl::StatusOr<std::vector<LayerPart>> PlanLayerParts(absl::Span<const std::vector<int>> lists,
-                                                      absl::Span<const size_t> list_of,
-                                                      absl::Span<const int64_t> result_bytes,
-                                                      absl::Span<const int64_t> loads,
-                                                      int64_t min_part_bytes);
 
 }  // namespace dequantd

@@ -15,7 +15,6 @@ RegionSink::RegionSink(RegionLease lease, int64_t region_offset, std::vector<int
       cancelled_(std::move(cancelled)),
       delivered_(std::move(delivered)) {
   int64_t total = 0;
-  result_offsets_.reserve(result_bytes_.size());
   for (int64_t bytes : result_bytes_) {
     result_offsets_.push_back(region_offset + total);
     total += bytes;

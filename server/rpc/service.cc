@@ -10,7 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/types/span.h"
 #include "kernels/format_registry.h"
 #include "server/rpc/grpc_result_sink.h"
 #include "server/rpc/protobuf_errors.h"
@@ -26,21 +25,12 @@ namespace {
 
 namespace v1 = ::dequant::v1;
 
-std::vector<const QuantizedLayer*> AllLayers(const Checkpoint* checkpoint) {
-  std::vector<const QuantizedLayer*> layers;
-  if (checkpoint == nullptr) return layers;
-  layers.reserve(checkpoint->layers().size());
-  for (const QuantizedLayer& layer : checkpoint->layers()) layers.push_back(&layer);
-  return layers;
-}
-
 }  // namespace
 
 DequantService::DequantService(ServiceOptions options, const Checkpoint* checkpoint,
                                Backend* backend, Metrics* metrics, BenchmarkRunner benchmark)
     : options_(std::move(options)),
       checkpoint_(checkpoint),
-      all_layers_(AllLayers(checkpoint)),
       backend_(backend),
       metrics_(metrics),
       benchmark_(std::move(benchmark)),
@@ -334,20 +324,18 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   absl::StatusOr<RegionReplyKind> reply_kind =
       RegionReplyFromProto(request.region_reply(), request.has_output_region());
   if (!reply_kind.ok()) return reply_kind.status();
-  // The empty list: the model's layers, listed once at construction (no copy per call).
-  std::vector<const QuantizedLayer*> named_layers;
-  absl::Span<const QuantizedLayer* const> layers = all_layers_;
-  if (!request.tensors().empty()) {
-    named_layers.reserve(static_cast<size_t>(request.tensors_size()));
+  std::vector<const QuantizedLayer*> layers;
+  if (request.tensors().empty()) {
+    for (const QuantizedLayer& layer : checkpoint_->layers()) layers.push_back(&layer);
+  } else {
     for (const std::string& name : request.tensors()) {
       const QuantizedLayer* layer = checkpoint_->Find(name);
       if (layer == nullptr) {
         return absl::NotFoundError(absl::StrCat(
             "tensor ", QuotedName(name), " is not a layer of the loaded model (see ListTensors)"));
       }
-      named_layers.push_back(layer);
+      layers.push_back(layer);
     }
-    layers = named_layers;
   }
   // max_output_bytes bounds each tensor's result, what a call holds at once (the CUDA pipeline's
   // slab buffers are max(slab, largest single result)); the sum over the layers holds nothing
@@ -355,25 +343,18 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
   // client's own memory (issue 22).
   // A summary reply names no layer: the results then carry no copy of the names.
   const bool named = *reply_kind != RegionReplyKind::kSummary;
-  // The whole-model region call's results are kept (SummaryResults); other calls build theirs.
-  // (A summary reply needs an output region: a streamed call always builds.)
-  const std::vector<ResultLayer>* kept =
-      request.tensors().empty() && !named ? SummaryResults(*out_dtype, *orientation) : nullptr;
-  std::vector<ResultLayer> built;
-  if (kept == nullptr) {
-    built.reserve(layers.size());
-    for (const QuantizedLayer* layer : layers) {
-      if (absl::Status s = CheckOutputBytes(layer->view.shape, *out_dtype,
-                                            options_.max_output_bytes, layer->name);
-          !s.ok()) {
-        return s;
-      }
-      built.push_back(
-          ResultLayer{.tensor = named ? layer->name : std::string(), .shape = layer->view.shape});
-      built.back().shape.orientation = *orientation;
+  std::vector<ResultLayer> results;
+  results.reserve(layers.size());
+  for (const QuantizedLayer* layer : layers) {
+    if (absl::Status s =
+            CheckOutputBytes(layer->view.shape, *out_dtype, options_.max_output_bytes, layer->name);
+        !s.ok()) {
+      return s;
     }
+    results.push_back(
+        ResultLayer{.tensor = named ? layer->name : std::string(), .shape = layer->view.shape});
+    results.back().shape.orientation = *orientation;
   }
-  const std::vector<ResultLayer>& results = kept != nullptr ? *kept : built;
   absl::StatusOr<int64_t> chunk_bytes =
       EffectiveChunkBytes(request.chunk_bytes(), options_.default_chunk_bytes);
   if (!chunk_bytes.ok()) return chunk_bytes.status();
@@ -384,42 +365,10 @@ absl::Status DequantService::DoDequantizeLayers(grpc::ServerContext* context,
                                                              *chunk_bytes, s);
                          });
   }
-  GrpcResultSink sink(context, stream, std::move(built), /*per_layer=*/true, *out_dtype,
+  GrpcResultSink sink(context, stream, std::move(results), /*per_layer=*/true, *out_dtype,
                       backend_info_.name, metrics_);
   sink.set_stall_watchdog(options_.stall_watchdog);
   return backend_->DequantizeLayers(layers, *out_dtype, *orientation, *chunk_bytes, sink);
-}
-
-const std::vector<ResultLayer>* DequantService::SummaryResults(DType out_dtype,
-                                                               Orientation orientation) {
-  size_t dtype = 0;
-  switch (out_dtype) {
-    case DType::kF16:
-      dtype = 0;
-      break;
-    case DType::kBF16:
-      dtype = 1;
-      break;
-    case DType::kF32:
-      dtype = 2;
-      break;
-    default:
-      return nullptr;
-  }
-  if (orientation != Orientation::kKN && orientation != Orientation::kNK) return nullptr;
-  KeptResults& kept = summary_results_[dtype * 2 + (orientation == Orientation::kNK ? 1 : 0)];
-  std::call_once(kept.once, [&] {
-    std::vector<ResultLayer> results;
-    results.reserve(all_layers_.size());
-    for (const QuantizedLayer* layer : all_layers_) {
-      // CheckOutputBytes' condition: a call that would fail it is not kept (it builds and fails).
-      if (layer->view.shape.output_bytes(out_dtype) > options_.max_output_bytes) return;
-      results.push_back(ResultLayer{.tensor = std::string(), .shape = layer->view.shape});
-      results.back().shape.orientation = orientation;
-    }
-    kept.results = std::move(results);
-  });
-  return kept.results.has_value() ? &*kept.results : nullptr;
 }
 
 template <typename Run>

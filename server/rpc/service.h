@@ -4,12 +4,9 @@
 // count the call in the metrics.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -148,19 +145,6 @@ class DequantService final : public dequant::v1::DequantService::Service {
 
   const ServiceOptions options_;
   const Checkpoint* const checkpoint_;
-  // Every layer of the checkpoint in its order (what an empty DequantizeLayers list asks for),
-  // listed once here rather than on every such call; empty without a model.
-  const std::vector<const QuantizedLayer*> all_layers_;
-  // The results of the whole-model region call (the empty list, a summary reply) by output dtype
-  // and orientation: built by its first call and kept, since they are the same every time (the
-  // model is fixed for the service's life). Null when a layer's result exceeds max_output_bytes
-  // (such a call builds its results and fails as any other does).
-  const std::vector<ResultLayer>* SummaryResults(DType out_dtype, Orientation orientation);
-  struct KeptResults {
-    std::once_flag once;
-    std::optional<std::vector<ResultLayer>> results;
-  };
-  std::array<KeptResults, 6> summary_results_;  // [dtype (fp16, bf16, fp32) * 2 + (N, K)]
   Backend* const backend_;
   Metrics* const metrics_;
   const BenchmarkRunner benchmark_;

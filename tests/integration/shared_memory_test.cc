@@ -272,50 +272,6 @@ TEST_F(SharedMemoryTest, ASummaryOfEveryLayerInNkAndExplicitHeadersEqualTheDefau
   EXPECT_FALSE(parsed.has_region_summary());
 }
 
-// The whole-model summary call's results are kept per output dtype and orientation by the
-// service: calls alternating between them, each made twice, get their own counts, bytes and
-// placement every time (a kept list of another dtype or orientation would misplace them).
-TEST_F(SharedMemoryTest, RepeatedSummariesOfEveryLayerKeepTheirDtypeAndOrientation) {
-  const int64_t largest = (256 * 384 + 128 * 1024) * 4;  // fp32
-  std::unique_ptr<ShmObject> shm = Shm("kept", largest);
-  ASSERT_NE(shm, nullptr);
-  ASSERT_TRUE(regions().RegisterSystem("kept", shm->key(), 0, shm->bytes()).ok());
-  struct Case {
-    v1::DType proto;
-    DType dtype;
-    v1::Orientation orientation;
-  };
-  const std::vector<Case> cases = {{v1::DTYPE_FP16, DType::kF16, v1::ORIENTATION_KN},
-                                   {v1::DTYPE_FP32, DType::kF32, v1::ORIENTATION_NK},
-                                   {v1::DTYPE_FP16, DType::kF16, v1::ORIENTATION_NK},
-                                   {v1::DTYPE_BF16, DType::kBF16, v1::ORIENTATION_KN}};
-  for (int round = 0; round < 2; ++round) {
-    for (const Case& c : cases) {
-      SCOPED_TRACE(
-          absl::StrCat("round ", round, ", dtype ", c.proto, ", orientation ", c.orientation));
-      std::memset(shm->data(), 0, static_cast<size_t>(shm->bytes()));
-      v1::DequantizeLayersRequest all;  // no names: every layer
-      all.set_output_dtype(c.proto);
-      all.set_orientation(c.orientation);
-      all.set_region_reply(v1::REGION_REPLY_SUMMARY);
-      all.mutable_output_region()->set_name("kept");
-      absl::StatusOr<v1::RegionSummary> summary = regions().DequantizeLayersIntoSummary(all);
-      ASSERT_TRUE(summary.ok()) << summary.status();
-      const int64_t b0 = layer(0).shape.output_bytes(c.dtype);
-      const int64_t b1 = layer(1).shape.output_bytes(c.dtype);
-      EXPECT_EQ(summary->layer_count(), 2);
-      EXPECT_EQ(summary->total_bytes(), b0 + b1);
-      EXPECT_EQ(summary->dtype(), c.proto);
-      EXPECT_EQ(summary->orientation(), c.orientation);
-      const bool nk = c.orientation == v1::ORIENTATION_NK;
-      EXPECT_TRUE(Bytes(*shm, 0, b0) ==
-                  (nk ? Transposed(layer(0), c.dtype) : layer(0).Expected(c.dtype)));
-      EXPECT_TRUE(Bytes(*shm, b0, b1) ==
-                  (nk ? Transposed(layer(1), c.dtype) : layer(1).Expected(c.dtype)));
-    }
-  }
-}
-
 // region_reply on a streamed call, or an unknown value, is INVALID_ARGUMENT naming the field,
 // with no message and nothing written.
 TEST_F(SharedMemoryTest, ABadRegionReplyIsInvalidArgumentNamingTheField) {

@@ -197,35 +197,6 @@ TEST(PlanLayerPartsTest, SplitModelFollowsTheHolders) {
                                          std::make_tuple(4, 5, 0)));
 }
 
-TEST(PlanLayerPartsTest, SharedListsPlanAsPerEntryCopies) {
-  // The backend's form: entries sharing one candidate list (lists[list_of[i]]) plan exactly as
-  // the same lists copied per entry, including equal lists given twice (by value, not identity).
-  const std::vector<std::vector<int>> lists = {{0, 1}, {1}, {0, 1}, {0}};
-  const std::vector<std::vector<size_t>> cases = {
-      {0, 0, 0, 0}, {0, 0, 2, 2, 0}, {1, 1, 0, 0, 3, 3, 2}, {3, 1, 3, 1}, {2}};
-  for (const std::vector<size_t>& list_of : cases) {
-    std::vector<std::vector<int>> copies;
-    for (size_t l : list_of) copies.push_back(lists[l]);
-    for (const std::vector<int64_t>& loads : {std::vector<int64_t>{0, 0}, {2, 0}, {0, 5}}) {
-      std::vector<int64_t> bytes;
-      for (size_t i = 0; i < list_of.size(); ++i)
-        bytes.push_back(100 + 37 * static_cast<int64_t>(i));
-      auto shared = PlanLayerParts(lists, list_of, bytes, loads, 100);
-      auto copied = PlanLayerParts(copies, bytes, loads, 100);
-      ASSERT_TRUE(shared.ok()) << shared.status();
-      ASSERT_TRUE(copied.ok()) << copied.status();
-      EXPECT_EQ(Parts(*shared), Parts(*copied));
-    }
-  }
-  const std::vector<std::vector<int>> with_empty = {{0}, {}};
-  EXPECT_EQ(PlanLayerParts(with_empty, std::vector<size_t>{0, 1}, {1, 1}, {0}, 1).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  // A list index outside `lists`.
-  auto outside = PlanLayerParts(lists, std::vector<size_t>{0, 4}, {1, 1}, {0, 0}, 1);
-  EXPECT_EQ(outside.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(outside.status().message()), HasSubstr("candidate list 4 of 4"));
-}
-
 TEST(PlanLayerPartsTest, BadInputIsInvalidArgument) {
   EXPECT_EQ(PlanLayerParts({{0}}, {1, 2}, {0}, 1).status().code(),
             absl::StatusCode::kInvalidArgument);

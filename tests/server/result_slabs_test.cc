@@ -85,31 +85,6 @@ TEST(PlanSlabsTest, DuplicatesShareTheirResultInsideASlabOnly) {
   EXPECT_EQ(slabs[1].bytes, 768);
 }
 
-TEST(PlanSlabsTest, RepeatsAfterIncreasingResultsAreFoundWhereverTheyCome) {
-  // Results that only increase are never looked up (a whole model in order); the first one that
-  // does not (a repeat, or a new result below the largest) finds every earlier one of its slab,
-  // and the map kept from then on finds those added after it. A new slab starts afresh.
-  const std::vector<SlabEntry> entries = {
-      {.result = 0, .result_bytes = 256}, {.result = 4, .result_bytes = 256},
-      {.result = 2, .result_bytes = 256},  // below the largest, new: offset 512
-      {.result = 9, .result_bytes = 256},  // new, past the map's start: offset 768
-      {.result = 4, .result_bytes = 256},  // repeat of entry 1
-      {.result = 9, .result_bytes = 256},  // repeat of entry 3 (added after the map began)
-      {.result = 0, .result_bytes = 256},  // repeat of entry 0
-      {.result = 1, .result_bytes = 256},  // starts slab 2 (4 * 256 + 256 > 1024)
-      {.result = 0, .result_bytes = 256},  // slab 2 has no 0: computed again there
-      {.result = 1, .result_bytes = 256},  // repeat inside slab 2
-  };
-  const std::vector<Slab> slabs = PlanSlabs(entries, 1024, 256);
-  ASSERT_EQ(slabs.size(), 2u);
-  EXPECT_THAT(slabs[0].offsets, ElementsAre(0, 256, 512, 768, 256, 768, 0));
-  EXPECT_THAT(slabs[0].distinct, ElementsAre(0u, 1u, 2u, 3u));
-  EXPECT_EQ(slabs[0].bytes, 1024);
-  EXPECT_THAT(slabs[1].offsets, ElementsAre(0, 256, 0));
-  EXPECT_THAT(slabs[1].distinct, ElementsAre(7u, 8u));
-  EXPECT_EQ(slabs[1].bytes, 512);
-}
-
 TEST(PlanSlabsTest, AResultLargerThanTheBoundGetsItsOwnSlab) {
   const std::vector<SlabEntry> entries = {{.result = 0, .result_bytes = 10},
                                           {.result = 1, .result_bytes = 5000},

@@ -187,11 +187,7 @@ class DeviceWorker {
     std::vector<cuda::ResidentModel::LayerId> ids;
     ids.reserve(layers.size());
     for (const QuantizedLayer* layer : layers) {
-      // One lookup per layer: a resident layer's id is its position; a layer held elsewhere (or
-      // not at all) is looked up by position alone.
-      const std::optional<cuda::ResidentModel::LayerId> resident = model_.Find(*layer);
-      const std::optional<int64_t> position =
-          resident.has_value() ? resident : model_.Position(*layer);
+      const std::optional<int64_t> position = model_.Position(*layer);
       if (!position.has_value()) return NotHeld(*layer);
       ids.push_back(*position);
       job.entries.push_back({.in = {},
@@ -201,10 +197,9 @@ class DeviceWorker {
                              .result_bytes = layer->view.shape.output_bytes(out_dtype)});
       QuantView view = layer->view;
       view.shape.orientation = orientation;
-      if (absl::Status s = SetInput(layer, resident, view, job.entries.back()); !s.ok()) return s;
+      if (absl::Status s = SetInput(layer, view, job.entries.back()); !s.ok()) return s;
     }
-    // (A whole-model call lists each layer once, in model order: already sorted.)
-    if (!std::is_sorted(ids.begin(), ids.end())) std::sort(ids.begin(), ids.end());
+    std::sort(ids.begin(), ids.end());
     const auto distinct = std::unique(ids.begin(), ids.end()) - ids.begin();
     // Every launch is a GroupedPlan's: its table comes from the stream-ordered allocator and is
     // uploaded on the call's stream (the pool keeps its memory, see Init). Launches into the
@@ -284,18 +279,10 @@ class DeviceWorker {
   // when it is neither resident here nor has a host copy.
   absl::Status SetInput(const QuantizedLayer* layer, const QuantView& view,
                         cuda::ResultJob::Entry& entry) const {
-    return SetInput(layer, layer != nullptr ? model_.Find(*layer) : std::nullopt, view, entry);
-  }
-  // The same, with `resident` = model_.Find(*layer) already looked up (nullopt for a null layer).
-  absl::Status SetInput(const QuantizedLayer* layer,
-                        std::optional<cuda::ResidentModel::LayerId> resident, const QuantView& view,
-                        cuda::ResultJob::Entry& entry) const {
     if (layer != nullptr) {
-      if (resident.has_value()) {
-        entry.in = model_.view(*resident);
+      if (const std::optional<cuda::ResidentModel::LayerId> id = model_.Find(*layer)) {
+        entry.in = model_.view(*id);
         entry.in.shape.orientation = view.shape.orientation;
-        // (The stored tensors, and so their bytes, do not depend on the orientation.)
-        entry.packed_bytes = model_.packed_bytes(*resident);
         return absl::OkStatus();
       }
       if (view.tensors[0] == nullptr) return NotHeld(*layer);
@@ -531,53 +518,46 @@ class CudaBackend final : public Backend {
     if (layers.empty()) return absl::OkStatus();
     // Which workers in rotation may compute each entry; then the parts (device_router.h).
     // Consecutive layers mostly have the same holders (every layer, with one GPU or replicated
-    // placement): their candidates are worked out once per run of equal holder lists, and the
-    // run's entries share that one list (entry i's is lists[list_of[i]]; a copy per entry was a
-    // heap allocation per layer on every call).
-    std::vector<std::vector<int>> lists;
-    std::vector<size_t> list_of(layers.size());
+    // placement): their candidates are worked out once per run of equal holder lists.
+    std::vector<std::vector<int>> candidates(layers.size());
     std::vector<int64_t> result_bytes(layers.size());
     const std::vector<int>* run_holders = nullptr;
     for (size_t i = 0; i < layers.size(); ++i) {
       result_bytes[i] = layers[i]->view.shape.output_bytes(out_dtype);
       const std::vector<int>* holders = HoldersOf(layers[i]);
       if (holders != nullptr && run_holders != nullptr && *holders == *run_holders) {
-        list_of[i] = list_of[i - 1];
+        candidates[i] = candidates[i - 1];
         continue;
       }
       run_holders = holders;
       absl::StatusOr<std::vector<int>> may = Candidates(layers[i], holders, sink.destination());
       if (!may.ok()) return may.status();
-      std::vector<int> serving;
       std::string why;
       for (int w : *may) {
         if (router_.serving(w)) {
-          serving.push_back(w);
+          candidates[i].push_back(w);
         } else {
           absl::StrAppend(&why, why.empty() ? "" : "; ", router_.label(w), ": ",
                           router_.failure(w));
         }
       }
-      if (serving.empty()) {
+      if (candidates[i].empty()) {
         return absl::UnavailableError(absl::StrCat("layer \"", layers[i]->name,
                                                    "\": every GPU holding it is out of rotation (",
                                                    why, ")"));
       }
-      list_of[i] = lists.size();
-      lists.push_back(std::move(serving));
     }
     absl::StatusOr<std::vector<LayerPart>> parts =
-        PlanLayerParts(lists, list_of, result_bytes, router_.loads(), options_.min_part_bytes);
+        PlanLayerParts(candidates, result_bytes, router_.loads(), options_.min_part_bytes);
     if (!parts.ok()) return parts.status();
     // The workers that may run entries [begin, end): those every entry of them allows.
     auto common = [&](const LayerPart& part) {
-      std::vector<int> both = lists[list_of[part.begin]];
+      std::vector<int> both = candidates[part.begin];
       for (size_t i = part.begin + 1; i < part.end; ++i) {
-        const std::vector<int>& candidates = lists[list_of[i]];
-        if (list_of[i] == list_of[i - 1] || candidates == both) continue;
+        if (candidates[i] == both) continue;
         std::vector<int> next;
         for (int w : both) {
-          if (std::find(candidates.begin(), candidates.end(), w) != candidates.end()) {
+          if (std::find(candidates[i].begin(), candidates[i].end(), w) != candidates[i].end()) {
             next.push_back(w);
           }
         }

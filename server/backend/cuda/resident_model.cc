@@ -68,7 +68,7 @@ absl::Status ResidentModel::Upload(const Checkpoint& checkpoint, cudaStream_t st
       from_files.push_back(static_cast<int64_t>(i));
       from_files_bases.push_back(base);
     }
-    layers_[i] = Layer{.held = true, .view = view, .packed_bytes = view.shape.packed_bytes()};
+    layers_[i] = Layer{.held = true, .view = view};
     ++resident_layers_;
     bytes_ += layout.total_bytes;
   }

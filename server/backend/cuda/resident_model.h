@@ -40,8 +40,6 @@ class ResidentModel {
   }
   // Device pointers of layer `id` (0 <= id < size()).
   const QuantView& view(LayerId id) const { return layers_[static_cast<size_t>(id)].view; }
-  // view(id).shape.packed_bytes(), worked out once at the upload (a held layer; 0 otherwise).
-  int64_t packed_bytes(LayerId id) const { return layers_[static_cast<size_t>(id)].packed_bytes; }
   int64_t size() const { return static_cast<int64_t>(layers_.size()); }  // checkpoint layers
   int64_t resident_layers() const { return resident_layers_; }
   int64_t bytes() const { return bytes_; }  // device memory held, bytes
@@ -55,9 +53,8 @@ class ResidentModel {
   void Clear();  // no layer held, no device memory
 
   struct Layer {
-    bool held = false;         // its stored tensors are in blocks_ (in role order, PackedLayout)
-    QuantView view;            // device pointers into blocks_ when held
-    int64_t packed_bytes = 0;  // view.shape.packed_bytes() when held
+    bool held = false;  // its stored tensors are in blocks_ (in role order, PackedLayout)
+    QuantView view;     // device pointers into blocks_ when held
   };
   std::vector<UniqueDeviceMemory> blocks_;  // the layers' device memory
   std::vector<Layer> layers_;               // by id

@@ -254,7 +254,6 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
   // entry is its own output and one launch computes them all, unless their staged inputs exceed
   // slab_bytes: then one launch per slab_bytes of staged input.
   std::vector<SlabEntry> slab_entries;
-  slab_entries.reserve(job.entries.size());
   for (size_t i = 0; i < job.entries.size(); ++i) {
     slab_entries.push_back(
         SlabEntry{.result = direct ? static_cast<int64_t>(i) : job.entries[i].result,
@@ -337,8 +336,8 @@ absl::Status ResultPipeline::Run(ResultJob& job, const SlabLauncher& launch, int
     items.reserve(slabs[s].distinct.size());
     for (size_t i : slabs[s].distinct) {
       items.push_back(GroupedItem{.in = job.entries[i].in, .out = output_of(s, i)});
-      const ResultJob::Entry& entry = job.entries[i];
-      read_bytes += entry.packed_bytes >= 0 ? entry.packed_bytes : entry.in.shape.packed_bytes();
+      const QuantShape& shape = job.entries[i].in.shape;
+      read_bytes += shape.packed_bytes();
       written_bytes += job.entries[i].result_bytes;
     }
     absl::StatusOr<std::string> kernel =

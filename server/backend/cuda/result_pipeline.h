@@ -49,9 +49,6 @@ struct ResultJob {
     QuantView host;
     int64_t result = 0;        // equal values: the same result (computed once per slab)
     int64_t result_bytes = 0;  // K * N * sizeof(out_dtype)
-    // in.shape.packed_bytes() (the kernel metrics' bytes read) when the job knows it (a resident
-    // layer's, kept by the model); -1: the pipeline works it out.
-    int64_t packed_bytes = -1;
   };
   std::vector<Entry> entries;
   DType out_dtype = DType::kF16;
