@@ -9,11 +9,11 @@
 //                   runs of one column (each stores 32 consecutive elements of output row n);
 //   v4_vec16:       4 bits, whole 16-byte result chunks, groups of whole words without g_idx:
 //                   every store a 16-byte chunk, consecutive threads along a result row. (N, K):
-//                   blocks of 32-column tiles (GptqNkSliceKernel, shared-memory tiles); (K, N): a
+//                   a block per 32 columns (GptqNkSliceKernel, shared-memory tiles); (K, N): a
 //                   thread per 8 (fp32: 4) consecutive columns of one qweight row, 8 result rows
 //                   (GptqKnChunkKernel, packed 16-bit pair decode). Other layers run v1's loop.
 // 256-thread blocks and 64-bit indices; the one launch parameter is the (N, K) tile kernel's tiles
-// per block, or one wave (kNkTileConfigs, chosen by the autotuner); the others take none.
+// along K per block (kNkTileConfigs, chosen by the autotuner); the others take none.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -125,17 +125,15 @@ __device__ __forceinline__ float GroupWordScale(uint32_t word) {
 }
 
 // (N, K): qweight word (kw, n) holds 8 consecutive elements of result row n, but consecutive
-// words of that row lie N words apart. The layer is cut into tiles of 32 columns (a slice, n0 =
-// 32 slice) by W qweight rows (8W inputs k), numbered slice by slice (tile f: slice f / tiles_k,
-// qweight rows from W (f % tiles_k)). Block b of G takes the consecutive tiles [b T / G, (b + 1) T
-// / G) of the T tiles, so every block has the same number of tiles give or take one (the launch
-// sets G: NkSliceBlocks), and the blocks resident together cover whole result rows:
-//  - whenever its slice changes (once per block, or twice when its tiles straddle two slices),
-//    every group's 32 scales (16-byte loads) and zeros (v1 bias added) of the slice's columns go
-//    to shared memory as one 32-bit word per group and column, the scale's 16 bits above the
-//    zero in the codes' 16-bit form (GroupWord: groups x 128 bytes; with act-order any group
-//    can occur), so an element's scale and zero are one conflict-free shared load (32 lanes, one
-//    wavefront);
+// words of that row lie N words apart. Block b takes the 32 columns [n0, n0 + 32) of slice b /
+// segments, n0 = 32 slice, and `tiles_per_block` consecutive tiles of W qweight rows (8W inputs k)
+// of segment b % segments (segments fastest: the blocks resident together cover whole result
+// rows; the launch configuration sets tiles_per_block):
+//  - once per block, every group's 32 scales (16-byte loads) and zeros (v1 bias added) of these
+//    columns go to shared memory as one 32-bit word per group and column, the scale's 16 bits
+//    above the zero in the codes' 16-bit form (GroupWord: groups x 128 bytes; with act-order any
+//    group can occur), so an element's scale and zero are one conflict-free shared load (32
+//    lanes, one wavefront);
 //  - per tile, each thread loads its W / 8 words (warp w: rows kw0 + w + 8i, lanes along n:
 //    coalesced) and the group of one input k (g_idx, or k / group_size), the next tile's while
 //    this one is stored; decodes each word a pair of rows at a time (kGptqNkNative: PRMT of the
@@ -145,7 +143,8 @@ __device__ __forceinline__ float GroupWordScale(uint32_t word) {
 //    rows n0 + w + 8i, lanes along the row (512 contiguous bytes per store instruction).
 // Shared memory (dynamic): GptqNkSharedBytes.
 template <DType kScale, DType kOut>
-__global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
+__global__ void __launch_bounds__(kBlock)
+    GptqNkSliceKernel(GptqParams p, int64_t segments, int64_t tiles_per_block) {
   constexpr int kWords = kNkTileWords<kOut>;
   constexpr int kTileK = kWords * 8;                    // inputs k per tile: 256 or 128
   constexpr int kWordsPerThread = kWords / kTileWarps;  // 4 or 2
@@ -161,15 +160,16 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;
+  const int64_t segment = static_cast<int64_t>(blockIdx.x) % segments;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) / segments * kTileN;
+  const int64_t n = n0 + lane;
   const int64_t words_k = p.K / 8;
   const int64_t tiles_k = (words_k + kWords - 1) / kWords;
-  const int64_t tiles = (p.N + kTileN - 1) / kTileN * tiles_k;
-  const int64_t f_end = (static_cast<int64_t>(blockIdx.x) + 1) * tiles / gridDim.x;
+  const int64_t t_end = std::min<int64_t>(tiles_k, (segment + 1) * tiles_per_block);
   const auto* qweight = reinterpret_cast<const unsigned*>(p.qweight);
-  // This thread's loads for tile f: its words and (tid < kTileK) the group of input k0 + tid.
-  const auto load = [&](int64_t f, uint32_t(&q)[kWordsPerThread], int32_t& group) {
-    const int64_t kw0 = f % tiles_k * kWords;
-    const int64_t n = f / tiles_k * kTileN + lane;
+  // This thread's loads for tile t: its words and (tid < kTileK) the group of input k0 + tid.
+  const auto load = [&](int64_t t, uint32_t(&q)[kWordsPerThread], int32_t& group) {
+    const int64_t kw0 = t * kWords;
 #pragma unroll
     for (int i = 0; i < kWordsPerThread; ++i) {
       const int64_t kw = kw0 + warp + kTileWarps * i;
@@ -180,40 +180,33 @@ __global__ void __launch_bounds__(kBlock) GptqNkSliceKernel(GptqParams p) {
   };
   uint32_t q[kWordsPerThread];
   int32_t group = 0;
-  int64_t f = static_cast<int64_t>(blockIdx.x) * tiles / gridDim.x;
-  if (f < f_end) load(f, q, group);
-  int64_t n0 = -1;  // the slice whose group words are in shared memory
-  for (; f < f_end; ++f) {
-    if (f / tiles_k * kTileN != n0) {
-      // The scales and zeros of every group of this slice (this tile's loads are in flight
-      // meanwhile; the previous tile's decode, the last reader of the old words, is behind the
-      // barrier that ended its iteration).
-      n0 = f / tiles_k * kTileN;
-      for (int64_t i = tid; i < p.groups * (kTileN / 8); i += kBlock) {
-        const int64_t g = i / (kTileN / 8);
-        const int v = static_cast<int>(i % (kTileN / 8));
-        if (n0 + 8 * v < p.N) {  // N % 8 == 0: whole 16-byte scale vectors and zero words
-          const uint4 bits = __ldg(reinterpret_cast<const uint4*>(
-                                       static_cast<const uint16_t*>(p.scales) + g * p.N + n0) +
-                                   v);
-          const uint32_t halves[4] = {bits.x, bits.y, bits.z, bits.w};
-          const uint32_t zero_word = GptqZeroWord4(p, g, n0 / 8 + v);
+  int64_t t = segment * tiles_per_block;
+  if (t < t_end) load(t, q, group);
+  // The scales and zeros of every group (the first tile's loads are in flight meanwhile).
+  for (int64_t i = tid; i < p.groups * (kTileN / 8); i += kBlock) {
+    const int64_t g = i / (kTileN / 8);
+    const int v = static_cast<int>(i % (kTileN / 8));
+    if (n0 + 8 * v < p.N) {  // N % 8 == 0: whole 16-byte scale vectors and zero words
+      const uint4 bits = __ldg(
+          reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.scales) + g * p.N + n0) +
+          v);
+      const uint32_t halves[4] = {bits.x, bits.y, bits.z, bits.w};
+      const uint32_t zero_word = GptqZeroWord4(p, g, n0 / 8 + v);
 #pragma unroll
-          for (int c = 0; c < 8; ++c) {
-            group_words[g][8 * v + c] =
-                GroupWord(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2))), zero_word, c,
-                          kGptqNkForm<kScale, kOut>);
-          }
-        }
+      for (int c = 0; c < 8; ++c) {
+        group_words[g][8 * v + c] =
+            GroupWord(static_cast<uint16_t>(halves[c / 2] >> (16 * (c % 2))), zero_word, c,
+                      kGptqNkForm<kScale, kOut>);
       }
     }
-    const int64_t n = n0 + lane;
+  }
+  for (; t < t_end; ++t) {
     if (tid < kTileK) tile_groups[tid] = group;
-    __syncthreads();  // groups (and, with a new slice, scales and zeros) in place
+    __syncthreads();  // groups (and, the first time, scales and zeros) in place
     uint32_t q_next[kWordsPerThread];
     int32_t group_next = 0;
-    if (f + 1 < f_end) load(f + 1, q_next, group_next);
-    const int64_t kw0 = f % tiles_k * kWords;
+    if (t + 1 < t_end) load(t + 1, q_next, group_next);
+    const int64_t kw0 = t * kWords;
 #pragma unroll
     for (int i = 0; i < kWordsPerThread; ++i) {
       const int wl = warp + kTileWarps * i;  // the word's row in the tile
@@ -468,54 +461,39 @@ absl::Status LaunchGptqKnChunks(const GptqParams& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
-// Launches GptqNkSliceKernel with `tiles_per_block` tiles per block (give or take one), or with
-// 0, one block per place the GPU has for one (occupancy x SMs: a single wave, no tail of
-// half-empty waves), the tiles shared out evenly.
+// Launches GptqNkSliceKernel with `tiles_per_block` tiles along K per block.
 template <DType kScale, DType kOut>
 absl::Status LaunchGptqNkSlices(const GptqParams& p, int64_t tiles_per_block, cudaStream_t stream) {
-  const auto kernel = GptqNkSliceKernel<kScale, kOut>;
   const int64_t bytes = GptqNkSharedBytes<kOut>(p.groups);
   if (bytes > (int64_t{48} << 10)) {
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(GptqNkSliceKernel<kScale, kOut>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       static_cast<int>(bytes)));
   }
-  const int64_t tiles =
-      (p.N + kTileN - 1) / kTileN * ((p.K / 8 + kNkTileWords<kOut> - 1) / kNkTileWords<kOut>);
-  int64_t blocks = 0;
-  if (tiles_per_block > 0) {
-    blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
-  } else {
-    int device = 0;
-    int sms = 0;
-    int per_sm = 0;
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    DEQUANTD_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, kernel, kBlock, static_cast<size_t>(bytes)));
-    blocks = std::min<int64_t>(tiles, int64_t{std::max(per_sm, 1)} * sms);
-  }
-  if (blocks > int64_t{0x7FFFFFFF}) {
+  const int64_t slices = (p.N + kTileN - 1) / kTileN;
+  const int64_t tiles_k = (p.K / 8 + kNkTileWords<kOut> - 1) / kNkTileWords<kOut>;
+  const int64_t segments = (tiles_k + tiles_per_block - 1) / tiles_per_block;
+  if (slices * segments > int64_t{0x7FFFFFFF}) {
     return absl::InvalidArgumentError("too many gptq (N, K) tiles for one launch");
   }
-  kernel<<<static_cast<unsigned>(blocks), kBlock, static_cast<size_t>(bytes), stream>>>(p);
+  GptqNkSliceKernel<kScale, kOut>
+      <<<static_cast<unsigned>(slices * segments), kBlock, static_cast<size_t>(bytes), stream>>>(
+          p, segments, tiles_per_block);
   DEQUANTD_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
 // The (N, K) tile kernel's launch configurations, which the autotuner sweeps:
-// LaunchConfig{block_size = 256, words_per_thread = 1, rows_per_thread = tiles per block}, where
-// rows_per_thread = 0 is one wave (LaunchGptqNkSlices). The first is the default (untuned
-// layers): the fastest on an H100 for 4096 x 14336, 8192 x 28672 and 14336 x 4096 of those
-// measured (2026-12-07, kernels/cuda/NOTES.md; wider tiles along K, 1024 and 2048 bytes of each
-// result row, were slower and are not kept).
+// LaunchConfig{block_size = 256, words_per_thread = 1, rows_per_thread = tiles along K per block}.
+// The first is the default (untuned layers): the fastest on an H100 for 4096 x 14336, 8192 x
+// 28672 and 14336 x 4096 of those measured (2026-12-07, kernels/cuda/NOTES.md; wider tiles along
+// K, 1024 and 2048 bytes of each result row, were slower and are not kept).
 constexpr LaunchConfig kNkTileConfigs[] = {
     {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 4},
     {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 2},
     {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 1},
     {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 8},
-    {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 16},
-    {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 0}};
+    {.block_size = kBlock, .words_per_thread = 1, .rows_per_thread = 16}};
 
 // Whether (v, shape, out) runs the (N, K) tile kernel, whose tiles per block are the launch
 // configuration (when the pointers allow 16-byte loads and stores; otherwise v1's loop, which
@@ -557,7 +535,7 @@ absl::Status GptqCanImplement(KernelVariant v, const LaunchConfig& config, const
   if (UsesNkTiles(v, shape, out)) {
     return ConfigAmong(kNkTileConfigs, config,
                        "v4_vec16 of gptq (N, K) takes the tiles along K per block (block = 256, "
-                       "words = 1, rows = tiles, 0 = one wave)");
+                       "words = 1, rows = tiles)");
   }
   if (!(config == LaunchConfig{})) {
     return absl::InvalidArgumentError(

@@ -229,10 +229,10 @@ TEST(GptqCudaConfigTest, VariantsAndLaunchConfigurations) {
           << s;
     }
   }
-  // (N, K) 4-bit v4: block = 256, words = 1, rows = tiles per block (0: one wave); the first is
-  // the default.
-  const std::vector<LaunchConfig> tiles = {{256, 1, 4}, {256, 1, 2},  {256, 1, 1},
-                                           {256, 1, 8}, {256, 1, 16}, {256, 1, 0}};
+  // (N, K) 4-bit v4: block = 256, words = 1, rows = tiles along K per block; the first is the
+  // default.
+  const std::vector<LaunchConfig> tiles = {
+      {256, 1, 4}, {256, 1, 2}, {256, 1, 1}, {256, 1, 8}, {256, 1, 16}};
   for (DType out : {DType::kF16, DType::kBF16, DType::kF32}) {
     EXPECT_EQ(CandidateConfigs(KernelVariant::kV4Vec16, nk, out), tiles);
     EXPECT_EQ(DefaultConfig(KernelVariant::kV4Vec16, nk, out), tiles.front());
