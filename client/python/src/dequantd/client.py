@@ -40,16 +40,16 @@ DEFAULT_CHANNEL_OPTIONS: Tuple[Tuple[str, Any], ...] = (
     ("grpc.keepalive_permit_without_calls", 0),
 )
 
-# The calls that write into a region (the model loader's) go over a channel of their own, opened
-# at the first such call (or before it, Client._connect_region_channel), with these options over the client's: "SingleThreadedUnaryStream"
-# (grpc.experimental.ChannelOptions, grpcio >= 1.26, read by grpcio's Python layer) polls a
-# server stream on the calling thread instead of handing each message over from a background
-# thread. A region call is a server stream of one message: its client side is ~300 us shorter
-# so (docs/performance.md, "Python region calls"). Not on the main channel: grpcio never frees
-# such a call once it is cancelled before its end (~20 KB per abandoned stream, a caller that
-# stops reading dequantize_layers early), and region calls are always read to their end.
-# grpcio reads the key by its presence, whatever its value: ("SingleThreadedUnaryStream", 0) in
-# a Client's `options` leaves it out of both channels.
+# The calls that write into a region (the model loader's) go over a channel of their own, opened at
+# the first such call (or before it, Client._connect_region_channel), with these options over the
+# client's: "SingleThreadedUnaryStream" (grpc.experimental.ChannelOptions, grpcio >= 1.26, read by
+# grpcio's Python layer) polls a server stream on the calling thread instead of handing each
+# message over from a background thread. A region call is a server stream of one message: its
+# client side is ~300 us shorter so (docs/performance.md, "Python region calls"). Not on the main
+# channel: grpcio never frees such a call once it is cancelled before its end (~20 KB per abandoned
+# stream, a caller that stops reading dequantize_layers early), and region calls are always read to
+# their end. grpcio reads the key by its presence, whatever its value:
+# ("SingleThreadedUnaryStream", 0) in a Client's `options` leaves it out of both channels.
 SINGLE_THREADED_UNARY_STREAM = "SingleThreadedUnaryStream"
 REGION_CHANNEL_OPTIONS: Tuple[Tuple[str, Any], ...] = ((SINGLE_THREADED_UNARY_STREAM, 1),)
 

@@ -253,7 +253,7 @@ def _check_targets(client: Any, tensors: Mapping[str, Any], orientation: str,
             raise ValueError(f"{name}: tensor on {tensor.device}; dequantd writes CUDA tensors "
                              "(through CUDA IPC) and CPU tensors (streamed)")
         targets.append(_Target(name, tensor, dtype, experts * k * n * _ELEMENT_BYTES[dtype],
-                               want, None, 0, cuda, tensor.data_ptr()))
+                               want, cuda=cuda, ptr=tensor.data_ptr()))
 
     if orientation == "NK":
         supported, reason = client._orientation_support()  # pylint: disable=protected-access
@@ -478,9 +478,9 @@ def _check_cuda_targets(client: Any, targets: Sequence[_Target]) -> bool:
     client._connect_region_channel()  # pylint: disable=protected-access
     found = _Allocations()
     ok: Dict[int, bool] = {}
-    # The allocation of the previous target, which passed the device and export checks: a
-    # target inside it passes them too (live allocations do not overlap) and needs only its
-    # alignment checked. Views of one buffer (the loader's) are all in it: a range test each.
+    # The allocation of the previous target, whose GPU passed the device check: a target
+    # inside it (live allocations do not overlap) needs no lookup and no device check. Views of
+    # one buffer (the loader's) are all in it: a range test and _check_export each.
     last: Optional[_cuda.Allocation] = None
     last_end = 0
     with contextlib.ExitStack() as current:
@@ -488,10 +488,8 @@ def _check_cuda_targets(client: Any, targets: Sequence[_Target]) -> bool:
         for t in targets:
             ptr = t.ptr
             if last is not None and last.base <= ptr < last_end:
-                offset = ptr - last.base
-                if not offset % ALIGNMENT:  # else _check_export raises, naming the tensor
-                    t.allocation, t.offset = last, offset
-                    continue
+                _check_export(t, last, ptr)
+                continue
             allocation = found.get(ptr)
             if allocation is None:
                 try:
